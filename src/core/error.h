@@ -1,0 +1,52 @@
+// Typed errors with context. Library code throws these; only cli/ decides to
+// exit. Every message starts with the operation in brackets, e.g.
+//   [config] model.n_layer: expected a positive integer, got "abc"
+#pragma once
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace parallm {
+
+class Error : public std::runtime_error {
+ public:
+  Error(const std::string& where, const std::string& what)
+      : std::runtime_error("[" + where + "] " + what), where_(where) {}
+  const std::string& where() const { return where_; }
+
+ private:
+  std::string where_;
+};
+
+// Bad user input: a config key, a CLI argument, a file that is not what it claims.
+class ConfigError : public Error {
+  using Error::Error;
+};
+// Shapes, sizes or dtypes that do not fit an operation.
+class ShapeError : public Error {
+  using Error::Error;
+};
+// Files and directories.
+class IoError : public Error {
+  using Error::Error;
+};
+// Communication between ranks (timeouts, lost peers, mismatches).
+class CommError : public Error {
+  using Error::Error;
+};
+// Numerical trouble during training (NaN/Inf loss).
+class NumericError : public Error {
+  using Error::Error;
+};
+// A broken invariant inside parallm: a bug.
+class InternalError : public Error {
+  using Error::Error;
+};
+
+#define PARALLM_CHECK(cond, ErrType, where, ...) \
+  do {                                           \
+    if (!(cond)) throw ErrType((where), fmt::format(__VA_ARGS__)); \
+  } while (0)
+
+}  // namespace parallm

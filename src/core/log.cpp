@@ -1,0 +1,45 @@
+#include "core/log.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+
+namespace parallm::log {
+
+namespace {
+std::shared_ptr<spdlog::sinks::sink> g_console, g_file;
+
+void rebuild() {
+  std::vector<spdlog::sink_ptr> sinks{g_console};
+  if (g_file) sinks.push_back(g_file);
+  auto logger = std::make_shared<spdlog::logger>("parallm", sinks.begin(), sinks.end());
+  logger->set_level(spdlog::level::info);
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+}  // namespace
+
+void init_console() {
+  if (g_console) return;
+  g_console = std::make_shared<spdlog::sinks::stdout_sink_mt>();
+  g_console->set_pattern("%^%v%$");
+  rebuild();
+}
+
+void add_file(const std::string& path) {
+  init_console();
+  g_file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, false);
+  g_file->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+  rebuild();
+}
+
+void remove_file() {
+  g_file.reset();
+  if (g_console) rebuild();
+}
+
+void set_quiet(bool quiet) {
+  init_console();
+  g_console->set_level(quiet ? spdlog::level::warn : spdlog::level::trace);
+}
+
+}  // namespace parallm::log

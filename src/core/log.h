@@ -1,0 +1,25 @@
+// Logging through spdlog: plain lines on the console (what a user reads), the
+// same lines with timestamps in the run's log file. Library code logs; it
+// never prints directly.
+#pragma once
+#include <spdlog/spdlog.h>
+
+#include <string>
+
+namespace parallm::log {
+
+// Console-only logger at info level; safe to call more than once.
+void init_console();
+// Adds (or replaces) a file sink at `path`; lines go to both console and file.
+void add_file(const std::string& path);
+void remove_file();
+void set_quiet(bool quiet);  // warnings and errors only on the console
+
+template <class... Args>
+void info(fmt::format_string<Args...> f, Args&&... a) { spdlog::info(f, std::forward<Args>(a)...); }
+template <class... Args>
+void warn(fmt::format_string<Args...> f, Args&&... a) { spdlog::warn(f, std::forward<Args>(a)...); }
+template <class... Args>
+void error(fmt::format_string<Args...> f, Args&&... a) { spdlog::error(f, std::forward<Args>(a)...); }
+
+}  // namespace parallm::log

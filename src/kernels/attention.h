@@ -1,0 +1,35 @@
+// Contract: fused causal multi-head self-attention.
+// qkv [B, T, 3C] holds q | k | v (each [B, T, NH, HS], C = NH*HS), as c_attn emits it.
+// Forward writes out [B, T, C] and the per-row log-sum-exp lse [B, NH, T] of the
+// scaled scores; that is all backward needs (it recomputes the probabilities),
+// so no T x T matrix is kept between forward and backward.
+// Attention dropout (p > 0) drops probabilities with a mask drawn from the
+// counter-based RNG at (seed, stream, index of (b, h, i, j)), regenerated in backward.
+#pragma once
+#include <cstdint>
+
+namespace parallm::kernels {
+
+struct AttnDropout {
+  float p = 0.0f;
+  uint64_t seed = 0;
+  uint64_t stream = 0;
+};
+
+#define PARALLM_ATTENTION_DECLS                                                                                \
+  void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH, \
+                         AttnDropout drop, float* workspace);                                                 \
+  /* dqkv is overwritten */                                                                                   \
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, \
+                          int64_t B, int64_t T, int64_t C, int64_t NH, AttnDropout drop, float* workspace);     \
+  int64_t attention_workspace_floats(int64_t B, int64_t T, int64_t C, int64_t NH, int nthreads);
+
+namespace ref {
+PARALLM_ATTENTION_DECLS
+}
+namespace cpu {
+PARALLM_ATTENTION_DECLS
+}
+#undef PARALLM_ATTENTION_DECLS
+
+}  // namespace parallm::kernels

@@ -1,0 +1,29 @@
+// Contract: the language-model head fused with softmax and cross-entropy.
+// logits = x[N, C] @ wte[V, C]^T, loss_i = logsumexp(logits_i) - logits_i[target_i].
+// The fused op processes rows in chunks: for each chunk it computes the logits,
+// the per-row loss and, when gradients are wanted, d(logits) in place, then
+// folds them into dx and dwte right away. The full [N, V] logits never exist.
+#pragma once
+#include <cstdint>
+
+namespace parallm::kernels {
+
+#define PARALLM_CLASSIFIER_DECLS                                                                                  \
+  /* losses[N] = per-row loss. If dx != null: dx (overwritten) and dwte (+=) get the gradient of                  \
+     sum_i dloss * losses[i]. */                                                                                  \
+  void classifier_forward_backward(float* losses, float* dx, float* dwte, const float* x, const float* wte,        \
+                                   const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,          \
+                                   float* workspace);                                                             \
+  int64_t classifier_workspace_floats(int64_t N, int64_t V, int nthreads);                                        \
+  /* logits[N, V] for sampling and tests */                                                                       \
+  void classifier_logits(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V);
+
+namespace ref {
+PARALLM_CLASSIFIER_DECLS
+}
+namespace cpu {
+PARALLM_CLASSIFIER_DECLS
+}
+#undef PARALLM_CLASSIFIER_DECLS
+
+}  // namespace parallm::kernels

@@ -1,0 +1,59 @@
+// Optimized LM head + softmax + cross-entropy, fused and chunked: for each
+// chunk of rows, logits come from one GEMM, each row turns into its loss and
+// d(logits) in place (in parallel), and two GEMMs fold the chunk into dx and
+// dwte. The chunk is sized so its logits fit the workspace (at most 16M floats),
+// so a 50k vocabulary never needs the full [N, V] logits.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/classifier.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/matmul.h"
+
+namespace parallm::kernels::cpu {
+
+namespace {
+int64_t chunk_rows(int64_t N, int64_t V) {
+  const int64_t budget = int64_t{16} << 20;
+  return std::max<int64_t>(1, std::min(N, std::max<int64_t>(64, budget / std::max<int64_t>(V, 1))));
+}
+
+// Row of logits -> loss; if grad, the row becomes dloss * (softmax - onehot).
+PARALLM_CLONES float xent_row(float* l, int64_t V, int32_t target, bool grad, float dloss) {
+  float mx = -INFINITY;
+  for (int64_t v = 0; v < V; ++v) mx = std::max(mx, l[v]);
+  float sum = 0;
+  for (int64_t v = 0; v < V; ++v) sum += simd::fast_expf(l[v] - mx);
+  float lse = mx + std::log(sum);
+  float loss = lse - l[target];
+  if (grad) {
+    for (int64_t v = 0; v < V; ++v) l[v] = simd::fast_expf(l[v] - lse) * dloss;
+    l[target] -= dloss;
+  }
+  return loss;
+}
+}  // namespace
+
+int64_t classifier_workspace_floats(int64_t N, int64_t V, int) { return chunk_rows(N, V) * V; }
+
+void classifier_logits(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
+  sgemm(false, true, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
+}
+
+void classifier_forward_backward(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                                 const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss, float* ws) {
+  const int64_t R = chunk_rows(N, V);
+  const bool grad = dx != nullptr;
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    const int64_t rows = std::min(R, N - r0);
+    sgemm(false, true, rows, V, C, 1.0f, x + r0 * C, C, wte, C, 0.0f, ws, V);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) losses[r0 + r] = xent_row(ws + r * V, V, targets[r0 + r], grad, dloss);
+    if (grad) {
+      sgemm(false, false, rows, C, V, 1.0f, ws, V, wte, C, 0.0f, dx + r0 * C, C);
+      sgemm(true, false, V, C, rows, 1.0f, ws, V, x + r0 * C, C, 1.0f, dwte, C);
+    }
+  }
+}
+
+}  // namespace parallm::kernels::cpu

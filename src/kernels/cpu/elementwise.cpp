@@ -1,0 +1,42 @@
+// Optimized residual and dropout: fixed-size chunks in parallel. Dropout
+// chunks start at multiples of 4 so each Philox block (4 draws) is generated
+// once.
+#include <algorithm>
+
+#include "core/rng.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/elementwise.h"
+
+namespace parallm::kernels::cpu {
+
+namespace {
+constexpr int64_t kChunk = 8192;
+PARALLM_CLONES void add_chunk(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+void dropout_chunk(float* out, const float* in, int64_t i0, int64_t n, float p, uint64_t seed, uint64_t stream) {
+  const float scale = 1.0f / (1.0f - p);
+  for (int64_t i = i0; i < i0 + n; i += 4) {
+    auto r = philox4x32(seed, stream, static_cast<uint64_t>(i / 4));
+    for (int k = 0; k < 4 && i + k < i0 + n; ++k) out[i + k] = u32_to_unit(r[k]) >= p ? in[i + k] * scale : 0.0f;
+  }
+}
+}  // namespace
+
+void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += kChunk) add_chunk(out + i, a + i, b + i, std::min(kChunk, n - i));
+}
+
+void add_inplace(float* acc, const float* x, int64_t n) { residual_forward(acc, acc, x, n); }
+
+void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += kChunk) dropout_chunk(out, inp, i, std::min(kChunk, n - i), p, seed, stream);
+}
+
+void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed, uint64_t stream) {
+  dropout_forward(dinp, dout, n, p, seed, stream);
+}
+
+}  // namespace parallm::kernels::cpu

@@ -1,0 +1,72 @@
+// Optimized linear layers: GEMM through oneDNN's sgemm, which JIT-dispatches on
+// the CPU's ISA (AVX-512 here) independently of any OpenBLAS environment, and
+// runs on the same OpenMP pool as our kernels. Inside an OpenMP parallel
+// region it runs single-threaded, which attention relies on.
+#include <dnnl.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/matmul.h"
+
+namespace parallm::kernels {
+
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  PARALLM_CHECK(st == dnnl_success, InternalError, "kernels.sgemm", "oneDNN sgemm failed (status {}) for M={} N={} K={}",
+                static_cast<int>(st), M, N, K);
+}
+
+namespace cpu {
+
+namespace {
+PARALLM_CLONES void add_bias_rows(float* out, const float* bias, int64_t rows, int64_t OUT) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* o = out + r * OUT;
+    for (int64_t j = 0; j < OUT; ++j) o[j] += bias[j];
+  }
+}
+PARALLM_CLONES void colsum_block(float* dbias, const float* dout, int64_t N, int64_t OUT, int64_t j0, int64_t j1) {
+  float acc[256];
+  int64_t w = j1 - j0;
+  std::fill(acc, acc + w, 0.0f);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* d = dout + n * OUT + j0;
+    for (int64_t j = 0; j < w; ++j) acc[j] += d[j];
+  }
+  for (int64_t j = 0; j < w; ++j) dbias[j0 + j] += acc[j];
+}
+}  // namespace
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                    int64_t OUT) {
+  sgemm(false, true, N, OUT, IN, 1.0f, inp, IN, weight, IN, 0.0f, out, OUT);
+  if (bias) {
+    const int64_t rows_per = 16;
+#pragma omp parallel for schedule(static)
+    for (int64_t r0 = 0; r0 < N; r0 += rows_per) add_bias_rows(out + r0 * OUT, bias, std::min(rows_per, N - r0), OUT);
+  }
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t N, int64_t IN, int64_t OUT) {
+  if (dinp) sgemm(false, false, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 0.0f, dinp, IN);
+  sgemm(true, false, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
+  if (dbias) {
+    // Column blocks of 256 per task: each column is summed over rows in order,
+    // so the result does not depend on the thread count.
+#pragma omp parallel for schedule(static)
+    for (int64_t j0 = 0; j0 < OUT; j0 += 256) colsum_block(dbias, dout, N, OUT, j0, std::min(OUT, j0 + 256));
+  }
+}
+
+}  // namespace cpu
+}  // namespace parallm::kernels

@@ -1,0 +1,26 @@
+// Contract: residual add and dropout. Dropout's mask is drawn from the
+// counter-based RNG at (seed, stream, element index) and regenerated in
+// backward, so nothing is stored and any thread count gives the same mask.
+#pragma once
+#include <cstdint>
+
+namespace parallm::kernels {
+
+#define PARALLM_ELEMENTWISE_DECLS                                                                         \
+  void residual_forward(float* out, const float* a, const float* b, int64_t n); /* out = a + b */        \
+  void add_inplace(float* acc, const float* x, int64_t n);                      /* acc += x */           \
+  void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream); \
+  void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed, uint64_t stream);
+
+namespace ref {
+PARALLM_ELEMENTWISE_DECLS
+}
+namespace cpu {
+PARALLM_ELEMENTWISE_DECLS
+}
+#undef PARALLM_ELEMENTWISE_DECLS
+
+// Keep probability for element `index`: true when the element survives.
+bool dropout_keep(float p, uint64_t seed, uint64_t stream, uint64_t index);
+
+}  // namespace parallm::kernels

@@ -1,0 +1,23 @@
+// Contract: token + position embedding. out[b, t, :] = wte[tok[b, t], :] + wpe[t, :].
+// Backward accumulates into dwte/dwpe in a fixed order (no atomics), so it is
+// deterministic for any thread count.
+#pragma once
+#include <cstdint>
+
+namespace parallm::kernels {
+
+#define PARALLM_EMBEDDING_DECLS                                                                                  \
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,       \
+                         int64_t T, int64_t C);                                                                  \
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,          \
+                          int64_t T, int64_t C);
+
+namespace ref {
+PARALLM_EMBEDDING_DECLS
+}
+namespace cpu {
+PARALLM_EMBEDDING_DECLS
+}
+#undef PARALLM_EMBEDDING_DECLS
+
+}  // namespace parallm::kernels

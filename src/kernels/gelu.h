@@ -1,0 +1,18 @@
+// Contract: GELU, exact (erf, nanoGPT's nn.GELU()) or tanh approximation (GPT-2/llm.c).
+#pragma once
+#include <cstdint>
+
+namespace parallm::kernels {
+
+enum class GeluKind { Exact, Tanh };
+
+namespace ref {
+void gelu_forward(float* out, const float* inp, int64_t n, GeluKind kind);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, GeluKind kind);  // overwrites dinp
+}  // namespace ref
+namespace cpu {
+void gelu_forward(float* out, const float* inp, int64_t n, GeluKind kind);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, GeluKind kind);
+}  // namespace cpu
+
+}  // namespace parallm::kernels

@@ -1,0 +1,233 @@
+#include "model/gpt.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "kernels/attention.h"
+#include "kernels/classifier.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+
+namespace parallm::model {
+
+namespace k = kernels::cpu;
+
+namespace {
+// Dropout sites, for the RNG stream of each mask.
+enum Site : uint64_t { kAttnProbs = 0, kAttnResid = 1, kMlpResid = 2, kEmbed = 3 };
+}  // namespace
+
+GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq)
+    : cfg_(cfg), layout_((cfg.validate(), cfg)), max_B_(max_batch), max_T_(max_seq) {
+  PARALLM_CHECK(max_batch > 0, ConfigError, "model", "batch size must be positive, got {}", max_batch);
+  PARALLM_CHECK(max_seq > 0 && max_seq <= cfg.block_size, ConfigError, "model",
+                "sequence length {} must be in [1, model.block_size={}]", max_seq, cfg.block_size);
+  params_ = Array<float>(layout_.total(), MemCategory::Params);
+  grads_ = Array<float>(layout_.total(), MemCategory::Grads);
+
+  const int64_t N = max_B_ * max_T_, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
+  int64_t off = 0;
+  auto take = [&](int64_t n) {
+    int64_t o = off;
+    off += (n + 15) / 16 * 16;
+    return o;
+  };
+  encoded_ = take(N * C);
+  for (int64_t l = 0; l < L; ++l) {
+    LayerActs a{};
+    a.ln1 = take(N * C);
+    a.ln1_mean = take(N);
+    a.ln1_rstd = take(N);
+    a.qkv = take(N * 3 * C);
+    a.atty = take(N * C);
+    a.lse = take(max_B_ * NH * max_T_);
+    a.res2 = take(N * C);
+    a.ln2 = take(N * C);
+    a.ln2_mean = take(N);
+    a.ln2_rstd = take(N);
+    a.fch = take(N * 4 * C);
+    a.fch_gelu = take(N * 4 * C);
+    a.res3 = take(N * C);
+    la_.push_back(a);
+  }
+  lnf_ = take(N * C);
+  lnf_mean_ = take(N);
+  lnf_rstd_ = take(N);
+  losses_ = take(N);
+  dlnf_ = take(N * C);
+  acts_ = Array<float>(off, MemCategory::Activations);
+
+  const int nt = omp_get_max_threads();
+  ws_attn_ = k::attention_workspace_floats(max_B_, max_T_, C, NH, nt);
+  ws_cls_ = k::classifier_workspace_floats(N, cfg.vocab_size, nt);
+  off = 0;
+  s_dres_ = take(N * C);
+  s_tmp_ = take(N * C);
+  s_dfch_ = take(N * 4 * C);
+  s_dfch2_ = take(N * 4 * C);
+  s_ws_ = take(std::max(ws_attn_, ws_cls_));
+  scratch_ = Array<float>(off, MemCategory::Scratch);
+}
+
+int64_t GPT::num_params_nanogpt() const {
+  return layout_.count() - cfg_.block_size * cfg_.n_embd;  // wpe excluded, as nanoGPT prints it
+}
+
+Tensor GPT::param(const std::string& name) const {
+  const auto& s = layout_.find(name);
+  return Tensor::view_of(params_.data() + s.offset, s.shape, DType::F32);
+}
+Tensor GPT::grad(const std::string& name) const {
+  const auto& s = layout_.find(name);
+  return Tensor::view_of(grads_.data() + s.offset, s.shape, DType::F32);
+}
+
+void GPT::init_weights(uint64_t seed) {
+  std::fill(params_.begin(), params_.end(), 0.0f);
+  const auto& slots = layout_.slots();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const auto& s = slots[i];
+    float* p = params_.data() + s.offset;
+    switch (s.init) {
+      case ParamSlot::Init::Normal: fill_normal(p, s.numel, 0.0f, s.init_std, seed, stream_id(kRngInit, i)); break;
+      case ParamSlot::Init::Zeros: std::fill(p, p + s.numel, 0.0f); break;
+      case ParamSlot::Init::Ones: std::fill(p, p + s.numel, 1.0f); break;
+    }
+  }
+}
+
+void GPT::zero_grad() { std::memset(grads_.data(), 0, grads_.size() * sizeof(float)); }
+
+double GPT::flops_per_token(int64_t T) const {
+  const double N = static_cast<double>(num_params_nanogpt());
+  return 6.0 * N + 12.0 * cfg_.n_layer * cfg_.n_embd * static_cast<double>(T);
+}
+
+float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, const StepContext& ctx) {
+  PARALLM_CHECK(B > 0 && B <= max_B_ && T > 0 && T <= max_T_, ShapeError, "gpt.forward",
+                "batch {}x{} exceeds the model's allocated {}x{}", B, T, max_B_, max_T_);
+  PARALLM_CHECK(!ctx.need_grad || targets, ShapeError, "gpt.forward", "gradients need targets");
+  const int64_t N = B * T, C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size;
+  for (int64_t i = 0; i < N; ++i)
+    PARALLM_CHECK(tokens[i] >= 0 && tokens[i] < V, ShapeError, "gpt.forward", "token {} at position {} is outside the vocabulary [0, {})",
+                  tokens[i], i, V);
+  cur_B_ = B;
+  cur_T_ = T;
+  const float* P = params_.data();
+  auto W = [&](int64_t o) -> const float* { return o < 0 ? nullptr : P + o; };
+  const float p = ctx.train ? cfg_.dropout : 0.0f;
+  float* ws = scratch_.data() + s_ws_;
+  float* tmp = scratch_.data() + s_tmp_;
+
+  float* x = act(encoded_);
+  k::embedding_forward(x, tokens, P + layout_.wte(), P + layout_.wpe(), B, T, C);
+  if (p > 0) k::dropout_forward(x, x, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed));
+
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    const auto& a = la_[l];
+    const auto& bp = layout_.block(l);
+    k::layernorm_forward(act(a.ln1), act(a.ln1_mean), act(a.ln1_rstd), x, W(bp.ln1_w), W(bp.ln1_b), N, C);
+    k::matmul_forward(act(a.qkv), act(a.ln1), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * C);
+    kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs)};
+    k::attention_forward(act(a.atty), act(a.lse), act(a.qkv), B, T, C, NH, ad, ws);
+    k::matmul_forward(tmp, act(a.atty), W(bp.proj_w), W(bp.proj_b), N, C, C);
+    if (p > 0) k::dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnResid));
+    k::residual_forward(act(a.res2), x, tmp, N * C);
+    k::layernorm_forward(act(a.ln2), act(a.ln2_mean), act(a.ln2_rstd), act(a.res2), W(bp.ln2_w), W(bp.ln2_b), N, C);
+    k::matmul_forward(act(a.fch), act(a.ln2), W(bp.fc_w), W(bp.fc_b), N, C, 4 * C);
+    k::gelu_forward(act(a.fch_gelu), act(a.fch), N * 4 * C, cfg_.gelu);
+    k::matmul_forward(tmp, act(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), N, 4 * C, C);
+    if (p > 0) k::dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kMlpResid));
+    k::residual_forward(act(a.res3), act(a.res2), tmp, N * C);
+    x = act(a.res3);
+  }
+  k::layernorm_forward(act(lnf_), act(lnf_mean_), act(lnf_rstd_), x, W(layout_.lnf_w()), W(layout_.lnf_b()), N, C);
+  grads_ready_ = false;
+  if (!targets) return 0.0f;
+  for (int64_t i = 0; i < N; ++i)
+    PARALLM_CHECK(targets[i] >= 0 && targets[i] < V, ShapeError, "gpt.forward",
+                  "target {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
+  float* losses = act(losses_);
+  k::classifier_forward_backward(losses, ctx.need_grad ? act(dlnf_) : nullptr, grads_.data() + layout_.wte(),
+                                 act(lnf_), P + layout_.wte(), targets, N, C, V, ctx.loss_scale / static_cast<float>(N), ws);
+  grads_ready_ = ctx.need_grad;
+  double sum = 0;
+  for (int64_t i = 0; i < N; ++i) sum += losses[i];
+  return static_cast<float>(sum / static_cast<double>(N));
+}
+
+void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx) {
+  PARALLM_CHECK(grads_ready_ && B == cur_B_ && T == cur_T_, InternalError, "gpt.backward",
+                "backward needs a preceding forward with targets and need_grad on the same batch");
+  grads_ready_ = false;
+  const int64_t N = B * T, C = cfg_.n_embd, NH = cfg_.n_head;
+  const float* P = params_.data();
+  float* G = grads_.data();
+  auto W = [&](int64_t o) -> const float* { return o < 0 ? nullptr : P + o; };
+  auto D = [&](int64_t o) -> float* { return o < 0 ? nullptr : G + o; };
+  const float p = ctx.train ? cfg_.dropout : 0.0f;
+  float* dres = scratch_.data() + s_dres_;
+  float* dtmp = scratch_.data() + s_tmp_;
+  float* dbig1 = scratch_.data() + s_dfch_;
+  float* dbig2 = scratch_.data() + s_dfch2_;
+  float* ws = scratch_.data() + s_ws_;
+  // d(residual stream) from the final LayerNorm.
+  std::memset(dres, 0, sizeof(float) * N * C);
+  const float* xlast = act(cfg_.n_layer > 0 ? la_.back().res3 : encoded_);
+  k::layernorm_backward(dres, D(layout_.lnf_w()), D(layout_.lnf_b()), act(dlnf_), xlast, W(layout_.lnf_w()),
+                        act(lnf_mean_), act(lnf_rstd_), N, C);
+  // Gradient through a residual branch's dropout: a fresh buffer, or dres itself.
+  auto through_dropout = [&](int64_t l, uint64_t site) -> const float* {
+    if (p <= 0) return dres;
+    k::dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site));
+    return dtmp;
+  };
+  for (int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
+    const auto& a = la_[l];
+    const auto& bp = layout_.block(l);
+    const float* x_in = l == 0 ? act(encoded_) : act(la_[l - 1].res3);
+    // MLP branch: res3 = res2 + drop(fcproj(gelu(fc(ln2(res2)))))
+    const float* dmlp = through_dropout(l, kMlpResid);
+    k::matmul_backward(dbig2, D(bp.fcproj_w), D(bp.fcproj_b), dmlp, act(a.fch_gelu), W(bp.fcproj_w), N, 4 * C, C);
+    k::gelu_backward(dbig1, act(a.fch), dbig2, N * 4 * C, cfg_.gelu);
+    k::matmul_backward(dtmp, D(bp.fc_w), D(bp.fc_b), dbig1, act(a.ln2), W(bp.fc_w), N, C, 4 * C);
+    k::layernorm_backward(dres, D(bp.ln2_w), D(bp.ln2_b), dtmp, act(a.res2), W(bp.ln2_w), act(a.ln2_mean),
+                          act(a.ln2_rstd), N, C);
+    // Attention branch: res2 = x + drop(proj(attn(qkv(ln1(x)))))
+    const float* dattn = through_dropout(l, kAttnResid);
+    k::matmul_backward(dbig1, D(bp.proj_w), D(bp.proj_b), dattn, act(a.atty), W(bp.proj_w), N, C, C);
+    kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs)};
+    k::attention_backward(dbig2, dbig1, act(a.qkv), act(a.atty), act(a.lse), B, T, C, NH, ad, ws);
+    k::matmul_backward(dtmp, D(bp.qkv_w), D(bp.qkv_b), dbig2, act(a.ln1), W(bp.qkv_w), N, C, 3 * C);
+    k::layernorm_backward(dres, D(bp.ln1_w), D(bp.ln1_b), dtmp, x_in, W(bp.ln1_w), act(a.ln1_mean),
+                          act(a.ln1_rstd), N, C);
+  }
+  const float* demb = dres;
+  if (p > 0) {
+    k::dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed));
+    demb = dtmp;
+  }
+  k::embedding_backward(G + layout_.wte(), G + layout_.wpe(), demb, tokens, B, T, C);
+}
+
+void GPT::last_logits(float* out, int64_t B, int64_t T) {
+  PARALLM_CHECK(B == cur_B_ && T == cur_T_, InternalError, "gpt.last_logits", "call after forward on the same batch");
+  const int64_t C = cfg_.n_embd, V = cfg_.vocab_size;
+  for (int64_t b = 0; b < B; ++b)
+    k::classifier_logits(out + b * V, act(lnf_) + (b * T + T - 1) * C, params_.data() + layout_.wte(), 1, C, V);
+}
+
+void GPT::all_logits(float* out, int64_t B, int64_t T) {
+  PARALLM_CHECK(B == cur_B_ && T == cur_T_, InternalError, "gpt.all_logits", "call after forward on the same batch");
+  k::classifier_logits(out, act(lnf_), params_.data() + layout_.wte(), B * T, cfg_.n_embd, cfg_.vocab_size);
+}
+
+}  // namespace parallm::model

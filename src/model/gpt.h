@@ -1,0 +1,85 @@
+// GPT (nanoGPT's architecture) with explicit forward and backward passes.
+// Parameters and gradients are two flat buffers laid out by ParamLayout;
+// activations for the largest (B, T) the model will see are allocated once at
+// construction, so a training step allocates nothing. The LM head is tied to
+// wte and fused with softmax + cross-entropy: when gradients are requested,
+// forward already produces d(ln_f output) and the wte gradient of the head,
+// and backward() continues from there down to the embeddings.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace parallm::model {
+
+// What varies per micro-step: whether this is training (dropout on, gradients
+// wanted) and where the dropout masks come from in the counter-based RNG.
+struct StepContext {
+  bool train = false;         // dropout active
+  bool need_grad = false;     // compute gradients (requires targets)
+  uint64_t seed = 0;          // dropout seed
+  uint64_t micro_step = 0;    // global micro-step counter: a fresh mask per micro-step
+  float loss_scale = 1.0f;    // d(total loss)/d(mean loss of this micro-batch), e.g. 1/gas
+};
+
+class GPT {
+ public:
+  GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq);
+
+  const GPTConfig& config() const { return cfg_; }
+  const ParamLayout& layout() const { return layout_; }
+  float* params() const { return params_.data(); }
+  float* grads() const { return grads_.data(); }
+  int64_t flat_size() const { return layout_.total(); }
+  // nanoGPT's count: all parameters except wpe (lm_head is tied to wte).
+  int64_t num_params_nanogpt() const;
+  Tensor param(const std::string& name) const;
+  Tensor grad(const std::string& name) const;
+
+  // GPT-2 init from the counter-based RNG (each parameter its own stream).
+  void init_weights(uint64_t seed);
+  void zero_grad();
+
+  // Runs the model on tokens [B, T]. With targets, returns the mean
+  // cross-entropy loss (and fills per-position losses); without, returns 0.
+  float forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, const StepContext& ctx);
+  // Accumulates gradients (+=) of loss_scale * mean loss into grads(). Call
+  // after forward() with ctx.need_grad and the same B, T, ctx.
+  void backward(const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx);
+  // After forward(): logits [B, V] of the last position of each sequence.
+  void last_logits(float* out, int64_t B, int64_t T);
+  // After forward(..., targets, ...): logits [B*T, V] of all positions (tests, small models).
+  void all_logits(float* out, int64_t B, int64_t T);
+
+  // FLOPs per token for a training step (nanoGPT's 6N + 12*L*H*Q*T estimate).
+  double flops_per_token(int64_t T) const;
+
+ private:
+  struct Acts;
+  GPTConfig cfg_;
+  ParamLayout layout_;
+  int64_t max_B_, max_T_;
+  Array<float> params_, grads_;
+  // Activations: one flat buffer, with offsets per layer.
+  Array<float> acts_;
+  Array<float> scratch_;  // backward temporaries + kernel workspaces
+  Array<int32_t> targets_;
+  int64_t ws_attn_ = 0, ws_cls_ = 0;
+  float* act(int64_t off) const { return acts_.data() + off; }
+  // Layout of activations for a given (B, T): computed for max sizes, reused.
+  struct LayerActs {
+    int64_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
+  };
+  std::vector<LayerActs> la_;
+  int64_t encoded_ = 0, lnf_ = 0, lnf_mean_ = 0, lnf_rstd_ = 0, losses_ = 0, dlnf_ = 0;
+  // Scratch offsets
+  int64_t s_dres_ = 0, s_tmp_ = 0, s_dqkv_ = 0, s_dfch_ = 0, s_dfch2_ = 0, s_ws_ = 0;
+  int64_t cur_B_ = 0, cur_T_ = 0;
+  bool grads_ready_ = false;
+};
+
+}  // namespace parallm::model

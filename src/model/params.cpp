@@ -1,0 +1,80 @@
+#include "model/params.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace parallm::model {
+
+void GPTConfig::validate() const {
+  auto pos = [](int64_t v, const char* key) {
+    PARALLM_CHECK(v > 0, ConfigError, "config", "{} must be a positive integer, got {}", key, v);
+  };
+  pos(n_layer, "model.n_layer");
+  pos(n_head, "model.n_head");
+  pos(n_embd, "model.n_embd");
+  pos(block_size, "model.block_size");
+  pos(vocab_size, "model.vocab_size");
+  PARALLM_CHECK(n_embd % n_head == 0, ConfigError, "config",
+                "model.n_embd ({}) must be divisible by model.n_head ({})", n_embd, n_head);
+  PARALLM_CHECK(dropout >= 0.0f && dropout < 1.0f, ConfigError, "config", "model.dropout must be in [0, 1), got {}",
+                dropout);
+}
+
+std::string GPTConfig::summary() const {
+  return fmt::format("n_layer={} n_head={} n_embd={} block_size={} vocab_size={} bias={} dropout={}", n_layer, n_head,
+                     n_embd, block_size, vocab_size, bias, dropout);
+}
+
+int64_t ParamLayout::add(const std::string& name, Shape shape, ParamSlot::Init init, float std, bool decay) {
+  ParamSlot s;
+  s.name = name;
+  s.shape = std::move(shape);
+  s.numel = shape_numel(s.shape);
+  s.offset = total_;
+  s.init = init;
+  s.init_std = std;
+  s.decay = decay;
+  total_ += (s.numel + 15) / 16 * 16;  // keep every parameter 64-byte aligned
+  count_ += s.numel;
+  slots_.push_back(s);
+  return s.offset;
+}
+
+ParamLayout::ParamLayout(const GPTConfig& c) {
+  using I = ParamSlot::Init;
+  const int64_t C = c.n_embd;
+  const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
+  wte_ = add("transformer.wte.weight", {c.vocab_size, C}, I::Normal, std, true);
+  wpe_ = add("transformer.wpe.weight", {c.block_size, C}, I::Normal, std, true);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string p = "transformer.h." + std::to_string(l) + ".";
+    BlockParams b{};
+    auto bias = [&](const std::string& n, int64_t len, I init) -> int64_t {
+      return c.bias ? add(p + n, {len}, init, 0.0f, false) : -1;
+    };
+    b.ln1_w = add(p + "ln_1.weight", {C}, I::Ones, 0.0f, false);
+    b.ln1_b = bias("ln_1.bias", C, I::Zeros);
+    b.qkv_w = add(p + "attn.c_attn.weight", {3 * C, C}, I::Normal, std, true);
+    b.qkv_b = bias("attn.c_attn.bias", 3 * C, I::Zeros);
+    b.proj_w = add(p + "attn.c_proj.weight", {C, C}, I::Normal, proj_std, true);
+    b.proj_b = bias("attn.c_proj.bias", C, I::Zeros);
+    b.ln2_w = add(p + "ln_2.weight", {C}, I::Ones, 0.0f, false);
+    b.ln2_b = bias("ln_2.bias", C, I::Zeros);
+    b.fc_w = add(p + "mlp.c_fc.weight", {4 * C, C}, I::Normal, std, true);
+    b.fc_b = bias("mlp.c_fc.bias", 4 * C, I::Zeros);
+    b.fcproj_w = add(p + "mlp.c_proj.weight", {C, 4 * C}, I::Normal, proj_std, true);
+    b.fcproj_b = bias("mlp.c_proj.bias", C, I::Zeros);
+    blocks_.push_back(b);
+  }
+  lnf_w_ = add("transformer.ln_f.weight", {C}, I::Ones, 0.0f, false);
+  if (c.bias) lnf_b_ = add("transformer.ln_f.bias", {C}, I::Zeros, 0.0f, false);
+}
+
+const ParamSlot& ParamLayout::find(const std::string& name) const {
+  for (const auto& s : slots_)
+    if (s.name == name) return s;
+  throw ConfigError("model.params", fmt::format("no parameter named \"{}\"", name));
+}
+
+}  // namespace parallm::model

@@ -1,0 +1,53 @@
+// Parameter layout: every parameter of the model is a view into one flat
+// buffer (and its gradient a view into a twin flat buffer at the same
+// offset). The layout is a list of named slots in nanoGPT's state_dict order,
+// which is also the order checkpoints and golden files use. Keeping parameters
+// flat makes the optimizer one loop, gradient all-reduce a few big messages,
+// and sharding a matter of offsets.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace parallm::model {
+
+struct ParamSlot {
+  std::string name;  // nanoGPT state_dict name, e.g. transformer.h.0.attn.c_attn.weight
+  Shape shape;
+  int64_t offset = 0;  // in elements, into the flat buffer (64-byte aligned)
+  int64_t numel = 0;
+  bool decay = false;  // AdamW weight decay applies (2-D tensors, as nanoGPT)
+  enum class Init { Normal, Zeros, Ones } init = Init::Normal;
+  float init_std = 0.02f;
+};
+
+// Offsets of one transformer block's parameters within the flat buffer
+// (-1 where the model has no bias).
+struct BlockParams {
+  int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+};
+
+class ParamLayout {
+ public:
+  explicit ParamLayout(const GPTConfig& cfg);
+  const std::vector<ParamSlot>& slots() const { return slots_; }
+  int64_t total() const { return total_; }  // flat buffer length (with alignment padding)
+  int64_t count() const { return count_; }  // number of real parameters
+  const ParamSlot& find(const std::string& name) const;  // throws ConfigError if unknown
+  const BlockParams& block(int64_t l) const { return blocks_[l]; }
+  int64_t wte() const { return wte_; }
+  int64_t wpe() const { return wpe_; }
+  int64_t lnf_w() const { return lnf_w_; }
+  int64_t lnf_b() const { return lnf_b_; }
+
+ private:
+  int64_t add(const std::string& name, Shape shape, ParamSlot::Init init, float std, bool decay);
+  std::vector<ParamSlot> slots_;
+  std::vector<BlockParams> blocks_;
+  int64_t total_ = 0, count_ = 0, wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = -1;
+};
+
+}  // namespace parallm::model

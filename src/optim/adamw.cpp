@@ -1,0 +1,45 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+
+#include "kernels/adamw.h"
+
+namespace parallm::optim {
+
+AdamW::AdamW(const model::ParamLayout& layout, const AdamWConfig& cfg)
+    : cfg_(cfg), m_(layout.total(), MemCategory::OptState), v_(layout.total(), MemCategory::OptState) {
+  for (const auto& s : layout.slots()) {
+    // Padding between slots stays zero (zero grads, zero params), so runs may span it.
+    if (!runs_.empty() && runs_.back().decay == s.decay) {
+      runs_.back().length = s.offset + s.numel - runs_.back().offset;
+    } else {
+      runs_.push_back({s.offset, s.numel, s.decay});
+    }
+  }
+}
+
+void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
+  ++t_;
+  kernels::AdamWParams p;
+  p.lr = lr;
+  p.beta1 = cfg_.beta1;
+  p.beta2 = cfg_.beta2;
+  p.eps = cfg_.eps;
+  p.step = t_;
+  p.grad_scale = grad_scale;
+  for (const auto& r : runs_) {
+    p.weight_decay = r.decay ? cfg_.weight_decay : 0.0f;
+    kernels::cpu::adamw_step(params + r.offset, grads + r.offset, m_.data() + r.offset, v_.data() + r.offset,
+                             r.length, p);
+  }
+}
+
+double global_norm(const float* grads, int64_t n) { return std::sqrt(kernels::cpu::sum_squares(grads, n)); }
+
+float clip_factor(double norm, float max_norm) {
+  if (max_norm <= 0.0f) return 1.0f;
+  double f = static_cast<double>(max_norm) / (norm + 1e-6);
+  return f < 1.0 ? static_cast<float>(f) : 1.0f;
+}
+
+}  // namespace parallm::optim

@@ -1,0 +1,51 @@
+// AdamW over the model's flat parameter buffer, as nanoGPT configures it:
+// weight decay on 2-D tensors (matmul weights and embeddings) only. The
+// layout's slots are merged into a few contiguous runs of equal decay, so a
+// step is a handful of fused vectorized passes. Moments live in two flat
+// buffers accounted as optimizer state.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/allocator.h"
+#include "model/params.h"
+
+namespace parallm::optim {
+
+struct AdamWConfig {
+  float lr = 6e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+};
+
+class AdamW {
+ public:
+  AdamW(const model::ParamLayout& layout, const AdamWConfig& cfg);
+  // One update with learning rate `lr`; gradients are multiplied by grad_scale first.
+  void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
+  int64_t steps_taken() const { return t_; }
+  void set_steps_taken(int64_t t) { t_ = t; }
+  float* m() const { return m_.data(); }
+  float* v() const { return v_.data(); }
+  int64_t size() const { return static_cast<int64_t>(m_.size()); }
+  const AdamWConfig& config() const { return cfg_; }
+
+ private:
+  struct Run {
+    int64_t offset, length;
+    bool decay;
+  };
+  AdamWConfig cfg_;
+  std::vector<Run> runs_;
+  Array<float> m_, v_;
+  int64_t t_ = 0;
+};
+
+// Global L2 norm of a flat gradient buffer (double accumulation, fixed order).
+double global_norm(const float* grads, int64_t n);
+// torch.nn.utils.clip_grad_norm_'s factor: min(1, max_norm / (norm + 1e-6)); 1 if max_norm <= 0.
+float clip_factor(double norm, float max_norm);
+
+}  // namespace parallm::optim

@@ -1,0 +1,42 @@
+// Shared helpers for kernel tests: deterministic random inputs and a
+// relative-error comparison that reports where the worst element is.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/rng.h"
+
+namespace parallm::test {
+
+inline std::vector<float> randv(int64_t n, uint64_t s, float scale = 1.0f) {
+  std::vector<float> v(n);
+  fill_normal(v.data(), n, 0.0f, scale, 1234, stream_id(kRngTest, s));
+  return v;
+}
+
+// max over i of |got-want| / max(|want_i|, floor * max|want|): relative error,
+// except that elements much smaller than the tensor's scale are judged against
+// that scale (a sum of many terms can only be as exact as its largest terms).
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rtol, double floor,
+                         const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0;
+  for (float w : want) scale = std::max(scale, std::fabs(double(w)));
+  floor = std::max(floor * scale, 1e-6);
+  double worst = 0;
+  size_t wi = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << " non-finite at " << i;
+    double e = std::fabs(double(got[i]) - want[i]) / std::max(std::fabs(double(want[i])), floor);
+    if (e > worst) {
+      worst = e;
+      wi = i;
+    }
+  }
+  EXPECT_LE(worst, rtol) << what << ": worst at " << wi << " got " << got[wi] << " want " << want[wi];
+}
+
+}  // namespace parallm::test

@@ -1,0 +1,167 @@
+// Optimized CPU kernels against the reference kernels on odd shapes.
+#include <omp.h>
+
+#include "kernel_test_util.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/classifier.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+
+using namespace parallm;
+using namespace parallm::kernels;
+using parallm::test::expect_close;
+using parallm::test::randv;
+
+TEST(Matmul, MatchesReferenceOnOddShapes) {
+  for (auto [N, IN, OUT] : {std::tuple{1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {130, 64, 200}}) {
+    for (bool with_bias : {false, true}) {
+      auto x = randv(N * IN, 1), w = randv(OUT * IN, 2), b = randv(OUT, 3), dy = randv(N * OUT, 4);
+      std::vector<float> o1(N * OUT), o2(N * OUT);
+      ref::matmul_forward(o1.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, IN, OUT);
+      cpu::matmul_forward(o2.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, IN, OUT);
+      expect_close(o2, o1, 1e-4, 1e-2, "matmul fwd");
+      auto dw1 = randv(OUT * IN, 5), dw2 = dw1, db1 = randv(OUT, 6), db2 = db1;
+      std::vector<float> dx1(N * IN), dx2(N * IN);
+      ref::matmul_backward(dx1.data(), dw1.data(), with_bias ? db1.data() : nullptr, dy.data(), x.data(), w.data(), N, IN, OUT);
+      cpu::matmul_backward(dx2.data(), dw2.data(), with_bias ? db2.data() : nullptr, dy.data(), x.data(), w.data(), N, IN, OUT);
+      expect_close(dx2, dx1, 1e-4, 1e-2, "matmul dinp");
+      expect_close(dw2, dw1, 1e-4, 1e-2, "matmul dweight (accumulated)");
+      expect_close(db2, db1, 1e-4, 1e-2, "matmul dbias (accumulated)");
+    }
+  }
+}
+
+TEST(LayerNorm, MatchesReference) {
+  for (auto [N, C] : {std::pair{1, 1}, {5, 7}, {37, 130}, {64, 384}}) {
+    for (bool with_bias : {false, true}) {
+      auto x = randv(N * C, 10, 2.0f), w = randv(C, 11), b = randv(C, 12), dy = randv(N * C, 13);
+      std::vector<float> o1(N * C), o2(N * C), m1(N), m2(N), r1(N), r2(N);
+      const float* bp = with_bias ? b.data() : nullptr;
+      ref::layernorm_forward(o1.data(), m1.data(), r1.data(), x.data(), w.data(), bp, N, C);
+      cpu::layernorm_forward(o2.data(), m2.data(), r2.data(), x.data(), w.data(), bp, N, C);
+      expect_close(o2, o1, 1e-4, 1e-3, "ln fwd");
+      auto dx1 = randv(N * C, 14), dx2 = dx1, dw1 = randv(C, 15), dw2 = dw1, db1 = randv(C, 16), db2 = db1;
+      ref::layernorm_backward(dx1.data(), dw1.data(), with_bias ? db1.data() : nullptr, dy.data(), x.data(), w.data(), m1.data(), r1.data(), N, C);
+      cpu::layernorm_backward(dx2.data(), dw2.data(), with_bias ? db2.data() : nullptr, dy.data(), x.data(), w.data(), m2.data(), r2.data(), N, C);
+      expect_close(dx2, dx1, 2e-4, 1e-2, "ln dinp");
+      expect_close(dw2, dw1, 2e-4, 1e-2, "ln dweight");
+      expect_close(db2, db1, 2e-4, 1e-2, "ln dbias");
+    }
+  }
+}
+
+TEST(Gelu, MatchesReferenceBothKinds) {
+  for (auto kind : {GeluKind::Exact, GeluKind::Tanh}) {
+    for (int64_t n : {1, 7, 4099, 10000}) {
+      auto x = randv(n, 20, 3.0f), dy = randv(n, 21);
+      x[0] = -12.0f;  // far tails
+      if (n > 1) x[1] = 12.0f;
+      std::vector<float> o1(n), o2(n), d1(n), d2(n);
+      ref::gelu_forward(o1.data(), x.data(), n, kind);
+      cpu::gelu_forward(o2.data(), x.data(), n, kind);
+      expect_close(o2, o1, 5e-5, 1e-3, "gelu fwd");
+      ref::gelu_backward(d1.data(), x.data(), dy.data(), n, kind);
+      cpu::gelu_backward(d2.data(), x.data(), dy.data(), n, kind);
+      expect_close(d2, d1, 1e-4, 1e-3, "gelu bwd");
+    }
+  }
+}
+
+TEST(Attention, MatchesReferenceWithAndWithoutDropout) {
+  const int nt = omp_get_max_threads();
+  for (auto [B, T, C, NH] : {std::tuple{1, 1, 4, 1}, {2, 7, 12, 3}, {3, 33, 40, 5}, {1, 64, 64, 2}}) {
+    for (float p : {0.0f, 0.3f}) {
+      AttnDropout d{p, 77, 5};
+      auto qkv = randv(B * T * 3 * C, 30), dy = randv(B * T * C, 31);
+      std::vector<float> o1(B * T * C), o2(B * T * C), l1(B * NH * T), l2(B * NH * T);
+      std::vector<float> w1(ref::attention_workspace_floats(B, T, C, NH, nt)), w2(cpu::attention_workspace_floats(B, T, C, NH, nt));
+      ref::attention_forward(o1.data(), l1.data(), qkv.data(), B, T, C, NH, d, w1.data());
+      cpu::attention_forward(o2.data(), l2.data(), qkv.data(), B, T, C, NH, d, w2.data());
+      expect_close(o2, o1, 1e-4, 1e-2, "attn out");
+      expect_close(l2, l1, 1e-5, 1e-2, "attn lse");
+      std::vector<float> g1(B * T * 3 * C), g2(B * T * 3 * C, 99.0f);
+      ref::attention_backward(g1.data(), dy.data(), qkv.data(), o1.data(), l1.data(), B, T, C, NH, d, w1.data());
+      cpu::attention_backward(g2.data(), dy.data(), qkv.data(), o2.data(), l2.data(), B, T, C, NH, d, w2.data());
+      expect_close(g2, g1, 2e-4, 1e-2, "attn dqkv");
+    }
+  }
+}
+
+TEST(Classifier, FusedMatchesReferenceAndForwardOnly) {
+  const int nt = omp_get_max_threads();
+  for (auto [N, C, V] : {std::tuple{1, 3, 2}, {13, 24, 37}, {70, 16, 300}}) {
+    auto x = randv(N * C, 40), w = randv(V * C, 41);
+    std::vector<int32_t> tgt(N);
+    for (int i = 0; i < N; ++i) tgt[i] = (i * 7 + 3) % V;
+    std::vector<float> l1(N), l2(N), l3(N), dx1(N * C), dx2(N * C);
+    auto dw1 = randv(V * C, 42), dw2 = dw1;
+    std::vector<float> w1(ref::classifier_workspace_floats(N, V, nt)), w2(cpu::classifier_workspace_floats(N, V, nt));
+    ref::classifier_forward_backward(l1.data(), dx1.data(), dw1.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.25f, w1.data());
+    cpu::classifier_forward_backward(l2.data(), dx2.data(), dw2.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.25f, w2.data());
+    expect_close(l2, l1, 1e-5, 1e-2, "loss");
+    expect_close(dx2, dx1, 1e-4, 1e-2, "dx");
+    expect_close(dw2, dw1, 1e-4, 1e-2, "dwte");
+    cpu::classifier_forward_backward(l3.data(), nullptr, nullptr, x.data(), w.data(), tgt.data(), N, C, V, 1.0f, w2.data());
+    expect_close(l3, l1, 1e-5, 1e-2, "loss (forward only)");
+  }
+}
+
+TEST(Embedding, MatchesReference) {
+  const int64_t B = 3, T = 11, C = 70, V = 9;
+  std::vector<int32_t> tok(B * T);
+  for (int i = 0; i < B * T; ++i) tok[i] = (i * 5) % V;
+  auto wte = randv(V * C, 50), wpe = randv(T * C, 51), dy = randv(B * T * C, 52);
+  std::vector<float> o1(B * T * C), o2(B * T * C);
+  ref::embedding_forward(o1.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  cpu::embedding_forward(o2.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  expect_close(o2, o1, 0, 1e-6, "emb fwd");
+  auto g1 = randv(V * C, 53), g2 = g1, p1 = randv(T * C, 54), p2 = p1;
+  ref::embedding_backward(g1.data(), p1.data(), dy.data(), tok.data(), B, T, C);
+  cpu::embedding_backward(g2.data(), p2.data(), dy.data(), tok.data(), B, T, C);
+  expect_close(g2, g1, 1e-6, 1e-3, "dwte");
+  expect_close(p2, p1, 1e-6, 1e-3, "dwpe");
+}
+
+TEST(Elementwise, ResidualAndDropoutMatchReference) {
+  const int64_t n = 10007;
+  auto a = randv(n, 60), b = randv(n, 61);
+  std::vector<float> o1(n), o2(n);
+  ref::residual_forward(o1.data(), a.data(), b.data(), n);
+  cpu::residual_forward(o2.data(), a.data(), b.data(), n);
+  EXPECT_EQ(o1, o2);
+  ref::dropout_forward(o1.data(), a.data(), n, 0.25f, 3, 4);
+  cpu::dropout_forward(o2.data(), a.data(), n, 0.25f, 3, 4);
+  EXPECT_EQ(o1, o2);
+  int64_t zeros = std::count(o2.begin(), o2.end(), 0.0f);
+  EXPECT_NEAR(double(zeros) / n, 0.25, 0.02);
+  ref::dropout_backward(o1.data(), b.data(), n, 0.25f, 3, 4);
+  cpu::dropout_backward(o2.data(), b.data(), n, 0.25f, 3, 4);
+  EXPECT_EQ(o1, o2);
+}
+
+TEST(AdamW, MatchesReferenceAndSumSquaresIsThreadIndependent) {
+  const int64_t n = 40000;
+  auto w1 = randv(n, 70), g = randv(n, 71), m1 = randv(n, 72, 0.1f), v1 = randv(n, 73, 0.1f);
+  for (auto& x : v1) x = std::fabs(x);
+  auto w2 = w1, m2 = m1, v2 = v1;
+  AdamWParams p;
+  p.lr = 1e-2f;
+  p.weight_decay = 0.1f;
+  p.step = 3;
+  p.grad_scale = 0.7f;
+  ref::adamw_step(w1.data(), g.data(), m1.data(), v1.data(), n, p);
+  cpu::adamw_step(w2.data(), g.data(), m2.data(), v2.data(), n, p);
+  expect_close(w2, w1, 1e-5, 1e-2, "param");
+  expect_close(m2, m1, 1e-5, 1e-2, "m");
+  expect_close(v2, v1, 1e-5, 1e-2, "v");
+  omp_set_num_threads(1);
+  double s1 = cpu::sum_squares(g.data(), n);
+  omp_set_num_threads(2);
+  double s2 = cpu::sum_squares(g.data(), n);
+  EXPECT_EQ(s1, s2);
+  EXPECT_NEAR(s1, ref::sum_squares(g.data(), n), 1e-4 * s1);
+}

@@ -1,0 +1,83 @@
+// Model-level properties: nanoGPT's parameter count, init statistics,
+// determinism, and input validation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "model/gpt.h"
+
+using namespace parallm;
+
+TEST(GPT, ParameterCountMatchesNanoGPT) {
+  model::GPTConfig c;  // 6 layers, 6 heads, 384 embd, block 256, vocab 65, no bias
+  model::GPT m(c, 1, 8);
+  // nanoGPT prints "number of parameters: 10.65M" for this config.
+  EXPECT_NEAR(m.num_params_nanogpt() / 1e6, 10.65, 0.005);
+  EXPECT_EQ(m.num_params_nanogpt(), 10745088 - 256 * 384);
+}
+
+TEST(GPT, InitHasGpt2Statistics) {
+  model::GPTConfig c;
+  c.n_layer = 4;
+  c.n_embd = 128;
+  c.n_head = 4;
+  c.block_size = 64;
+  model::GPT m(c, 1, 8);
+  m.init_weights(1337);
+  auto stdev = [](const Tensor& t) {
+    const float* p = t.data<float>();
+    double s = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) s += double(p[i]) * p[i];
+    return std::sqrt(s / t.numel());
+  };
+  EXPECT_NEAR(stdev(m.param("transformer.h.0.mlp.c_fc.weight")), 0.02, 0.001);
+  EXPECT_NEAR(stdev(m.param("transformer.h.0.mlp.c_proj.weight")), 0.02 / std::sqrt(8.0), 0.0005);
+  EXPECT_EQ(m.param("transformer.h.1.ln_2.weight").data<float>()[5], 1.0f);
+}
+
+TEST(GPT, ForwardBackwardIsBitwiseDeterministic) {
+  model::GPTConfig c;
+  c.n_layer = 2;
+  c.n_embd = 48;
+  c.n_head = 3;
+  c.block_size = 16;
+  c.dropout = 0.1f;
+  const int64_t B = 2, T = 16;
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    x[i] = (i * 13) % 65;
+    y[i] = (i * 7 + 1) % 65;
+  }
+  std::vector<float> g1, g2;
+  float l1 = 0, l2 = 0;
+  for (int rep = 0; rep < 2; ++rep) {
+    model::GPT m(c, B, T);
+    m.init_weights(7);
+    model::StepContext ctx{true, true, 99, 3, 1.0f};
+    m.zero_grad();
+    float l = m.forward(x.data(), y.data(), B, T, ctx);
+    m.backward(x.data(), B, T, ctx);
+    (rep == 0 ? l1 : l2) = l;
+    (rep == 0 ? g1 : g2).assign(m.grads(), m.grads() + m.flat_size());
+  }
+  EXPECT_EQ(l1, l2);
+  EXPECT_EQ(g1, g2);
+}
+
+TEST(GPT, RejectsBadConfigAndTokens) {
+  model::GPTConfig c;
+  c.n_embd = 100;
+  c.n_head = 3;
+  EXPECT_THROW(model::GPT(c, 1, 8), ConfigError);
+  model::GPTConfig ok;
+  ok.n_layer = 1;
+  ok.n_embd = 12;
+  ok.n_head = 2;
+  ok.block_size = 8;
+  EXPECT_THROW(model::GPT(ok, 1, 9), ConfigError);  // longer than block_size
+  model::GPT m(ok, 1, 4);
+  std::vector<int32_t> x{1, 2, 65, 3};
+  EXPECT_THROW(m.forward(x.data(), nullptr, 1, 4, {}), ShapeError);
+}

@@ -1,0 +1,173 @@
+"""PyTorch throughput peer for parallm's CPU training benchmark.
+
+Runs the same training loop as nanoGPT's train.py (without gradient
+accumulation, eval, checkpointing or lr schedule) on the reference model in
+``gpt_ref.py`` and reports training throughput:
+
+    for it in range(warmup + iters):
+        x, y = get_batch()                 # random windows, as nanoGPT
+        logits, loss = model(x, y)
+        loss.backward()
+        clip_grad_norm_(params, 1.0)
+        optimizer.step()                   # AdamW lr 1e-3, betas .9/.99, wd .1
+        optimizer.zero_grad(set_to_none=True)
+
+Only the last ``iters`` iterations are timed (wall clock, perf_counter);
+batch sampling is inside the timed region, exactly as it is in nanoGPT's
+loop.  tokens_per_s = iters * batch_size * block_size / elapsed.
+
+Output contract: exactly one line of JSON on stdout, e.g.
+
+    {"peer": "pytorch", "torch": "1.13.0", "tokens_per_s": 12345.6,
+     "s_per_iter": 0.0622, "iters": 20, "threads": 1, "loss": 4.17}
+
+Everything else (diagnostics, errors) goes to stderr; a failure exits
+non-zero with no JSON on stdout.
+
+Data: ``--data`` is a nanoGPT-style ``train.bin`` (flat uint16 tokens),
+memory-mapped; without it tokens are uniform random in [0, vocab_size).
+Threads: ``torch.set_num_threads(intra_threads)`` (set before any work);
+inter-op threads are pinned to 1 since the loop has no inter-op parallelism.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description="PyTorch GPT training throughput peer")
+    ap.add_argument("--n_layer", type=int, default=4)
+    ap.add_argument("--n_head", type=int, default=4)
+    ap.add_argument("--n_embd", type=int, default=128)
+    ap.add_argument("--block_size", type=int, default=64)
+    ap.add_argument("--batch_size", type=int, default=12)
+    ap.add_argument("--vocab_size", type=int, default=65)
+    ap.add_argument("--bias", type=int, choices=(0, 1), default=0)
+    ap.add_argument("--iters", type=int, default=20, help="timed iterations")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
+    ap.add_argument("--intra_threads", type=int, default=1)
+    ap.add_argument("--data", default=None, help="uint16 token file (nanoGPT train.bin)")
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    args = ap.parse_args(argv)
+    for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "vocab_size",
+              "iters", "intra_threads"):
+        if getattr(args, k) < 1:
+            ap.error(f"--{k} must be >= 1")
+    if args.warmup < 0:
+        ap.error("--warmup must be >= 0")
+    if args.n_embd % args.n_head:
+        ap.error("--n_embd must be divisible by --n_head")
+    if args.data is not None and not os.path.isfile(args.data):
+        ap.error(f"--data {args.data}: no such file")
+    return args
+
+
+def log(msg: str) -> None:
+    print(f"[bench_peer] {msg}", file=sys.stderr, flush=True)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+
+    # Import torch only after argument parsing so --help / bad args are fast.
+    import numpy as np
+    import torch
+
+    # Thread settings must precede any parallel work.
+    torch.set_num_threads(args.intra_threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass  # already initialised (e.g. when imported into another process)
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gpt_ref import GPT, GPTConfig, configure_optimizers
+
+    torch.manual_seed(args.seed)
+    B, T = args.batch_size, args.block_size
+
+    # ---- data ------------------------------------------------------------
+    if args.data:
+        n_file = os.path.getsize(args.data) // 2
+        if n_file < T + 1:  # one window needs T inputs plus one shifted target
+            log(f"data file {args.data} has only {n_file} tokens (< block_size+1)")
+            return 2
+        data = np.memmap(args.data, dtype=np.uint16, mode="r", shape=(n_file,))
+        # Cheap sanity check on a prefix (full scan would slow the start).
+        head_max = int(data[: min(len(data), 1 << 20)].max())
+        if head_max >= args.vocab_size:
+            log(f"token id {head_max} in {args.data} >= vocab_size {args.vocab_size}")
+            return 2
+        # nanoGPT: ix = randint(len(data) - block_size); x = data[i:i+T], y = data[i+1:i+1+T]
+        hi = len(data) - T
+
+        def get_batch():
+            ix = torch.randint(hi, (B,)).tolist()
+            x = torch.from_numpy(np.stack([data[i:i + T].astype(np.int64) for i in ix]))
+            y = torch.from_numpy(np.stack([data[i + 1:i + 1 + T].astype(np.int64) for i in ix]))
+            return x, y
+    else:
+        # Synthetic stream: a fixed random token buffer sampled with random
+        # windows, so the per-iteration cost matches the file path.
+        n_tok = max(1 << 16, 4 * (T + 1) * B)
+        stream = torch.randint(args.vocab_size, (n_tok,), dtype=torch.int64)
+        hi = n_tok - T
+
+        def get_batch():
+            ix = torch.randint(hi, (B,))
+            offs = ix[:, None] + torch.arange(T)[None, :]
+            return stream[offs], stream[offs + 1]
+
+    # ---- model / optimizer -------------------------------------------------
+    cfg = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
+                    block_size=T, vocab_size=args.vocab_size, dropout=0.0,
+                    bias=bool(args.bias))
+    model = GPT(cfg)
+    model.train()
+    optimizer = configure_optimizers(model, weight_decay=0.1, learning_rate=args.lr,
+                                     betas=(0.9, 0.99), eps=1e-8)
+    params = list(model.parameters())
+    log(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
+        f"params {model.num_params() / 1e6:.3f}M (non-embedding), "
+        f"data {'random' if not args.data else args.data}")
+
+    def train_step():
+        x, y = get_batch()
+        _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    for _ in range(args.warmup):
+        train_step()
+
+    t0 = time.perf_counter()
+    loss = None
+    for _ in range(args.iters):
+        loss = train_step()
+    elapsed = time.perf_counter() - t0
+    last_loss = float(loss.item())  # CPU: no async work outstanding
+
+    result = {
+        "peer": "pytorch",
+        "torch": torch.__version__,
+        "tokens_per_s": args.iters * B * T / elapsed,
+        "s_per_iter": elapsed / args.iters,
+        "iters": args.iters,
+        "threads": args.intra_threads,
+        "loss": last_loss,
+    }
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
