@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One command from a fresh checkout to a trained model: installs the Debian
+# dependencies, builds parallm, prepares tiny Shakespeare and trains nanoGPT's
+# CPU config (configs/shakespeare_char_cpu.yaml), then prints a sample.
+# Extra arguments are passed to `parallm train` as key=value overrides.
+# The corpus comes from $PARALLM_INPUT, data/shakespeare_char/input.txt, a
+# sibling ../shared/data/tinyshakespeare/input.txt, or a download, in that order.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup-deps.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build
+
+if [ ! -f data/shakespeare_char/train.bin ]; then
+  input="${PARALLM_INPUT:-}"
+  for c in data/shakespeare_char/input.txt ../shared/data/tinyshakespeare/input.txt; do
+    [ -z "$input" ] && [ -f "$c" ] && input="$c"
+  done
+  if [ -n "$input" ]; then
+    ./build/parallm prepare shakespeare_char --input "$input"
+  else
+    ./build/parallm prepare shakespeare_char
+  fi
+fi
+
+./build/parallm train configs/shakespeare_char_cpu.yaml "$@"
+./build/parallm sample --ckpt out/shakespeare_char_cpu --max_new_tokens 300

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs parallm's build and test dependencies from Debian's packages.
+# Idempotent: skips apt entirely when everything is already installed.
+set -euo pipefail
+PKGS=(
+  build-essential cmake ninja-build pkg-config
+  libdnnl-dev            # oneDNN: GEMM (JIT, dispatches on the CPU's ISA), OpenMP runtime
+  libcli11-dev           # command-line parsing
+  libyaml-cpp-dev        # config files
+  nlohmann-json3-dev     # JSON (metrics, manifests, checkpoints)
+  libfmt-dev libspdlog-dev
+  libcurl4-openssl-dev   # dataset download
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,46 @@
+// `parallm train [config.yaml] [key=value ...]`
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+namespace parallm::cli {
+
+Runner add_train(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "Train a GPT (config file and/or key=value overrides)");
+  auto args = std::make_shared<std::vector<std::string>>();
+  auto help_keys = std::make_shared<bool>(false);
+  cmd->add_option("args", *args, "[config.yaml] key=value ...");
+  cmd->add_flag("--help-keys", *help_keys, "List every config key with its type and default");
+  cmd->footer("Example: parallm train model.n_layer=4 model.n_embd=128 train.max_iters=2000");
+  return [args, help_keys]() {
+    if (*help_keys) {
+      for (const auto& [k, d] : train::RunConfig::describe()) std::printf("  %-32s %s\n", k.c_str(), d.c_str());
+      return 0;
+    }
+    train::RunConfig cfg;
+    std::vector<std::string> overrides;
+    for (size_t i = 0; i < args->size(); ++i) {
+      const std::string& a = (*args)[i];
+      if (a.find('=') == std::string::npos) {
+        PARALLM_CHECK(i == 0, ConfigError, "cli.train",
+                      "\"{}\" is not key=value (only the first argument may be a config file)", a);
+        cfg.load_file(a);
+      } else {
+        overrides.push_back(a);
+      }
+    }
+    cfg.apply_overrides(overrides);
+    auto s = train::run_training(cfg);
+    std::printf("done: iters %lld..%lld, last val loss %.4f, best val loss %.4f\n",
+                static_cast<long long>(s.first_iter), static_cast<long long>(s.last_iter), s.last_val_loss,
+                s.best_val_loss);
+    return 0;
+  };
+}
+
+}  // namespace parallm::cli

@@ -1,0 +1,40 @@
+// parallm: the program. Parses the subcommand, runs it, and is the only place
+// that turns errors into exit codes: 2 for bad input (config, arguments), 1
+// for everything else. Messages name the operation and what was wrong.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+
+int main(int argc, char** argv) {
+  parallm::log::init_console();
+  CLI::App app{"parallm: train GPT models in parallel, from one CPU core to many GPUs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "parallm 0.1.0");
+  std::vector<std::pair<CLI::App*, parallm::cli::Runner>> cmds;
+  auto train = parallm::cli::add_train(app);
+  auto prepare = parallm::cli::add_prepare(app);
+  auto sample = parallm::cli::add_sample(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (app.got_subcommand("train")) return train();
+    if (app.got_subcommand("prepare")) return prepare();
+    if (app.got_subcommand("sample")) return sample();
+  } catch (const parallm::ConfigError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const parallm::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: [internal] %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

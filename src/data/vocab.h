@@ -1,0 +1,24 @@
+// Character vocabulary of a prepared dataset (meta.json): encodes prompts,
+// decodes samples.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace parallm::data {
+
+class CharVocab {
+ public:
+  static CharVocab load(const std::string& data_dir);  // reads data_dir/meta.json
+  int64_t size() const { return static_cast<int64_t>(itos_.size()); }
+  // Throws ConfigError naming the first character not in the vocabulary.
+  std::vector<int32_t> encode(const std::string& text) const;
+  std::string decode(const std::vector<int32_t>& tokens) const;
+
+ private:
+  std::vector<char32_t> itos_;
+  std::map<char32_t, int32_t> stoi_;
+};
+
+}  // namespace parallm::data

@@ -1,0 +1,236 @@
+#include "train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <functional>
+#include <map>
+
+#include "core/error.h"
+
+namespace parallm::train {
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+int64_t parse_int(const std::string& key, const std::string& v) {
+  int64_t x = 0;
+  std::string s = v;
+  // Allow 5_000 and 1e3-style integers users write in configs.
+  s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+  if (ec == std::errc() && p == s.data() + s.size()) return x;
+  try {
+    size_t idx = 0;
+    double d = std::stod(s, &idx);
+    if (idx == s.size() && d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+  } catch (...) {
+  }
+  throw ConfigError("config", fmt::format("{}: expected an integer, got \"{}\"", key, v));
+}
+
+double parse_float(const std::string& key, const std::string& v) {
+  try {
+    size_t idx = 0;
+    double d = std::stod(v, &idx);
+    if (idx == v.size()) return d;
+  } catch (...) {
+  }
+  throw ConfigError("config", fmt::format("{}: expected a number, got \"{}\"", key, v));
+}
+
+bool parse_bool(const std::string& key, const std::string& v) {
+  std::string l = lower(v);
+  if (l == "true" || l == "1" || l == "yes" || l == "on") return true;
+  if (l == "false" || l == "0" || l == "no" || l == "off") return false;
+  throw ConfigError("config", fmt::format("{}: expected true or false, got \"{}\"", key, v));
+}
+
+struct Key {
+  std::string type, help;
+  std::function<void(RunConfig&, const std::string&, const std::string&)> set;
+  std::function<nlohmann::json(const RunConfig&)> get;
+};
+
+#define INT_KEY(name, field, help)                                                                          \
+  {name,                                                                                                   \
+   {"int", help, [](RunConfig& c, const std::string& k, const std::string& v) { c.field = parse_int(k, v); }, \
+    [](const RunConfig& c) { return nlohmann::json(c.field); }}}
+#define FLOAT_KEY(name, field, help)                                                                          \
+  {name,                                                                                                     \
+   {"float", help,                                                                                           \
+    [](RunConfig& c, const std::string& k, const std::string& v) {                                           \
+      c.field = static_cast<decltype(c.field)>(parse_float(k, v));                                           \
+    },                                                                                                       \
+    [](const RunConfig& c) { return nlohmann::json(c.field); }}}
+#define BOOL_KEY(name, field, help)                                                                           \
+  {name,                                                                                                     \
+   {"bool", help, [](RunConfig& c, const std::string& k, const std::string& v) { c.field = parse_bool(k, v); }, \
+    [](const RunConfig& c) { return nlohmann::json(c.field); }}}
+#define STR_KEY(name, field, help)                                                                       \
+  {name,                                                                                                \
+   {"string", help, [](RunConfig& c, const std::string&, const std::string& v) { c.field = v; },       \
+    [](const RunConfig& c) { return nlohmann::json(c.field); }}}
+
+const std::map<std::string, Key>& keys() {
+  static const std::map<std::string, Key> table = {
+      INT_KEY("model.n_layer", model.n_layer, "transformer blocks"),
+      INT_KEY("model.n_head", model.n_head, "attention heads"),
+      INT_KEY("model.n_embd", model.n_embd, "embedding width"),
+      INT_KEY("model.block_size", model.block_size, "context length (tokens per sample)"),
+      INT_KEY("model.batch_size", batch_size, "micro batch per rank"),
+      FLOAT_KEY("model.dropout", model.dropout, "dropout probability"),
+      BOOL_KEY("model.bias", model.bias, "biases in Linear and LayerNorm"),
+      {"model.vocab_size",
+       {"int", "vocabulary size (default: from the dataset's meta.json)",
+        [](RunConfig& c, const std::string& k, const std::string& v) {
+          c.model.vocab_size = parse_int(k, v);
+          c.vocab_size_set = true;
+        },
+        [](const RunConfig& c) { return nlohmann::json(c.model.vocab_size); }}},
+      {"model.gelu",
+       {"string", "exact | tanh",
+        [](RunConfig& c, const std::string& k, const std::string& v) {
+          std::string l = lower(v);
+          if (l == "exact" || l == "erf") c.model.gelu = kernels::GeluKind::Exact;
+          else if (l == "tanh") c.model.gelu = kernels::GeluKind::Tanh;
+          else throw ConfigError("config", fmt::format("{}: expected exact or tanh, got \"{}\"", k, v));
+        },
+        [](const RunConfig& c) { return nlohmann::json(c.model.gelu == kernels::GeluKind::Exact ? "exact" : "tanh"); }}},
+      INT_KEY("train.max_iters", max_iters, "last iteration"),
+      INT_KEY("train.eval_interval", eval_interval, "iterations between evaluations"),
+      INT_KEY("train.eval_iters", eval_iters, "batches per evaluation"),
+      INT_KEY("train.log_interval", log_interval, "iterations between log lines"),
+      INT_KEY("train.seed", seed, "seed of init, data order and dropout"),
+      STR_KEY("train.out_dir", out_dir, "run directory"),
+      {"train.init_from",
+       {"string", "scratch | resume",
+        [](RunConfig& c, const std::string& k, const std::string& v) {
+          PARALLM_CHECK(v == "scratch" || v == "resume", ConfigError, "config",
+                        "{}: expected scratch or resume, got \"{}\"", k, v);
+          c.init_from = v;
+        },
+        [](const RunConfig& c) { return nlohmann::json(c.init_from); }}},
+      BOOL_KEY("train.always_save_checkpoint", always_save_checkpoint, "save at every eval, not only on improvement"),
+      BOOL_KEY("train.eval_only", eval_only, "evaluate once and exit"),
+      FLOAT_KEY("train.peak_flops", peak_flops, "peak FLOP/s for MFU (0 = measured GEMM peak)"),
+      INT_KEY("train.threads", threads, "CPU threads (0 = OMP_NUM_THREADS or all cores)"),
+      INT_KEY("train.sample_tokens", sample_tokens, "tokens sampled at each eval (0 = none)"),
+      STR_KEY("train.sample_prompt", sample_prompt, "prompt of the eval samples"),
+      FLOAT_KEY("train.temperature", temperature, "sampling temperature"),
+      INT_KEY("train.top_k", top_k, "sampling top-k (0 = all)"),
+      BOOL_KEY("train.progress", progress, "progress bar on a terminal"),
+      FLOAT_KEY("optimizer.learning_rate", learning_rate, "peak learning rate"),
+      FLOAT_KEY("optimizer.min_lr", min_lr, "final learning rate of the cosine decay"),
+      INT_KEY("optimizer.warmup_iters", warmup_iters, "linear warmup iterations"),
+      INT_KEY("optimizer.lr_decay_iters", lr_decay_iters, "iteration where the decay reaches min_lr"),
+      BOOL_KEY("optimizer.decay_lr", decay_lr, "use warmup + cosine decay (else constant)"),
+      FLOAT_KEY("optimizer.weight_decay", weight_decay, "AdamW weight decay (2-D weights only)"),
+      FLOAT_KEY("optimizer.beta1", beta1, "AdamW beta1"),
+      FLOAT_KEY("optimizer.beta2", beta2, "AdamW beta2"),
+      FLOAT_KEY("optimizer.eps", eps, "AdamW epsilon"),
+      FLOAT_KEY("optimizer.grad_clip", grad_clip, "global gradient-norm clip (0 = off)"),
+      INT_KEY("optimizer.gas", gas, "gradient accumulation steps"),
+      STR_KEY("data.dir", data_dir, "prepared dataset directory (train.bin, val.bin, meta.json)"),
+  };
+  return table;
+}
+
+}  // namespace
+
+void RunConfig::set(const std::string& key, const std::string& value) {
+  auto it = keys().find(key);
+  if (it == keys().end()) {
+    // Suggest the closest known key by shared suffix (e.g. "n_layer" -> "model.n_layer").
+    std::string hint;
+    for (const auto& [k, _] : keys())
+      if (k.size() > key.size() && k.compare(k.size() - key.size(), key.size(), key) == 0 && k[k.size() - key.size() - 1] == '.')
+        hint = fmt::format(" (did you mean {}?)", k);
+    throw ConfigError("config", fmt::format("unknown key \"{}\"{}; `parallm train --help-keys` lists them", key, hint));
+  }
+  it->second.set(*this, key, value);
+}
+
+void RunConfig::apply_overrides(const std::vector<std::string>& kv) {
+  for (const auto& s : kv) {
+    auto eq = s.find('=');
+    PARALLM_CHECK(eq != std::string::npos && eq > 0, ConfigError, "config",
+                  "override \"{}\" is not of the form key=value", s);
+    set(s.substr(0, eq), s.substr(eq + 1));
+  }
+}
+
+namespace {
+void flatten(const YAML::Node& n, const std::string& prefix, RunConfig& c, const std::string& path) {
+  if (n.IsMap()) {
+    for (const auto& kv : n) flatten(kv.second, prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>(), c, path);
+  } else if (n.IsScalar()) {
+    c.set(prefix, n.as<std::string>());
+  } else if (n.IsNull()) {
+    return;
+  } else {
+    throw ConfigError("config", fmt::format("{}: {} must be a single value, not a list", path, prefix));
+  }
+}
+}  // namespace
+
+void RunConfig::load_file(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw IoError("config", fmt::format("cannot read config file {}", path));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("config", fmt::format("{}: {}", path, e.what()));
+  }
+  if (!root.IsNull() && !root.IsMap()) throw ConfigError("config", fmt::format("{}: top level must be a mapping", path));
+  try {
+    flatten(root, "", *this, path);
+  } catch (const ConfigError& e) {
+    throw ConfigError("config", fmt::format("{}: {}", path, std::string(e.what()).substr(9)));
+  }
+}
+
+void RunConfig::validate() const {
+  model.validate();
+  auto pos = [](int64_t v, const char* k) {
+    PARALLM_CHECK(v > 0, ConfigError, "config", "{} must be positive, got {}", k, v);
+  };
+  pos(batch_size, "model.batch_size");
+  pos(eval_interval, "train.eval_interval");
+  pos(eval_iters, "train.eval_iters");
+  pos(log_interval, "train.log_interval");
+  pos(gas, "optimizer.gas");
+  PARALLM_CHECK(max_iters >= 0, ConfigError, "config", "train.max_iters must be >= 0, got {}", max_iters);
+  PARALLM_CHECK(learning_rate >= 0 && min_lr >= 0, ConfigError, "config", "learning rates must be >= 0");
+  PARALLM_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, ConfigError, "config",
+                "optimizer.beta1 and optimizer.beta2 must be in [0, 1)");
+  PARALLM_CHECK(temperature > 0, ConfigError, "config", "train.temperature must be > 0, got {}", temperature);
+  PARALLM_CHECK(warmup_iters >= 0, ConfigError, "config", "optimizer.warmup_iters must be >= 0");
+}
+
+nlohmann::json RunConfig::to_json() const {
+  nlohmann::json j;
+  for (const auto& [k, key] : keys()) j[k] = key.get(*this);
+  return j;
+}
+
+RunConfig RunConfig::from_json(const nlohmann::json& j) {
+  RunConfig c;
+  for (const auto& [k, v] : j.items()) c.set(k, v.is_string() ? v.get<std::string>() : v.dump());
+  return c;
+}
+
+std::vector<std::pair<std::string, std::string>> RunConfig::describe() {
+  std::vector<std::pair<std::string, std::string>> out;
+  RunConfig d;
+  for (const auto& [k, key] : keys()) out.push_back({k, fmt::format("{} (default {}): {}", key.type, key.get(d).dump(), key.help)});
+  return out;
+}
+
+}  // namespace parallm::train

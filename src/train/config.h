@@ -1,0 +1,66 @@
+// Run configuration: every key a user can set, with its type, default and
+// help, in one table. Config files (YAML, nested or dotted) and command-line
+// overrides (key=value) both go through set(), so an unknown key or a bad
+// value is always an error that names the key. The resolved config is written
+// to the run directory as JSON and read back on resume.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace parallm::train {
+
+struct RunConfig {
+  model::GPTConfig model;  // vocab_size comes from the dataset unless set explicitly
+  bool vocab_size_set = false;
+  int64_t batch_size = 12;  // micro batch per rank
+
+  int64_t max_iters = 5000;
+  int64_t eval_interval = 250;
+  int64_t eval_iters = 200;
+  int64_t log_interval = 10;
+  uint64_t seed = 1337;
+  std::string out_dir = "out";
+  std::string init_from = "scratch";  // scratch | resume
+  bool always_save_checkpoint = false;
+  bool eval_only = false;
+  double peak_flops = 0;  // FLOP/s for MFU; 0 = measure the GEMM peak once per machine
+  int64_t threads = 0;    // OpenMP threads; 0 = OMP_NUM_THREADS or all cores
+  int64_t sample_tokens = 200;  // tokens sampled at each eval (0 = none)
+  std::string sample_prompt = "\n";
+  float temperature = 0.8f;
+  int64_t top_k = 200;
+  bool progress = true;  // progress bar when stdout is a terminal
+
+  float learning_rate = 1e-3f;
+  float min_lr = 1e-4f;
+  int64_t warmup_iters = 100;
+  int64_t lr_decay_iters = 5000;
+  bool decay_lr = true;
+  float weight_decay = 0.1f;
+  float beta1 = 0.9f;
+  float beta2 = 0.99f;
+  float eps = 1e-8f;
+  float grad_clip = 1.0f;
+  int64_t gas = 1;  // gradient accumulation steps
+
+  std::string data_dir = "data/shakespeare_char";
+
+  // Sets one key from its string form; throws ConfigError naming the key.
+  void set(const std::string& key, const std::string& value);
+  // Applies "key=value" overrides in order.
+  void apply_overrides(const std::vector<std::string>& kv);
+  // Loads a YAML (or JSON) file: nested maps or dotted keys, scalars only.
+  void load_file(const std::string& path);
+  // Cross-key checks (after everything is set).
+  void validate() const;
+  nlohmann::json to_json() const;
+  static RunConfig from_json(const nlohmann::json& j);
+  // Keys with type and help, for `parallm train --help-keys`.
+  static std::vector<std::pair<std::string, std::string>> describe();
+};
+
+}  // namespace parallm::train

@@ -1,0 +1,75 @@
+#include "train/peak.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/timer.h"
+#include "kernels/matmul.h"
+
+namespace parallm::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+fs::path cache_file() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  fs::path base = xdg ? fs::path(xdg) : home ? fs::path(home) / ".cache" : fs::temp_directory_path();
+  return base / "parallm" / "gemm_peak.json";
+}
+}  // namespace
+
+double measure_gemm_flops(int threads, double seconds) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  const int64_t n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  kernels::sgemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm up
+  double best = 0;
+  Timer total;
+  while (total.seconds() < seconds) {
+    Timer t;
+    kernels::sgemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    best = std::max(best, 2.0 * n * n * n / t.seconds());
+  }
+  omp_set_num_threads(saved);
+  return best;
+}
+
+double cpu_gemm_peak_flops(int threads) {
+  const std::string key = cpu_model() + " | threads=" + std::to_string(threads);
+  const fs::path p = cache_file();
+  nlohmann::json j = nlohmann::json::object();
+  {
+    std::ifstream f(p);
+    if (f.good()) {
+      try {
+        j = nlohmann::json::parse(f);
+      } catch (...) {
+        j = nlohmann::json::object();
+      }
+    }
+  }
+  if (j.contains(key) && j[key].is_number()) return j[key].get<double>();
+  const double v = measure_gemm_flops(threads);
+  j[key] = v;
+  std::error_code ec;
+  fs::create_directories(p.parent_path(), ec);
+  std::ofstream(p) << j.dump(1);  // best effort: a read-only home only costs a re-measure
+  return v;
+}
+
+}  // namespace parallm::train

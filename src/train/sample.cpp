@@ -1,0 +1,51 @@
+#include "train/sample.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace parallm::train {
+
+std::vector<int32_t> generate(model::GPT& m, std::vector<int32_t> tokens, const SampleOptions& opt) {
+  PARALLM_CHECK(!tokens.empty(), ConfigError, "sample", "the prompt is empty (it must hold at least one token)");
+  PARALLM_CHECK(opt.temperature > 0, ConfigError, "sample", "temperature must be > 0, got {}", opt.temperature);
+  const int64_t V = m.config().vocab_size, block = m.config().block_size;
+  std::vector<float> logits(V);
+  std::vector<std::pair<float, int32_t>> order(V);
+  model::StepContext ctx;  // eval mode: no dropout
+  for (int64_t n = 0; n < opt.max_new_tokens; ++n) {
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), block);
+    const int32_t* ctx_tokens = tokens.data() + tokens.size() - T;
+    m.forward(ctx_tokens, nullptr, 1, T, ctx);
+    m.last_logits(logits.data(), 1, T);
+    for (auto& l : logits) l /= opt.temperature;
+    if (opt.top_k > 0 && opt.top_k < V) {
+      for (int64_t v = 0; v < V; ++v) order[v] = {logits[v], static_cast<int32_t>(v)};
+      std::nth_element(order.begin(), order.begin() + (opt.top_k - 1), order.end(),
+                       [](const auto& a, const auto& b) { return a.first > b.first; });
+      const float kth = order[opt.top_k - 1].first;
+      for (auto& l : logits)
+        if (l < kth) l = -INFINITY;
+    }
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (auto& l : logits) sum += (l = std::exp(l - mx));
+    const double u = u32_to_unit(philox4x32(opt.seed, stream_id(kRngSample), tokens.size())[0]) * sum;
+    double acc = 0;
+    int32_t pick = static_cast<int32_t>(V - 1);
+    for (int64_t v = 0; v < V; ++v) {
+      acc += logits[v];
+      if (u < acc) {
+        pick = static_cast<int32_t>(v);
+        break;
+      }
+    }
+    while (logits[pick] == 0.0f && pick > 0) --pick;  // never pick a filtered token through rounding
+    tokens.push_back(pick);
+  }
+  return tokens;
+}
+
+}  // namespace parallm::train

@@ -1,0 +1,22 @@
+// Autoregressive sampling with temperature and top-k. Each new token is drawn
+// from the counter-based RNG at (seed, position), so a sample is reproducible.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/gpt.h"
+
+namespace parallm::train {
+
+struct SampleOptions {
+  int64_t max_new_tokens = 200;
+  float temperature = 0.8f;
+  int64_t top_k = 200;  // 0 = no top-k filter
+  uint64_t seed = 1337;
+};
+
+// Returns prompt + generated tokens. The model must allow batch 1; the context
+// is cropped to its block size.
+std::vector<int32_t> generate(model::GPT& m, std::vector<int32_t> tokens, const SampleOptions& opt);
+
+}  // namespace parallm::train

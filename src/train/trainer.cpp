@@ -1,0 +1,201 @@
+#include "train/trainer.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#include "data/loader.h"
+#include "data/vocab.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+#include "train/peak.h"
+#include "train/sample.h"
+
+namespace parallm::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int64_t dataset_vocab(const std::string& dir) {
+  std::ifstream f(dir + "/meta.json");
+  PARALLM_CHECK(f.good(), IoError, "train", "no {}/meta.json: prepare the dataset first (parallm prepare shakespeare_char --out {})",
+                dir, dir);
+  auto j = nlohmann::json::parse(f, nullptr, false);
+  PARALLM_CHECK(!j.is_discarded() && j.contains("vocab_size"), IoError, "train", "{}/meta.json has no vocab_size", dir);
+  return j["vocab_size"].get<int64_t>();
+}
+
+std::string memory_line(const MemStats& s) {
+  std::string line = "memory:";
+  for (int c = 0; c < static_cast<int>(MemCategory::kCount); ++c)
+    if (s.peak[c] > 0) line += fmt::format(" {} {}", mem_category_name(static_cast<MemCategory>(c)), format_bytes(s.peak[c]));
+  return line + fmt::format(" | peak total {}", format_bytes(s.total_peak));
+}
+
+}  // namespace
+
+RunSummary run_training(RunConfig cfg) {
+  if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
+  const bool resume = cfg.init_from == "resume";
+  nlohmann::json ck_meta;
+  if (resume) {
+    ck_meta = read_checkpoint_meta(cfg.out_dir);
+    const RunConfig saved = RunConfig::from_json(ck_meta["config"]);
+    // The architecture comes from the checkpoint, whatever the command line says.
+    if (saved.model.summary() != cfg.model.summary() && cfg.model.summary() != RunConfig{}.model.summary())
+      log::warn("resume: model settings come from the checkpoint ({})", saved.model.summary());
+    cfg.model = saved.model;
+    cfg.vocab_size_set = true;
+  }
+  if (!cfg.vocab_size_set) cfg.model.vocab_size = dataset_vocab(cfg.data_dir);
+  cfg.validate();
+
+  fs::create_directories(cfg.out_dir);
+  log::add_file((fs::path(cfg.out_dir) / "train.log").string());
+  {
+    std::ofstream f(fs::path(cfg.out_dir) / "config.json");
+    f << cfg.to_json().dump(2) << "\n";
+  }
+  MetricsWriter metrics((fs::path(cfg.out_dir) / "metrics.jsonl").string(), resume);
+
+  const int64_t B = cfg.batch_size, T = cfg.model.block_size;
+  model::GPT m(cfg.model, B, T);
+  optim::AdamW opt(m.layout(), {cfg.learning_rate, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
+  TrainState st;
+  if (resume) {
+    st = load_checkpoint(cfg.out_dir, m, &opt);
+    log::info("resuming from {} at iter {} (best val loss {:.4f})", cfg.out_dir, st.iter, st.best_val_loss);
+  } else {
+    m.init_weights(cfg.seed);
+  }
+  data::Loader loader(cfg.data_dir, cfg.model.vocab_size, {B, T, 1, 0}, cfg.seed);
+  std::unique_ptr<data::CharVocab> vocab;
+  try {
+    vocab = std::make_unique<data::CharVocab>(data::CharVocab::load(cfg.data_dir));
+  } catch (const Error&) {
+    vocab.reset();  // not a character dataset: no text samples
+  }
+  const optim::LrSchedule sched{cfg.learning_rate, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters, cfg.decay_lr};
+  const double peak = cfg.peak_flops > 0 ? cfg.peak_flops : cpu_gemm_peak_flops(num_threads());
+  const int64_t tokens_per_iter = B * T * cfg.gas;
+  const double flops_per_iter = m.flops_per_token(T) * static_cast<double>(tokens_per_iter);
+
+  log::info("parallm train: {} | {} threads", cfg.model.summary(), num_threads());
+  log::info("number of parameters: {:.2f}M", static_cast<double>(m.num_params_nanogpt()) / 1e6);
+  log::info("tokens per iteration will be: {} (batch {} x block {} x gas {})", tokens_per_iter, B, T, cfg.gas);
+  log::info("MFU peak: {:.1f} GFLOP/s ({})", peak / 1e9, cfg.peak_flops > 0 ? "train.peak_flops" : "measured fp32 GEMM");
+
+  std::vector<int32_t> x(B * T), y(B * T);
+  RunSummary sum;
+  sum.first_iter = st.iter;
+  Progress progress(st.iter, cfg.max_iters, cfg.progress);
+  double tok_s_acc = 0;
+  int64_t tok_s_n = 0;
+  bool memory_reported = false;
+
+  auto evaluate = [&](int64_t it, float lr) {
+    Timer t;
+    model::StepContext ectx;  // no dropout, no grads
+    float losses[2];
+    for (int s = 0; s < 2; ++s) {
+      double acc = 0;
+      for (int64_t k = 0; k < cfg.eval_iters; ++k) {
+        loader.get(static_cast<data::Split>(s), k, 0, x.data(), y.data(), /*eval=*/true);
+        acc += m.forward(x.data(), y.data(), B, T, ectx);
+      }
+      losses[s] = static_cast<float>(acc / static_cast<double>(cfg.eval_iters));
+    }
+    const double dt = t.seconds();
+    progress.print(fmt::format("step {}: train loss {:.4f}, val loss {:.4f} ({:.1f}s)", it, losses[0], losses[1], dt));
+    metrics.write({{"kind", "eval"}, {"step", it}, {"loss", losses[0]}, {"lr", lr}, {"dt_ms", dt * 1e3},
+                   {"dtf_ms", dt * 1e3}, {"dtb_ms", 0.0}, {"tokens_per_s", 2.0 * cfg.eval_iters * B * T / dt},
+                   {"mfu", 0.0}, {"train_loss", losses[0]}, {"val_loss", losses[1]}});
+    sum.last_val_loss = losses[1];
+    if (losses[1] < st.best_val_loss || cfg.always_save_checkpoint) {
+      st.best_val_loss = std::min<double>(st.best_val_loss, losses[1]);
+      if (it > 0) {
+        st.iter = it;
+        save_checkpoint(cfg.out_dir, m, opt, st, cfg.to_json());
+        progress.print(fmt::format("saved checkpoint to {}/ckpt", cfg.out_dir));
+      }
+    }
+    if (vocab && cfg.sample_tokens > 0) {
+      auto prompt = vocab->encode(cfg.sample_prompt.empty() ? "\n" : cfg.sample_prompt);
+      const auto n_prompt = static_cast<std::ptrdiff_t>(prompt.size());
+      auto out = generate(m, prompt, {cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed + static_cast<uint64_t>(it)});
+      progress.print("sample:\n" + vocab->decode(std::vector<int32_t>(out.begin() + n_prompt, out.end())) + "\n---");
+    }
+  };
+
+  for (int64_t it = st.iter; it <= cfg.max_iters; ++it) {
+    const float lr = sched.at(it);
+    if (it % cfg.eval_interval == 0 || cfg.eval_only) {
+      evaluate(it, lr);
+      if (cfg.eval_only) break;
+    }
+    Timer t_iter;
+    double dtf = 0, dtb = 0, loss_acc = 0;
+    m.zero_grad();
+    for (int64_t micro = 0; micro < cfg.gas; ++micro) {
+      loader.get(data::Split::Train, it, micro, x.data(), y.data());
+      model::StepContext ctx{true, true, cfg.seed, static_cast<uint64_t>(it * cfg.gas + micro),
+                             1.0f / static_cast<float>(cfg.gas)};
+      Timer tf;
+      loss_acc += m.forward(x.data(), y.data(), B, T, ctx);
+      dtf += tf.seconds();
+      Timer tb;
+      m.backward(x.data(), B, T, ctx);
+      dtb += tb.seconds();
+    }
+    Timer to;
+    const double norm = optim::global_norm(m.grads(), m.flat_size());
+    const float loss = static_cast<float>(loss_acc / static_cast<double>(cfg.gas));
+    if (!std::isfinite(loss) || !std::isfinite(norm))
+      throw NumericError("train", fmt::format("non-finite loss ({}) or gradient norm ({}) at iter {}; lower "
+                                              "optimizer.learning_rate or set optimizer.grad_clip",
+                                              loss, norm, it));
+    opt.step(m.params(), m.grads(), lr, optim::clip_factor(norm, cfg.grad_clip));
+    dtb += to.seconds();
+    const double dt = t_iter.seconds();
+    const double tok_s = static_cast<double>(tokens_per_iter) / dt;
+    const double mfu = flops_per_iter / dt / peak;
+    sum.train_losses.push_back(loss);
+    if (it > sum.first_iter) {
+      tok_s_acc += tok_s;
+      ++tok_s_n;
+    }
+    metrics.write({{"kind", "train"}, {"step", it}, {"loss", loss}, {"lr", lr}, {"dt_ms", dt * 1e3},
+                   {"dtf_ms", dtf * 1e3}, {"dtb_ms", dtb * 1e3}, {"tokens_per_s", tok_s}, {"mfu", mfu},
+                   {"grad_norm", norm}});
+    if (it % cfg.log_interval == 0)
+      progress.print(fmt::format("iter {}: loss {:.4f}, lr {:.2e}, dt {:.1f}ms, dtf {:.1f}ms, dtb {:.1f}ms, "
+                                 "tok/s {:.0f}, mfu {:.2f}%",
+                                 it, loss, lr, dt * 1e3, dtf * 1e3, dtb * 1e3, tok_s, mfu * 100));
+    progress.update(it, fmt::format("loss {:.4f} tok/s {:.0f}", loss, tok_s));
+    if (!memory_reported) {
+      memory_reported = true;
+      const MemStats ms = HostAllocator::instance().stats();
+      progress.print(memory_line(ms));
+      nlohmann::json rec{{"kind", "memory"}, {"step", it}};
+      for (int c = 0; c < static_cast<int>(MemCategory::kCount); ++c)
+        rec[std::string(mem_category_name(static_cast<MemCategory>(c))) + "_bytes"] = ms.peak[c];
+      rec["total_peak_bytes"] = ms.total_peak;
+      metrics.write(rec);
+    }
+    sum.last_iter = it;
+  }
+  sum.best_val_loss = static_cast<float>(st.best_val_loss);
+  sum.mean_tokens_per_s = tok_s_n ? tok_s_acc / static_cast<double>(tok_s_n) : 0;
+  log::remove_file();
+  return sum;
+}
+
+}  // namespace parallm::train

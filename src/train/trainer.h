@@ -1,0 +1,29 @@
+// The single-process training loop (nanoGPT's train.py, made exact and
+// observable): evaluation every eval_interval (fixed eval batches), samples,
+// checkpoints on improvement (or always), AdamW with warmup + cosine decay,
+// gradient accumulation and global-norm clipping. Every log line carries
+// step, loss, lr, dt, dtf, dtb, tokens/s and MFU; metrics.jsonl carries the
+// same numbers for tools.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "train/config.h"
+
+namespace parallm::train {
+
+struct RunSummary {
+  int64_t first_iter = 0;
+  int64_t last_iter = 0;
+  std::vector<float> train_losses;  // per optimizer step, in order
+  float last_val_loss = 0;
+  float best_val_loss = 0;
+  double mean_tokens_per_s = 0;  // over the timed steps (first step excluded)
+};
+
+// Runs training as configured. Throws parallm::Error on bad input; the run
+// directory keeps whatever was written until then.
+RunSummary run_training(RunConfig cfg);
+
+}  // namespace parallm::train
