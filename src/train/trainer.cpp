@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/profiler.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
@@ -145,7 +146,10 @@ RunSummary run_training(RunConfig cfg) {
     double dtf = 0, dtb = 0, loss_acc = 0;
     m.zero_grad();
     for (int64_t micro = 0; micro < cfg.gas; ++micro) {
-      loader.get(data::Split::Train, it, micro, x.data(), y.data());
+      {
+        PARALLM_PROFILE("data");
+        loader.get(data::Split::Train, it, micro, x.data(), y.data());
+      }
       model::StepContext ctx{true, true, cfg.seed, static_cast<uint64_t>(it * cfg.gas + micro),
                              1.0f / static_cast<float>(cfg.gas)};
       Timer tf;
@@ -192,6 +196,7 @@ RunSummary run_training(RunConfig cfg) {
     }
     sum.last_iter = it;
   }
+  if (prof::enabled()) log::info("profile (PARALLM_PROFILE=1):\n{}", prof::table());
   sum.best_val_loss = static_cast<float>(st.best_val_loss);
   sum.mean_tokens_per_s = tok_s_n ? tok_s_acc / static_cast<double>(tok_s_n) : 0;
   log::remove_file();

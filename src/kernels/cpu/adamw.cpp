@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/adamw.h"
+#include "core/profiler.h"
 #include "kernels/cpu/simd.h"
 
 namespace parallm::kernels::cpu {
@@ -25,12 +26,14 @@ PARALLM_CLONES void adamw_chunk(float* w, const float* g, float* m, float* v, in
 PARALLM_CLONES double sumsq_chunk(const float* x, int64_t n) {
   // float lanes within a chunk, double across chunks: exact enough and fast.
   float s = 0;
+#pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += x[i] * x[i];
   return s;
 }
 }  // namespace
 
 void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p) {
+  PARALLM_PROFILE("adamw_step");
   const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
   const float step_size = static_cast<float>(p.lr / bc1);
@@ -43,15 +46,22 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
 }
 
 double sum_squares(const float* x, int64_t n) {
-  const int64_t nchunks = (n + kChunk - 1) / kChunk;
-  double total = 0;
-  // Chunks are reduced in index order, so the sum is the same for any thread count.
-#pragma omp parallel for schedule(static) ordered reduction(+ : total)
-  for (int64_t c = 0; c < nchunks; ++c) {
-    double part = sumsq_chunk(x + c * kChunk, std::min(kChunk, n - c * kChunk));
-#pragma omp ordered
-    total += part;
+  PARALLM_PROFILE("sum_squares");
+  // A fixed number of blocks, whatever the thread count: each block's partial
+  // sum lands in its own slot and the slots are added in order, so the result
+  // is the same for any number of threads.
+  constexpr int kBlocks = 64;
+  double part[kBlocks] = {};
+  const int64_t per = (n + kBlocks - 1) / kBlocks;
+#pragma omp parallel for schedule(static)
+  for (int b = 0; b < kBlocks; ++b) {
+    const int64_t lo = std::min(n, b * per), hi = std::min(n, lo + per);
+    double acc = 0;
+    for (int64_t i = lo; i < hi; i += kChunk) acc += sumsq_chunk(x + i, std::min(kChunk, hi - i));
+    part[b] = acc;
   }
+  double total = 0;
+  for (double p : part) total += p;
   return total;
 }
 

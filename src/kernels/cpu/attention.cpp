@@ -1,134 +1,179 @@
-// Optimized causal attention. One task per (batch, head), spread over the
-// OpenMP threads; each task uses per-thread scratch of two T x T tiles and
-// single-threaded GEMMs (oneDNN runs single-threaded inside a parallel region)
-// reading q, k, v in place from qkv with row stride 3C.
-// Forward keeps only out and the per-row log-sum-exp; backward recomputes the
-// probabilities from q, k and lse (flash-attention style), so nothing T x T
-// outlives a call. Tasks write disjoint slices: thread-count independent.
+// Optimized causal attention, flash-style on CPU. One task per (batch,
+// head) spread over OpenMP threads; within a task, query rows are processed in
+// blocks of kBr, so scratch is K^T and V^T (HS x T) plus a few kBr x T tiles:
+// no T x T matrix exists at any point, and nothing but out and the per-row
+// log-sum-exp is kept for backward, which recomputes the probabilities.
+// Products go through small_gemm (register-blocked, no BLAS call overhead);
+// the causal structure is exploited per block (keys up to the block's last
+// row). Each task writes only its own (b, h) slices, so the result does not
+// depend on the thread count.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "core/profiler.h"
 #include "core/rng.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/small_gemm.h"
 #include "kernels/elementwise.h"
-#include "kernels/matmul.h"
 
 namespace parallm::kernels::cpu {
 
 namespace {
 
-// Row i of the causal scores -> probabilities (in place), returns log-sum-exp.
-PARALLM_CLONES float softmax_row(float* s, int64_t len, int64_t T) {
+constexpr int64_t kBr = 64;  // query rows per block
+
+// Per-thread scratch: K^T, V^T (HS x T) and four kBr x T tiles.
+int64_t per_thread_floats(int64_t T, int64_t HS) { return 2 * HS * T + 4 * kBr * T + 64; }
+
+// Multiplies a row of probabilities by the dropout mask of (bh, i, .), scaled by 1/(1-p).
+void dropout_row(float* row, const float* src, int64_t len, int64_t bh, int64_t i, int64_t T, const AttnDropout& d) {
+  const float scale = 1.0f / (1.0f - d.p);
+  for (int64_t j = 0; j < len; ++j)
+    row[j] = dropout_keep(d.p, d.seed, d.stream, static_cast<uint64_t>((bh * T + i) * T + j)) ? src[j] * scale : 0.0f;
+}
+
+// Scores -> probabilities over s[0..len), zeros in [len, n); returns log-sum-exp.
+PARALLM_CLONES float softmax_row(float* s, int64_t len, int64_t n) {
   float mx = -INFINITY;
-  for (int64_t j = 0; j < len; ++j) mx = std::max(mx, s[j]);
-  float sum = 0;
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < len; ++j) mx = s[j] > mx ? s[j] : mx;
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < len; ++j) {
-    float e = simd::fast_expf(s[j] - mx);
-    s[j] = e;
-    sum += e;
+    s[j] = simd::fast_expf(s[j] - mx);
+    sum += s[j];
   }
-  float inv = 1.0f / sum;
+  const float inv = 1.0f / sum;
   for (int64_t j = 0; j < len; ++j) s[j] *= inv;
-  for (int64_t j = len; j < T; ++j) s[j] = 0.0f;
+  for (int64_t j = len; j < n; ++j) s[j] = 0.0f;
   return mx + std::log(sum);
 }
 
-PARALLM_CLONES void probs_from_lse(float* s, int64_t len, int64_t T, float lse) {
+PARALLM_CLONES void probs_row(float* s, int64_t len, int64_t n, float lse) {
   for (int64_t j = 0; j < len; ++j) s[j] = simd::fast_expf(s[j] - lse);
-  for (int64_t j = len; j < T; ++j) s[j] = 0.0f;
+  for (int64_t j = len; j < n; ++j) s[j] = 0.0f;
+}
+
+// dS = P * (dP - D) * scale, in place over dp.
+PARALLM_CLONES void dscores_row(float* dp, const float* p, int64_t n, float D, float scale) {
+  for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - D) * scale;
 }
 
 PARALLM_CLONES float dot(const float* a, const float* b, int64_t n) {
-  float s = 0;
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }
 
-// dS = P * (dP - D) * scale over the causal part of a row.
-PARALLM_CLONES void dscores_row(float* ds, const float* p, const float* dp, int64_t len, int64_t T, float D,
-                                float scale) {
-  for (int64_t j = 0; j < len; ++j) ds[j] = p[j] * (dp[j] - D) * scale;
-  for (int64_t j = len; j < T; ++j) ds[j] = 0.0f;
+void fwd_head(float* out, float* lse, const float* q, const float* k, const float* v, int64_t T, int64_t HS,
+              int64_t C, int64_t C3, int64_t bh, const AttnDropout& drop, float* ws) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  float* Kt = ws;
+  float* S = Kt + HS * T;
+  float* Pd = S + kBr * T;
+  transpose(Kt, T, k, C3, T, HS);
+  for (int64_t i0 = 0; i0 < T; i0 += kBr) {
+    const int64_t rows = std::min(kBr, T - i0), n = i0 + rows;  // keys 0..n-1 matter to this block
+    small_gemm(rows, n, HS, scale, q + i0 * C3, C3, Kt, T, S, T, false);
+    for (int64_t r = 0; r < rows; ++r) lse[i0 + r] = softmax_row(S + r * T, i0 + r + 1, n);
+    const float* P = S;
+    if (drop.p > 0) {
+      for (int64_t r = 0; r < rows; ++r) dropout_row(Pd + r * T, S + r * T, n, bh, i0 + r, T, drop);
+      P = Pd;
+    }
+    small_gemm(rows, HS, n, 1.0f, P, T, v, C3, out + i0 * C, C, false);
+  }
 }
 
-// Multiplies row i of a T x T tile by the dropout mask of (bh, i, .), scaled by 1/(1-p).
-void apply_dropout_row(float* row, int64_t len, int64_t bh, int64_t i, int64_t T, const AttnDropout& d) {
-  const float scale = 1.0f / (1.0f - d.p);
-  for (int64_t j = 0; j < len; ++j)
-    row[j] = dropout_keep(d.p, d.seed, d.stream, static_cast<uint64_t>((bh * T + i) * T + j)) ? row[j] * scale : 0.0f;
+void bwd_head(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
+              const float* out, const float* lse, int64_t T, int64_t HS, int64_t C, int64_t C3, int64_t bh,
+              const AttnDropout& drop, float* ws) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  float* Kt = ws;
+  float* Vt = Kt + HS * T;
+  float* P = Vt + HS * T;
+  float* dP = P + kBr * T;
+  float* Pd = dP + kBr * T;
+  float* Tr = Pd + kBr * T;  // a transposed tile, n x kBr
+  transpose(Kt, T, k, C3, T, HS);
+  transpose(Vt, T, v, C3, T, HS);
+  for (int64_t j = 0; j < T; ++j) {
+    std::fill(dk + j * C3, dk + j * C3 + HS, 0.0f);
+    std::fill(dv + j * C3, dv + j * C3 + HS, 0.0f);
+  }
+  for (int64_t i0 = 0; i0 < T; i0 += kBr) {
+    const int64_t rows = std::min(kBr, T - i0), n = i0 + rows;
+    const float* qb = q + i0 * C3;
+    const float* dyb = dout + i0 * C;
+    small_gemm(rows, n, HS, scale, qb, C3, Kt, T, P, T, false);
+    for (int64_t r = 0; r < rows; ++r) probs_row(P + r * T, i0 + r + 1, n, lse[i0 + r]);
+    small_gemm(rows, n, HS, 1.0f, dyb, C, Vt, T, dP, T, false);  // dP' = dO V^T
+    const float* Pu = P;  // probabilities as forward used them (after dropout)
+    if (drop.p > 0) {
+      for (int64_t r = 0; r < rows; ++r) {
+        // mask / (1 - p) per entry, from the same counter-based draws as forward
+        std::fill(Pd + r * T, Pd + r * T + n, 1.0f);
+        dropout_row(Pd + r * T, Pd + r * T, n, bh, i0 + r, T, drop);
+        for (int64_t j = 0; j < n; ++j) {
+          dP[r * T + j] *= Pd[r * T + j];
+          Pd[r * T + j] *= P[r * T + j];
+        }
+      }
+      Pu = Pd;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const float D = dot(dyb + r * C, out + (i0 + r) * C, HS);
+      dscores_row(dP + r * T, P + r * T, n, D, scale);
+    }
+    // dQ = dS K ; dK += dS^T Q ; dV += P'^T dO
+    small_gemm(rows, HS, n, 1.0f, dP, T, k, C3, dq + i0 * C3, C3, false);
+    transpose(Tr, kBr, dP, T, rows, n);
+    small_gemm(n, HS, rows, 1.0f, Tr, kBr, qb, C3, dk, C3, true);
+    transpose(Tr, kBr, Pu, T, rows, n);
+    small_gemm(n, HS, rows, 1.0f, Tr, kBr, dyb, C, dv, C3, true);
+  }
 }
 
 }  // namespace
 
-int64_t attention_workspace_floats(int64_t, int64_t T, int64_t, int64_t, int nthreads) {
-  return static_cast<int64_t>(nthreads) * 3 * T * T;
+int64_t attention_workspace_floats(int64_t, int64_t T, int64_t C, int64_t NH, int nthreads) {
+  return static_cast<int64_t>(nthreads) * per_thread_floats(T, C / NH);
 }
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                        AttnDropout drop, float* ws) {
+  PARALLM_PROFILE("attention_forward");
   const int64_t HS = C / NH, C3 = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel
   {
-    float* S = ws + static_cast<int64_t>(omp_get_thread_num()) * 3 * T * T;
-#pragma omp for schedule(dynamic, 1)
+    float* tws = ws + static_cast<int64_t>(omp_get_thread_num()) * per_thread_floats(T, HS);
+#pragma omp for schedule(static)
     for (int64_t bh = 0; bh < B * NH; ++bh) {
       const int64_t b = bh / NH, h = bh % NH;
       const float* q = qkv + b * T * C3 + h * HS;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      sgemm(false, true, T, T, HS, scale, q, C3, k, C3, 0.0f, S, T);
-      for (int64_t i = 0; i < T; ++i) {
-        lse[bh * T + i] = softmax_row(S + i * T, i + 1, T);
-        if (drop.p > 0) apply_dropout_row(S + i * T, i + 1, bh, i, T, drop);
-      }
-      sgemm(false, false, T, HS, T, 1.0f, S, T, v, C3, 0.0f, out + b * T * C + h * HS, C);
+      fwd_head(out + b * T * C + h * HS, lse + bh * T, q, q + C, q + 2 * C, T, HS, C, C3, bh, drop, tws);
     }
   }
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         int64_t B, int64_t T, int64_t C, int64_t NH, AttnDropout drop, float* ws) {
+  PARALLM_PROFILE("attention_backward");
   const int64_t HS = C / NH, C3 = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel
   {
-    float* P = ws + static_cast<int64_t>(omp_get_thread_num()) * 3 * T * T;
-    float* dP = P + T * T;
-    float* Pd = dP + T * T;  // probabilities after dropout (only used when p > 0)
-#pragma omp for schedule(dynamic, 1)
+    float* tws = ws + static_cast<int64_t>(omp_get_thread_num()) * per_thread_floats(T, HS);
+#pragma omp for schedule(static)
     for (int64_t bh = 0; bh < B * NH; ++bh) {
       const int64_t b = bh / NH, h = bh % NH;
       const float* q = qkv + b * T * C3 + h * HS;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      const float* dy = dout + b * T * C + h * HS;
-      const float* o = out + b * T * C + h * HS;
       float* dq = dqkv + b * T * C3 + h * HS;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
-      sgemm(false, true, T, T, HS, scale, q, C3, k, C3, 0.0f, P, T);
-      for (int64_t i = 0; i < T; ++i) probs_from_lse(P + i * T, i + 1, T, lse[bh * T + i]);
-      const float* Pused = P;
-      if (drop.p > 0) {
-        std::copy(P, P + T * T, Pd);
-        for (int64_t i = 0; i < T; ++i) apply_dropout_row(Pd + i * T, i + 1, bh, i, T, drop);
-        Pused = Pd;
-      }
-      // dV = P'^T dO ; dP' = dO V^T
-      sgemm(true, false, T, HS, T, 1.0f, Pused, T, dy, C, 0.0f, dv, C3);
-      sgemm(false, true, T, T, HS, 1.0f, dy, C, v, C3, 0.0f, dP, T);
-      for (int64_t i = 0; i < T; ++i) {
-        if (drop.p > 0) apply_dropout_row(dP + i * T, i + 1, bh, i, T, drop);
-        const float D = dot(dy + i * C, o + i * C, HS);
-        dscores_row(dP + i * T, P + i * T, dP + i * T, i + 1, T, D, scale);
-      }
-      // dQ = dS K ; dK = dS^T Q
-      sgemm(false, false, T, HS, T, 1.0f, dP, T, k, C3, 0.0f, dq, C3);
-      sgemm(true, false, T, HS, T, 1.0f, dP, T, q, C3, 0.0f, dk, C3);
+      bwd_head(dq, dq + C, dq + 2 * C, dout + b * T * C + h * HS, q, q + C, q + 2 * C, out + b * T * C + h * HS,
+               lse + bh * T, T, HS, C, C3, bh, drop, tws);
     }
   }
 }

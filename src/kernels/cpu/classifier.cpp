@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernels/classifier.h"
+#include "core/profiler.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/matmul.h"
 
@@ -21,8 +22,10 @@ int64_t chunk_rows(int64_t N, int64_t V) {
 // Row of logits -> loss; if grad, the row becomes dloss * (softmax - onehot).
 PARALLM_CLONES float xent_row(float* l, int64_t V, int32_t target, bool grad, float dloss) {
   float mx = -INFINITY;
-  for (int64_t v = 0; v < V; ++v) mx = std::max(mx, l[v]);
+#pragma omp simd reduction(max : mx)
+  for (int64_t v = 0; v < V; ++v) mx = l[v] > mx ? l[v] : mx;
   float sum = 0;
+#pragma omp simd reduction(+ : sum)
   for (int64_t v = 0; v < V; ++v) sum += simd::fast_expf(l[v] - mx);
   float lse = mx + std::log(sum);
   float loss = lse - l[target];
@@ -37,11 +40,13 @@ PARALLM_CLONES float xent_row(float* l, int64_t V, int32_t target, bool grad, fl
 int64_t classifier_workspace_floats(int64_t N, int64_t V, int) { return chunk_rows(N, V) * V; }
 
 void classifier_logits(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
+  PARALLM_PROFILE("classifier_logits");
   sgemm(false, true, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
 }
 
 void classifier_forward_backward(float* losses, float* dx, float* dwte, const float* x, const float* wte,
                                  const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss, float* ws) {
+  PARALLM_PROFILE("classifier_forward_backward");
   const int64_t R = chunk_rows(N, V);
   const bool grad = dx != nullptr;
   for (int64_t r0 = 0; r0 < N; r0 += R) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/rng.h"
+#include "core/profiler.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/elementwise.h"
 
@@ -24,6 +25,7 @@ void dropout_chunk(float* out, const float* in, int64_t i0, int64_t n, float p, 
 }  // namespace
 
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+  PARALLM_PROFILE("residual_forward");
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i += kChunk) add_chunk(out + i, a + i, b + i, std::min(kChunk, n - i));
 }
@@ -31,6 +33,7 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
 void add_inplace(float* acc, const float* x, int64_t n) { residual_forward(acc, acc, x, n); }
 
 void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream) {
+  PARALLM_PROFILE("dropout_forward");
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i += kChunk) dropout_chunk(out, inp, i, std::min(kChunk, n - i), p, seed, stream);
 }

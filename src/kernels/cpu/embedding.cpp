@@ -3,6 +3,7 @@
 // are no atomics and the result is the same for any thread count.
 #include <algorithm>
 
+#include "core/profiler.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/embedding.h"
 
@@ -19,12 +20,14 @@ PARALLM_CLONES void acc(float* dst, const float* src, int64_t n) {
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
                        int64_t C) {
+  PARALLM_PROFILE("embedding_forward");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < B * T; ++r) add2(out + r * C, wte + static_cast<int64_t>(tokens[r]) * C, wpe + (r % T) * C, C);
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
                         int64_t C) {
+  PARALLM_PROFILE("embedding_backward");
   const int64_t kCols = 64;
   const int64_t nblk = (C + kCols - 1) / kCols;
 #pragma omp parallel

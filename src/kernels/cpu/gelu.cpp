@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/profiler.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/gelu.h"
 
@@ -19,7 +20,7 @@ PARALLM_CLONES void gelu_fwd_chunk(float* out, const float* x, int64_t n, bool e
     for (int64_t i = 0; i < n; ++i) {
       // 0.5 * (1 + tanh(u)) = e / (e + 1) with e = exp(2u): no cancellation in the left tail.
       float u = kSqrt2OverPi * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
-      float e = simd::fast_expf(2.0f * std::fmin(std::fmax(u, -15.0f), 15.0f));
+      float e = simd::fast_expf(2.0f * simd::clampf(u, -15.0f, 15.0f));
       out[i] = x[i] * e / (e + 1.0f);
     }
 }
@@ -35,7 +36,7 @@ PARALLM_CLONES void gelu_bwd_chunk(float* dinp, const float* x, const float* dy,
     for (int64_t i = 0; i < n; ++i) {
       float x3 = x[i] * x[i] * x[i];
       float u = kSqrt2OverPi * (x[i] + 0.044715f * x3);
-      float e = simd::fast_expf(2.0f * std::fmin(std::fmax(u, -15.0f), 15.0f));
+      float e = simd::fast_expf(2.0f * simd::clampf(u, -15.0f, 15.0f));
       float inv = 1.0f / (e + 1.0f);
       float half_1p_th = e * inv;            // 0.5 * (1 + tanh u)
       float sech2 = 4.0f * e * inv * inv;    // 1 - tanh^2 u
@@ -46,11 +47,13 @@ PARALLM_CLONES void gelu_bwd_chunk(float* dinp, const float* x, const float* dy,
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, int64_t n, GeluKind kind) {
+  PARALLM_PROFILE("gelu_forward");
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i += kChunk) gelu_fwd_chunk(out + i, inp + i, std::min(kChunk, n - i), kind == GeluKind::Exact);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, GeluKind kind) {
+  PARALLM_PROFILE("gelu_backward");
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i += kChunk)
     gelu_bwd_chunk(dinp + i, inp + i, dout + i, std::min(kChunk, n - i), kind == GeluKind::Exact);

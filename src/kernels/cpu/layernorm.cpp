@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/profiler.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/layernorm.h"
 
@@ -14,9 +15,11 @@ namespace {
 PARALLM_CLONES void ln_row_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
                                    const float* b, int64_t C) {
   float s = 0;
+#pragma omp simd reduction(+ : s)
   for (int64_t c = 0; c < C; ++c) s += x[c];
   float m = s / C;
   float v = 0;
+#pragma omp simd reduction(+ : v)
   for (int64_t c = 0; c < C; ++c) {
     float d = x[c] - m;
     v += d * d;
@@ -33,6 +36,7 @@ PARALLM_CLONES void ln_row_forward(float* out, float* mean, float* rstd, const f
 PARALLM_CLONES void ln_row_backward(float* dinp, const float* dy, const float* x, const float* w, float m, float rs,
                                     int64_t C) {
   float a = 0, bsum = 0;
+#pragma omp simd reduction(+ : a, bsum)
   for (int64_t c = 0; c < C; ++c) {
     float xhat = (x[c] - m) * rs;
     float dn = dy[c] * w[c];
@@ -70,12 +74,14 @@ PARALLM_CLONES void ln_params_block(float* dw, float* db, const float* dout, con
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int64_t C) {
+  PARALLM_PROFILE("layernorm_forward");
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) ln_row_forward(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  PARALLM_PROFILE("layernorm_backward");
 #pragma omp parallel
   {
 #pragma omp for schedule(static) nowait

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/profiler.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/matmul.h"
 
@@ -48,6 +49,7 @@ PARALLM_CLONES void colsum_block(float* dbias, const float* dout, int64_t N, int
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT) {
+  PARALLM_PROFILE("matmul_forward");
   sgemm(false, true, N, OUT, IN, 1.0f, inp, IN, weight, IN, 0.0f, out, OUT);
   if (bias) {
     const int64_t rows_per = 16;
@@ -58,6 +60,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t IN, int64_t OUT) {
+  PARALLM_PROFILE("matmul_backward");
   if (dinp) sgemm(false, false, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 0.0f, dinp, IN);
   sgemm(true, false, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
   if (dbias) {

@@ -1,8 +1,10 @@
 // Helpers for the optimized CPU kernels.
-// - PARALLM_CLONES compiles a function for AVX-512, AVX2+FMA and baseline
-//   x86-64 and picks one at load time by what the CPU has (GCC ifunc), so the
-//   binary is portable and still uses the widest vectors available. Hot loops
-//   live in such functions; OpenMP regions call them per row or per chunk.
+// - PARALLM_CLONES compiles a function for AVX-512F, AVX2 and baseline x86-64
+//   and picks one at load time from the CPU's feature bits (GCC ifunc). Feature
+//   clones, not arch= ones: those match CPU models and miss virtualized CPUs.
+//   The binary stays portable and still uses the widest vectors available. Hot
+//   loops live in such functions; OpenMP regions call them per row or chunk.
+//   Helpers they call are always_inline so they are compiled into each clone.
 // - fast_expf / fast_norm_cdf are branch-free polynomial versions
 //   (about 1-2 ulp for exp, 1.2e-7 relative for erfc) that the compiler can
 //   vectorize, unlike libm's scalar calls.
@@ -12,15 +14,22 @@
 #include <cstring>
 
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
-#define PARALLM_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#define PARALLM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define PARALLM_CLONES
 #endif
 
 namespace parallm::kernels::simd {
 
-inline float fast_expf(float x) {
-  x = std::fmin(std::fmax(x, -87.0f), 88.0f);
+// Clamp with plain comparisons: they compile to vector min/max, whereas
+// std::fmin/fmax (NaN rules) become library calls that stop vectorization.
+__attribute__((always_inline)) inline float clampf(float x, float lo, float hi) {
+  x = x < lo ? lo : x;
+  return x > hi ? hi : x;
+}
+
+__attribute__((always_inline)) inline float fast_expf(float x) {
+  x = clampf(x, -87.0f, 88.0f);
   float n = std::floor(x * 1.44269504088896341f + 0.5f);
   float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -37,7 +46,7 @@ inline float fast_expf(float x) {
 }
 
 // erfc(|x|) from a Chebyshev fit (Numerical Recipes erfcc form), 1.2e-7 relative.
-inline float fast_erfc_abs(float x) {
+__attribute__((always_inline)) inline float fast_erfc_abs(float x) {
   float z = std::fabs(x);
   float t = 1.0f / (1.0f + 0.5f * z);
   float poly =
@@ -52,7 +61,7 @@ inline float fast_erfc_abs(float x) {
 
 // Standard normal CDF Phi(x) = 0.5 * (1 + erf(x / sqrt 2)), computed from erfc
 // on the negative side so the left tail keeps its relative precision.
-inline float fast_norm_cdf(float x) {
+__attribute__((always_inline)) inline float fast_norm_cdf(float x) {
   float h = 0.5f * fast_erfc_abs(x * 0.70710678118654752f);
   return x >= 0.0f ? 1.0f - h : h;
 }
