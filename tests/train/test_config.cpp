@@ -1,0 +1,68 @@
+// Config keys: every error names the key; files and overrides agree.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "train/config.h"
+
+using namespace parallm;
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Config, OverridesSetTypedValues) {
+  train::RunConfig c;
+  c.apply_overrides({"model.n_layer=4", "model.dropout=0.1", "model.bias=true", "optimizer.learning_rate=1e-3",
+                     "train.out_dir=/tmp/x", "optimizer.gas=2", "train.max_iters=5_000"});
+  EXPECT_EQ(c.model.n_layer, 4);
+  EXPECT_FLOAT_EQ(c.model.dropout, 0.1f);
+  EXPECT_TRUE(c.model.bias);
+  EXPECT_FLOAT_EQ(c.learning_rate, 1e-3f);
+  EXPECT_EQ(c.out_dir, "/tmp/x");
+  EXPECT_EQ(c.gas, 2);
+  EXPECT_EQ(c.max_iters, 5000);
+}
+
+TEST(Config, ErrorsNameTheKey) {
+  train::RunConfig c;
+  EXPECT_NE(error_of([&] { c.set("model.n_layr", "3"); }).find("model.n_layr"), std::string::npos);
+  EXPECT_NE(error_of([&] { c.set("n_layer", "3"); }).find("did you mean model.n_layer"), std::string::npos);
+  EXPECT_NE(error_of([&] { c.set("model.n_layer", "three"); }).find("model.n_layer"), std::string::npos);
+  EXPECT_NE(error_of([&] { c.set("model.bias", "maybe"); }).find("model.bias"), std::string::npos);
+  EXPECT_NE(error_of([&] { c.set("train.init_from", "gpt2-xl"); }).find("train.init_from"), std::string::npos);
+  EXPECT_NE(error_of([&] { c.apply_overrides({"model.n_layer"}); }).find("key=value"), std::string::npos);
+  c.set("model.n_head", "5");
+  EXPECT_NE(error_of([&] { c.validate(); }).find("model.n_head"), std::string::npos);
+  train::RunConfig d;
+  d.set("optimizer.gas", "0");
+  EXPECT_NE(error_of([&] { d.validate(); }).find("optimizer.gas"), std::string::npos);
+}
+
+TEST(Config, YamlNestedAndDottedKeysAndJsonRoundTrip) {
+  auto p = std::filesystem::temp_directory_path() / "parallm_test_cfg.yaml";
+  std::ofstream(p) << "model:\n  n_layer: 3\n  n_embd: 96\ntrain.max_iters: 77\noptimizer:\n  beta2: 0.99\n";
+  train::RunConfig c;
+  c.load_file(p.string());
+  EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_EQ(c.model.n_embd, 96);
+  EXPECT_EQ(c.max_iters, 77);
+  EXPECT_FLOAT_EQ(c.beta2, 0.99f);
+  auto back = train::RunConfig::from_json(c.to_json());
+  EXPECT_EQ(back.to_json(), c.to_json());
+  std::ofstream(p) << "model:\n  n_layers: 3\n";
+  EXPECT_NE(error_of([&] { train::RunConfig().load_file(p.string()); }).find("model.n_layers"), std::string::npos);
+  std::ofstream(p) << "model: [1, 2\n";
+  EXPECT_THROW(train::RunConfig().load_file(p.string()), ConfigError);
+  EXPECT_THROW(train::RunConfig().load_file("/nonexistent/x.yaml"), IoError);
+  std::filesystem::remove(p);
+}
