@@ -16,6 +16,7 @@
 // Printed per config: tokens/s of each, the ratio, achieved GFLOP/s
 // (nanoGPT's 6N + 12LHQT per token) and its fraction of the measured sgemm peak.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,7 +24,6 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -140,8 +140,12 @@ std::vector<PeerVariant> peer_variants(int threads, bool quick) {
   const std::string omp_dir = "/usr/lib/x86_64-linux-gnu/openblas-openmp";
   const std::string pth_dir = "/usr/lib/x86_64-linux-gnu/openblas-pthread";
   std::vector<PeerVariant> v;
-  if (fs::exists(omp_dir)) v.push_back({"openblas-openmp, intra-op " + std::to_string(threads), {"LD_LIBRARY_PATH=" + omp_dir}, threads});
-  if (fs::exists(pth_dir)) v.push_back({"openblas-pthread, intra-op 1", {"LD_LIBRARY_PATH=" + pth_dir, "OPENBLAS_NUM_THREADS=" + std::to_string(threads)}, 1});
+  if (fs::exists(omp_dir))
+    v.push_back({"openblas-openmp, intra-op " + std::to_string(threads), {"LD_LIBRARY_PATH=" + omp_dir}, threads});
+  if (fs::exists(pth_dir))
+    v.push_back({"openblas-pthread, intra-op 1",
+                 {"LD_LIBRARY_PATH=" + pth_dir, "OPENBLAS_NUM_THREADS=" + std::to_string(threads)},
+                 1});
   if (v.empty() || !quick) {
     v.push_back({"system BLAS, intra-op " + std::to_string(threads), {}, threads});
     v.push_back({"system BLAS, intra-op 1, OMP passive", {"OMP_WAIT_POLICY=PASSIVE"}, 1});
@@ -155,13 +159,17 @@ Result run_peer(const BenchConfig& bc, const std::string& data_dir, int iters, i
   for (const auto& var : peer_variants(threads, quick)) {
     std::vector<std::string> argv{"env", "-u", "OPENBLAS_CORETYPE"};
     for (const auto& e : var.env) argv.push_back(e);
-    for (const std::string& a :
-         {std::string("/usr/bin/python3"), script, std::string("--n_layer"), std::to_string(bc.m.n_layer),
-          std::string("--n_head"), std::to_string(bc.m.n_head), std::string("--n_embd"), std::to_string(bc.m.n_embd),
-          std::string("--block_size"), std::to_string(bc.m.block_size), std::string("--batch_size"),
-          std::to_string(bc.batch), std::string("--vocab_size"), std::to_string(bc.m.vocab_size),
-          std::string("--bias"), std::string(bc.m.bias ? "1" : "0"), std::string("--iters"), std::to_string(iters),
-          std::string("--warmup"), std::string("1"), std::string("--intra_threads"), std::to_string(var.intra_threads)})
+    for (const std::string& a : {std::string("/usr/bin/python3"), script,
+                                 std::string("--n_layer"),        std::to_string(bc.m.n_layer),
+                                 std::string("--n_head"),         std::to_string(bc.m.n_head),
+                                 std::string("--n_embd"),         std::to_string(bc.m.n_embd),
+                                 std::string("--block_size"),     std::to_string(bc.m.block_size),
+                                 std::string("--batch_size"),     std::to_string(bc.batch),
+                                 std::string("--vocab_size"),     std::to_string(bc.m.vocab_size),
+                                 std::string("--bias"),           std::string(bc.m.bias ? "1" : "0"),
+                                 std::string("--iters"),          std::to_string(iters),
+                                 std::string("--warmup"),         std::string("1"),
+                                 std::string("--intra_threads"),  std::to_string(var.intra_threads)})
       argv.push_back(a);
     if (bc.use_shakespeare && fs::exists(data_dir + "/train.bin")) {
       argv.push_back("--data");
@@ -221,11 +229,13 @@ int main(int argc, char** argv) {
     prof::reset();
     Result ours = run_parallm(bc, data_dir, it, warmup);
     if (prof::enabled()) fmt::print("{}", prof::table());
-    fmt::print("  parallm: {:.0f} tokens/s ({:.3f} s/iter), {:.1f} GFLOP/s = {:.1f}% of sgemm peak\n", ours.tokens_per_s,
-               ours.s_per_iter, ours.tokens_per_s * fpt / 1e9, 100 * ours.tokens_per_s * fpt / peak);
+    fmt::print("  parallm: {:.0f} tokens/s ({:.3f} s/iter), {:.1f} GFLOP/s = {:.1f}% of sgemm peak\n",
+               ours.tokens_per_s, ours.s_per_iter, ours.tokens_per_s * fpt / 1e9, 100 * ours.tokens_per_s * fpt / peak);
     std::fflush(stdout);
-    nlohmann::json rec{{"config", bc.name}, {"parallm_tokens_per_s", ours.tokens_per_s},
-                       {"parallm_gflops", ours.tokens_per_s * fpt / 1e9}, {"peak_gflops", peak / 1e9}};
+    nlohmann::json rec{{"config", bc.name},
+                       {"parallm_tokens_per_s", ours.tokens_per_s},
+                       {"parallm_gflops", ours.tokens_per_s * fpt / 1e9},
+                       {"peak_gflops", peak / 1e9}};
     if (peer != "none") {
       const int pit = peer_iters > 0 ? peer_iters : bc.name == "a" ? 40 : bc.name == "b" ? 3 : 6;
       Result theirs = run_peer(bc, data_dir, pit, threads, peer == "quick", script);

@@ -36,7 +36,8 @@ Runner add_sample(CLI::App& app) {
     train::load_checkpoint(o->ckpt, m, nullptr);
     auto prompt = vocab.encode(o->prompt);
     for (int64_t s = 0; s < o->num_samples; ++s) {
-      auto out = train::generate(m, prompt, {o->max_new_tokens, o->temperature, o->top_k, o->seed + static_cast<uint64_t>(s)});
+      auto out =
+          train::generate(m, prompt, {o->max_new_tokens, o->temperature, o->top_k, o->seed + static_cast<uint64_t>(s)});
       std::printf("%s\n---------------\n", vocab.decode(out).c_str());
     }
     return 0;

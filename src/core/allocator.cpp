@@ -11,14 +11,22 @@ namespace parallm {
 
 const char* mem_category_name(MemCategory c) {
   switch (c) {
-    case MemCategory::Params: return "params";
-    case MemCategory::Grads: return "grads";
-    case MemCategory::OptState: return "optimizer";
-    case MemCategory::Activations: return "activations";
-    case MemCategory::Comm: return "comm";
-    case MemCategory::Scratch: return "scratch";
-    case MemCategory::Other: return "other";
-    default: return "?";
+    case MemCategory::Params:
+      return "params";
+    case MemCategory::Grads:
+      return "grads";
+    case MemCategory::OptState:
+      return "optimizer";
+    case MemCategory::Activations:
+      return "activations";
+    case MemCategory::Comm:
+      return "comm";
+    case MemCategory::Scratch:
+      return "scratch";
+    case MemCategory::Other:
+      return "other";
+    default:
+      return "?";
   }
 }
 

@@ -12,20 +12,28 @@ enum class DType : uint8_t { F32, BF16, I32, U16 };
 
 inline size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::I32: return 4;
-    case DType::BF16: return 2;
-    case DType::U16: return 2;
+    case DType::F32:
+      return 4;
+    case DType::I32:
+      return 4;
+    case DType::BF16:
+      return 2;
+    case DType::U16:
+      return 2;
   }
   return 0;
 }
 
 inline const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "fp32";
-    case DType::BF16: return "bf16";
-    case DType::I32: return "int32";
-    case DType::U16: return "uint16";
+    case DType::F32:
+      return "fp32";
+    case DType::BF16:
+      return "bf16";
+    case DType::I32:
+      return "int32";
+    case DType::U16:
+      return "uint16";
   }
   return "?";
 }

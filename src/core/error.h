@@ -44,8 +44,8 @@ class InternalError : public Error {
   using Error::Error;
 };
 
-#define PARALLM_CHECK(cond, ErrType, where, ...) \
-  do {                                           \
+#define PARALLM_CHECK(cond, ErrType, where, ...)                   \
+  do {                                                             \
     if (!(cond)) throw ErrType((where), fmt::format(__VA_ARGS__)); \
   } while (0)
 

@@ -16,10 +16,16 @@ void remove_file();
 void set_quiet(bool quiet);  // warnings and errors only on the console
 
 template <class... Args>
-void info(fmt::format_string<Args...> f, Args&&... a) { spdlog::info(f, std::forward<Args>(a)...); }
+void info(fmt::format_string<Args...> f, Args&&... a) {
+  spdlog::info(f, std::forward<Args>(a)...);
+}
 template <class... Args>
-void warn(fmt::format_string<Args...> f, Args&&... a) { spdlog::warn(f, std::forward<Args>(a)...); }
+void warn(fmt::format_string<Args...> f, Args&&... a) {
+  spdlog::warn(f, std::forward<Args>(a)...);
+}
 template <class... Args>
-void error(fmt::format_string<Args...> f, Args&&... a) { spdlog::error(f, std::forward<Args>(a)...); }
+void error(fmt::format_string<Args...> f, Args&&... a) {
+  spdlog::error(f, std::forward<Args>(a)...);
+}
 
 }  // namespace parallm::log

@@ -24,8 +24,12 @@ std::atomic<bool> g_enabled{[] {
 }()};
 }  // namespace
 
-bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
-void set_enabled(bool on) { g_enabled = on; }
+bool enabled() {
+  return g_enabled.load(std::memory_order_relaxed);
+}
+void set_enabled(bool on) {
+  g_enabled = on;
+}
 
 int op_id(const char* name) {
   std::lock_guard<std::mutex> lk(g_mu);
@@ -53,7 +57,8 @@ void reset() {
 std::vector<Row> rows() {
   std::vector<Row> r;
   for (int i = 0; i < g_count; ++i)
-    if (g_entries[i].calls > 0) r.push_back({g_entries[i].name, g_entries[i].calls.load(), g_entries[i].ns.load() / 1e6});
+    if (g_entries[i].calls > 0)
+      r.push_back({g_entries[i].name, g_entries[i].calls.load(), g_entries[i].ns.load() / 1e6});
   std::sort(r.begin(), r.end(), [](const Row& a, const Row& b) { return a.ms > b.ms; });
   return r;
 }

@@ -42,6 +42,6 @@ class Scope {
 
 #define PARALLM_PROF_CAT2(a, b) a##b
 #define PARALLM_PROF_CAT(a, b) PARALLM_PROF_CAT2(a, b)
-#define PARALLM_PROFILE(name)                                            \
+#define PARALLM_PROFILE(name)                                                           \
   static const int PARALLM_PROF_CAT(prof_id_, __LINE__) = ::parallm::prof::op_id(name); \
   ::parallm::prof::Scope PARALLM_PROF_CAT(prof_scope_, __LINE__)(PARALLM_PROF_CAT(prof_id_, __LINE__))

@@ -65,10 +65,14 @@ class Tensor {
 template <class T>
 void Tensor::check_type() const {
   DType want;
-  if constexpr (std::is_same_v<T, float>) want = DType::F32;
-  else if constexpr (std::is_same_v<T, int32_t>) want = DType::I32;
-  else if constexpr (std::is_same_v<T, uint16_t>) want = (dtype_ == DType::BF16 ? DType::BF16 : DType::U16);
-  else static_assert(sizeof(T) == 0, "unsupported element type");
+  if constexpr (std::is_same_v<T, float>)
+    want = DType::F32;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    want = DType::I32;
+  else if constexpr (std::is_same_v<T, uint16_t>)
+    want = (dtype_ == DType::BF16 ? DType::BF16 : DType::U16);
+  else
+    static_assert(sizeof(T) == 0, "unsupported element type");
   PARALLM_CHECK(dtype_ == want, ShapeError, "tensor.data", "tensor is {}, accessed as {}", dtype_name(dtype_),
                 dtype_name(want));
 }

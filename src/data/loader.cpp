@@ -17,7 +17,7 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   PARALLM_CHECK(fd >= 0, IoError, "data.open", "cannot open {}: {} (prepare the dataset first: parallm prepare ...)",
                 path, std::strerror(errno));
-  struct stat st{};
+  struct stat st {};
   ::fstat(fd, &st);
   map_bytes_ = static_cast<size_t>(st.st_size);
   if (map_bytes_ % 2 != 0) {

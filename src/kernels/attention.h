@@ -16,10 +16,10 @@ struct AttnDropout {
   uint64_t stream = 0;
 };
 
-#define PARALLM_ATTENTION_DECLS                                                                                \
+#define PARALLM_ATTENTION_DECLS                                                                                 \
   void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH, \
-                         AttnDropout drop, float* workspace);                                                 \
-  /* dqkv is overwritten */                                                                                   \
+                         AttnDropout drop, float* workspace);                                                   \
+  /* dqkv is overwritten */                                                                                     \
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, \
                           int64_t B, int64_t T, int64_t C, int64_t NH, AttnDropout drop, float* workspace);     \
   int64_t attention_workspace_floats(int64_t B, int64_t T, int64_t C, int64_t NH, int nthreads);

@@ -8,14 +8,14 @@
 
 namespace parallm::kernels {
 
-#define PARALLM_CLASSIFIER_DECLS                                                                                  \
-  /* losses[N] = per-row loss. If dx != null: dx (overwritten) and dwte (+=) get the gradient of                  \
-     sum_i dloss * losses[i]. */                                                                                  \
-  void classifier_forward_backward(float* losses, float* dx, float* dwte, const float* x, const float* wte,        \
-                                   const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,          \
-                                   float* workspace);                                                             \
-  int64_t classifier_workspace_floats(int64_t N, int64_t V, int nthreads);                                        \
-  /* logits[N, V] for sampling and tests */                                                                       \
+#define PARALLM_CLASSIFIER_DECLS                                                                            \
+  /* losses[N] = per-row loss. If dx != null: dx (overwritten) and dwte (+=) get the gradient of            \
+     sum_i dloss * losses[i]. */                                                                            \
+  void classifier_forward_backward(float* losses, float* dx, float* dwte, const float* x, const float* wte, \
+                                   const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,    \
+                                   float* workspace);                                                       \
+  int64_t classifier_workspace_floats(int64_t N, int64_t V, int nthreads);                                  \
+  /* logits[N, V] for sampling and tests */                                                                 \
   void classifier_logits(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V);
 
 namespace ref {

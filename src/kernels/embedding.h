@@ -6,11 +6,11 @@
 
 namespace parallm::kernels {
 
-#define PARALLM_EMBEDDING_DECLS                                                                                  \
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,       \
-                         int64_t T, int64_t C);                                                                  \
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,          \
-                          int64_t T, int64_t C);
+#define PARALLM_EMBEDDING_DECLS                                                                                       \
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T, \
+                         int64_t C);                                                                                  \
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,   \
+                          int64_t C);
 
 namespace ref {
 PARALLM_EMBEDDING_DECLS

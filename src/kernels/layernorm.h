@@ -7,11 +7,11 @@ namespace parallm::kernels {
 
 constexpr float kLayerNormEps = 1e-5f;
 
-#define PARALLM_LAYERNORM_DECLS                                                                                     \
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,               \
-                         const float* bias, int64_t N, int64_t C);                                                  \
-  /* dinp += ..., dweight += ..., dbias += ... (dbias may be null) */                                               \
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,           \
+#define PARALLM_LAYERNORM_DECLS                                                                           \
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,     \
+                         const float* bias, int64_t N, int64_t C);                                        \
+  /* dinp += ..., dweight += ..., dbias += ... (dbias may be null) */                                     \
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, \
                           const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
 
 namespace ref {

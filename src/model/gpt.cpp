@@ -97,14 +97,22 @@ void GPT::init_weights(uint64_t seed) {
     const auto& s = slots[i];
     float* p = params_.data() + s.offset;
     switch (s.init) {
-      case ParamSlot::Init::Normal: fill_normal(p, s.numel, 0.0f, s.init_std, seed, stream_id(kRngInit, i)); break;
-      case ParamSlot::Init::Zeros: std::fill(p, p + s.numel, 0.0f); break;
-      case ParamSlot::Init::Ones: std::fill(p, p + s.numel, 1.0f); break;
+      case ParamSlot::Init::Normal:
+        fill_normal(p, s.numel, 0.0f, s.init_std, seed, stream_id(kRngInit, i));
+        break;
+      case ParamSlot::Init::Zeros:
+        std::fill(p, p + s.numel, 0.0f);
+        break;
+      case ParamSlot::Init::Ones:
+        std::fill(p, p + s.numel, 1.0f);
+        break;
     }
   }
 }
 
-void GPT::zero_grad() { std::memset(grads_.data(), 0, grads_.size() * sizeof(float)); }
+void GPT::zero_grad() {
+  std::memset(grads_.data(), 0, grads_.size() * sizeof(float));
+}
 
 double GPT::flops_per_token(int64_t T) const {
   const double N = static_cast<double>(num_params_nanogpt());
@@ -117,8 +125,8 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   PARALLM_CHECK(!ctx.need_grad || targets, ShapeError, "gpt.forward", "gradients need targets");
   const int64_t N = B * T, C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size;
   for (int64_t i = 0; i < N; ++i)
-    PARALLM_CHECK(tokens[i] >= 0 && tokens[i] < V, ShapeError, "gpt.forward", "token {} at position {} is outside the vocabulary [0, {})",
-                  tokens[i], i, V);
+    PARALLM_CHECK(tokens[i] >= 0 && tokens[i] < V, ShapeError, "gpt.forward",
+                  "token {} at position {} is outside the vocabulary [0, {})", tokens[i], i, V);
   cur_B_ = B;
   cur_T_ = T;
   const float* P = params_.data();
@@ -156,8 +164,8 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
     PARALLM_CHECK(targets[i] >= 0 && targets[i] < V, ShapeError, "gpt.forward",
                   "target {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
   float* losses = act(losses_);
-  k::classifier_forward_backward(losses, ctx.need_grad ? act(dlnf_) : nullptr, grads_.data() + layout_.wte(),
-                                 act(lnf_), P + layout_.wte(), targets, N, C, V, ctx.loss_scale / static_cast<float>(N), ws);
+  k::classifier_forward_backward(losses, ctx.need_grad ? act(dlnf_) : nullptr, grads_.data() + layout_.wte(), act(lnf_),
+                                 P + layout_.wte(), targets, N, C, V, ctx.loss_scale / static_cast<float>(N), ws);
   grads_ready_ = ctx.need_grad;
   double sum = 0;
   for (int64_t i = 0; i < N; ++i) sum += losses[i];
@@ -207,8 +215,8 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
     kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs)};
     k::attention_backward(dbig2, dbig1, act(a.qkv), act(a.atty), act(a.lse), B, T, C, NH, ad, ws);
     k::matmul_backward(dtmp, D(bp.qkv_w), D(bp.qkv_b), dbig2, act(a.ln1), W(bp.qkv_w), N, C, 3 * C);
-    k::layernorm_backward(dres, D(bp.ln1_w), D(bp.ln1_b), dtmp, x_in, W(bp.ln1_w), act(a.ln1_mean),
-                          act(a.ln1_rstd), N, C);
+    k::layernorm_backward(dres, D(bp.ln1_w), D(bp.ln1_b), dtmp, x_in, W(bp.ln1_w), act(a.ln1_mean), act(a.ln1_rstd), N,
+                          C);
   }
   const float* demb = dres;
   if (p > 0) {

@@ -19,11 +19,11 @@ namespace parallm::model {
 // What varies per micro-step: whether this is training (dropout on, gradients
 // wanted) and where the dropout masks come from in the counter-based RNG.
 struct StepContext {
-  bool train = false;         // dropout active
-  bool need_grad = false;     // compute gradients (requires targets)
-  uint64_t seed = 0;          // dropout seed
-  uint64_t micro_step = 0;    // global micro-step counter: a fresh mask per micro-step
-  float loss_scale = 1.0f;    // d(total loss)/d(mean loss of this micro-batch), e.g. 1/gas
+  bool train = false;       // dropout active
+  bool need_grad = false;   // compute gradients (requires targets)
+  uint64_t seed = 0;        // dropout seed
+  uint64_t micro_step = 0;  // global micro-step counter: a fresh mask per micro-step
+  float loss_scale = 1.0f;  // d(total loss)/d(mean loss of this micro-batch), e.g. 1/gas
 };
 
 class GPT {

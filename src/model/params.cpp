@@ -15,8 +15,8 @@ void GPTConfig::validate() const {
   pos(n_embd, "model.n_embd");
   pos(block_size, "model.block_size");
   pos(vocab_size, "model.vocab_size");
-  PARALLM_CHECK(n_embd % n_head == 0, ConfigError, "config",
-                "model.n_embd ({}) must be divisible by model.n_head ({})", n_embd, n_head);
+  PARALLM_CHECK(n_embd % n_head == 0, ConfigError, "config", "model.n_embd ({}) must be divisible by model.n_head ({})",
+                n_embd, n_head);
   PARALLM_CHECK(dropout >= 0.0f && dropout < 1.0f, ConfigError, "config", "model.dropout must be in [0, 1), got {}",
                 dropout);
 }

@@ -34,8 +34,8 @@ class ParamLayout {
  public:
   explicit ParamLayout(const GPTConfig& cfg);
   const std::vector<ParamSlot>& slots() const { return slots_; }
-  int64_t total() const { return total_; }  // flat buffer length (with alignment padding)
-  int64_t count() const { return count_; }  // number of real parameters
+  int64_t total() const { return total_; }               // flat buffer length (with alignment padding)
+  int64_t count() const { return count_; }               // number of real parameters
   const ParamSlot& find(const std::string& name) const;  // throws ConfigError if unknown
   const BlockParams& block(int64_t l) const { return blocks_[l]; }
   int64_t wte() const { return wte_; }

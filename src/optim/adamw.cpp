@@ -29,12 +29,14 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
   p.grad_scale = grad_scale;
   for (const auto& r : runs_) {
     p.weight_decay = r.decay ? cfg_.weight_decay : 0.0f;
-    kernels::cpu::adamw_step(params + r.offset, grads + r.offset, m_.data() + r.offset, v_.data() + r.offset,
-                             r.length, p);
+    kernels::cpu::adamw_step(params + r.offset, grads + r.offset, m_.data() + r.offset, v_.data() + r.offset, r.length,
+                             p);
   }
 }
 
-double global_norm(const float* grads, int64_t n) { return std::sqrt(kernels::cpu::sum_squares(grads, n)); }
+double global_norm(const float* grads, int64_t n) {
+  return std::sqrt(kernels::cpu::sum_squares(grads, n));
+}
 
 float clip_factor(double norm, float max_norm) {
   if (max_norm <= 0.0f) return 1.0f;

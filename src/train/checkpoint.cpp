@@ -111,8 +111,8 @@ nlohmann::json read_checkpoint_meta(const std::string& out_dir) {
 TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::AdamW* opt) {
   nlohmann::json s = read_checkpoint_meta(out_dir);
   const fs::path dir = s["_dir"].get<std::string>();
-  PARALLM_CHECK(s["params"] == layout_json(m.layout()) && s["flat_size"] == m.flat_size(), IoError,
-                "checkpoint.load", "{} holds a different model layout than the configured model", dir.string());
+  PARALLM_CHECK(s["params"] == layout_json(m.layout()) && s["flat_size"] == m.flat_size(), IoError, "checkpoint.load",
+                "{} holds a different model layout than the configured model", dir.string());
   const size_t pbytes = static_cast<size_t>(m.flat_size()) * sizeof(float);
   read_file(dir / "model.bin", m.params(), pbytes);
   if (opt) {

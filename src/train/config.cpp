@@ -57,25 +57,37 @@ struct Key {
   std::function<nlohmann::json(const RunConfig&)> get;
 };
 
-#define INT_KEY(name, field, help)                                                                          \
-  {name,                                                                                                   \
-   {"int", help, [](RunConfig& c, const std::string& k, const std::string& v) { c.field = parse_int(k, v); }, \
-    [](const RunConfig& c) { return nlohmann::json(c.field); }}}
-#define FLOAT_KEY(name, field, help)                                                                          \
-  {name,                                                                                                     \
-   {"float", help,                                                                                           \
-    [](RunConfig& c, const std::string& k, const std::string& v) {                                           \
-      c.field = static_cast<decltype(c.field)>(parse_float(k, v));                                           \
-    },                                                                                                       \
-    [](const RunConfig& c) { return nlohmann::json(c.field); }}}
-#define BOOL_KEY(name, field, help)                                                                           \
-  {name,                                                                                                     \
-   {"bool", help, [](RunConfig& c, const std::string& k, const std::string& v) { c.field = parse_bool(k, v); }, \
-    [](const RunConfig& c) { return nlohmann::json(c.field); }}}
-#define STR_KEY(name, field, help)                                                                       \
-  {name,                                                                                                \
-   {"string", help, [](RunConfig& c, const std::string&, const std::string& v) { c.field = v; },       \
-    [](const RunConfig& c) { return nlohmann::json(c.field); }}}
+#define INT_KEY(name, field, help)                                                                              \
+  {                                                                                                             \
+    name, {                                                                                                     \
+      "int", help, [](RunConfig& c, const std::string& k, const std::string& v) { c.field = parse_int(k, v); }, \
+          [](const RunConfig& c) { return nlohmann::json(c.field); }                                            \
+    }                                                                                                           \
+  }
+#define FLOAT_KEY(name, field, help)                                     \
+  {                                                                      \
+    name, {                                                              \
+      "float", help,                                                     \
+          [](RunConfig& c, const std::string& k, const std::string& v) { \
+            c.field = static_cast<decltype(c.field)>(parse_float(k, v)); \
+          },                                                             \
+          [](const RunConfig& c) { return nlohmann::json(c.field); }     \
+    }                                                                    \
+  }
+#define BOOL_KEY(name, field, help)                                                                               \
+  {                                                                                                               \
+    name, {                                                                                                       \
+      "bool", help, [](RunConfig& c, const std::string& k, const std::string& v) { c.field = parse_bool(k, v); }, \
+          [](const RunConfig& c) { return nlohmann::json(c.field); }                                              \
+    }                                                                                                             \
+  }
+#define STR_KEY(name, field, help)                                                                 \
+  {                                                                                                \
+    name, {                                                                                        \
+      "string", help, [](RunConfig& c, const std::string&, const std::string& v) { c.field = v; }, \
+          [](const RunConfig& c) { return nlohmann::json(c.field); }                               \
+    }                                                                                              \
+  }
 
 const std::map<std::string, Key>& keys() {
   static const std::map<std::string, Key> table = {
@@ -97,11 +109,16 @@ const std::map<std::string, Key>& keys() {
        {"string", "exact | tanh",
         [](RunConfig& c, const std::string& k, const std::string& v) {
           std::string l = lower(v);
-          if (l == "exact" || l == "erf") c.model.gelu = kernels::GeluKind::Exact;
-          else if (l == "tanh") c.model.gelu = kernels::GeluKind::Tanh;
-          else throw ConfigError("config", fmt::format("{}: expected exact or tanh, got \"{}\"", k, v));
+          if (l == "exact" || l == "erf")
+            c.model.gelu = kernels::GeluKind::Exact;
+          else if (l == "tanh")
+            c.model.gelu = kernels::GeluKind::Tanh;
+          else
+            throw ConfigError("config", fmt::format("{}: expected exact or tanh, got \"{}\"", k, v));
         },
-        [](const RunConfig& c) { return nlohmann::json(c.model.gelu == kernels::GeluKind::Exact ? "exact" : "tanh"); }}},
+        [](const RunConfig& c) {
+          return nlohmann::json(c.model.gelu == kernels::GeluKind::Exact ? "exact" : "tanh");
+        }}},
       INT_KEY("train.max_iters", max_iters, "last iteration"),
       INT_KEY("train.eval_interval", eval_interval, "iterations between evaluations"),
       INT_KEY("train.eval_iters", eval_iters, "batches per evaluation"),
@@ -149,7 +166,8 @@ void RunConfig::set(const std::string& key, const std::string& value) {
     // Suggest the closest known key by shared suffix (e.g. "n_layer" -> "model.n_layer").
     std::string hint;
     for (const auto& [k, _] : keys())
-      if (k.size() > key.size() && k.compare(k.size() - key.size(), key.size(), key) == 0 && k[k.size() - key.size() - 1] == '.')
+      if (k.size() > key.size() && k.compare(k.size() - key.size(), key.size(), key) == 0 &&
+          k[k.size() - key.size() - 1] == '.')
         hint = fmt::format(" (did you mean {}?)", k);
     throw ConfigError("config", fmt::format("unknown key \"{}\"{}; `parallm train --help-keys` lists them", key, hint));
   }
@@ -168,7 +186,9 @@ void RunConfig::apply_overrides(const std::vector<std::string>& kv) {
 namespace {
 void flatten(const YAML::Node& n, const std::string& prefix, RunConfig& c, const std::string& path) {
   if (n.IsMap()) {
-    for (const auto& kv : n) flatten(kv.second, prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>(), c, path);
+    for (const auto& kv : n)
+      flatten(kv.second, prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>(), c,
+              path);
   } else if (n.IsScalar()) {
     c.set(prefix, n.as<std::string>());
   } else if (n.IsNull()) {
@@ -188,7 +208,8 @@ void RunConfig::load_file(const std::string& path) {
   } catch (const YAML::Exception& e) {
     throw ConfigError("config", fmt::format("{}: {}", path, e.what()));
   }
-  if (!root.IsNull() && !root.IsMap()) throw ConfigError("config", fmt::format("{}: top level must be a mapping", path));
+  if (!root.IsNull() && !root.IsMap())
+    throw ConfigError("config", fmt::format("{}: top level must be a mapping", path));
   try {
     flatten(root, "", *this, path);
   } catch (const ConfigError& e) {
@@ -229,7 +250,8 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
 std::vector<std::pair<std::string, std::string>> RunConfig::describe() {
   std::vector<std::pair<std::string, std::string>> out;
   RunConfig d;
-  for (const auto& [k, key] : keys()) out.push_back({k, fmt::format("{} (default {}): {}", key.type, key.get(d).dump(), key.help)});
+  for (const auto& [k, key] : keys())
+    out.push_back({k, fmt::format("{} (default {}): {}", key.type, key.get(d).dump(), key.help)});
   return out;
 }
 

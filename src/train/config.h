@@ -27,8 +27,8 @@ struct RunConfig {
   std::string init_from = "scratch";  // scratch | resume
   bool always_save_checkpoint = false;
   bool eval_only = false;
-  double peak_flops = 0;  // FLOP/s for MFU; 0 = measure the GEMM peak once per machine
-  int64_t threads = 0;    // OpenMP threads; 0 = OMP_NUM_THREADS or all cores
+  double peak_flops = 0;        // FLOP/s for MFU; 0 = measure the GEMM peak once per machine
+  int64_t threads = 0;          // OpenMP threads; 0 = OMP_NUM_THREADS or all cores
   int64_t sample_tokens = 200;  // tokens sampled at each eval (0 = none)
   std::string sample_prompt = "\n";
   float temperature = 0.8f;

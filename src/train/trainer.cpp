@@ -27,8 +27,8 @@ namespace {
 
 int64_t dataset_vocab(const std::string& dir) {
   std::ifstream f(dir + "/meta.json");
-  PARALLM_CHECK(f.good(), IoError, "train", "no {}/meta.json: prepare the dataset first (parallm prepare shakespeare_char --out {})",
-                dir, dir);
+  PARALLM_CHECK(f.good(), IoError, "train",
+                "no {}/meta.json: prepare the dataset first (parallm prepare shakespeare_char --out {})", dir, dir);
   auto j = nlohmann::json::parse(f, nullptr, false);
   PARALLM_CHECK(!j.is_discarded() && j.contains("vocab_size"), IoError, "train", "{}/meta.json has no vocab_size", dir);
   return j["vocab_size"].get<int64_t>();
@@ -37,7 +37,8 @@ int64_t dataset_vocab(const std::string& dir) {
 std::string memory_line(const MemStats& s) {
   std::string line = "memory:";
   for (int c = 0; c < static_cast<int>(MemCategory::kCount); ++c)
-    if (s.peak[c] > 0) line += fmt::format(" {} {}", mem_category_name(static_cast<MemCategory>(c)), format_bytes(s.peak[c]));
+    if (s.peak[c] > 0)
+      line += fmt::format(" {} {}", mem_category_name(static_cast<MemCategory>(c)), format_bytes(s.peak[c]));
   return line + fmt::format(" | peak total {}", format_bytes(s.total_peak));
 }
 
@@ -92,7 +93,8 @@ RunSummary run_training(RunConfig cfg) {
   log::info("parallm train: {} | {} threads", cfg.model.summary(), num_threads());
   log::info("number of parameters: {:.2f}M", static_cast<double>(m.num_params_nanogpt()) / 1e6);
   log::info("tokens per iteration will be: {} (batch {} x block {} x gas {})", tokens_per_iter, B, T, cfg.gas);
-  log::info("MFU peak: {:.1f} GFLOP/s ({})", peak / 1e9, cfg.peak_flops > 0 ? "train.peak_flops" : "measured fp32 GEMM");
+  log::info("MFU peak: {:.1f} GFLOP/s ({})", peak / 1e9,
+            cfg.peak_flops > 0 ? "train.peak_flops" : "measured fp32 GEMM");
 
   std::vector<int32_t> x(B * T), y(B * T);
   RunSummary sum;
@@ -116,9 +118,17 @@ RunSummary run_training(RunConfig cfg) {
     }
     const double dt = t.seconds();
     progress.print(fmt::format("step {}: train loss {:.4f}, val loss {:.4f} ({:.1f}s)", it, losses[0], losses[1], dt));
-    metrics.write({{"kind", "eval"}, {"step", it}, {"loss", losses[0]}, {"lr", lr}, {"dt_ms", dt * 1e3},
-                   {"dtf_ms", dt * 1e3}, {"dtb_ms", 0.0}, {"tokens_per_s", 2.0 * cfg.eval_iters * B * T / dt},
-                   {"mfu", 0.0}, {"train_loss", losses[0]}, {"val_loss", losses[1]}});
+    metrics.write({{"kind", "eval"},
+                   {"step", it},
+                   {"loss", losses[0]},
+                   {"lr", lr},
+                   {"dt_ms", dt * 1e3},
+                   {"dtf_ms", dt * 1e3},
+                   {"dtb_ms", 0.0},
+                   {"tokens_per_s", 2.0 * cfg.eval_iters * B * T / dt},
+                   {"mfu", 0.0},
+                   {"train_loss", losses[0]},
+                   {"val_loss", losses[1]}});
     sum.last_val_loss = losses[1];
     if (losses[1] < st.best_val_loss || cfg.always_save_checkpoint) {
       st.best_val_loss = std::min<double>(st.best_val_loss, losses[1]);
@@ -131,7 +141,8 @@ RunSummary run_training(RunConfig cfg) {
     if (vocab && cfg.sample_tokens > 0) {
       auto prompt = vocab->encode(cfg.sample_prompt.empty() ? "\n" : cfg.sample_prompt);
       const auto n_prompt = static_cast<std::ptrdiff_t>(prompt.size());
-      auto out = generate(m, prompt, {cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed + static_cast<uint64_t>(it)});
+      auto out =
+          generate(m, prompt, {cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed + static_cast<uint64_t>(it)});
       progress.print("sample:\n" + vocab->decode(std::vector<int32_t>(out.begin() + n_prompt, out.end())) + "\n---");
     }
   };
@@ -176,13 +187,21 @@ RunSummary run_training(RunConfig cfg) {
       tok_s_acc += tok_s;
       ++tok_s_n;
     }
-    metrics.write({{"kind", "train"}, {"step", it}, {"loss", loss}, {"lr", lr}, {"dt_ms", dt * 1e3},
-                   {"dtf_ms", dtf * 1e3}, {"dtb_ms", dtb * 1e3}, {"tokens_per_s", tok_s}, {"mfu", mfu},
+    metrics.write({{"kind", "train"},
+                   {"step", it},
+                   {"loss", loss},
+                   {"lr", lr},
+                   {"dt_ms", dt * 1e3},
+                   {"dtf_ms", dtf * 1e3},
+                   {"dtb_ms", dtb * 1e3},
+                   {"tokens_per_s", tok_s},
+                   {"mfu", mfu},
                    {"grad_norm", norm}});
     if (it % cfg.log_interval == 0)
-      progress.print(fmt::format("iter {}: loss {:.4f}, lr {:.2e}, dt {:.1f}ms, dtf {:.1f}ms, dtb {:.1f}ms, "
-                                 "tok/s {:.0f}, mfu {:.2f}%",
-                                 it, loss, lr, dt * 1e3, dtf * 1e3, dtb * 1e3, tok_s, mfu * 100));
+      progress.print(
+          fmt::format("iter {}: loss {:.4f}, lr {:.2e}, dt {:.1f}ms, dtf {:.1f}ms, dtb {:.1f}ms, "
+                      "tok/s {:.0f}, mfu {:.2f}%",
+                      it, loss, lr, dt * 1e3, dtf * 1e3, dtb * 1e3, tok_s, mfu * 100));
     progress.update(it, fmt::format("loss {:.4f} tok/s {:.0f}", loss, tok_s));
     if (!memory_reported) {
       memory_reported = true;

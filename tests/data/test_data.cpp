@@ -22,7 +22,9 @@ fs::path tmpdir(const std::string& name) {
   fs::create_directories(p);
   return p;
 }
-void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+void write(const fs::path& p, const std::string& s) {
+  std::ofstream(p, std::ios::binary) << s;
+}
 std::vector<uint16_t> read_u16(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -35,7 +37,11 @@ std::vector<uint16_t> read_u16(const fs::path& p) {
 TEST(Prepare, CodePointVocabularyAndNinetyTenSplit) {
   auto d = tmpdir("prep");
   // 10 code points, 3 of them multi-byte: the split counts code points, not bytes.
-  write(d / "in.txt", "ba\xC3\xA9" "c\xE2\x82\xAC" "ab\xF0\x9F\x98\x80" "ca");
+  write(d / "in.txt",
+        "ba\xC3\xA9"
+        "c\xE2\x82\xAC"
+        "ab\xF0\x9F\x98\x80"
+        "ca");
   auto r = data::prepare_char_dataset((d / "in.txt").string(), (d / "out").string());
   EXPECT_EQ(r.chars, 10);
   EXPECT_EQ(r.vocab_size, 6);  // a b c é € 😀 sorted by code point
@@ -46,14 +52,18 @@ TEST(Prepare, CodePointVocabularyAndNinetyTenSplit) {
   EXPECT_EQ(train, want);
   EXPECT_EQ(read_u16(d / "out" / "val.bin"), std::vector<uint16_t>{0});
   auto vocab = data::CharVocab::load((d / "out").string());
-  EXPECT_EQ(vocab.decode(vocab.encode("c\xE2\x82\xAC" "a")), "c\xE2\x82\xAC" "a");
+  EXPECT_EQ(vocab.decode(vocab.encode("c\xE2\x82\xAC"
+                                      "a")),
+            "c\xE2\x82\xAC"
+            "a");
   EXPECT_THROW(vocab.encode("z"), ConfigError);
   fs::remove_all(d);
 }
 
 TEST(Prepare, RejectsInvalidUtf8WithOffset) {
   auto d = tmpdir("utf8");
-  write(d / "bad.txt", std::string("abc\xFF" "def"));
+  write(d / "bad.txt", std::string("abc\xFF"
+                                   "def"));
   try {
     data::prepare_char_dataset((d / "bad.txt").string(), (d / "out").string());
     FAIL() << "expected an error";

@@ -64,7 +64,8 @@ TEST(GradCheck, LayerNorm) {
     return dotv(out, R);
   };
   loss();
-  ref::layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+  ref::layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(), rstd.data(), N,
+                          C);
   fd_check(x, dx, loss, "dx", 1e-3f);
   fd_check(w, dw, loss, "dw");
   fd_check(b, db, loss, "db");
@@ -107,12 +108,14 @@ TEST(GradCheck, Classifier) {
   std::vector<int32_t> tgt{0, 3, 10, 7, 7, 1};
   std::vector<float> losses(N), dx(N * C), dw(V * C, 0.0f), ws(ref::classifier_workspace_floats(N, V, 1));
   auto loss = [&] {
-    ref::classifier_forward_backward(losses.data(), nullptr, nullptr, x.data(), w.data(), tgt.data(), N, C, V, 1.0f, ws.data());
+    ref::classifier_forward_backward(losses.data(), nullptr, nullptr, x.data(), w.data(), tgt.data(), N, C, V, 1.0f,
+                                     ws.data());
     double s = 0;
     for (float l : losses) s += l;
     return s / N;
   };
-  ref::classifier_forward_backward(losses.data(), dx.data(), dw.data(), x.data(), w.data(), tgt.data(), N, C, V, 1.0f / N, ws.data());
+  ref::classifier_forward_backward(losses.data(), dx.data(), dw.data(), x.data(), w.data(), tgt.data(), N, C, V,
+                                   1.0f / N, ws.data());
   fd_check(x, dx, loss, "dx", 1e-3f);
   fd_check(w, dw, loss, "dwte", 1e-3f);
 }

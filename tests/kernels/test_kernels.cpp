@@ -26,8 +26,10 @@ TEST(Matmul, MatchesReferenceOnOddShapes) {
       expect_close(o2, o1, 1e-4, 1e-2, "matmul fwd");
       auto dw1 = randv(OUT * IN, 5), dw2 = dw1, db1 = randv(OUT, 6), db2 = db1;
       std::vector<float> dx1(N * IN), dx2(N * IN);
-      ref::matmul_backward(dx1.data(), dw1.data(), with_bias ? db1.data() : nullptr, dy.data(), x.data(), w.data(), N, IN, OUT);
-      cpu::matmul_backward(dx2.data(), dw2.data(), with_bias ? db2.data() : nullptr, dy.data(), x.data(), w.data(), N, IN, OUT);
+      ref::matmul_backward(dx1.data(), dw1.data(), with_bias ? db1.data() : nullptr, dy.data(), x.data(), w.data(), N,
+                           IN, OUT);
+      cpu::matmul_backward(dx2.data(), dw2.data(), with_bias ? db2.data() : nullptr, dy.data(), x.data(), w.data(), N,
+                           IN, OUT);
       expect_close(dx2, dx1, 1e-4, 1e-2, "matmul dinp");
       expect_close(dw2, dw1, 1e-4, 1e-2, "matmul dweight (accumulated)");
       expect_close(db2, db1, 1e-4, 1e-2, "matmul dbias (accumulated)");
@@ -45,8 +47,10 @@ TEST(LayerNorm, MatchesReference) {
       cpu::layernorm_forward(o2.data(), m2.data(), r2.data(), x.data(), w.data(), bp, N, C);
       expect_close(o2, o1, 1e-4, 1e-3, "ln fwd");
       auto dx1 = randv(N * C, 14), dx2 = dx1, dw1 = randv(C, 15), dw2 = dw1, db1 = randv(C, 16), db2 = db1;
-      ref::layernorm_backward(dx1.data(), dw1.data(), with_bias ? db1.data() : nullptr, dy.data(), x.data(), w.data(), m1.data(), r1.data(), N, C);
-      cpu::layernorm_backward(dx2.data(), dw2.data(), with_bias ? db2.data() : nullptr, dy.data(), x.data(), w.data(), m2.data(), r2.data(), N, C);
+      ref::layernorm_backward(dx1.data(), dw1.data(), with_bias ? db1.data() : nullptr, dy.data(), x.data(), w.data(),
+                              m1.data(), r1.data(), N, C);
+      cpu::layernorm_backward(dx2.data(), dw2.data(), with_bias ? db2.data() : nullptr, dy.data(), x.data(), w.data(),
+                              m2.data(), r2.data(), N, C);
       expect_close(dx2, dx1, 2e-4, 1e-2, "ln dinp");
       expect_close(dw2, dw1, 2e-4, 1e-2, "ln dweight");
       expect_close(db2, db1, 2e-4, 1e-2, "ln dbias");
@@ -78,7 +82,8 @@ TEST(Attention, MatchesReferenceWithAndWithoutDropout) {
       AttnDropout d{p, 77, 5};
       auto qkv = randv(B * T * 3 * C, 30), dy = randv(B * T * C, 31);
       std::vector<float> o1(B * T * C), o2(B * T * C), l1(B * NH * T), l2(B * NH * T);
-      std::vector<float> w1(ref::attention_workspace_floats(B, T, C, NH, nt)), w2(cpu::attention_workspace_floats(B, T, C, NH, nt));
+      std::vector<float> w1(ref::attention_workspace_floats(B, T, C, NH, nt)),
+          w2(cpu::attention_workspace_floats(B, T, C, NH, nt));
       ref::attention_forward(o1.data(), l1.data(), qkv.data(), B, T, C, NH, d, w1.data());
       cpu::attention_forward(o2.data(), l2.data(), qkv.data(), B, T, C, NH, d, w2.data());
       expect_close(o2, o1, 1e-4, 1e-2, "attn out");
@@ -100,12 +105,15 @@ TEST(Classifier, FusedMatchesReferenceAndForwardOnly) {
     std::vector<float> l1(N), l2(N), l3(N), dx1(N * C), dx2(N * C);
     auto dw1 = randv(V * C, 42), dw2 = dw1;
     std::vector<float> w1(ref::classifier_workspace_floats(N, V, nt)), w2(cpu::classifier_workspace_floats(N, V, nt));
-    ref::classifier_forward_backward(l1.data(), dx1.data(), dw1.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.25f, w1.data());
-    cpu::classifier_forward_backward(l2.data(), dx2.data(), dw2.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.25f, w2.data());
+    ref::classifier_forward_backward(l1.data(), dx1.data(), dw1.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.25f,
+                                     w1.data());
+    cpu::classifier_forward_backward(l2.data(), dx2.data(), dw2.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.25f,
+                                     w2.data());
     expect_close(l2, l1, 1e-5, 1e-2, "loss");
     expect_close(dx2, dx1, 1e-4, 1e-2, "dx");
     expect_close(dw2, dw1, 1e-4, 1e-2, "dwte");
-    cpu::classifier_forward_backward(l3.data(), nullptr, nullptr, x.data(), w.data(), tgt.data(), N, C, V, 1.0f, w2.data());
+    cpu::classifier_forward_backward(l3.data(), nullptr, nullptr, x.data(), w.data(), tgt.data(), N, C, V, 1.0f,
+                                     w2.data());
     expect_close(l3, l1, 1e-5, 1e-2, "loss (forward only)");
   }
 }

@@ -1,9 +1,10 @@
 // Optimized AdamW: one fused vectorized pass over param, grad, m, v.
 // Bias corrections are computed once per call in double, as torch does.
+#include "kernels/adamw.h"
+
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/adamw.h"
 #include "core/profiler.h"
 #include "kernels/cpu/simd.h"
 

@@ -7,6 +7,8 @@
 // the causal structure is exploited per block (keys up to the block's last
 // row). Each task writes only its own (b, h) slices, so the result does not
 // depend on the thread count.
+#include "kernels/attention.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -14,7 +16,6 @@
 
 #include "core/profiler.h"
 #include "core/rng.h"
-#include "kernels/attention.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/small_gemm.h"
 #include "kernels/elementwise.h"
@@ -26,7 +27,9 @@ namespace {
 constexpr int64_t kBr = 64;  // query rows per block
 
 // Per-thread scratch: K^T, V^T (HS x T) and four kBr x T tiles.
-int64_t per_thread_floats(int64_t T, int64_t HS) { return 2 * HS * T + 4 * kBr * T + 64; }
+int64_t per_thread_floats(int64_t T, int64_t HS) {
+  return 2 * HS * T + 4 * kBr * T + 64;
+}
 
 // Multiplies a row of probabilities by the dropout mask of (bh, i, .), scaled by 1/(1-p).
 void dropout_row(float* row, const float* src, int64_t len, int64_t bh, int64_t i, int64_t T, const AttnDropout& d) {
@@ -69,8 +72,8 @@ PARALLM_CLONES float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-void fwd_head(float* out, float* lse, const float* q, const float* k, const float* v, int64_t T, int64_t HS,
-              int64_t C, int64_t C3, int64_t bh, const AttnDropout& drop, float* ws) {
+void fwd_head(float* out, float* lse, const float* q, const float* k, const float* v, int64_t T, int64_t HS, int64_t C,
+              int64_t C3, int64_t bh, const AttnDropout& drop, float* ws) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   float* Kt = ws;
   float* S = Kt + HS * T;
@@ -112,7 +115,7 @@ void bwd_head(float* dq, float* dk, float* dv, const float* dout, const float* q
     small_gemm(rows, n, HS, scale, qb, C3, Kt, T, P, T, false);
     for (int64_t r = 0; r < rows; ++r) probs_row(P + r * T, i0 + r + 1, n, lse[i0 + r]);
     small_gemm(rows, n, HS, 1.0f, dyb, C, Vt, T, dP, T, false);  // dP' = dO V^T
-    const float* Pu = P;  // probabilities as forward used them (after dropout)
+    const float* Pu = P;                                         // probabilities as forward used them (after dropout)
     if (drop.p > 0) {
       for (int64_t r = 0; r < rows; ++r) {
         // mask / (1 - p) per entry, from the same counter-based draws as forward
@@ -160,8 +163,8 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
   }
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                        int64_t B, int64_t T, int64_t C, int64_t NH, AttnDropout drop, float* ws) {
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B,
+                        int64_t T, int64_t C, int64_t NH, AttnDropout drop, float* ws) {
   PARALLM_PROFILE("attention_backward");
   const int64_t HS = C / NH, C3 = 3 * C;
 #pragma omp parallel

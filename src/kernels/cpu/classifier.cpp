@@ -3,10 +3,11 @@
 // d(logits) in place (in parallel), and two GEMMs fold the chunk into dx and
 // dwte. The chunk is sized so its logits fit the workspace (at most 16M floats),
 // so a 50k vocabulary never needs the full [N, V] logits.
+#include "kernels/classifier.h"
+
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/classifier.h"
 #include "core/profiler.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/matmul.h"
@@ -37,7 +38,9 @@ PARALLM_CLONES float xent_row(float* l, int64_t V, int32_t target, bool grad, fl
 }
 }  // namespace
 
-int64_t classifier_workspace_floats(int64_t N, int64_t V, int) { return chunk_rows(N, V) * V; }
+int64_t classifier_workspace_floats(int64_t N, int64_t V, int) {
+  return chunk_rows(N, V) * V;
+}
 
 void classifier_logits(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
   PARALLM_PROFILE("classifier_logits");

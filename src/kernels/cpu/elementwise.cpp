@@ -1,12 +1,13 @@
 // Optimized residual and dropout: fixed-size chunks in parallel. Dropout
 // chunks start at multiples of 4 so each Philox block (4 draws) is generated
 // once.
+#include "kernels/elementwise.h"
+
 #include <algorithm>
 
-#include "core/rng.h"
 #include "core/profiler.h"
+#include "core/rng.h"
 #include "kernels/cpu/simd.h"
-#include "kernels/elementwise.h"
 
 namespace parallm::kernels::cpu {
 
@@ -30,7 +31,9 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; i += kChunk) add_chunk(out + i, a + i, b + i, std::min(kChunk, n - i));
 }
 
-void add_inplace(float* acc, const float* x, int64_t n) { residual_forward(acc, acc, x, n); }
+void add_inplace(float* acc, const float* x, int64_t n) {
+  residual_forward(acc, acc, x, n);
+}
 
 void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream) {
   PARALLM_PROFILE("dropout_forward");

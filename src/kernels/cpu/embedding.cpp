@@ -1,11 +1,12 @@
 // Optimized embedding: forward by rows in parallel; backward by blocks of
 // columns (dwte) and by positions (dwpe), each summed in row order, so there
 // are no atomics and the result is the same for any thread count.
+#include "kernels/embedding.h"
+
 #include <algorithm>
 
 #include "core/profiler.h"
 #include "kernels/cpu/simd.h"
-#include "kernels/embedding.h"
 
 namespace parallm::kernels::cpu {
 
@@ -22,7 +23,8 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
                        int64_t C) {
   PARALLM_PROFILE("embedding_forward");
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < B * T; ++r) add2(out + r * C, wte + static_cast<int64_t>(tokens[r]) * C, wpe + (r % T) * C, C);
+  for (int64_t r = 0; r < B * T; ++r)
+    add2(out + r * C, wte + static_cast<int64_t>(tokens[r]) * C, wpe + (r % T) * C, C);
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,

@@ -1,10 +1,11 @@
 // Optimized GELU: chunks in parallel, vectorizable polynomial erf/tanh.
+#include "kernels/gelu.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "core/profiler.h"
 #include "kernels/cpu/simd.h"
-#include "kernels/gelu.h"
 
 namespace parallm::kernels::cpu {
 
@@ -38,8 +39,8 @@ PARALLM_CLONES void gelu_bwd_chunk(float* dinp, const float* x, const float* dy,
       float u = kSqrt2OverPi * (x[i] + 0.044715f * x3);
       float e = simd::fast_expf(2.0f * simd::clampf(u, -15.0f, 15.0f));
       float inv = 1.0f / (e + 1.0f);
-      float half_1p_th = e * inv;            // 0.5 * (1 + tanh u)
-      float sech2 = 4.0f * e * inv * inv;    // 1 - tanh^2 u
+      float half_1p_th = e * inv;          // 0.5 * (1 + tanh u)
+      float sech2 = 4.0f * e * inv * inv;  // 1 - tanh^2 u
       float g = half_1p_th + 0.5f * x[i] * sech2 * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x[i] * x[i]);
       dinp[i] = g * dy[i];
     }
@@ -49,7 +50,8 @@ PARALLM_CLONES void gelu_bwd_chunk(float* dinp, const float* x, const float* dy,
 void gelu_forward(float* out, const float* inp, int64_t n, GeluKind kind) {
   PARALLM_PROFILE("gelu_forward");
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += kChunk) gelu_fwd_chunk(out + i, inp + i, std::min(kChunk, n - i), kind == GeluKind::Exact);
+  for (int64_t i = 0; i < n; i += kChunk)
+    gelu_fwd_chunk(out + i, inp + i, std::min(kChunk, n - i), kind == GeluKind::Exact);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, GeluKind kind) {

@@ -2,18 +2,19 @@
 // Backward computes dinp per row in parallel, and dweight/dbias per block of
 // columns over all rows in order (deterministic for any thread count, no
 // atomics or per-thread partial buffers).
+#include "kernels/layernorm.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "core/profiler.h"
 #include "kernels/cpu/simd.h"
-#include "kernels/layernorm.h"
 
 namespace parallm::kernels::cpu {
 
 namespace {
-PARALLM_CLONES void ln_row_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
-                                   const float* b, int64_t C) {
+PARALLM_CLONES void ln_row_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                                   int64_t C) {
   float s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t c = 0; c < C; ++c) s += x[c];
@@ -72,8 +73,8 @@ PARALLM_CLONES void ln_params_block(float* dw, float* db, const float* dout, con
 }
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int64_t C) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int64_t N, int64_t C) {
   PARALLM_PROFILE("layernorm_forward");
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) ln_row_forward(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C);
@@ -85,7 +86,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 #pragma omp parallel
   {
 #pragma omp for schedule(static) nowait
-    for (int64_t n = 0; n < N; ++n) ln_row_backward(dinp + n * C, dout + n * C, inp + n * C, weight, mean[n], rstd[n], C);
+    for (int64_t n = 0; n < N; ++n)
+      ln_row_backward(dinp + n * C, dout + n * C, inp + n * C, weight, mean[n], rstd[n], C);
 #pragma omp for schedule(static)
     for (int64_t c0 = 0; c0 < C; c0 += 64)
       ln_params_block(dweight, dbias, dout, inp, mean, rstd, N, C, c0, std::min(C, c0 + 64));

@@ -2,6 +2,8 @@
 // the CPU's ISA (AVX-512 here) independently of any OpenBLAS environment, and
 // runs on the same OpenMP pool as our kernels. Inside an OpenMP parallel
 // region it runs single-threaded, which attention relies on.
+#include "kernels/matmul.h"
+
 #include <dnnl.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include "core/error.h"
 #include "core/profiler.h"
 #include "kernels/cpu/simd.h"
-#include "kernels/matmul.h"
 
 namespace parallm::kernels {
 
@@ -22,8 +23,8 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
     return;
   }
   dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  PARALLM_CHECK(st == dnnl_success, InternalError, "kernels.sgemm", "oneDNN sgemm failed (status {}) for M={} N={} K={}",
-                static_cast<int>(st), M, N, K);
+  PARALLM_CHECK(st == dnnl_success, InternalError, "kernels.sgemm",
+                "oneDNN sgemm failed (status {}) for M={} N={} K={}", static_cast<int>(st), M, N, K);
 }
 
 namespace cpu {

@@ -57,8 +57,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   }
 }
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int64_t C) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int64_t N, int64_t C) {
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
     double m = 0, v = 0;
@@ -104,7 +104,8 @@ static double gelu_ref(double x, GeluKind k) {
   return 0.5 * x * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x)));
 }
 static double gelu_grad_ref(double x, GeluKind k) {
-  if (k == GeluKind::Exact) return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+  if (k == GeluKind::Exact)
+    return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
   const double s = std::sqrt(2.0 / M_PI);
   double u = s * (x + 0.044715 * x * x * x), th = std::tanh(u);
   return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * x * x);
@@ -118,7 +119,9 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, 
 }
 
 // Materializes the full probability matrix per (b, h): fine for an oracle.
-int64_t attention_workspace_floats(int64_t, int64_t T, int64_t, int64_t, int) { return 3 * T * T; }
+int64_t attention_workspace_floats(int64_t, int64_t T, int64_t, int64_t, int) {
+  return 3 * T * T;
+}
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                        AttnDropout drop, float* ws) {
@@ -154,8 +157,8 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
   (void)ws;
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                        int64_t B, int64_t T, int64_t C, int64_t NH, AttnDropout drop, float* ws) {
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B,
+                        int64_t T, int64_t C, int64_t NH, AttnDropout drop, float* ws) {
   const int64_t HS = C / NH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
   std::fill(dqkv, dqkv + B * T * 3 * C, 0.0f);
@@ -179,10 +182,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
           p[j] = std::exp(d * scale - lse[(b * NH + h) * T + i]);
           double mask = 1.0;
           if (drop.p > 0)
-            mask = dropout_keep(drop.p, drop.seed, drop.stream, ((b * NH + h) * T + i) * T + j) ? 1.0 / (1.0 - drop.p) : 0.0;
+            mask = dropout_keep(drop.p, drop.seed, drop.stream, ((b * NH + h) * T + i) * T + j) ? 1.0 / (1.0 - drop.p)
+                                                                                                : 0.0;
           dp[j] = g * mask;
           D += p[j] * dp[j];
-          for (int64_t e = 0; e < HS; ++e) dqkv[(b * T + j) * 3 * C + 2 * C + h * HS + e] += static_cast<float>(p[j] * mask * dy[e]);
+          for (int64_t e = 0; e < HS; ++e)
+            dqkv[(b * T + j) * 3 * C + 2 * C + h * HS + e] += static_cast<float>(p[j] * mask * dy[e]);
         }
         for (int64_t j = 0; j <= i; ++j) {
           double ds = p[j] * (dp[j] - D) * scale;
@@ -195,7 +200,9 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
       }
 }
 
-int64_t classifier_workspace_floats(int64_t N, int64_t V, int) { return N * V; }
+int64_t classifier_workspace_floats(int64_t N, int64_t V, int) {
+  return N * V;
+}
 
 void classifier_logits(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
   matmul_forward(logits, x, wte, nullptr, N, C, V);
@@ -220,8 +227,7 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
                        int64_t C) {
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = 0; c < C; ++c)
-        out[(b * T + t) * C + c] = wte[tokens[b * T + t] * C + c] + wpe[t * C + c];
+      for (int64_t c = 0; c < C; ++c) out[(b * T + t) * C + c] = wte[tokens[b * T + t] * C + c] + wpe[t * C + c];
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,

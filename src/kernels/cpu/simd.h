@@ -55,7 +55,8 @@ __attribute__((always_inline)) inline float fast_erfc_abs(float x) {
            t * (0.37409196f +
                 t * (0.09678418f +
                      t * (-0.18628806f +
-                          t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
+                          t * (0.27886807f +
+                               t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
   return t * fast_expf(-z * z + poly);
 }
 
@@ -65,6 +66,5 @@ __attribute__((always_inline)) inline float fast_norm_cdf(float x) {
   float h = 0.5f * fast_erfc_abs(x * 0.70710678118654752f);
   return x >= 0.0f ? 1.0f - h : h;
 }
-
 
 }  // namespace parallm::kernels::simd

@@ -18,7 +18,9 @@ __attribute__((always_inline)) inline v16 load(const float* p) {
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-__attribute__((always_inline)) inline void store(float* p, v16 v) { std::memcpy(p, &v, sizeof(v)); }
+__attribute__((always_inline)) inline void store(float* p, v16 v) {
+  std::memcpy(p, &v, sizeof(v));
+}
 
 // Full 4 x 32 tile.
 __attribute__((always_inline)) inline void tile_full(int64_t K, float alpha, const float* A, int64_t lda,
@@ -86,8 +88,8 @@ PARALLM_CLONES void transpose_impl(float* dst, int64_t ld_dst, const float* src,
 
 }  // namespace
 
-void small_gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
-                int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+void small_gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                float* C, int64_t ldc, bool accumulate) {
   small_gemm_impl(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
 }
 

@@ -8,8 +8,8 @@
 
 namespace parallm::kernels::cpu {
 
-void small_gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
-                int64_t ldb, float* C, int64_t ldc, bool accumulate);
+void small_gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                float* C, int64_t ldc, bool accumulate);
 
 // dst[c * ld_dst + r] = src[r * ld_src + c] for r < rows, c < cols.
 void transpose(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols);
