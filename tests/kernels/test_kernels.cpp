@@ -173,3 +173,28 @@ TEST(AdamW, MatchesReferenceAndSumSquaresIsThreadIndependent) {
   EXPECT_EQ(s1, s2);
   EXPECT_NEAR(s1, ref::sum_squares(g.data(), n), 1e-4 * s1);
 }
+
+#include "kernels/cpu/small_gemm.h"
+
+TEST(SmallGemm, PlainAndTransposedAMatchReferenceOnOddShapes) {
+  for (auto [M, N, K] : {std::tuple{1, 1, 1}, {3, 5, 7}, {4, 32, 16}, {9, 70, 33}, {64, 64, 64}}) {
+    for (bool acc : {false, true}) {
+      const int64_t lda = K + 3, ldb = N + 2, ldc = N + 1;  // strides wider than the matrices
+      auto A = randv(M * lda, 80), At = randv(K * (M + 2), 81), B = randv(K * ldb, 82), C0 = randv(M * ldc, 83);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; ++k) At[k * (M + 2) + i] = A[i * lda + k];
+      std::vector<float> want = C0;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double s = 0;
+          for (int64_t k = 0; k < K; ++k) s += double(A[i * lda + k]) * B[k * ldb + j];
+          want[i * ldc + j] = static_cast<float>((acc ? C0[i * ldc + j] : 0.0) + 0.5 * s);
+        }
+      auto got = C0, got_t = C0;
+      cpu::small_gemm(M, N, K, 0.5f, A.data(), lda, B.data(), ldb, got.data(), ldc, acc);
+      cpu::small_gemm_tn(M, N, K, 0.5f, At.data(), M + 2, B.data(), ldb, got_t.data(), ldc, acc);
+      expect_close(got, want, 1e-4, 1e-3, "small_gemm");
+      expect_close(got_t, want, 1e-4, 1e-3, "small_gemm_tn");
+    }
+  }
+}

@@ -101,7 +101,6 @@ void bwd_head(float* dq, float* dk, float* dv, const float* dout, const float* q
   float* P = Vt + HS * T;
   float* dP = P + kBr * T;
   float* Pd = dP + kBr * T;
-  float* Tr = Pd + kBr * T;  // a transposed tile, n x kBr
   transpose(Kt, T, k, C3, T, HS);
   transpose(Vt, T, v, C3, T, HS);
   for (int64_t j = 0; j < T; ++j) {
@@ -134,10 +133,8 @@ void bwd_head(float* dq, float* dk, float* dv, const float* dout, const float* q
     }
     // dQ = dS K ; dK += dS^T Q ; dV += P'^T dO
     small_gemm(rows, HS, n, 1.0f, dP, T, k, C3, dq + i0 * C3, C3, false);
-    transpose(Tr, kBr, dP, T, rows, n);
-    small_gemm(n, HS, rows, 1.0f, Tr, kBr, qb, C3, dk, C3, true);
-    transpose(Tr, kBr, Pu, T, rows, n);
-    small_gemm(n, HS, rows, 1.0f, Tr, kBr, dyb, C, dv, C3, true);
+    small_gemm_tn(n, HS, rows, 1.0f, dP, T, qb, C3, dk, C3, true);
+    small_gemm_tn(n, HS, rows, 1.0f, Pu, T, dyb, C, dv, C3, true);
   }
 }
 

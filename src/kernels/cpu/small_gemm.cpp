@@ -10,7 +10,7 @@ namespace {
 
 typedef float v16 __attribute__((vector_size(64), aligned(4)));  // 16 floats, unaligned access allowed
 
-constexpr int kMR = 4;   // rows of C per tile
+constexpr int kMR = 8;   // rows of C per tile
 constexpr int kNR = 32;  // columns of C per tile (two 16-float vectors)
 
 __attribute__((always_inline)) inline v16 load(const float* p) {
@@ -22,55 +22,55 @@ __attribute__((always_inline)) inline void store(float* p, v16 v) {
   std::memcpy(p, &v, sizeof(v));
 }
 
-// Full 4 x 32 tile.
-__attribute__((always_inline)) inline void tile_full(int64_t K, float alpha, const float* A, int64_t lda,
+// A's element (row i, depth k) is A[i * sa + k * sk]: (lda, 1) plain, (1, lda) transposed.
+// MR x 32 tile: 2*MR accumulators in vector registers, B rows streamed once.
+template <int MR>
+__attribute__((always_inline)) inline void tile_full(int64_t K, float alpha, const float* A, int64_t sa, int64_t sk,
                                                      const float* B, int64_t ldb, float* C, int64_t ldc, bool acc) {
-  v16 c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {}, c30 = {}, c31 = {};
+  v16 c[MR][2] = {};
   for (int64_t k = 0; k < K; ++k) {
     const v16 b0 = load(B + k * ldb), b1 = load(B + k * ldb + 16);
-    const float a0 = A[k], a1 = A[lda + k], a2 = A[2 * lda + k], a3 = A[3 * lda + k];
-    c00 += a0 * b0;
-    c01 += a0 * b1;
-    c10 += a1 * b0;
-    c11 += a1 * b1;
-    c20 += a2 * b0;
-    c21 += a2 * b1;
-    c30 += a3 * b0;
-    c31 += a3 * b1;
+    const float* ak = A + k * sk;
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const float a = ak[r * sa];
+      c[r][0] += a * b0;
+      c[r][1] += a * b1;
+    }
   }
-  v16* rows[4][2] = {{&c00, &c01}, {&c10, &c11}, {&c20, &c21}, {&c30, &c31}};
-  for (int r = 0; r < kMR; ++r)
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
     for (int h = 0; h < 2; ++h) {
       float* dst = C + r * ldc + 16 * h;
-      v16 v = alpha * *rows[r][h];
+      v16 v = alpha * c[r][h];
       store(dst, acc ? load(dst) + v : v);
     }
 }
 
-// Any tile up to 4 x 32 (edges): plain loops.
+// Any tile up to kMR x 32 (edges): plain loops.
 __attribute__((always_inline)) inline void tile_edge(int64_t mr, int64_t nr, int64_t K, float alpha, const float* A,
-                                                     int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                                                     bool acc) {
+                                                     int64_t sa, int64_t sk, const float* B, int64_t ldb, float* C,
+                                                     int64_t ldc, bool acc) {
   float c[kMR][kNR] = {};
   for (int64_t k = 0; k < K; ++k)
     for (int64_t r = 0; r < mr; ++r) {
-      const float a = A[r * lda + k];
+      const float a = A[r * sa + k * sk];
       for (int64_t j = 0; j < nr; ++j) c[r][j] += a * B[k * ldb + j];
     }
   for (int64_t r = 0; r < mr; ++r)
     for (int64_t j = 0; j < nr; ++j) C[r * ldc + j] = (acc ? C[r * ldc + j] : 0.0f) + alpha * c[r][j];
 }
 
-PARALLM_CLONES void small_gemm_impl(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                                    const float* B, int64_t ldb, float* C, int64_t ldc, bool acc) {
+PARALLM_CLONES void small_gemm_impl(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t sa,
+                                    int64_t sk, const float* B, int64_t ldb, float* C, int64_t ldc, bool acc) {
   for (int64_t j0 = 0; j0 < N; j0 += kNR) {
     const int64_t nr = N - j0 < kNR ? N - j0 : kNR;
     for (int64_t i0 = 0; i0 < M; i0 += kMR) {
       const int64_t mr = M - i0 < kMR ? M - i0 : kMR;
       if (mr == kMR && nr == kNR)
-        tile_full(K, alpha, A + i0 * lda, lda, B + j0, ldb, C + i0 * ldc + j0, ldc, acc);
+        tile_full<kMR>(K, alpha, A + i0 * sa, sa, sk, B + j0, ldb, C + i0 * ldc + j0, ldc, acc);
       else
-        tile_edge(mr, nr, K, alpha, A + i0 * lda, lda, B + j0, ldb, C + i0 * ldc + j0, ldc, acc);
+        tile_edge(mr, nr, K, alpha, A + i0 * sa, sa, sk, B + j0, ldb, C + i0 * ldc + j0, ldc, acc);
     }
   }
 }
@@ -90,7 +90,12 @@ PARALLM_CLONES void transpose_impl(float* dst, int64_t ld_dst, const float* src,
 
 void small_gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
                 float* C, int64_t ldc, bool accumulate) {
-  small_gemm_impl(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+  small_gemm_impl(M, N, K, alpha, A, lda, 1, B, ldb, C, ldc, accumulate);
+}
+
+void small_gemm_tn(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
+                   int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  small_gemm_impl(M, N, K, alpha, A, 1, lda, B, ldb, C, ldc, accumulate);
 }
 
 void transpose(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) {
