@@ -198,3 +198,37 @@ TEST(SmallGemm, PlainAndTransposedAMatchReferenceOnOddShapes) {
     }
   }
 }
+
+#include "kernels/cpu/gemm.h"
+
+TEST(Gemm, PackedGemmMatchesReferenceForEveryLayoutAndOddShapes) {
+  for (auto [M, N, K] : {std::tuple{1, 1, 1}, {7, 33, 5}, {9, 31, 300}, {130, 70, 257}, {40, 300, 600}}) {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 1.0f}) {
+          const int64_t lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
+          auto A = randv((ta ? K : M) * lda, 90), B = randv((tb ? N : K) * ldb, 91), C0 = randv(M * ldc, 92);
+          std::vector<float> want = C0, got = C0;
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              double s = 0;
+              for (int64_t k = 0; k < K; ++k)
+                s += double(ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+              want[i * ldc + j] = static_cast<float>(beta * C0[i * ldc + j] + 0.75 * s);
+            }
+          cpu::gemm(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
+          expect_close(got, want, 1e-4, 1e-2, "gemm");
+        }
+  }
+}
+
+TEST(Gemm, PackedGemmIsThreadCountIndependent) {
+  const int64_t M = 100, N = 70, K = 5000;
+  auto A = randv(K * M, 93), B = randv(K * N, 94);
+  std::vector<float> c1(M * N), c2(M * N);
+  omp_set_num_threads(1);
+  cpu::gemm(true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 0.0f, c1.data(), N);
+  omp_set_num_threads(2);
+  cpu::gemm(true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 0.0f, c2.data(), N);
+  EXPECT_EQ(c1, c2);
+}
