@@ -14,21 +14,14 @@ namespace parallm::kernels::cpu {
 
 namespace {
 
-typedef float v16 __attribute__((vector_size(64), aligned(4)));
+using simd::load16;
+using simd::store16;
+using simd::v16;
 
 constexpr int64_t kMR = 8, kNR = 32;
 constexpr int64_t kKC = 128;   // depth of a packed block
 constexpr int64_t kMC = 128;   // rows of A per packed block (L2)
 constexpr int64_t kNC = 2048;  // columns of B per packed panel
-
-__attribute__((always_inline)) inline v16 load(const float* p) {
-  v16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-__attribute__((always_inline)) inline void store(float* p, v16 v) {
-  std::memcpy(p, &v, sizeof(v));
-}
 
 // Packs op(A)[i0 : i0+mc, p0 : p0+kc] into strips of kMR rows: Ap[s][k][r], zero-padded.
 PARALLM_CLONES void pack_a(float* Ap, const float* A, int64_t lda, bool trans, int64_t i0, int64_t mc, int64_t p0,
@@ -117,7 +110,7 @@ __attribute__((target("avx512f"))) void tile_avx512(const float* ap, const float
 PARALLM_CLONES void tile_generic(const float* ap, const float* bp, int64_t kc, float* out) {
   v16 c[kMR][2] = {};
   for (int64_t k = 0; k < kc; ++k) {
-    const v16 b0 = load(bp + k * kNR), b1 = load(bp + k * kNR + 16);
+    const v16 b0 = load16(bp + k * kNR), b1 = load16(bp + k * kNR + 16);
 #pragma GCC unroll 8
     for (int r = 0; r < kMR; ++r) {
       const float a = ap[k * kMR + r];
@@ -127,8 +120,8 @@ PARALLM_CLONES void tile_generic(const float* ap, const float* bp, int64_t kc, f
   }
 #pragma GCC unroll 8
   for (int r = 0; r < kMR; ++r) {
-    store(out + r * kNR, c[r][0]);
-    store(out + r * kNR + 16, c[r][1]);
+    store16(out + r * kNR, c[r][0]);
+    store16(out + r * kNR + 16, c[r][1]);
   }
 }
 

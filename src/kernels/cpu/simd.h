@@ -21,6 +21,19 @@
 
 namespace parallm::kernels::simd {
 
+// 16 floats as one vector (a zmm register on AVX-512, split elsewhere);
+// aligned(4) allows unaligned loads and stores through load16/store16.
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+
+__attribute__((always_inline)) inline v16 load16(const float* p) {
+  v16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+__attribute__((always_inline)) inline void store16(float* p, v16 v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
 // Clamp with plain comparisons: they compile to vector min/max, whereas
 // std::fmin/fmax (NaN rules) become library calls that stop vectorization.
 __attribute__((always_inline)) inline float clampf(float x, float lo, float hi) {

@@ -8,19 +8,12 @@ namespace parallm::kernels::cpu {
 
 namespace {
 
-typedef float v16 __attribute__((vector_size(64), aligned(4)));  // 16 floats, unaligned access allowed
+using simd::load16;
+using simd::store16;
+using simd::v16;
 
 constexpr int kMR = 8;   // rows of C per tile
 constexpr int kNR = 32;  // columns of C per tile (two 16-float vectors)
-
-__attribute__((always_inline)) inline v16 load(const float* p) {
-  v16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-__attribute__((always_inline)) inline void store(float* p, v16 v) {
-  std::memcpy(p, &v, sizeof(v));
-}
 
 // A's element (row i, depth k) is A[i * sa + k * sk]: (lda, 1) plain, (1, lda) transposed.
 // MR x 32 tile: 2*MR accumulators in vector registers, B rows streamed once.
@@ -29,7 +22,7 @@ __attribute__((always_inline)) inline void tile_full(int64_t K, float alpha, con
                                                      const float* B, int64_t ldb, float* C, int64_t ldc, bool acc) {
   v16 c[MR][2] = {};
   for (int64_t k = 0; k < K; ++k) {
-    const v16 b0 = load(B + k * ldb), b1 = load(B + k * ldb + 16);
+    const v16 b0 = load16(B + k * ldb), b1 = load16(B + k * ldb + 16);
     const float* ak = A + k * sk;
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
@@ -43,7 +36,7 @@ __attribute__((always_inline)) inline void tile_full(int64_t K, float alpha, con
     for (int h = 0; h < 2; ++h) {
       float* dst = C + r * ldc + 16 * h;
       v16 v = alpha * c[r][h];
-      store(dst, acc ? load(dst) + v : v);
+      store16(dst, acc ? load16(dst) + v : v);
     }
 }
 
