@@ -24,7 +24,7 @@ namespace parallm::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kBr = 64;  // query rows per block
+constexpr int64_t kBr = 32;  // query rows per block (smaller blocks waste less on the causal diagonal)
 
 // Per-thread scratch: K^T, V^T (HS x T) and four kBr x T tiles.
 int64_t per_thread_floats(int64_t T, int64_t HS) {
@@ -103,10 +103,6 @@ void bwd_head(float* dq, float* dk, float* dv, const float* dout, const float* q
   float* Pd = dP + kBr * T;
   transpose(Kt, T, k, C3, T, HS);
   transpose(Vt, T, v, C3, T, HS);
-  for (int64_t j = 0; j < T; ++j) {
-    std::fill(dk + j * C3, dk + j * C3 + HS, 0.0f);
-    std::fill(dv + j * C3, dv + j * C3 + HS, 0.0f);
-  }
   for (int64_t i0 = 0; i0 < T; i0 += kBr) {
     const int64_t rows = std::min(kBr, T - i0), n = i0 + rows;
     const float* qb = q + i0 * C3;
@@ -133,8 +129,13 @@ void bwd_head(float* dq, float* dk, float* dv, const float* dout, const float* q
     }
     // dQ = dS K ; dK += dS^T Q ; dV += P'^T dO
     small_gemm(rows, HS, n, 1.0f, dP, T, k, C3, dq + i0 * C3, C3, false);
-    small_gemm_tn(n, HS, rows, 1.0f, dP, T, qb, C3, dk, C3, true);
-    small_gemm_tn(n, HS, rows, 1.0f, Pu, T, dyb, C, dv, C3, true);
+    // Keys [0, i0) already hold contributions of earlier blocks; keys [i0, n)
+    // are seen first by this block, so they are written, not accumulated
+    // (no zeroing pass over dK and dV).
+    small_gemm_tn(i0, HS, rows, 1.0f, dP, T, qb, C3, dk, C3, true);
+    small_gemm_tn(rows, HS, rows, 1.0f, dP + i0, T, qb, C3, dk + i0 * C3, C3, false);
+    small_gemm_tn(i0, HS, rows, 1.0f, Pu, T, dyb, C, dv, C3, true);
+    small_gemm_tn(rows, HS, rows, 1.0f, Pu + i0, T, dyb, C, dv + i0 * C3, C3, false);
   }
 }
 
