@@ -12,11 +12,12 @@ namespace parallm {
 class Error : public std::runtime_error {
  public:
   Error(const std::string& where, const std::string& what)
-      : std::runtime_error("[" + where + "] " + what), where_(where) {}
+      : std::runtime_error("[" + where + "] " + what), where_(where), message_(what) {}
   const std::string& where() const { return where_; }
+  const std::string& message() const { return message_; }  // without the [where] prefix
 
  private:
-  std::string where_;
+  std::string where_, message_;
 };
 
 // Bad user input: a config key, a CLI argument, a file that is not what it claims.

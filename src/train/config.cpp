@@ -213,7 +213,7 @@ void RunConfig::load_file(const std::string& path) {
   try {
     flatten(root, "", *this, path);
   } catch (const ConfigError& e) {
-    throw ConfigError("config", fmt::format("{}: {}", path, std::string(e.what()).substr(9)));
+    throw ConfigError("config", fmt::format("{}: {}", path, e.message()));
   }
 }
 
