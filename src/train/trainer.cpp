@@ -132,7 +132,7 @@ RunSummary run_training(RunConfig cfg) {
     sum.last_val_loss = losses[1];
     if (losses[1] < st.best_val_loss || cfg.always_save_checkpoint) {
       st.best_val_loss = std::min<double>(st.best_val_loss, losses[1]);
-      if (it > 0) {
+      if (it > 0 && !cfg.eval_only) {  // an eval-only run never rewrites the checkpoint
         st.iter = it;
         save_checkpoint(cfg.out_dir, m, opt, st, cfg.to_json());
         progress.print(fmt::format("saved checkpoint to {}/ckpt", cfg.out_dir));

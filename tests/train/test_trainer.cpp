@@ -99,6 +99,21 @@ TEST_F(TrainerTest, MetricsHaveTheDocumentedKeys) {
   EXPECT_TRUE(fs::exists(root_ / "m" / "train.log"));
 }
 
+TEST_F(TrainerTest, EvalOnlyLeavesTheCheckpointAlone) {
+  auto c = tiny("eo");
+  c.max_iters = 6;
+  train::run_training(c);
+  const auto stamp = fs::last_write_time(root_ / "eo" / "ckpt" / "model.bin");
+  auto e = tiny("eo");
+  e.init_from = "resume";
+  e.eval_only = true;
+  e.eval_iters = 5;
+  e.always_save_checkpoint = true;
+  auto r = train::run_training(e);
+  EXPECT_TRUE(r.train_losses.empty());
+  EXPECT_EQ(fs::last_write_time(root_ / "eo" / "ckpt" / "model.bin"), stamp);
+}
+
 TEST_F(TrainerTest, CheckpointRejectsOtherModelsAndTruncation) {
   auto c = tiny("ck");
   c.max_iters = 6;
