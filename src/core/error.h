@@ -4,6 +4,7 @@
 #pragma once
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -49,5 +50,10 @@ class InternalError : public Error {
   do {                                                             \
     if (!(cond)) throw ErrType((where), fmt::format(__VA_ARGS__)); \
   } while (0)
+
+// Config validation: `key` must hold a positive integer.
+inline void require_positive(int64_t value, const char* key) {
+  PARALLM_CHECK(value > 0, ConfigError, "config", "{} must be a positive integer, got {}", key, value);
+}
 
 }  // namespace parallm

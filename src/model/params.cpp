@@ -7,14 +7,11 @@
 namespace parallm::model {
 
 void GPTConfig::validate() const {
-  auto pos = [](int64_t v, const char* key) {
-    PARALLM_CHECK(v > 0, ConfigError, "config", "{} must be a positive integer, got {}", key, v);
-  };
-  pos(n_layer, "model.n_layer");
-  pos(n_head, "model.n_head");
-  pos(n_embd, "model.n_embd");
-  pos(block_size, "model.block_size");
-  pos(vocab_size, "model.vocab_size");
+  require_positive(n_layer, "model.n_layer");
+  require_positive(n_head, "model.n_head");
+  require_positive(n_embd, "model.n_embd");
+  require_positive(block_size, "model.block_size");
+  require_positive(vocab_size, "model.vocab_size");
   PARALLM_CHECK(n_embd % n_head == 0, ConfigError, "config", "model.n_embd ({}) must be divisible by model.n_head ({})",
                 n_embd, n_head);
   PARALLM_CHECK(dropout >= 0.0f && dropout < 1.0f, ConfigError, "config", "model.dropout must be in [0, 1), got {}",

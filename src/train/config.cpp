@@ -219,14 +219,11 @@ void RunConfig::load_file(const std::string& path) {
 
 void RunConfig::validate() const {
   model.validate();
-  auto pos = [](int64_t v, const char* k) {
-    PARALLM_CHECK(v > 0, ConfigError, "config", "{} must be positive, got {}", k, v);
-  };
-  pos(batch_size, "model.batch_size");
-  pos(eval_interval, "train.eval_interval");
-  pos(eval_iters, "train.eval_iters");
-  pos(log_interval, "train.log_interval");
-  pos(gas, "optimizer.gas");
+  require_positive(batch_size, "model.batch_size");
+  require_positive(eval_interval, "train.eval_interval");
+  require_positive(eval_iters, "train.eval_iters");
+  require_positive(log_interval, "train.log_interval");
+  require_positive(gas, "optimizer.gas");
   PARALLM_CHECK(max_iters >= 0, ConfigError, "config", "train.max_iters must be >= 0, got {}", max_iters);
   PARALLM_CHECK(learning_rate >= 0 && min_lr >= 0, ConfigError, "config", "learning rates must be >= 0");
   PARALLM_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, ConfigError, "config",
