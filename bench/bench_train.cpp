@@ -207,14 +207,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"all", "quick", "none"}));
   app.add_option("--threads", threads, "threads for both (default: all cores)");
   app.add_option("--data", data_dir, "prepared tiny Shakespeare");
+  std::string script = PARALLM_SOURCE_DIR "/tools/torch_ref/bench_peer.py";
+  app.add_option("--peer-script", script, "the PyTorch peer (default: the one in this source tree)");
   CLI11_PARSE(app, argc, argv);
   if (threads <= 0) threads = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   set_num_threads(threads);
-  std::string script = "tools/torch_ref/bench_peer.py";
-  for (fs::path p = fs::current_path(); !p.empty() && !fs::exists(p / script); p = p.parent_path()) {
-    if (p == p.parent_path()) break;
-    if (fs::exists(p.parent_path() / script)) script = (p.parent_path() / script).string();
-  }
 
   const double peak = train::measure_gemm_flops(threads, 1.0);
   fmt::print("threads {} | measured fp32 sgemm peak (oneDNN, 1024^3): {:.1f} GFLOP/s | OPENBLAS_CORETYPE={}\n", threads,

@@ -13,7 +13,6 @@ int main(int argc, char** argv) {
   CLI::App app{"parallm: train GPT models in parallel, from one CPU core to many GPUs"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "parallm 0.1.0");
-  std::vector<std::pair<CLI::App*, parallm::cli::Runner>> cmds;
   auto train = parallm::cli::add_train(app);
   auto prepare = parallm::cli::add_prepare(app);
   auto sample = parallm::cli::add_sample(app);

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/fileio.h"
 
 namespace parallm::data {
 
@@ -61,21 +62,6 @@ std::string encode_utf8(char32_t cp) {
   return r;
 }
 
-namespace {
-// Writes via a temporary file and rename, so a crash never leaves a half-written file.
-void write_atomic(const fs::path& path, const void* data, size_t bytes) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    PARALLM_CHECK(f.good(), IoError, "data.prepare", "cannot write {}", tmp.string());
-    f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-    PARALLM_CHECK(f.good(), IoError, "data.prepare", "write failed for {} (disk full?)", tmp.string());
-  }
-  fs::rename(tmp, path);
-}
-}  // namespace
-
 PrepareResult prepare_char_dataset(const std::string& input_path, const std::string& out_dir) {
   std::ifstream in(input_path, std::ios::binary);
   PARALLM_CHECK(in.good(), IoError, "data.prepare", "cannot read input file {}", input_path);
@@ -95,8 +81,8 @@ PrepareResult prepare_char_dataset(const std::string& input_path, const std::str
   const size_t n_train = static_cast<size_t>(static_cast<double>(text.size()) * 0.9);  // int(n*0.9), as prepare.py
 
   fs::create_directories(out_dir);
-  write_atomic(fs::path(out_dir) / "train.bin", ids.data(), n_train * 2);
-  write_atomic(fs::path(out_dir) / "val.bin", ids.data() + n_train, (ids.size() - n_train) * 2);
+  write_file_atomic((fs::path(out_dir) / "train.bin").string(), {{ids.data(), n_train * 2}});
+  write_file_atomic((fs::path(out_dir) / "val.bin").string(), {{ids.data() + n_train, (ids.size() - n_train) * 2}});
   nlohmann::json meta;
   meta["format"] = "parallm-char-v1";
   meta["vocab_size"] = itos.size();
@@ -107,7 +93,7 @@ PrepareResult prepare_char_dataset(const std::string& input_path, const std::str
   meta["train_tokens"] = n_train;
   meta["val_tokens"] = ids.size() - n_train;
   const std::string ms = meta.dump(1);
-  write_atomic(fs::path(out_dir) / "meta.json", ms.data(), ms.size());
+  write_file_atomic((fs::path(out_dir) / "meta.json").string(), {{ms.data(), ms.size()}});
   return {static_cast<int64_t>(text.size()), static_cast<int64_t>(itos.size()), static_cast<int64_t>(n_train),
           static_cast<int64_t>(ids.size() - n_train)};
 }
@@ -134,7 +120,7 @@ void download_file(const std::string& url, const std::string& path) {
   PARALLM_CHECK(rc == CURLE_OK, IoError, "data.download", "could not download {}: {}", url,
                 errbuf[0] ? errbuf : curl_easy_strerror(rc));
   fs::create_directories(fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path());
-  write_atomic(path, body.data(), body.size());
+  write_file_atomic(path, {{body.data(), body.size()}});
 }
 
 }  // namespace parallm::data

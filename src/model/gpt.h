@@ -59,7 +59,6 @@ class GPT {
   double flops_per_token(int64_t T) const;
 
  private:
-  struct Acts;
   GPTConfig cfg_;
   ParamLayout layout_;
   int64_t max_B_, max_T_;

@@ -1,14 +1,10 @@
 #include "train/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
+#include "core/fileio.h"
 
 namespace parallm::train {
 
@@ -16,36 +12,6 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr int kFormat = 1;
-
-void write_file(const fs::path& p, const void* data, size_t bytes) {
-  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  PARALLM_CHECK(fd >= 0, IoError, "checkpoint.save", "cannot create {}: {}", p.string(), std::strerror(errno));
-  const char* c = static_cast<const char*>(data);
-  size_t done = 0;
-  while (done < bytes) {
-    ssize_t w = ::write(fd, c + done, bytes - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int e = errno;
-      ::close(fd);
-      throw IoError("checkpoint.save", fmt::format("write to {} failed: {}", p.string(), std::strerror(e)));
-    }
-    done += static_cast<size_t>(w);
-  }
-  ::fsync(fd);
-  ::close(fd);
-}
-
-void read_file(const fs::path& p, void* data, size_t bytes) {
-  std::error_code ec;
-  auto sz = fs::file_size(p, ec);
-  PARALLM_CHECK(!ec, IoError, "checkpoint.load", "cannot read {}: {}", p.string(), ec.message());
-  PARALLM_CHECK(sz == bytes, IoError, "checkpoint.load", "{} has {} bytes, expected {} (truncated or another model?)",
-                p.string(), sz, bytes);
-  std::ifstream f(p, std::ios::binary);
-  f.read(static_cast<char*>(data), static_cast<std::streamsize>(bytes));
-  PARALLM_CHECK(f.good(), IoError, "checkpoint.load", "read of {} failed", p.string());
-}
 
 nlohmann::json layout_json(const model::ParamLayout& l) {
   nlohmann::json a = nlohmann::json::array();
@@ -62,14 +28,8 @@ void save_checkpoint(const std::string& out_dir, const model::GPT& m, const opti
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
   const size_t pbytes = static_cast<size_t>(m.flat_size()) * sizeof(float);
-  write_file(tmp_dir / "model.bin", m.params(), pbytes);
-  {
-    // m then v, contiguous in the file.
-    std::vector<char> buf(2 * pbytes);
-    std::memcpy(buf.data(), opt.m(), pbytes);
-    std::memcpy(buf.data() + pbytes, opt.v(), pbytes);
-    write_file(tmp_dir / "optim.bin", buf.data(), buf.size());
-  }
+  write_file((tmp_dir / "model.bin").string(), {{m.params(), pbytes}});
+  write_file((tmp_dir / "optim.bin").string(), {{opt.m(), pbytes}, {opt.v(), pbytes}});  // m then v
   nlohmann::json s;
   s["format"] = kFormat;
   s["iter"] = st.iter;
@@ -80,7 +40,7 @@ void save_checkpoint(const std::string& out_dir, const model::GPT& m, const opti
   s["flat_size"] = m.flat_size();
   s["files"] = {{"model.bin", pbytes}, {"optim.bin", 2 * pbytes}};
   const std::string js = s.dump(1);
-  write_file(tmp_dir / "state.json", js.data(), js.size());
+  write_file((tmp_dir / "state.json").string(), {{js.data(), js.size()}});
   // Swap in: ckpt -> ckpt.old, ckpt.tmp -> ckpt, drop ckpt.old.
   fs::remove_all(old_dir);
   if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
@@ -114,12 +74,9 @@ TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::Ada
   PARALLM_CHECK(s["params"] == layout_json(m.layout()) && s["flat_size"] == m.flat_size(), IoError, "checkpoint.load",
                 "{} holds a different model layout than the configured model", dir.string());
   const size_t pbytes = static_cast<size_t>(m.flat_size()) * sizeof(float);
-  read_file(dir / "model.bin", m.params(), pbytes);
+  read_file((dir / "model.bin").string(), {{m.params(), pbytes}});
   if (opt) {
-    std::vector<char> buf(2 * pbytes);
-    read_file(dir / "optim.bin", buf.data(), buf.size());
-    std::memcpy(opt->m(), buf.data(), pbytes);
-    std::memcpy(opt->v(), buf.data() + pbytes, pbytes);
+    read_file((dir / "optim.bin").string(), {{opt->m(), pbytes}, {opt->v(), pbytes}});
     opt->set_steps_taken(s["optimizer_steps"].get<int64_t>());
   }
   TrainState st;

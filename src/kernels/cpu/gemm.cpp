@@ -9,14 +9,11 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/small_gemm.h"
 
 namespace parallm::kernels::cpu {
 
 namespace {
-
-using simd::load16;
-using simd::store16;
-using simd::v16;
 
 constexpr int64_t kMR = 8, kNR = 32;
 constexpr int64_t kKC = 128;   // depth of a packed block
@@ -106,25 +103,6 @@ __attribute__((target("avx512f"))) void tile_avx512(const float* ap, const float
   for (int i = 0; i < 16; ++i) _mm512_storeu_ps(out + 16 * i, r[i]);
 }
 
-// The same tile in portable vector code (CPUs without AVX-512).
-PARALLM_CLONES void tile_generic(const float* ap, const float* bp, int64_t kc, float* out) {
-  v16 c[kMR][2] = {};
-  for (int64_t k = 0; k < kc; ++k) {
-    const v16 b0 = load16(bp + k * kNR), b1 = load16(bp + k * kNR + 16);
-#pragma GCC unroll 8
-    for (int r = 0; r < kMR; ++r) {
-      const float a = ap[k * kMR + r];
-      c[r][0] += a * b0;
-      c[r][1] += a * b1;
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < kMR; ++r) {
-    store16(out + r * kNR, c[r][0]);
-    store16(out + r * kNR + 16, c[r][1]);
-  }
-}
-
 const bool kHaveAvx512 = __builtin_cpu_supports("avx512f");
 
 // C[mc x nc] (+)= alpha * Ap @ Bp over packed blocks of depth kc.
@@ -139,7 +117,7 @@ PARALLM_CLONES void compute_block(const float* Ap, const float* Bp, int64_t mc, 
       if (kHaveAvx512)
         tile_avx512(ap, bp, kc, tile);
       else
-        tile_generic(ap, bp, kc, tile);
+        small_gemm_tn(kMR, kNR, kc, 1.0f, ap, kMR, bp, kNR, tile, kNR, false);  // portable: packed A is [kc x kMR]
       const int64_t rows = std::min(kMR, mc - is);
       float* cij = C + is * ldc + js;
       for (int64_t r = 0; r < rows; ++r) {

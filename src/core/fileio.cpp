@@ -1,0 +1,72 @@
+#include "core/fileio.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace parallm {
+
+namespace {
+// Loops over partial reads/writes and EINTR; returns errno on failure, 0 on success.
+int transfer(int fd, char* buf, size_t bytes, bool writing) {
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t n = writing ? ::write(fd, buf + done, bytes - done) : ::read(fd, buf + done, bytes - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n == 0 ? EIO : errno;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+}  // namespace
+
+void write_file(const std::string& path, std::initializer_list<ConstFilePiece> pieces) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  PARALLM_CHECK(fd >= 0, IoError, "io.write", "cannot create {}: {}", path, std::strerror(errno));
+  for (const auto& p : pieces) {
+    int e = transfer(fd, static_cast<char*>(const_cast<void*>(p.data)), p.bytes, true);
+    if (e != 0) {
+      ::close(fd);
+      throw IoError("io.write", fmt::format("write to {} failed: {} (disk full?)", path, std::strerror(e)));
+    }
+  }
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void write_file_atomic(const std::string& path, std::initializer_list<ConstFilePiece> pieces) {
+  const std::string tmp = path + ".tmp";
+  write_file(tmp, pieces);
+  PARALLM_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, IoError, "io.write", "cannot rename {} to {}: {}", tmp,
+                path, std::strerror(errno));
+}
+
+void read_file(const std::string& path, std::initializer_list<FilePiece> pieces) {
+  size_t want = 0;
+  for (const auto& p : pieces) want += p.bytes;
+  int fd = ::open(path.c_str(), O_RDONLY);
+  PARALLM_CHECK(fd >= 0, IoError, "io.read", "cannot read {}: {}", path, std::strerror(errno));
+  struct stat st {};
+  ::fstat(fd, &st);
+  if (static_cast<size_t>(st.st_size) != want) {
+    ::close(fd);
+    throw IoError("io.read", fmt::format("{} has {} bytes, expected {} (truncated or another model?)", path,
+                                         static_cast<size_t>(st.st_size), want));
+  }
+  for (const auto& p : pieces) {
+    int e = transfer(fd, static_cast<char*>(p.data), p.bytes, false);
+    if (e != 0) {
+      ::close(fd);
+      throw IoError("io.read", fmt::format("read of {} failed: {}", path, std::strerror(e)));
+    }
+  }
+  ::close(fd);
+}
+
+}  // namespace parallm

@@ -1,0 +1,28 @@
+// Whole-file binary I/O for data preparation and checkpoints. A file is a
+// list of pieces written back to back (so, e.g., AdamW's two moment buffers
+// go to one file without being copied together first), fsynced before close.
+// write_file_atomic goes through "<path>.tmp" and a rename, so readers see
+// either the old file or the complete new one.
+#pragma once
+#include <cstddef>
+#include <initializer_list>
+#include <string>
+
+namespace parallm {
+
+struct FilePiece {
+  void* data;
+  size_t bytes;
+};
+struct ConstFilePiece {
+  const void* data;
+  size_t bytes;
+};
+
+void write_file(const std::string& path, std::initializer_list<ConstFilePiece> pieces);
+void write_file_atomic(const std::string& path, std::initializer_list<ConstFilePiece> pieces);
+// Reads exactly the pieces' total size; throws IoError naming the file if its
+// size differs (truncated, or written for another model).
+void read_file(const std::string& path, std::initializer_list<FilePiece> pieces);
+
+}  // namespace parallm
