@@ -199,6 +199,21 @@ TEST(SmallGemm, PlainAndTransposedAMatchReferenceOnOddShapes) {
   }
 }
 
+TEST(SmallGemm, TransposeIsExactOnOddShapesAndStrides) {
+  // 16 x 16 register tiles plus ragged edges on both sides.
+  for (auto [rows, cols] : {std::pair{1, 1}, {16, 16}, {17, 15}, {33, 64}, {256, 64}, {5, 40}, {47, 31}}) {
+    const int64_t ld_src = cols + 5, ld_dst = rows + 3;
+    auto src = randv(rows * ld_src, 84);
+    std::vector<float> dst(cols * ld_dst, -7.0f);
+    cpu::transpose(dst.data(), ld_dst, src.data(), ld_src, rows, cols);
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t r = 0; r < ld_dst; ++r) {
+        const float want = r < rows ? src[r * ld_src + c] : -7.0f;  // padding untouched
+        ASSERT_EQ(dst[c * ld_dst + r], want) << rows << "x" << cols << " at (" << r << "," << c << ")";
+      }
+  }
+}
+
 #include "kernels/cpu/gemm.h"
 
 TEST(Gemm, PackedGemmMatchesReferenceForEveryLayoutAndOddShapes) {

@@ -26,9 +26,14 @@ namespace {
 
 constexpr int64_t kBr = 32;  // query rows per block (smaller blocks waste less on the causal diagonal)
 
-// Per-thread scratch: K^T, V^T (HS x T) and four kBr x T tiles.
+// Row stride of the scratch tiles: T rounded up to 16 floats plus 16, so that
+// successive rows do not fall on the same L1 sets (a 1 KiB stride at T=256
+// made the K^T stream in S = Q K^T thrash the cache).
+int64_t scratch_ld(int64_t T) { return (T + 15) / 16 * 16 + 16; }
+
+// Per-thread scratch: K^T, V^T (HS x ld) and four kBr x ld tiles.
 int64_t per_thread_floats(int64_t T, int64_t HS) {
-  return 2 * HS * T + 4 * kBr * T + 64;
+  return 2 * HS * scratch_ld(T) + 4 * kBr * scratch_ld(T) + 64;
 }
 
 // Multiplies a row of probabilities by the dropout mask of (bh, i, .), scaled by 1/(1-p).
@@ -75,20 +80,21 @@ PARALLM_CLONES float dot(const float* a, const float* b, int64_t n) {
 void fwd_head(float* out, float* lse, const float* q, const float* k, const float* v, int64_t T, int64_t HS, int64_t C,
               int64_t C3, int64_t bh, const AttnDropout& drop, float* ws) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const int64_t ld = scratch_ld(T);
   float* Kt = ws;
-  float* S = Kt + HS * T;
-  float* Pd = S + kBr * T;
-  transpose(Kt, T, k, C3, T, HS);
+  float* S = Kt + HS * ld;
+  float* Pd = S + kBr * ld;
+  transpose(Kt, ld, k, C3, T, HS);
   for (int64_t i0 = 0; i0 < T; i0 += kBr) {
     const int64_t rows = std::min(kBr, T - i0), n = i0 + rows;  // keys 0..n-1 matter to this block
-    small_gemm(rows, n, HS, scale, q + i0 * C3, C3, Kt, T, S, T, false);
-    for (int64_t r = 0; r < rows; ++r) lse[i0 + r] = softmax_row(S + r * T, i0 + r + 1, n);
+    small_gemm(rows, n, HS, scale, q + i0 * C3, C3, Kt, ld, S, ld, false);
+    for (int64_t r = 0; r < rows; ++r) lse[i0 + r] = softmax_row(S + r * ld, i0 + r + 1, n);
     const float* P = S;
     if (drop.p > 0) {
-      for (int64_t r = 0; r < rows; ++r) dropout_row(Pd + r * T, S + r * T, n, bh, i0 + r, T, drop);
+      for (int64_t r = 0; r < rows; ++r) dropout_row(Pd + r * ld, S + r * ld, n, bh, i0 + r, T, drop);
       P = Pd;
     }
-    small_gemm(rows, HS, n, 1.0f, P, T, v, C3, out + i0 * C, C, false);
+    small_gemm(rows, HS, n, 1.0f, P, ld, v, C3, out + i0 * C, C, false);
   }
 }
 
@@ -96,46 +102,47 @@ void bwd_head(float* dq, float* dk, float* dv, const float* dout, const float* q
               const float* out, const float* lse, int64_t T, int64_t HS, int64_t C, int64_t C3, int64_t bh,
               const AttnDropout& drop, float* ws) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const int64_t ld = scratch_ld(T);
   float* Kt = ws;
-  float* Vt = Kt + HS * T;
-  float* P = Vt + HS * T;
-  float* dP = P + kBr * T;
-  float* Pd = dP + kBr * T;
-  transpose(Kt, T, k, C3, T, HS);
-  transpose(Vt, T, v, C3, T, HS);
+  float* Vt = Kt + HS * ld;
+  float* P = Vt + HS * ld;
+  float* dP = P + kBr * ld;
+  float* Pd = dP + kBr * ld;
+  transpose(Kt, ld, k, C3, T, HS);
+  transpose(Vt, ld, v, C3, T, HS);
   for (int64_t i0 = 0; i0 < T; i0 += kBr) {
     const int64_t rows = std::min(kBr, T - i0), n = i0 + rows;
     const float* qb = q + i0 * C3;
     const float* dyb = dout + i0 * C;
-    small_gemm(rows, n, HS, scale, qb, C3, Kt, T, P, T, false);
-    for (int64_t r = 0; r < rows; ++r) probs_row(P + r * T, i0 + r + 1, n, lse[i0 + r]);
-    small_gemm(rows, n, HS, 1.0f, dyb, C, Vt, T, dP, T, false);  // dP' = dO V^T
+    small_gemm(rows, n, HS, scale, qb, C3, Kt, ld, P, ld, false);
+    for (int64_t r = 0; r < rows; ++r) probs_row(P + r * ld, i0 + r + 1, n, lse[i0 + r]);
+    small_gemm(rows, n, HS, 1.0f, dyb, C, Vt, ld, dP, ld, false);  // dP' = dO V^T
     const float* Pu = P;                                         // probabilities as forward used them (after dropout)
     if (drop.p > 0) {
       for (int64_t r = 0; r < rows; ++r) {
         // mask / (1 - p) per entry, from the same counter-based draws as forward
-        std::fill(Pd + r * T, Pd + r * T + n, 1.0f);
-        dropout_row(Pd + r * T, Pd + r * T, n, bh, i0 + r, T, drop);
+        std::fill(Pd + r * ld, Pd + r * ld + n, 1.0f);
+        dropout_row(Pd + r * ld, Pd + r * ld, n, bh, i0 + r, T, drop);
         for (int64_t j = 0; j < n; ++j) {
-          dP[r * T + j] *= Pd[r * T + j];
-          Pd[r * T + j] *= P[r * T + j];
+          dP[r * ld + j] *= Pd[r * ld + j];
+          Pd[r * ld + j] *= P[r * ld + j];
         }
       }
       Pu = Pd;
     }
     for (int64_t r = 0; r < rows; ++r) {
       const float D = dot(dyb + r * C, out + (i0 + r) * C, HS);
-      dscores_row(dP + r * T, P + r * T, n, D, scale);
+      dscores_row(dP + r * ld, P + r * ld, n, D, scale);
     }
     // dQ = dS K ; dK += dS^T Q ; dV += P'^T dO
-    small_gemm(rows, HS, n, 1.0f, dP, T, k, C3, dq + i0 * C3, C3, false);
+    small_gemm(rows, HS, n, 1.0f, dP, ld, k, C3, dq + i0 * C3, C3, false);
     // Keys [0, i0) already hold contributions of earlier blocks; keys [i0, n)
     // are seen first by this block, so they are written, not accumulated
     // (no zeroing pass over dK and dV).
-    small_gemm_tn(i0, HS, rows, 1.0f, dP, T, qb, C3, dk, C3, true);
-    small_gemm_tn(rows, HS, rows, 1.0f, dP + i0, T, qb, C3, dk + i0 * C3, C3, false);
-    small_gemm_tn(i0, HS, rows, 1.0f, Pu, T, dyb, C, dv, C3, true);
-    small_gemm_tn(rows, HS, rows, 1.0f, Pu + i0, T, dyb, C, dv + i0 * C3, C3, false);
+    small_gemm_tn(i0, HS, rows, 1.0f, dP, ld, qb, C3, dk, C3, true);
+    small_gemm_tn(rows, HS, rows, 1.0f, dP + i0, ld, qb, C3, dk + i0 * C3, C3, false);
+    small_gemm_tn(i0, HS, rows, 1.0f, Pu, ld, dyb, C, dv, C3, true);
+    small_gemm_tn(rows, HS, rows, 1.0f, Pu + i0, ld, dyb, C, dv + i0 * C3, C3, false);
   }
 }
 
