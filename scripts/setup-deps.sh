@@ -10,6 +10,7 @@ PKGS=(
   nlohmann-json3-dev     # JSON (metrics, manifests, checkpoints)
   libfmt-dev libspdlog-dev
   libcurl4-openssl-dev   # dataset download
+  libopenmpi-dev openmpi-bin  # MPI: multi-rank runs and their tests (mpirun inside ctest)
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 missing=()

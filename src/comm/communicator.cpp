@@ -1,0 +1,82 @@
+#include "comm/communicator.h"
+
+#include <cstdlib>
+
+#include "comm/backends.h"
+#include "core/error.h"
+
+namespace parallm::comm {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::Max:
+      return "max";
+  }
+  return "?";
+}
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::AllReduce:
+      return "all_reduce";
+    case OpKind::Reduce:
+      return "reduce";
+    case OpKind::Broadcast:
+      return "broadcast";
+    case OpKind::AllGather:
+      return "all_gather";
+    case OpKind::Gather:
+      return "gather";
+    case OpKind::Scatter:
+      return "scatter";
+    case OpKind::ReduceScatter:
+      return "reduce_scatter";
+    case OpKind::AllToAll:
+      return "all_to_all";
+    case OpKind::Barrier:
+      return "barrier";
+    case OpKind::Split:
+      return "split";
+    case OpKind::Send:
+      return "send";
+    case OpKind::Recv:
+      return "recv";
+    case OpKind::SendRecv:
+      return "send_recv";
+  }
+  return "?";
+}
+
+Shard shard_of(int64_t count, int size, int rank) {
+  PARALLM_CHECK(size > 0 && rank >= 0 && rank < size && count >= 0, ShapeError, "comm.shard_of",
+                "bad partition: count {} over {} ranks, rank {}", count, size, rank);
+  const int64_t base = count / size, extra = count % size;
+  return {rank * base + std::min<int64_t>(rank, extra), base + (rank < extra ? 1 : 0)};
+}
+
+std::string Communicator::where() const { return fmt::format("rank {}/{} {}", rank(), size(), group_name()); }
+
+bool launched_multi_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "PALS_SIZE"}) {
+    const char* v = std::getenv(var);
+    if (v && std::atoi(v) > 1) return true;
+  }
+  // srun sets SLURM_NTASKS for every task it starts (and SLURM_PROCID).
+  const char* n = std::getenv("SLURM_NTASKS");
+  return n && std::getenv("SLURM_PROCID") && std::atoi(n) > 1;
+}
+
+std::unique_ptr<Communicator> make_world(const std::string& backend, const CommOptions& options) {
+  if (backend == "self") return make_self_world(options);
+  if (backend == "mpi") return make_mpi_world(options);
+  if (backend == "auto") return launched_multi_rank() ? make_mpi_world(options) : make_self_world(options);
+  throw ConfigError("config", fmt::format("comm.backend must be auto, self or mpi, got \"{}\"", backend));
+}
+
+}  // namespace parallm::comm

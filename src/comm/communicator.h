@@ -1,0 +1,142 @@
+// Communicator: the one interface every parallelism talks through.
+//
+// Design:
+// - A communicator is a group of ranks (the world, or a sub-group made by
+//   split). Every operation is issued to the group's own communication thread
+//   and runs there in issue order, so compute never blocks on the network and
+//   all ranks see collectives in the same order. Blocking calls are the
+//   asynchronous ones followed by wait().
+// - Collectives work on tensors (fp32, bf16, int32, uint16). bf16 reductions
+//   accumulate in fp32. Counts need not divide by the group size: gather-like
+//   and scatter-like operations use the partition `shard_of` (the first
+//   count % size ranks hold one element more), which ZeRO reuses.
+// - No silent hangs: every operation has a deadline (CommOptions::timeout_s).
+//   Before each collective the ranks compare a signature of it (kind, count,
+//   dtype, root, sequence number), so a skipped or mismatched collective is an
+//   error naming the ranks involved instead of undefined behaviour; a rank
+//   that never arrives is a timeout naming what each peer is doing, where it
+//   can still answer. After an error the group is broken: later operations
+//   fail at once with the first error. Only cli/ decides to abort().
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace parallm::comm {
+
+enum class ReduceOp : uint8_t { Sum, Avg, Min, Max };
+const char* reduce_op_name(ReduceOp op);
+
+// The kinds of operation, as named in errors and statistics.
+enum class OpKind : uint8_t {
+  AllReduce,
+  Reduce,
+  Broadcast,
+  AllGather,
+  Gather,
+  Scatter,
+  ReduceScatter,
+  AllToAll,
+  Barrier,
+  Split,
+  Send,
+  Recv,
+  SendRecv
+};
+const char* op_kind_name(OpKind k);
+
+// Rank r's part of `count` elements split over `size` ranks: the first
+// count % size ranks hold one element more. Never an error for any count.
+struct Shard {
+  int64_t offset = 0, count = 0;
+};
+Shard shard_of(int64_t count, int size, int rank);
+
+struct CommOptions {
+  double timeout_s = 300.0;  // per operation, from its start on the comm thread
+  bool check_ops = true;     // compare collective signatures across ranks first
+};
+
+// Handle of an asynchronous operation. wait() rethrows the operation's error.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;  // true once finished (rethrows its error if it failed)
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const std::string& group_name() const = 0;
+  virtual std::string backend() const = 0;
+  virtual const CommOptions& options() const = 0;
+  // "[rank r/N group]": for error messages.
+  std::string where() const;
+
+  // Collective over this group: ranks with the same color form a new group,
+  // ordered by key (ties by rank). A negative color leaves this rank out
+  // (returns nullptr). Every rank of this group must call it.
+  virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name = "") = 0;
+
+  // Asynchronous operations. Tensors share storage, so the handles keep the
+  // buffers alive until the operation is done; do not touch them before wait().
+  // In place: `t` holds this rank's input and receives the result.
+  virtual WorkPtr all_reduce_async(Tensor t, ReduceOp op) = 0;
+  // Only `root` receives the result; other ranks' `t` is left as it was.
+  virtual WorkPtr reduce_async(Tensor t, ReduceOp op, int root) = 0;
+  virtual WorkPtr broadcast_async(Tensor t, int root) = 0;
+  // `in` is this rank's shard_of(out.numel()) part; `out` gets all of them.
+  virtual WorkPtr all_gather_async(Tensor in, Tensor out) = 0;
+  // As all_gather, with `out` only on root (others may pass an empty tensor
+  // and then give the total in `count`).
+  virtual WorkPtr gather_async(Tensor in, Tensor out, int root, int64_t count = -1) = 0;
+  // Root's `in` (count elements) is split by shard_of; each rank gets its part in `out`.
+  virtual WorkPtr scatter_async(Tensor in, Tensor out, int root, int64_t count = -1) = 0;
+  // `in` has the whole count on every rank; `out` gets this rank's shard of the reduction.
+  virtual WorkPtr reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) = 0;
+  // Block j (numel / size elements) of `in` goes to rank j; block i of `out`
+  // comes from rank i. numel must divide by the group size.
+  virtual WorkPtr all_to_all_async(Tensor in, Tensor out) = 0;
+  virtual WorkPtr barrier_async() = 0;
+  // Point to point (not collectives: they may be in flight together).
+  virtual WorkPtr send_async(Tensor t, int peer, int tag = 0) = 0;
+  virtual WorkPtr recv_async(Tensor t, int peer, int tag = 0) = 0;
+
+  // Blocking forms.
+  void all_reduce(Tensor t, ReduceOp op = ReduceOp::Sum) { all_reduce_async(std::move(t), op)->wait(); }
+  void reduce(Tensor t, ReduceOp op, int root) { reduce_async(std::move(t), op, root)->wait(); }
+  void broadcast(Tensor t, int root) { broadcast_async(std::move(t), root)->wait(); }
+  void all_gather(Tensor in, Tensor out) { all_gather_async(std::move(in), std::move(out))->wait(); }
+  void gather(Tensor in, Tensor out, int root, int64_t count = -1) {
+    gather_async(std::move(in), std::move(out), root, count)->wait();
+  }
+  void scatter(Tensor in, Tensor out, int root, int64_t count = -1) {
+    scatter_async(std::move(in), std::move(out), root, count)->wait();
+  }
+  void reduce_scatter(Tensor in, Tensor out, ReduceOp op = ReduceOp::Sum) {
+    reduce_scatter_async(std::move(in), std::move(out), op)->wait();
+  }
+  void all_to_all(Tensor in, Tensor out) { all_to_all_async(std::move(in), std::move(out))->wait(); }
+  void barrier() { barrier_async()->wait(); }
+  void send(Tensor t, int peer, int tag = 0) { send_async(std::move(t), peer, tag)->wait(); }
+  void recv(Tensor t, int peer, int tag = 0) { recv_async(std::move(t), peer, tag)->wait(); }
+
+  // Ends the whole job now (every rank of every group): what cli/ calls after
+  // an error so no peer waits for this rank. Never returns for multi-rank
+  // backends; a world of one just returns.
+  virtual void abort(int code) = 0;
+};
+
+// The world communicator of a backend: "self" (one rank, no MPI), "mpi", or
+// "auto" (mpi when a launcher started several ranks, self otherwise).
+std::unique_ptr<Communicator> make_world(const std::string& backend, const CommOptions& options = {});
+
+}  // namespace parallm::comm

@@ -1,0 +1,459 @@
+// The "mpi" backend (OpenMPI or MPICH, thread level MULTIPLE). Every
+// operation is MPI's nonblocking form, started and polled on the group's
+// communication thread, so a deadline can be enforced. A collective runs in
+// two phases: a small all-reduce of its signature (max of s and of -s tells
+// whether all ranks agree), then the operation itself; on disagreement the
+// ranks all-gather their signatures and every rank reports who called what.
+// Each group also has a control communicator (a duplicate) on which a rank
+// whose operation timed out asks every peer what it is doing; peers answer
+// from their communication thread while idle or waiting.
+#include <mpi.h>
+#include <sched.h>
+
+#include <chrono>
+#include <climits>
+#include <map>
+#include <vector>
+
+#include "comm/backends.h"
+#include "comm/queued_comm.h"
+#include "core/error.h"
+
+#include <fmt/ranges.h>
+
+namespace parallm::comm {
+
+namespace {
+
+constexpr int kTagStatusReq = 32767, kTagStatusRep = 32766;
+constexpr int kSigFields = 6;  // seq, kind, count, dtype, root, reduce op
+
+void mpi_check(int rc, const std::string& where, const std::string& what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw CommError(where, fmt::format("{}: MPI error: {}", what, std::string(msg, len)));
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::I32:
+      return MPI_INT32_T;
+    case DType::BF16:
+    case DType::U16:
+      return MPI_UINT16_T;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      return MPI_SUM;
+    case ReduceOp::Min:
+      return MPI_MIN;
+    case ReduceOp::Max:
+      return MPI_MAX;
+  }
+  return MPI_SUM;
+}
+
+// Shared by every communicator: MPI is finalized when the last one is gone.
+struct MpiRuntime {
+  bool we_initialized = false;
+  ~MpiRuntime() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (we_initialized && !finalized) MPI_Finalize();
+  }
+};
+
+std::string describe_sig(const int64_t* f) {
+  Op op;
+  op.seq = static_cast<uint64_t>(f[0]);
+  op.kind = static_cast<OpKind>(f[1]);
+  op.count = f[2];
+  op.a = op.b = Tensor::view_of(nullptr, {0}, static_cast<DType>(f[3]));
+  op.root = static_cast<int>(f[4]);
+  op.rop = static_cast<ReduceOp>(f[5]);
+  return op.describe();
+}
+
+std::string rank_list(const std::vector<int>& r) {
+  return fmt::format("{} {}", r.size() == 1 ? "rank" : "ranks", fmt::join(r, ","));
+}
+
+class MpiComm;
+
+// One collective in flight: check phase, then the operation, then staging back.
+class CollPending : public Pending {
+ public:
+  CollPending(MpiComm& c, Op& op);
+  bool poll() override;
+
+ private:
+  void start_real();
+  void finish_real();
+  [[noreturn]] void report_mismatch();
+  int icount(int64_t n) const;
+
+  MpiComm& c_;
+  Op& op_;
+  enum { kCheck, kMismatch, kReal, kDone } state_ = kCheck;
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  int64_t sig_[2 * kSigFields] = {}, mine_[kSigFields] = {};
+  std::vector<int64_t> all_sigs_;
+  std::vector<int> counts_, displs_;
+  std::vector<float> tin_, tout_;  // fp32 staging of bf16 reductions
+};
+
+class P2pPending : public Pending {
+ public:
+  P2pPending(MpiComm& c, Op& op);
+  bool poll() override;
+
+ private:
+  MpiComm& c_;
+  Op& op_;
+  MPI_Request req_ = MPI_REQUEST_NULL;
+};
+
+class MpiComm : public QueuedComm {
+ public:
+  MpiComm(std::shared_ptr<MpiRuntime> rt, MPI_Comm comm, int rank, int size, std::string name, CommOptions options)
+      : QueuedComm(rank, size, std::move(name), options), rt_(std::move(rt)), comm_(comm) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    mpi_check(MPI_Comm_dup(comm_, &ctrl_), "comm.mpi", "duplicating the group for control messages");
+    start_thread();
+  }
+  ~MpiComm() override {
+    stop_thread();
+    MPI_Comm_free(&ctrl_);
+    MPI_Comm_free(&comm_);
+  }
+  std::string backend() const override { return "mpi"; }
+  void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
+
+  MPI_Comm comm() const { return comm_; }
+  std::string err(const Op& op, const std::string& what) const { return error_text(op, what); }
+
+  std::unique_ptr<Communicator> do_split(const Op& op) {
+    MPI_Comm nc = MPI_COMM_NULL;
+    mpi_check(MPI_Comm_split(comm_, op.color < 0 ? MPI_UNDEFINED : op.color, op.key, &nc),
+              fmt::format("comm.split"), err(op, "MPI_Comm_split"));
+    if (nc == MPI_COMM_NULL) return nullptr;
+    int r = 0, n = 0;
+    MPI_Comm_rank(nc, &r);
+    MPI_Comm_size(nc, &n);
+    return std::make_unique<MpiComm>(rt_, nc, r, n, op.name, options());
+  }
+
+ protected:
+  std::unique_ptr<Pending> start(Op& op) override {
+    if (op.collective()) return std::make_unique<CollPending>(*this, op);
+    return std::make_unique<P2pPending>(*this, op);
+  }
+
+  // Answers peers' "what are you doing?" with {last finished collective,
+  // collective in progress (0: none), its kind, its count}.
+  void service() override {
+    for (;;) {
+      int flag = 0;
+      MPI_Status st;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kTagStatusReq, ctrl_, &flag, &st) != MPI_SUCCESS || !flag) return;
+      int64_t q = 0;
+      MPI_Recv(&q, 1, MPI_INT64_T, st.MPI_SOURCE, kTagStatusReq, ctrl_, MPI_STATUS_IGNORE);
+      int64_t rep[4] = {static_cast<int64_t>(coll_done_), current_ ? static_cast<int64_t>(current_->seq) : 0,
+                        current_ ? static_cast<int64_t>(current_->kind) : -1, current_ ? current_->count : 0};
+      MPI_Send(rep, 4, MPI_INT64_T, st.MPI_SOURCE, kTagStatusRep, ctrl_);
+    }
+  }
+
+  std::string diagnose(const Op& op) override {
+    const int n = size(), me = rank();
+    std::vector<MPI_Request> reqs;
+    int64_t q = static_cast<int64_t>(op.seq);
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      reqs.emplace_back();
+      MPI_Isend(&q, 1, MPI_INT64_T, p, kTagStatusReq, ctrl_, &reqs.back());
+    }
+    std::map<int, std::array<int64_t, 4>> got;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(
+                                                              std::min(5.0, std::max(1.0, options().timeout_s)));
+    while (static_cast<int>(got.size()) < n - 1 && std::chrono::steady_clock::now() < until) {
+      int flag = 0;
+      MPI_Status st;
+      MPI_Iprobe(MPI_ANY_SOURCE, kTagStatusRep, ctrl_, &flag, &st);
+      if (flag) {
+        std::array<int64_t, 4> rep{};
+        MPI_Recv(rep.data(), 4, MPI_INT64_T, st.MPI_SOURCE, kTagStatusRep, ctrl_, MPI_STATUS_IGNORE);
+        got[st.MPI_SOURCE] = rep;
+      } else {
+        service();
+        sched_yield();
+      }
+    }
+    for (MPI_Request& r : reqs)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    std::vector<int> waiting, silent;
+    std::vector<std::string> others;
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      auto it = got.find(p);
+      if (it == got.end()) {
+        silent.push_back(p);
+        continue;
+      }
+      const auto& r = it->second;
+      if (r[1] == static_cast<int64_t>(op.seq))
+        waiting.push_back(p);
+      else if (r[1] == 0)
+        others.push_back(fmt::format("rank {} is idle after collective #{}", p, r[0]));
+      else
+        others.push_back(fmt::format("rank {} is in {} #{} ({} elements)", p, op_kind_name(static_cast<OpKind>(r[2])),
+                                     r[1], r[3]));
+    }
+    std::string s;
+    for (const auto& o : others) s += (s.empty() ? "" : "; ") + o;
+    if (!silent.empty())
+      s += (s.empty() ? "" : "; ") + rank_list(silent) + " did not answer (dead, or stuck outside communication)";
+    if (!waiting.empty()) s += (s.empty() ? "" : "; ") + rank_list(waiting) + " waiting in the same operation";
+    return s;
+  }
+
+ private:
+  std::shared_ptr<MpiRuntime> rt_;
+  MPI_Comm comm_, ctrl_ = MPI_COMM_NULL;
+  friend class CollPending;
+};
+
+// ---- collectives ----
+
+CollPending::CollPending(MpiComm& c, Op& op) : c_(c), op_(op) {
+  const bool has_dtype = op.kind != OpKind::Barrier && op.kind != OpKind::Split;
+  const bool rooted = op.kind == OpKind::Reduce || op.kind == OpKind::Broadcast || op.kind == OpKind::Gather ||
+                      op.kind == OpKind::Scatter;
+  const bool reducing = op.kind == OpKind::AllReduce || op.kind == OpKind::Reduce || op.kind == OpKind::ReduceScatter;
+  const DType dt = op.dtype();
+  mine_[0] = static_cast<int64_t>(op.seq);
+  mine_[1] = static_cast<int64_t>(op.kind);
+  mine_[2] = op.count;
+  mine_[3] = has_dtype ? static_cast<int64_t>(dt) : 0;
+  mine_[4] = rooted ? op.root : 0;
+  mine_[5] = reducing ? static_cast<int64_t>(op.rop) : 0;
+  if (!c_.options().check_ops) {
+    start_real();
+    return;
+  }
+  for (int i = 0; i < kSigFields; ++i) {
+    sig_[i] = mine_[i];
+    sig_[kSigFields + i] = -mine_[i];
+  }
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, sig_, 2 * kSigFields, MPI_INT64_T, MPI_MAX, c_.comm(), &req_),
+            fmt::format("comm.{}", op_kind_name(op.kind)), c_.err(op, "signature check"));
+}
+
+int CollPending::icount(int64_t n) const {
+  PARALLM_CHECK(n <= INT_MAX, ShapeError, fmt::format("comm.{}", op_kind_name(op_.kind)),
+                "{}", c_.err(op_, fmt::format("{} elements exceed MPI's int count; split the tensor", n)));
+  return static_cast<int>(n);
+}
+
+bool CollPending::poll() {
+  const std::string where = fmt::format("comm.{}", op_kind_name(op_.kind));
+  if (state_ == kDone) return true;
+  int flag = 0;
+  mpi_check(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), where, c_.err(op_, "MPI_Test"));
+  if (!flag) return false;
+  if (state_ == kCheck) {
+    bool agree = true;
+    for (int i = 0; i < kSigFields; ++i) agree &= sig_[i] == -sig_[kSigFields + i];
+    if (agree) {
+      start_real();
+      return state_ == kDone;
+    }
+    all_sigs_.resize(static_cast<size_t>(kSigFields) * c_.size());
+    state_ = kMismatch;
+    mpi_check(MPI_Iallgather(mine_, kSigFields, MPI_INT64_T, all_sigs_.data(), kSigFields, MPI_INT64_T, c_.comm(),
+                             &req_),
+              where, c_.err(op_, "gathering signatures"));
+    return false;
+  }
+  if (state_ == kMismatch) report_mismatch();
+  finish_real();
+  state_ = kDone;
+  return true;
+}
+
+void CollPending::report_mismatch() {
+  std::map<std::string, std::vector<int>> by;
+  for (int r = 0; r < c_.size(); ++r) by[describe_sig(&all_sigs_[static_cast<size_t>(r) * kSigFields])].push_back(r);
+  std::string s;
+  for (const auto& [what, ranks] : by) s += (s.empty() ? "" : "; ") + rank_list(ranks) + " called " + what;
+  throw CommError(fmt::format("comm.{}", op_kind_name(op_.kind)),
+                  c_.err(op_, "collective mismatch (a rank skipped or reordered a collective): " + s));
+}
+
+void CollPending::start_real() {
+  state_ = kReal;
+  const std::string where = fmt::format("comm.{}", op_kind_name(op_.kind));
+  const int n = c_.size(), me = c_.rank();
+  MPI_Comm comm = c_.comm();
+  auto shards = [&](int64_t total) {
+    counts_.resize(n);
+    displs_.resize(n);
+    for (int r = 0; r < n; ++r) {
+      Shard s = shard_of(total, n, r);
+      counts_[r] = icount(s.count);
+      displs_[r] = icount(s.offset);
+    }
+  };
+  const DType dt = op_.dtype();
+  const bool bf16 = dt == DType::BF16;
+  auto to_f32 = [](const Tensor& t, std::vector<float>& v) {
+    v.resize(t.numel());
+    const uint16_t* p = static_cast<const uint16_t*>(t.raw());
+    for (int64_t i = 0; i < t.numel(); ++i) v[i] = bf16_to_f32(p[i]);
+  };
+  int rc = MPI_SUCCESS;
+  switch (op_.kind) {
+    case OpKind::AllReduce:
+      if (bf16) {
+        to_f32(op_.a, tin_);
+        rc = MPI_Iallreduce(MPI_IN_PLACE, tin_.data(), icount(op_.count), MPI_FLOAT, mpi_op(op_.rop), comm, &req_);
+      } else {
+        rc = MPI_Iallreduce(MPI_IN_PLACE, op_.a.raw(), icount(op_.count), mpi_type(dt), mpi_op(op_.rop), comm, &req_);
+      }
+      break;
+    case OpKind::Reduce: {
+      void* buf = op_.a.raw();
+      MPI_Datatype t = mpi_type(dt);
+      if (bf16) {
+        to_f32(op_.a, tin_);
+        buf = tin_.data();
+        t = MPI_FLOAT;
+      }
+      rc = MPI_Ireduce(me == op_.root ? MPI_IN_PLACE : buf, me == op_.root ? buf : nullptr, icount(op_.count), t,
+                       mpi_op(op_.rop), op_.root, comm, &req_);
+      break;
+    }
+    case OpKind::Broadcast:
+      rc = MPI_Ibcast(op_.a.raw(), icount(op_.count), mpi_type(dt), op_.root, comm, &req_);
+      break;
+    case OpKind::AllGather:
+      shards(op_.count);
+      rc = MPI_Iallgatherv(op_.a.raw(), counts_[me], mpi_type(dt), op_.b.raw(), counts_.data(), displs_.data(),
+                           mpi_type(dt), comm, &req_);
+      break;
+    case OpKind::Gather:
+      shards(op_.count);
+      rc = MPI_Igatherv(op_.a.raw(), counts_[me], mpi_type(op_.a.dtype()), op_.b.raw(), counts_.data(),
+                        displs_.data(), mpi_type(op_.a.dtype()), op_.root, comm, &req_);
+      break;
+    case OpKind::Scatter:
+      shards(op_.count);
+      rc = MPI_Iscatterv(op_.a.raw(), counts_.data(), displs_.data(), mpi_type(op_.b.dtype()), op_.b.raw(),
+                         counts_[me], mpi_type(op_.b.dtype()), op_.root, comm, &req_);
+      break;
+    case OpKind::ReduceScatter:
+      shards(op_.count);
+      if (bf16) {
+        to_f32(op_.a, tin_);
+        tout_.resize(op_.b.numel());
+        rc = MPI_Ireduce_scatter(tin_.data(), tout_.data(), counts_.data(), MPI_FLOAT, mpi_op(op_.rop), comm, &req_);
+      } else {
+        rc = MPI_Ireduce_scatter(op_.a.raw(), op_.b.raw(), counts_.data(), mpi_type(dt), mpi_op(op_.rop), comm, &req_);
+      }
+      break;
+    case OpKind::AllToAll:
+      rc = MPI_Ialltoall(op_.a.raw(), icount(op_.count / n), mpi_type(dt), op_.b.raw(), icount(op_.count / n),
+                         mpi_type(dt), comm, &req_);
+      break;
+    case OpKind::Barrier:
+      rc = MPI_Ibarrier(comm, &req_);
+      break;
+    case OpKind::Split:
+      // Every rank passed the signature check, so the blocking split completes.
+      *op_.split_out = c_.do_split(op_);
+      state_ = kDone;
+      return;
+    default:
+      throw InternalError(where, c_.err(op_, "not a collective"));
+  }
+  mpi_check(rc, where, c_.err(op_, "starting the operation"));
+}
+
+void CollPending::finish_real() {
+  const int n = c_.size();
+  const bool avg = op_.rop == ReduceOp::Avg;
+  const bool reducing = op_.kind == OpKind::AllReduce || op_.kind == OpKind::ReduceScatter ||
+                        (op_.kind == OpKind::Reduce && c_.rank() == op_.root);
+  if (!reducing) return;
+  Tensor& dst = op_.kind == OpKind::ReduceScatter ? op_.b : op_.a;
+  const float scale = avg ? 1.0f / static_cast<float>(n) : 1.0f;
+  if (dst.dtype() == DType::BF16) {
+    const std::vector<float>& src = op_.kind == OpKind::ReduceScatter ? tout_ : tin_;
+    uint16_t* p = static_cast<uint16_t*>(dst.raw());
+    for (int64_t i = 0; i < dst.numel(); ++i) p[i] = f32_to_bf16(src[i] * scale);
+  } else if (avg) {
+    float* p = static_cast<float*>(dst.raw());
+    for (int64_t i = 0; i < dst.numel(); ++i) p[i] *= scale;
+  }
+}
+
+// ---- point to point ----
+
+P2pPending::P2pPending(MpiComm& c, Op& op) : c_(c), op_(op) {
+  const std::string where = fmt::format("comm.{}", op_kind_name(op.kind));
+  PARALLM_CHECK(op.count <= INT_MAX, ShapeError, where, "{}",
+                c.err(op, "too many elements for one MPI message; split the tensor"));
+  const int cnt = static_cast<int>(op.count);
+  const int rc = op.kind == OpKind::Send
+                     ? MPI_Isend(op.a.raw(), cnt, mpi_type(op.a.dtype()), op.root, op.tag, c.comm(), &req_)
+                     : MPI_Irecv(op.a.raw(), cnt, mpi_type(op.a.dtype()), op.root, op.tag, c.comm(), &req_);
+  mpi_check(rc, where, c.err(op, "starting the operation"));
+}
+
+bool P2pPending::poll() {
+  int flag = 0;
+  MPI_Status st;
+  mpi_check(MPI_Test(&req_, &flag, &st), fmt::format("comm.{}", op_kind_name(op_.kind)), c_.err(op_, "MPI_Test"));
+  if (flag && op_.kind == OpKind::Recv) {
+    int got = 0;
+    MPI_Get_count(&st, mpi_type(op_.a.dtype()), &got);
+    PARALLM_CHECK(got == op_.count, CommError, fmt::format("comm.recv"), "{}",
+                  c_.err(op_, fmt::format("received {} elements, expected {}", got, op_.count)));
+  }
+  return flag != 0;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_world(const CommOptions& options) {
+  auto rt = std::make_shared<MpiRuntime>();
+  int init = 0, provided = 0;
+  MPI_Initialized(&init);
+  if (!init) {
+    mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "comm.mpi", "MPI_Init_thread");
+    rt->we_initialized = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  PARALLM_CHECK(provided == MPI_THREAD_MULTIPLE, CommError, "comm.mpi",
+                "the MPI library gives thread level {}, parallm needs MPI_THREAD_MULTIPLE ({})", provided,
+                static_cast<int>(MPI_THREAD_MULTIPLE));
+  MPI_Comm world = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "comm.mpi", "duplicating MPI_COMM_WORLD");
+  int r = 0, n = 0;
+  MPI_Comm_rank(world, &r);
+  MPI_Comm_size(world, &n);
+  return std::make_unique<MpiComm>(std::move(rt), world, r, n, "world", options);
+}
+
+}  // namespace parallm::comm

@@ -1,0 +1,274 @@
+// Every collective against a serial reference, run on 1..5 ranks through
+// mpirun (see tests/CMakeLists.txt): counts 0, 1 and not divisible by the
+// group size, each dtype, sub-groups, asynchronous handles, argument errors.
+// Each rank can compute every rank's input, so each checks its own result.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "comm/communicator.h"
+
+using namespace parallm;
+using namespace parallm::comm;
+
+namespace {
+
+Communicator* world = nullptr;
+
+// Small integers: exact in every dtype and in any summation order.
+int64_t value(int rank, int64_t i, DType t) {
+  const int64_t v = (rank * 7 + i * 3) % 11;
+  return t == DType::U16 ? v : v - 5;
+}
+
+Tensor make(DType t, int64_t n) { return Tensor::empty({n}, t); }
+
+void set(Tensor& x, int64_t i, double v) {
+  switch (x.dtype()) {
+    case DType::F32:
+      x.data<float>()[i] = static_cast<float>(v);
+      break;
+    case DType::BF16:
+      x.data<uint16_t>()[i] = f32_to_bf16(static_cast<float>(v));
+      break;
+    case DType::I32:
+      x.data<int32_t>()[i] = static_cast<int32_t>(v);
+      break;
+    case DType::U16:
+      x.data<uint16_t>()[i] = static_cast<uint16_t>(v);
+      break;
+  }
+}
+
+double get(const Tensor& x, int64_t i) {
+  switch (x.dtype()) {
+    case DType::F32:
+      return x.data<float>()[i];
+    case DType::BF16:
+      return bf16_to_f32(x.data<uint16_t>()[i]);
+    case DType::I32:
+      return x.data<int32_t>()[i];
+    case DType::U16:
+      return x.data<uint16_t>()[i];
+  }
+  return 0;
+}
+
+Tensor input(DType t, int64_t n, int rank, int64_t offset = 0) {
+  Tensor x = make(t, n);
+  for (int64_t i = 0; i < n; ++i) set(x, i, static_cast<double>(value(rank, offset + i, t)));
+  return x;
+}
+
+double reduce_ref(ReduceOp op, int64_t i, DType t, int n) {
+  double acc = static_cast<double>(value(0, i, t));
+  for (int r = 1; r < n; ++r) {
+    const double v = static_cast<double>(value(r, i, t));
+    acc = op == ReduceOp::Min ? std::min(acc, v) : op == ReduceOp::Max ? std::max(acc, v) : acc + v;
+  }
+  return op == ReduceOp::Avg ? acc / n : acc;
+}
+
+const DType kTypes[] = {DType::F32, DType::BF16, DType::I32, DType::U16};
+
+std::vector<int64_t> counts() {
+  const int64_t n = world->size();
+  return {0, 1, 7, 3 * n + 1, 1001};
+}
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::BF16; }
+
+double tol(DType t, double v) { return t == DType::BF16 ? std::abs(v) / 128 + 1e-6 : 1e-6; }
+
+}  // namespace
+
+TEST(Collectives, AllReduceEveryOpDtypeAndCount) {
+  const int n = world->size();
+  for (DType t : kTypes)
+    for (int64_t c : counts())
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max}) {
+        if (op == ReduceOp::Avg && !is_float(t)) continue;
+        Tensor x = input(t, c, world->rank());
+        world->all_reduce(x, op);
+        for (int64_t i = 0; i < c; ++i) {
+          const double want = reduce_ref(op, i, t, n);
+          ASSERT_NEAR(get(x, i), want, tol(t, want)) << dtype_name(t) << " " << reduce_op_name(op) << " count " << c;
+        }
+      }
+}
+
+TEST(Collectives, ReduceAndBroadcastToEveryRoot) {
+  const int n = world->size(), me = world->rank();
+  for (DType t : kTypes)
+    for (int64_t c : counts())
+      for (int root = 0; root < n; ++root) {
+        Tensor x = input(t, c, me);
+        world->reduce(x, ReduceOp::Sum, root);
+        for (int64_t i = 0; i < c; ++i) {
+          const double want = me == root ? reduce_ref(ReduceOp::Sum, i, t, n) : value(me, i, t);
+          ASSERT_NEAR(get(x, i), want, tol(t, want)) << "reduce " << dtype_name(t) << " root " << root;
+        }
+        Tensor y = input(t, c, me);
+        world->broadcast(y, root);
+        for (int64_t i = 0; i < c; ++i) ASSERT_EQ(get(y, i), value(root, i, t)) << "broadcast root " << root;
+      }
+}
+
+TEST(Collectives, GatherLikeWithUnevenShards) {
+  const int n = world->size(), me = world->rank();
+  for (DType t : kTypes)
+    for (int64_t c : counts()) {
+      // Element i of the whole belongs to the rank whose shard holds it, and has value(owner, i).
+      auto owner_value = [&](int64_t i) {
+        for (int r = 0; r < n; ++r) {
+          Shard s = shard_of(c, n, r);
+          if (i >= s.offset && i < s.offset + s.count) return value(r, i, t);
+        }
+        return int64_t{-999};
+      };
+      const Shard mine = shard_of(c, n, me);
+      Tensor out = make(t, c);
+      world->all_gather(input(t, mine.count, me, mine.offset), out);
+      for (int64_t i = 0; i < c; ++i) ASSERT_EQ(get(out, i), owner_value(i)) << "all_gather count " << c;
+
+      const int root = n - 1;
+      Tensor g = me == root ? make(t, c) : Tensor();
+      world->gather(input(t, mine.count, me, mine.offset), g, root, c);
+      if (me == root) {
+        for (int64_t i = 0; i < c; ++i) ASSERT_EQ(get(g, i), owner_value(i)) << "gather count " << c;
+      }
+
+      Tensor part = make(t, mine.count);
+      world->scatter(me == root ? input(t, c, root) : Tensor(), part, root, c);
+      for (int64_t i = 0; i < mine.count; ++i)
+        ASSERT_EQ(get(part, i), value(root, mine.offset + i, t)) << "scatter count " << c;
+
+      Tensor rs = make(t, mine.count);
+      world->reduce_scatter(input(t, c, me), rs, ReduceOp::Sum);
+      for (int64_t i = 0; i < mine.count; ++i) {
+        const double want = reduce_ref(ReduceOp::Sum, mine.offset + i, t, n);
+        ASSERT_NEAR(get(rs, i), want, tol(t, want)) << "reduce_scatter count " << c;
+      }
+    }
+}
+
+TEST(Collectives, AllToAllMovesBlocksAndRejectsUnevenCounts) {
+  const int n = world->size(), me = world->rank();
+  for (DType t : kTypes)
+    for (int64_t per : {0, 1, 5}) {
+      // Rank r's block j holds 1000*r + 10*j + e: what rank j must receive from r.
+      Tensor in = make(t, per * n), out = make(t, per * n);
+      for (int j = 0; j < n; ++j)
+        for (int64_t e = 0; e < per; ++e) set(in, j * per + e, (t == DType::BF16 ? 1 : 100) * me + 10 * j + e);
+      world->all_to_all(in, out);
+      for (int r = 0; r < n; ++r)
+        for (int64_t e = 0; e < per; ++e)
+          ASSERT_EQ(get(out, r * per + e), (t == DType::BF16 ? 1 : 100) * r + 10 * me + e) << dtype_name(t);
+    }
+  if (n > 1) {
+    Tensor in = make(DType::F32, n + 1), out = make(DType::F32, n + 1);
+    try {
+      world->all_to_all(in, out);
+      FAIL() << "expected an error";
+    } catch (const ShapeError& e) {
+      EXPECT_NE(std::string(e.what()).find("not divisible by " + std::to_string(n)), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Collectives, Bf16SumsAccumulateInFp32) {
+  // 256 + 1 + 1 ... : adding ones one by one in bf16 would stay at 256.
+  const int n = world->size();
+  Tensor x = make(DType::BF16, 3);
+  for (int i = 0; i < 3; ++i) set(x, i, world->rank() == 0 ? 256.0 : 1.0);
+  world->all_reduce(x, ReduceOp::Sum);
+  EXPECT_EQ(get(x, 0), bf16_to_f32(f32_to_bf16(256.0f + static_cast<float>(n - 1))));
+}
+
+TEST(Collectives, SplitMakesOrderedSubgroups) {
+  const int n = world->size(), me = world->rank();
+  // Even and odd ranks, ordered by descending world rank.
+  auto sub = world->split(me % 2, -me, me % 2 ? "odd" : "even");
+  ASSERT_TRUE(sub);
+  std::vector<int> members;
+  for (int r = me % 2; r < n; r += 2) members.push_back(r);
+  EXPECT_EQ(sub->size(), static_cast<int>(members.size()));
+  EXPECT_EQ(sub->rank(), static_cast<int>(members.size()) - 1 - me / 2);
+  EXPECT_EQ(sub->group_name(), me % 2 ? "odd" : "even");
+  Tensor x = make(DType::I32, 1);
+  set(x, 0, me);
+  sub->all_reduce(x, ReduceOp::Sum);
+  int want = 0;
+  for (int r : members) want += r;
+  EXPECT_EQ(get(x, 0), want);
+  // A negative color leaves a rank out.
+  auto only0 = world->split(me == 0 ? 0 : -1, 0);
+  EXPECT_EQ(static_cast<bool>(only0), me == 0);
+}
+
+TEST(Collectives, AsyncHandlesCompleteInIssueOrder) {
+  const int n = world->size();
+  std::vector<Tensor> xs;
+  std::vector<WorkPtr> ws;
+  for (int k = 0; k < 8; ++k) {
+    xs.push_back(input(DType::F32, 100 + k, world->rank()));
+    ws.push_back(world->all_reduce_async(xs.back(), ReduceOp::Sum));
+  }
+  ws.back()->wait();  // later ones finish after earlier ones
+  for (int k = 0; k < 8; ++k) {
+    EXPECT_TRUE(ws[k]->test());
+    for (int64_t i = 0; i < 100 + k; ++i) ASSERT_EQ(get(xs[k], i), reduce_ref(ReduceOp::Sum, i, DType::F32, n));
+  }
+}
+
+TEST(Collectives, SendRecvRingBothDirectionsInFlight) {
+  const int n = world->size(), me = world->rank();
+  if (n == 1) GTEST_SKIP() << "needs a peer";
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  // Large enough for a rendezvous protocol: both sends are in flight before any receive completes.
+  const int64_t c = 1 << 20;
+  Tensor out = input(DType::F32, c, me), in = make(DType::F32, c);
+  auto s = world->send_async(out, next, 3);
+  auto r = world->recv_async(in, prev, 3);
+  s->wait();
+  r->wait();
+  for (int64_t i = 0; i < c; i += 4099) ASSERT_EQ(get(in, i), value(prev, i, DType::F32));
+}
+
+TEST(Collectives, BadArgumentsAreErrorsWithContext) {
+  const int n = world->size();
+  Tensor out = make(DType::F32, 10), wrong = make(DType::F32, 11);
+  try {
+    world->all_gather(wrong, out);
+    FAIL() << "expected an error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("[comm.all_gather]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(world->rank()) + "/" + std::to_string(n)),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(world->broadcast(out, n), ShapeError);
+  Tensor ints = make(DType::I32, 4);
+  EXPECT_THROW(world->all_reduce(ints, ReduceOp::Avg), ShapeError);
+  world->barrier();  // the group still works after rejected calls
+}
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  CommOptions opt;
+  opt.timeout_s = 30;  // a broken test fails instead of hanging ctest
+  // Optional argument: the backend (auto, self or mpi); auto picks mpi under a multi-rank launcher.
+  auto w = make_world(argc > 1 ? argv[1] : "auto", opt);
+  world = w.get();
+  if (world->rank() != 0) {
+    // One report is enough; failures still set every rank's exit code.
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rc = RUN_ALL_TESTS();
+  world->barrier();
+  w.reset();
+  return rc;
+}
