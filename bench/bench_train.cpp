@@ -94,7 +94,7 @@ Result run_parallm(const BenchConfig& bc, const std::string& data_dir, int iters
         y[i] = static_cast<int32_t>(random_below(V, 7, stream_id(kRngTest, it), 2 * i + 1));
       }
     }
-    model::StepContext ctx{true, true, 1337, static_cast<uint64_t>(it), 1.0f};
+    model::StepContext ctx{true, true, 1337, static_cast<uint64_t>(it), 1.0f, nullptr, 0};
     m.zero_grad();
     m.forward(x.data(), y.data(), B, T, ctx);
     m.backward(x.data(), B, T, ctx);

@@ -66,6 +66,8 @@ class Work {
   virtual ~Work() = default;
   virtual void wait() = 0;
   virtual bool test() = 0;  // true once finished (rethrows its error if it failed)
+  // Seconds the operation ran on the communication thread (after wait()).
+  virtual double seconds() const = 0;
 };
 using WorkPtr = std::shared_ptr<Work>;
 

@@ -33,6 +33,7 @@ bool WorkState::test() {
 void WorkState::finish(std::exception_ptr err) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
     done_ = true;
     err_ = std::move(err);
   }
@@ -115,6 +116,7 @@ WorkPtr QueuedComm::submit(Op op) {
   if (!threaded()) {
     op.seq = op.collective() ? next_coll_++ : next_p2p_++;
     try {
+      op.work->started();
       auto p = start(op);
       while (!p->poll()) {
       }
@@ -337,6 +339,7 @@ void QueuedComm::loop() {
     for (Op& op : starting) {
       Active& a = active.emplace_back(Active{std::move(op), nullptr, Clock::now() + timeout});
       try {
+        a.op.work->started();
         a.pending = start(a.op);
         if (a.op.collective()) current_ = &a.op;
       } catch (...) {

@@ -7,6 +7,7 @@
 // the handles. A backend only says how to start an op and how to poll it.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -24,9 +25,13 @@ class WorkState : public Work {
  public:
   void wait() override;
   bool test() override;
+  double seconds() const override { return seconds_; }
+  void started() { t0_ = std::chrono::steady_clock::now(); }
   void finish(std::exception_ptr err);
 
  private:
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  double seconds_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;

@@ -3,6 +3,8 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
+#include <cstdlib>
+
 namespace parallm::log {
 
 namespace {
@@ -35,6 +37,15 @@ void add_file(const std::string& path) {
 void remove_file() {
   g_file.reset();
   if (g_console) rebuild();
+}
+
+void set_rank(int rank, const std::string& host) {
+  init_console();
+  if (rank == 0) return;
+  const char* all = std::getenv("LOG_FROM_ALL_RANKS");
+  const bool verbose = all && std::string(all) == "1";
+  g_console->set_pattern(fmt::format("[{}:{}] %^%v%$", host, rank));
+  g_console->set_level(verbose ? spdlog::level::trace : spdlog::level::warn);
 }
 
 void set_quiet(bool quiet) {

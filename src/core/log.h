@@ -13,7 +13,10 @@ void init_console();
 // Adds (or replaces) a file sink at `path`; lines go to both console and file.
 void add_file(const std::string& path);
 void remove_file();
-void set_quiet(bool quiet);  // warnings and errors only on the console
+void set_quiet(bool quiet);
+// Ranks other than 0 log warnings and errors only (everything when
+// LOG_FROM_ALL_RANKS=1), each line prefixed with [host:rank].
+void set_rank(int rank, const std::string& host);  // warnings and errors only on the console
 
 template <class... Args>
 void info(fmt::format_string<Args...> f, Args&&... a) {

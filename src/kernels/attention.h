@@ -14,6 +14,7 @@ struct AttnDropout {
   float p = 0.0f;
   uint64_t seed = 0;
   uint64_t stream = 0;
+  int64_t bh_base = 0;  // global (b, h) index of this call's first sample and head (data parallel slices)
 };
 
 #define PARALLM_ATTENTION_DECLS                                                                                 \

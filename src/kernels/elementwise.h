@@ -1,6 +1,8 @@
 // Contract: residual add and dropout. Dropout's mask is drawn from the
 // counter-based RNG at (seed, stream, element index) and regenerated in
 // backward, so nothing is stored and any thread count gives the same mask.
+// `base` is the global index of element 0: a rank holding samples [s, s+B)
+// of a step passes s*T*C, so every layout draws the same mask per sample.
 #pragma once
 #include <cstdint>
 
@@ -9,8 +11,10 @@ namespace parallm::kernels {
 #define PARALLM_ELEMENTWISE_DECLS                                                                         \
   void residual_forward(float* out, const float* a, const float* b, int64_t n); /* out = a + b */         \
   void add_inplace(float* acc, const float* x, int64_t n);                      /* acc += x */            \
-  void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream); \
-  void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed, uint64_t stream);
+  void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream,  \
+                       uint64_t base);                                                                    \
+  void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed, uint64_t stream, \
+                        uint64_t base);
 
 namespace ref {
 PARALLM_ELEMENTWISE_DECLS

@@ -132,28 +132,29 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   const float* P = params_.data();
   auto W = [&](int64_t o) -> const float* { return o < 0 ? nullptr : P + o; };
   const float p = ctx.train ? cfg_.dropout : 0.0f;
+  const auto drop_base = static_cast<uint64_t>(ctx.sample_offset * T * C);  // global index of element 0
   float* ws = scratch_.data() + s_ws_;
   float* tmp = scratch_.data() + s_tmp_;
 
   float* x = act(encoded_);
   k::embedding_forward(x, tokens, P + layout_.wte(), P + layout_.wpe(), B, T, C);
-  if (p > 0) k::dropout_forward(x, x, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed));
+  if (p > 0) k::dropout_forward(x, x, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed), drop_base);
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const auto& a = la_[l];
     const auto& bp = layout_.block(l);
     k::layernorm_forward(act(a.ln1), act(a.ln1_mean), act(a.ln1_rstd), x, W(bp.ln1_w), W(bp.ln1_b), N, C);
     k::matmul_forward(act(a.qkv), act(a.ln1), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * C);
-    kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs)};
+    kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs), ctx.sample_offset * NH};
     k::attention_forward(act(a.atty), act(a.lse), act(a.qkv), B, T, C, NH, ad, ws);
     k::matmul_forward(tmp, act(a.atty), W(bp.proj_w), W(bp.proj_b), N, C, C);
-    if (p > 0) k::dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnResid));
+    if (p > 0) k::dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnResid), drop_base);
     k::residual_forward(act(a.res2), x, tmp, N * C);
     k::layernorm_forward(act(a.ln2), act(a.ln2_mean), act(a.ln2_rstd), act(a.res2), W(bp.ln2_w), W(bp.ln2_b), N, C);
     k::matmul_forward(act(a.fch), act(a.ln2), W(bp.fc_w), W(bp.fc_b), N, C, 4 * C);
     k::gelu_forward(act(a.fch_gelu), act(a.fch), N * 4 * C, cfg_.gelu);
     k::matmul_forward(tmp, act(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), N, 4 * C, C);
-    if (p > 0) k::dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kMlpResid));
+    if (p > 0) k::dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kMlpResid), drop_base);
     k::residual_forward(act(a.res3), act(a.res2), tmp, N * C);
     x = act(a.res3);
   }
@@ -182,6 +183,7 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
   auto W = [&](int64_t o) -> const float* { return o < 0 ? nullptr : P + o; };
   auto D = [&](int64_t o) -> float* { return o < 0 ? nullptr : G + o; };
   const float p = ctx.train ? cfg_.dropout : 0.0f;
+  const auto drop_base = static_cast<uint64_t>(ctx.sample_offset * T * C);  // global index of element 0
   float* dres = scratch_.data() + s_dres_;
   float* dtmp = scratch_.data() + s_tmp_;
   float* dbig1 = scratch_.data() + s_dfch_;
@@ -192,10 +194,14 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
   const float* xlast = act(cfg_.n_layer > 0 ? la_.back().res3 : encoded_);
   k::layernorm_backward(dres, D(layout_.lnf_w()), D(layout_.lnf_b()), act(dlnf_), xlast, W(layout_.lnf_w()),
                         act(lnf_mean_), act(lnf_rstd_), N, C);
+  auto ready = [&](int u) {
+    if (ctx.grads_ready) ctx.grads_ready(u);
+  };
+  ready(static_cast<int>(cfg_.n_layer) + 1);
   // Gradient through a residual branch's dropout: a fresh buffer, or dres itself.
   auto through_dropout = [&](int64_t l, uint64_t site) -> const float* {
     if (p <= 0) return dres;
-    k::dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site));
+    k::dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site), drop_base);
     return dtmp;
   };
   for (int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
@@ -212,18 +218,20 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
     // Attention branch: res2 = x + drop(proj(attn(qkv(ln1(x)))))
     const float* dattn = through_dropout(l, kAttnResid);
     k::matmul_backward(dbig1, D(bp.proj_w), D(bp.proj_b), dattn, act(a.atty), W(bp.proj_w), N, C, C);
-    kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs)};
+    kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs), ctx.sample_offset * NH};
     k::attention_backward(dbig2, dbig1, act(a.qkv), act(a.atty), act(a.lse), B, T, C, NH, ad, ws);
     k::matmul_backward(dtmp, D(bp.qkv_w), D(bp.qkv_b), dbig2, act(a.ln1), W(bp.qkv_w), N, C, 3 * C);
     k::layernorm_backward(dres, D(bp.ln1_w), D(bp.ln1_b), dtmp, x_in, W(bp.ln1_w), act(a.ln1_mean), act(a.ln1_rstd), N,
                           C);
+    ready(static_cast<int>(l) + 1);
   }
   const float* demb = dres;
   if (p > 0) {
-    k::dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed));
+    k::dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed), drop_base);
     demb = dtmp;
   }
   k::embedding_backward(G + layout_.wte(), G + layout_.wpe(), demb, tokens, B, T, C);
+  ready(0);
 }
 
 void GPT::last_logits(float* out, int64_t B, int64_t T) {

@@ -42,10 +42,12 @@ ParamLayout::ParamLayout(const GPTConfig& c) {
   using I = ParamSlot::Init;
   const int64_t C = c.n_embd;
   const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
+  unit_begin_.push_back(total_);
   wte_ = add("transformer.wte.weight", {c.vocab_size, C}, I::Normal, std, true);
   wpe_ = add("transformer.wpe.weight", {c.block_size, C}, I::Normal, std, true);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
+    unit_begin_.push_back(total_);
     BlockParams b{};
     auto bias = [&](const std::string& n, int64_t len, I init) -> int64_t {
       return c.bias ? add(p + n, {len}, init, 0.0f, false) : -1;
@@ -64,6 +66,7 @@ ParamLayout::ParamLayout(const GPTConfig& c) {
     b.fcproj_b = bias("mlp.c_proj.bias", C, I::Zeros);
     blocks_.push_back(b);
   }
+  unit_begin_.push_back(total_);
   lnf_w_ = add("transformer.ln_f.weight", {C}, I::Ones, 0.0f, false);
   if (c.bias) lnf_b_ = add("transformer.ln_f.bias", {C}, I::Zeros, 0.0f, false);
 }

@@ -154,6 +154,16 @@ const std::map<std::string, Key>& keys() {
       FLOAT_KEY("optimizer.grad_clip", grad_clip, "global gradient-norm clip (0 = off)"),
       INT_KEY("optimizer.gas", gas, "gradient accumulation steps"),
       STR_KEY("data.dir", data_dir, "prepared dataset directory (train.bin, val.bin, meta.json)"),
+      {"comm.backend",
+       {"string", "auto | self | mpi (auto: mpi when a launcher started several ranks)",
+        [](RunConfig& c, const std::string& k, const std::string& v) {
+          PARALLM_CHECK(v == "auto" || v == "self" || v == "mpi", ConfigError, "config",
+                        "{}: expected auto, self or mpi, got \"{}\"", k, v);
+          c.comm_backend = v;
+        },
+        [](const RunConfig& c) { return nlohmann::json(c.comm_backend); }}},
+      FLOAT_KEY("comm.timeout_s", comm_timeout_s, "seconds before a communication operation is an error"),
+      FLOAT_KEY("ddp.bucket_mb", ddp_bucket_mb, "gradient bucket size (MiB) for the overlapped all-reduce"),
   };
   return table;
 }
@@ -229,6 +239,8 @@ void RunConfig::validate() const {
   PARALLM_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, ConfigError, "config",
                 "optimizer.beta1 and optimizer.beta2 must be in [0, 1)");
   PARALLM_CHECK(temperature > 0, ConfigError, "config", "train.temperature must be > 0, got {}", temperature);
+  PARALLM_CHECK(comm_timeout_s > 0, ConfigError, "config", "comm.timeout_s must be > 0, got {}", comm_timeout_s);
+  PARALLM_CHECK(ddp_bucket_mb > 0, ConfigError, "config", "ddp.bucket_mb must be > 0, got {}", ddp_bucket_mb);
   PARALLM_CHECK(warmup_iters >= 0, ConfigError, "config", "optimizer.warmup_iters must be >= 0");
 }
 

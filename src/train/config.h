@@ -48,6 +48,9 @@ struct RunConfig {
   int64_t gas = 1;  // gradient accumulation steps
 
   std::string data_dir = "data/shakespeare_char";
+  std::string comm_backend = "auto";  // auto | self | mpi
+  double comm_timeout_s = 300;        // per communication operation
+  double ddp_bucket_mb = 25;          // gradient bucket size for the all-reduce
 
   // Sets one key from its string form; throws ConfigError naming the key.
   void set(const std::string& key, const std::string& value);

@@ -9,11 +9,13 @@
 #include "core/profiler.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "comm/communicator.h"
 #include "data/loader.h"
 #include "data/vocab.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
+#include "parallel/ddp.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/peak.h"
@@ -42,9 +44,43 @@ std::string memory_line(const MemStats& s) {
   return line + fmt::format(" | peak total {}", format_bytes(s.total_peak));
 }
 
+// One float, averaged (or taken from rank 0) over the world.
+float world_avg(comm::Communicator& w, float v) {
+  if (w.size() == 1) return v;
+  Tensor t = Tensor::empty({1}, DType::F32);
+  t.data<float>()[0] = v;
+  w.all_reduce(t, comm::ReduceOp::Avg);
+  return t.data<float>()[0];
+}
+
+void broadcast_floats(comm::Communicator& w, float* p, int64_t n) {
+  if (w.size() > 1) w.broadcast(Tensor::view_of(p, {n}, DType::F32), 0);
+}
+
+// Rank 0's values of the few scalars a resumed run continues from.
+void broadcast_state(comm::Communicator& w, TrainState& st, optim::AdamW& opt) {
+  if (w.size() == 1) return;
+  Tensor t = Tensor::empty({3}, DType::F32);
+  Tensor it = Tensor::empty({2}, DType::I32);
+  t.data<float>()[0] = static_cast<float>(st.best_val_loss);
+  it.data<int32_t>()[0] = static_cast<int32_t>(st.iter);
+  it.data<int32_t>()[1] = static_cast<int32_t>(opt.steps_taken());
+  w.broadcast(t, 0);
+  w.broadcast(it, 0);
+  st.best_val_loss = t.data<float>()[0];
+  st.iter = it.data<int32_t>()[0];
+  opt.set_steps_taken(it.data<int32_t>()[1]);
+}
+
 }  // namespace
 
-RunSummary run_training(RunConfig cfg) {
+RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
+  std::unique_ptr<comm::Communicator> own_world;
+  if (!world_in) own_world = comm::make_world("self");
+  comm::Communicator& world = world_in ? *world_in : *own_world;
+  const int rank = world.rank(), nranks = world.size();
+  const bool lead = rank == 0;  // rank 0 writes files, logs, samples and checkpoints
+  if (!lead) cfg.progress = false;
   if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
   const bool resume = cfg.init_from == "resume";
   nlohmann::json ck_meta;
@@ -60,25 +96,36 @@ RunSummary run_training(RunConfig cfg) {
   if (!cfg.vocab_size_set) cfg.model.vocab_size = dataset_vocab(cfg.data_dir);
   cfg.validate();
 
-  fs::create_directories(cfg.out_dir);
-  log::add_file((fs::path(cfg.out_dir) / "train.log").string());
-  {
+  std::unique_ptr<MetricsWriter> metrics_file;
+  if (lead) {
+    fs::create_directories(cfg.out_dir);
+    log::add_file((fs::path(cfg.out_dir) / "train.log").string());
     std::ofstream f(fs::path(cfg.out_dir) / "config.json");
     f << cfg.to_json().dump(2) << "\n";
+    metrics_file = std::make_unique<MetricsWriter>((fs::path(cfg.out_dir) / "metrics.jsonl").string(), resume);
   }
-  MetricsWriter metrics((fs::path(cfg.out_dir) / "metrics.jsonl").string(), resume);
+  auto write_metrics = [&](const nlohmann::json& rec) {
+    if (metrics_file) metrics_file->write(rec);
+  };
 
   const int64_t B = cfg.batch_size, T = cfg.model.block_size;
   model::GPT m(cfg.model, B, T);
   optim::AdamW opt(m.layout(), {cfg.learning_rate, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
   TrainState st;
   if (resume) {
-    st = load_checkpoint(cfg.out_dir, m, &opt);
+    if (lead) st = load_checkpoint(cfg.out_dir, m, &opt);
+    // Every rank continues from rank 0's weights, optimizer state and step.
+    broadcast_floats(world, opt.m(), opt.size());
+    broadcast_floats(world, opt.v(), opt.size());
+    broadcast_state(world, st, opt);
     log::info("resuming from {} at iter {} (best val loss {:.4f})", cfg.out_dir, st.iter, st.best_val_loss);
   } else {
     m.init_weights(cfg.seed);
   }
-  data::Loader loader(cfg.data_dir, cfg.model.vocab_size, {B, T, 1, 0}, cfg.seed);
+  broadcast_floats(world, m.params(), m.flat_size());  // identical replicas, whatever each rank did
+  std::unique_ptr<parallel::DataParallel> ddp;
+  if (nranks > 1) ddp = std::make_unique<parallel::DataParallel>(world, m.layout(), m.grads(), parallel::DdpOptions{cfg.ddp_bucket_mb});
+  data::Loader loader(cfg.data_dir, cfg.model.vocab_size, {B, T, nranks, rank}, cfg.seed);
   std::unique_ptr<data::CharVocab> vocab;
   try {
     vocab = std::make_unique<data::CharVocab>(data::CharVocab::load(cfg.data_dir));
@@ -86,13 +133,22 @@ RunSummary run_training(RunConfig cfg) {
     vocab.reset();  // not a character dataset: no text samples
   }
   const optim::LrSchedule sched{cfg.learning_rate, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters, cfg.decay_lr};
-  const double peak = cfg.peak_flops > 0 ? cfg.peak_flops : cpu_gemm_peak_flops(num_threads());
-  const int64_t tokens_per_iter = B * T * cfg.gas;
+  // Peak of the whole job: rank 0's measurement (made while the others wait) times the ranks.
+  float peak_rank = 0;
+  if (lead) peak_rank = static_cast<float>(cfg.peak_flops > 0 ? cfg.peak_flops / nranks : cpu_gemm_peak_flops(num_threads()));
+  broadcast_floats(world, &peak_rank, 1);
+  const double peak = static_cast<double>(peak_rank) * nranks;
+  const int64_t tokens_per_iter = B * T * cfg.gas * nranks;
   const double flops_per_iter = m.flops_per_token(T) * static_cast<double>(tokens_per_iter);
 
   log::info("parallm train: {} | {} threads", cfg.model.summary(), num_threads());
   log::info("number of parameters: {:.2f}M", static_cast<double>(m.num_params_nanogpt()) / 1e6);
-  log::info("tokens per iteration will be: {} (batch {} x block {} x gas {})", tokens_per_iter, B, T, cfg.gas);
+  log::info("world: {} rank{} ({} backend), global batch {} = micro batch {} x {} rank{} x gas {}", nranks,
+            nranks > 1 ? "s" : "", world.backend(), B * nranks * cfg.gas, B, nranks, nranks > 1 ? "s" : "", cfg.gas);
+  log::info("tokens per iteration will be: {} (global batch {} x block {})", tokens_per_iter, B * nranks * cfg.gas, T);
+  if (ddp)
+    log::info("ddp: {} gradient buckets of up to {} MiB, all-reduced during backward", ddp->num_buckets(),
+              cfg.ddp_bucket_mb);
   log::info("MFU peak: {:.1f} GFLOP/s ({})", peak / 1e9,
             cfg.peak_flops > 0 ? "train.peak_flops" : "measured fp32 GEMM");
 
@@ -114,11 +170,11 @@ RunSummary run_training(RunConfig cfg) {
         loader.get(static_cast<data::Split>(s), k, 0, x.data(), y.data(), /*eval=*/true);
         acc += m.forward(x.data(), y.data(), B, T, ectx);
       }
-      losses[s] = static_cast<float>(acc / static_cast<double>(cfg.eval_iters));
+      losses[s] = world_avg(world, static_cast<float>(acc / static_cast<double>(cfg.eval_iters)));
     }
     const double dt = t.seconds();
     progress.print(fmt::format("step {}: train loss {:.4f}, val loss {:.4f} ({:.1f}s)", it, losses[0], losses[1], dt));
-    metrics.write({{"kind", "eval"},
+    write_metrics({{"kind", "eval"},
                    {"step", it},
                    {"loss", losses[0]},
                    {"lr", lr},
@@ -132,13 +188,13 @@ RunSummary run_training(RunConfig cfg) {
     sum.last_val_loss = losses[1];
     if (losses[1] < st.best_val_loss || cfg.always_save_checkpoint) {
       st.best_val_loss = std::min<double>(st.best_val_loss, losses[1]);
-      if (it > 0 && !cfg.eval_only) {  // an eval-only run never rewrites the checkpoint
+      if (it > 0 && !cfg.eval_only && lead) {  // an eval-only run never rewrites the checkpoint
         st.iter = it;
         save_checkpoint(cfg.out_dir, m, opt, st, cfg.to_json());
         progress.print(fmt::format("saved checkpoint to {}/ckpt", cfg.out_dir));
       }
     }
-    if (vocab && cfg.sample_tokens > 0) {
+    if (vocab && cfg.sample_tokens > 0 && lead) {
       auto prompt = vocab->encode(cfg.sample_prompt.empty() ? "\n" : cfg.sample_prompt);
       const auto n_prompt = static_cast<std::ptrdiff_t>(prompt.size());
       auto out =
@@ -162,7 +218,9 @@ RunSummary run_training(RunConfig cfg) {
         loader.get(data::Split::Train, it, micro, x.data(), y.data());
       }
       model::StepContext ctx{true, true, cfg.seed, static_cast<uint64_t>(it * cfg.gas + micro),
-                             1.0f / static_cast<float>(cfg.gas)};
+                             1.0f / static_cast<float>(cfg.gas), nullptr, rank * B};
+      // Gradients are averaged across ranks on the last micro-step only.
+      if (ddp && micro == cfg.gas - 1) ctx.grads_ready = ddp->hook();
       Timer tf;
       loss_acc += m.forward(x.data(), y.data(), B, T, ctx);
       dtf += tf.seconds();
@@ -171,8 +229,9 @@ RunSummary run_training(RunConfig cfg) {
       dtb += tb.seconds();
     }
     Timer to;
+    if (ddp) ddp->finish();
     const double norm = optim::global_norm(m.grads(), m.flat_size());
-    const float loss = static_cast<float>(loss_acc / static_cast<double>(cfg.gas));
+    const float loss = world_avg(world, static_cast<float>(loss_acc / static_cast<double>(cfg.gas)));
     if (!std::isfinite(loss) || !std::isfinite(norm))
       throw NumericError("train", fmt::format("non-finite loss ({}) or gradient norm ({}) at iter {}; lower "
                                               "optimizer.learning_rate or set optimizer.grad_clip",
@@ -187,38 +246,42 @@ RunSummary run_training(RunConfig cfg) {
       tok_s_acc += tok_s;
       ++tok_s_n;
     }
-    metrics.write({{"kind", "train"},
-                   {"step", it},
-                   {"loss", loss},
-                   {"lr", lr},
-                   {"dt_ms", dt * 1e3},
-                   {"dtf_ms", dtf * 1e3},
-                   {"dtb_ms", dtb * 1e3},
-                   {"tokens_per_s", tok_s},
-                   {"mfu", mfu},
-                   {"grad_norm", norm}});
+    nlohmann::json rec{{"kind", "train"},     {"step", it},          {"loss", loss},
+                       {"lr", lr},             {"dt_ms", dt * 1e3},   {"dtf_ms", dtf * 1e3},
+                       {"dtb_ms", dtb * 1e3},  {"tokens_per_s", tok_s}, {"mfu", mfu},
+                       {"grad_norm", norm}};
+    std::string comm_text;
+    if (ddp) {
+      const auto& cs = ddp->stats();
+      rec["comm_ms"] = cs.comm_s * 1e3;
+      rec["comm_exposed_ms"] = cs.exposed_s * 1e3;
+      rec["comm_bytes"] = cs.bytes;
+      comm_text = fmt::format(", comm {:.1f}ms ({:.0f}% not overlapped)", cs.comm_s * 1e3,
+                              cs.comm_s > 0 ? 100.0 * std::min(1.0, cs.exposed_s / cs.comm_s) : 0.0);
+    }
+    write_metrics(rec);
     if (it % cfg.log_interval == 0)
       progress.print(
           fmt::format("iter {}: loss {:.4f}, lr {:.2e}, dt {:.1f}ms, dtf {:.1f}ms, dtb {:.1f}ms, "
-                      "tok/s {:.0f}, mfu {:.2f}%",
-                      it, loss, lr, dt * 1e3, dtf * 1e3, dtb * 1e3, tok_s, mfu * 100));
+                      "tok/s {:.0f}, mfu {:.2f}%{}",
+                      it, loss, lr, dt * 1e3, dtf * 1e3, dtb * 1e3, tok_s, mfu * 100, comm_text));
     progress.update(it, fmt::format("loss {:.4f} tok/s {:.0f}", loss, tok_s));
     if (!memory_reported) {
       memory_reported = true;
       const MemStats ms = HostAllocator::instance().stats();
       progress.print(memory_line(ms));
-      nlohmann::json rec{{"kind", "memory"}, {"step", it}};
+      nlohmann::json mrec{{"kind", "memory"}, {"step", it}};
       for (int c = 0; c < static_cast<int>(MemCategory::kCount); ++c)
-        rec[std::string(mem_category_name(static_cast<MemCategory>(c))) + "_bytes"] = ms.peak[c];
-      rec["total_peak_bytes"] = ms.total_peak;
-      metrics.write(rec);
+        mrec[std::string(mem_category_name(static_cast<MemCategory>(c))) + "_bytes"] = ms.peak[c];
+      mrec["total_peak_bytes"] = ms.total_peak;
+      write_metrics(mrec);
     }
     sum.last_iter = it;
   }
   if (prof::enabled()) log::info("profile (PARALLM_PROFILE=1):\n{}", prof::table());
   sum.best_val_loss = static_cast<float>(st.best_val_loss);
   sum.mean_tokens_per_s = tok_s_n ? tok_s_acc / static_cast<double>(tok_s_n) : 0;
-  log::remove_file();
+  if (lead) log::remove_file();
   return sum;
 }
 

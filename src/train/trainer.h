@@ -11,6 +11,10 @@
 
 #include "train/config.h"
 
+namespace parallm::comm {
+class Communicator;
+}
+
 namespace parallm::train {
 
 struct RunSummary {
@@ -22,8 +26,9 @@ struct RunSummary {
   double mean_tokens_per_s = 0;  // over the timed steps (first step excluded)
 };
 
-// Runs training as configured. Throws parallm::Error on bad input; the run
-// directory keeps whatever was written until then.
-RunSummary run_training(RunConfig cfg);
+// Runs training as configured, data parallel over `world` when it has more
+// than one rank (nullptr: a world of one). Throws parallm::Error on bad input;
+// the run directory keeps whatever was written until then.
+RunSummary run_training(RunConfig cfg, comm::Communicator* world = nullptr);
 
 }  // namespace parallm::train

@@ -141,14 +141,21 @@ TEST(Elementwise, ResidualAndDropoutMatchReference) {
   ref::residual_forward(o1.data(), a.data(), b.data(), n);
   cpu::residual_forward(o2.data(), a.data(), b.data(), n);
   EXPECT_EQ(o1, o2);
-  ref::dropout_forward(o1.data(), a.data(), n, 0.25f, 3, 4);
-  cpu::dropout_forward(o2.data(), a.data(), n, 0.25f, 3, 4);
+  ref::dropout_forward(o1.data(), a.data(), n, 0.25f, 3, 4, 0);
+  cpu::dropout_forward(o2.data(), a.data(), n, 0.25f, 3, 4, 0);
   EXPECT_EQ(o1, o2);
   int64_t zeros = std::count(o2.begin(), o2.end(), 0.0f);
   EXPECT_NEAR(double(zeros) / n, 0.25, 0.02);
-  ref::dropout_backward(o1.data(), b.data(), n, 0.25f, 3, 4);
-  cpu::dropout_backward(o2.data(), b.data(), n, 0.25f, 3, 4);
+  ref::dropout_backward(o1.data(), b.data(), n, 0.25f, 3, 4, 0);
+  cpu::dropout_backward(o2.data(), b.data(), n, 0.25f, 3, 4, 0);
   EXPECT_EQ(o1, o2);
+  // A slice starting at global element `base` (any alignment) draws the slice of the whole mask.
+  for (int64_t base : {1, 4, 4099}) {
+    std::vector<float> part(n - base);
+    cpu::dropout_forward(part.data(), a.data() + base, n - base, 0.25f, 3, 4, base);
+    ref::dropout_forward(o1.data(), a.data(), n, 0.25f, 3, 4, 0);
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), o1.begin() + base)) << "base " << base;
+  }
 }
 
 TEST(AdamW, MatchesReferenceAndSumSquaresIsThreadIndependent) {

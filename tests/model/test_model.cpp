@@ -55,7 +55,7 @@ TEST(GPT, ForwardBackwardIsBitwiseDeterministic) {
   for (int rep = 0; rep < 2; ++rep) {
     model::GPT m(c, B, T);
     m.init_weights(7);
-    model::StepContext ctx{true, true, 99, 3, 1.0f};
+    model::StepContext ctx{true, true, 99, 3, 1.0f, nullptr, 0};
     m.zero_grad();
     float l = m.forward(x.data(), y.data(), B, T, ctx);
     m.backward(x.data(), B, T, ctx);

@@ -40,7 +40,9 @@ int64_t per_thread_floats(int64_t T, int64_t HS) {
 void dropout_row(float* row, const float* src, int64_t len, int64_t bh, int64_t i, int64_t T, const AttnDropout& d) {
   const float scale = 1.0f / (1.0f - d.p);
   for (int64_t j = 0; j < len; ++j)
-    row[j] = dropout_keep(d.p, d.seed, d.stream, static_cast<uint64_t>((bh * T + i) * T + j)) ? src[j] * scale : 0.0f;
+    row[j] = dropout_keep(d.p, d.seed, d.stream, static_cast<uint64_t>(((d.bh_base + bh) * T + i) * T + j))
+                 ? src[j] * scale
+                 : 0.0f;
 }
 
 // Scores -> probabilities over s[0..len), zeros in [len, n); returns log-sum-exp.

@@ -16,11 +16,15 @@ constexpr int64_t kChunk = 8192;
 PARALLM_CLONES void add_chunk(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
-void dropout_chunk(float* out, const float* in, int64_t i0, int64_t n, float p, uint64_t seed, uint64_t stream) {
+// Element i uses lane g % 4 of the Philox block g / 4, g = base + i (as dropout_keep).
+void dropout_chunk(float* out, const float* in, int64_t i0, int64_t n, float p, uint64_t seed, uint64_t stream,
+                   uint64_t base) {
   const float scale = 1.0f / (1.0f - p);
-  for (int64_t i = i0; i < i0 + n; i += 4) {
-    auto r = philox4x32(seed, stream, static_cast<uint64_t>(i / 4));
-    for (int k = 0; k < 4 && i + k < i0 + n; ++k) out[i + k] = u32_to_unit(r[k]) >= p ? in[i + k] * scale : 0.0f;
+  uint64_t g = base + static_cast<uint64_t>(i0);
+  auto r = philox4x32(seed, stream, g / 4);
+  for (int64_t i = i0; i < i0 + n; ++i, ++g) {
+    if (g % 4 == 0) r = philox4x32(seed, stream, g / 4);
+    out[i] = u32_to_unit(r[g % 4]) >= p ? in[i] * scale : 0.0f;
   }
 }
 }  // namespace
@@ -35,14 +39,16 @@ void add_inplace(float* acc, const float* x, int64_t n) {
   residual_forward(acc, acc, x, n);
 }
 
-void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream) {
+void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream,
+                     uint64_t base) {
   PARALLM_PROFILE("dropout_forward");
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += kChunk) dropout_chunk(out, inp, i, std::min(kChunk, n - i), p, seed, stream);
+  for (int64_t i = 0; i < n; i += kChunk) dropout_chunk(out, inp, i, std::min(kChunk, n - i), p, seed, stream, base);
 }
 
-void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed, uint64_t stream) {
-  dropout_forward(dinp, dout, n, p, seed, stream);
+void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed, uint64_t stream,
+                      uint64_t base) {
+  dropout_forward(dinp, dout, n, p, seed, stream, base);
 }
 
 }  // namespace parallm::kernels::cpu

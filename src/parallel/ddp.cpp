@@ -1,0 +1,57 @@
+#include "parallel/ddp.h"
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace parallm::parallel {
+
+DataParallel::DataParallel(comm::Communicator& comm, const model::ParamLayout& layout, float* grads, DdpOptions opt)
+    : comm_(comm), grads_(grads) {
+  PARALLM_CHECK(opt.bucket_mb > 0, ConfigError, "config", "ddp.bucket_mb must be positive, got {}", opt.bucket_mb);
+  const auto cap = static_cast<int64_t>(opt.bucket_mb * 1024 * 1024 / sizeof(float));
+  const int n = layout.num_units();
+  bucket_of_unit_.assign(n, -1);
+  for (int u = n - 1; u >= 0; --u) {
+    const auto r = layout.unit(u);
+    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= cap) {
+      buckets_.push_back({r.begin, r.end, 0, 0, nullptr});
+    }
+    Bucket& b = buckets_.back();
+    b.begin = r.begin;  // units come in descending order: the bucket grows downwards
+    ++b.units;
+    bucket_of_unit_[u] = static_cast<int>(buckets_.size()) - 1;
+  }
+  for (Bucket& b : buckets_) b.left = b.units;
+}
+
+std::function<void(int)> DataParallel::hook() {
+  return [this](int unit) { ready(unit); };
+}
+
+void DataParallel::ready(int unit) {
+  PARALLM_CHECK(unit >= 0 && unit < static_cast<int>(bucket_of_unit_.size()), InternalError, "ddp",
+                "unit {} out of range", unit);
+  Bucket& b = buckets_[bucket_of_unit_[unit]];
+  PARALLM_CHECK(b.left > 0, InternalError, "ddp", "unit {} reported twice in one step", unit);
+  if (--b.left == 0) {
+    Tensor view = Tensor::view_of(grads_ + b.begin, {b.end - b.begin}, DType::F32);
+    b.work = comm_.all_reduce_async(view, comm::ReduceOp::Avg);
+  }
+}
+
+void DataParallel::finish() {
+  stats_ = {};
+  Timer wait;
+  for (Bucket& b : buckets_) {
+    PARALLM_CHECK(b.work, InternalError, "ddp", "bucket [{}, {}) was never launched: backward did not report all units",
+                  b.begin, b.end);
+    b.work->wait();
+    stats_.comm_s += b.work->seconds();
+    stats_.bytes += (b.end - b.begin) * static_cast<int64_t>(sizeof(float));
+    b.work.reset();
+    b.left = b.units;
+  }
+  stats_.exposed_s = wait.seconds();
+}
+
+}  // namespace parallm::parallel

@@ -1,0 +1,62 @@
+// Data parallelism (DDP): every rank holds the whole model, reads its own
+// slice of each global batch, and gradients are averaged across ranks.
+//
+// Gradients live in one flat buffer laid out in units (embeddings, block 0..L-1,
+// ln_f; see ParamLayout). Backward finishes units in reverse order, so buckets
+// are runs of adjacent units taken from the end, each at least
+// ddp.bucket_mb large (the last one may be smaller). When backward reports a
+// unit final, the bucket that holds it counts down, and when a bucket is
+// complete its all-reduce (average) is issued at once on the communicator's
+// thread: communication overlaps the rest of backward. finish() waits for the
+// buckets and records how much communication time was not hidden.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/params.h"
+
+namespace parallm::parallel {
+
+struct DdpOptions {
+  double bucket_mb = 25.0;
+};
+
+// Per optimizer step: total time the all-reduces ran on the comm thread, and
+// the part of it the caller waited for after backward (not overlapped).
+struct DdpStats {
+  double comm_s = 0, exposed_s = 0;
+  int64_t bytes = 0;  // payload all-reduced this step
+};
+
+class DataParallel {
+ public:
+  DataParallel(comm::Communicator& comm, const model::ParamLayout& layout, float* grads, DdpOptions opt = {});
+
+  // The hook for StepContext::grads_ready on the micro-step that synchronizes
+  // (with gradient accumulation, only the last one does).
+  std::function<void(int)> hook();
+  // Waits for every bucket; afterwards the gradients are the mean over ranks.
+  void finish();
+  const DdpStats& stats() const { return stats_; }
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  // [begin, end) of bucket i in the flat buffer, in launch order.
+  model::ParamLayout::Range bucket(int i) const { return {buckets_[i].begin, buckets_[i].end}; }
+
+ private:
+  struct Bucket {
+    int64_t begin = 0, end = 0;
+    int units = 0, left = 0;
+    comm::WorkPtr work;
+  };
+  void ready(int unit);
+
+  comm::Communicator& comm_;
+  float* grads_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_unit_;
+  DdpStats stats_;
+};
+
+}  // namespace parallm::parallel

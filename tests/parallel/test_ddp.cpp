@@ -1,0 +1,146 @@
+// Data parallelism, run through mpirun on 2 and 3 ranks (tests/CMakeLists.txt):
+// N ranks with micro batch b train like one rank with micro batch N*b (same
+// samples, same dropout masks, gradients averaged), with gradient
+// accumulation and dropout on; resume under DDP continues the trajectory;
+// buckets tile the gradient buffer in the order backward finishes it.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "comm/communicator.h"
+#include "data/prepare.h"
+#include "model/params.h"
+#include "parallel/ddp.h"
+#include "train/trainer.h"
+
+using namespace parallm;
+namespace fs = std::filesystem;
+
+namespace {
+
+comm::Communicator* world = nullptr;
+
+class DdpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // One directory for the job: rank 0's pid names it.
+    Tensor id = Tensor::empty({1}, DType::I32);
+    id.data<int32_t>()[0] = static_cast<int32_t>(::getpid());
+    world->broadcast(id, 0);
+    root_ = fs::temp_directory_path() / ("parallm_ddp_" + std::to_string(id.data<int32_t>()[0]));
+    if (world->rank() == 0) {
+      fs::remove_all(root_);
+      fs::create_directories(root_);
+      std::string text;
+      const char* words[] = {"to be ", "or not ", "that is ", "the question\n", "whether ", "tis nobler "};
+      for (int i = 0; i < 3000; ++i) text += words[(i * 5 + i / 7) % 6];
+      std::ofstream(root_ / "in.txt") << text;
+      data::prepare_char_dataset((root_ / "in.txt").string(), (root_ / "data").string());
+    }
+    world->barrier();
+  }
+  void TearDown() override {
+    world->barrier();
+    if (world->rank() == 0) fs::remove_all(root_);
+  }
+
+  train::RunConfig tiny(const std::string& out, int64_t batch) {
+    train::RunConfig c;
+    c.apply_overrides({"model.n_layer=2", "model.n_head=2", "model.n_embd=32", "model.block_size=32",
+                       "model.batch_size=" + std::to_string(batch), "model.dropout=0.1", "train.eval_interval=6",
+                       "train.eval_iters=2", "train.log_interval=100", "train.sample_tokens=0", "train.progress=false",
+                       "train.always_save_checkpoint=true", "train.peak_flops=1e11", "optimizer.learning_rate=3e-3",
+                       "optimizer.warmup_iters=3", "optimizer.lr_decay_iters=12", "optimizer.gas=2",
+                       "ddp.bucket_mb=0.01", "data.dir=" + (root_ / "data").string(),
+                       "train.out_dir=" + (root_ / out).string()});
+    return c;
+  }
+
+  static double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    double m = 0;
+    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]) / std::fabs(double(b[i])));
+    return m;
+  }
+  fs::path root_;
+};
+
+TEST_F(DdpTest, NRanksEqualOneRankWithTheWholeBatch) {
+  const int n = world->size();
+  auto dp = tiny("dp", 2);
+  dp.max_iters = 12;
+  auto r = train::run_training(dp, world);
+  // The reference: one process, micro batch 2N, no communicator (each rank runs it alone).
+  auto one = tiny("one" + std::to_string(world->rank()), 2 * n);
+  one.max_iters = 12;
+  auto r1 = train::run_training(one);
+  ASSERT_EQ(r.train_losses.size(), r1.train_losses.size());
+  const double d = max_rel_diff(r.train_losses, r1.train_losses);
+  std::printf("%d ranks x batch 2 vs 1 rank x batch %d: max relative loss difference %.3g over %zu steps\n", n, 2 * n,
+              d, r.train_losses.size());
+  EXPECT_LT(d, 2e-5);
+  EXPECT_NEAR(r.last_val_loss, r1.last_val_loss, 2e-5 * r1.last_val_loss);
+  EXPECT_LT(r.train_losses.back(), r.train_losses.front());
+}
+
+TEST_F(DdpTest, ResumeUnderDdpContinuesTheTrajectory) {
+  auto full = tiny("full", 2);
+  full.max_iters = 12;
+  auto rf = train::run_training(full, world);
+  auto part = tiny("part", 2);
+  part.max_iters = 6;
+  train::run_training(part, world);
+  part.max_iters = 12;
+  part.init_from = "resume";
+  auto rp = train::run_training(part, world);  // from the checkpoint of the iter-6 evaluation
+  ASSERT_EQ(rp.first_iter, 6);
+  ASSERT_EQ(rp.train_losses.size(), 7u);
+  for (size_t i = 0; i < rp.train_losses.size(); ++i)
+    EXPECT_EQ(rp.train_losses[i], rf.train_losses[6 + i]) << "iter " << 6 + i;
+  EXPECT_EQ(rp.last_val_loss, rf.last_val_loss);
+}
+
+TEST(DdpBuckets, TileTheGradientBufferInBackwardOrder) {
+  model::GPTConfig c;
+  c.n_layer = 3;
+  c.n_head = 2;
+  c.n_embd = 32;
+  c.block_size = 16;
+  c.vocab_size = 50;
+  model::ParamLayout layout(c);
+  std::vector<float> g(layout.total());
+  for (double mb : {0.001, 0.01, 25.0}) {
+    parallel::DataParallel ddp(*world, layout, g.data(), {mb});
+    int64_t end = layout.total();
+    for (int i = 0; i < ddp.num_buckets(); ++i) {
+      EXPECT_EQ(ddp.bucket(i).end, end) << "bucket " << i << " at " << mb << " MiB";
+      EXPECT_LT(ddp.bucket(i).begin, ddp.bucket(i).end);
+      end = ddp.bucket(i).begin;
+    }
+    EXPECT_EQ(end, 0);
+    if (mb == 25.0) {
+      EXPECT_EQ(ddp.num_buckets(), 1);
+    } else {
+      EXPECT_GT(ddp.num_buckets(), 1);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  comm::CommOptions opt;
+  opt.timeout_s = 60;
+  auto w = comm::make_world(argc > 1 ? argv[1] : "auto", opt);
+  world = w.get();
+  if (world->rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rc = RUN_ALL_TESTS();
+  w.reset();
+  return rc;
+}
