@@ -1,6 +1,5 @@
 // `parallm train [config.yaml] [key=value ...]`
 #include <fmt/format.h>
-
 #include <unistd.h>
 
 #include <cstdio>

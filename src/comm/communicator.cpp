@@ -60,7 +60,9 @@ Shard shard_of(int64_t count, int size, int rank) {
   return {rank * base + std::min<int64_t>(rank, extra), base + (rank < extra ? 1 : 0)};
 }
 
-std::string Communicator::where() const { return fmt::format("rank {}/{} {}", rank(), size(), group_name()); }
+std::string Communicator::where() const {
+  return fmt::format("rank {}/{} {}", rank(), size(), group_name());
+}
 
 bool launched_multi_rank() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "PALS_SIZE"}) {

@@ -7,6 +7,7 @@
 // Each group also has a control communicator (a duplicate) on which a rank
 // whose operation timed out asks every peer what it is doing; peers answer
 // from their communication thread while idle or waiting.
+#include <fmt/ranges.h>
 #include <mpi.h>
 #include <sched.h>
 
@@ -18,8 +19,6 @@
 #include "comm/backends.h"
 #include "comm/queued_comm.h"
 #include "core/error.h"
-
-#include <fmt/ranges.h>
 
 namespace parallm::comm {
 
@@ -143,8 +142,8 @@ class MpiComm : public QueuedComm {
 
   std::unique_ptr<Communicator> do_split(const Op& op) {
     MPI_Comm nc = MPI_COMM_NULL;
-    mpi_check(MPI_Comm_split(comm_, op.color < 0 ? MPI_UNDEFINED : op.color, op.key, &nc),
-              fmt::format("comm.split"), err(op, "MPI_Comm_split"));
+    mpi_check(MPI_Comm_split(comm_, op.color < 0 ? MPI_UNDEFINED : op.color, op.key, &nc), fmt::format("comm.split"),
+              err(op, "MPI_Comm_split"));
     if (nc == MPI_COMM_NULL) return nullptr;
     int r = 0, n = 0;
     MPI_Comm_rank(nc, &r);
@@ -183,8 +182,8 @@ class MpiComm : public QueuedComm {
       MPI_Isend(&q, 1, MPI_INT64_T, p, kTagStatusReq, ctrl_, &reqs.back());
     }
     std::map<int, std::array<int64_t, 4>> got;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(
-                                                              std::min(5.0, std::max(1.0, options().timeout_s)));
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration<double>(std::min(5.0, std::max(1.0, options().timeout_s)));
     while (static_cast<int>(got.size()) < n - 1 && std::chrono::steady_clock::now() < until) {
       int flag = 0;
       MPI_Status st;
@@ -215,8 +214,8 @@ class MpiComm : public QueuedComm {
       else if (r[1] == 0)
         others.push_back(fmt::format("rank {} is idle after collective #{}", p, r[0]));
       else
-        others.push_back(fmt::format("rank {} is in {} #{} ({} elements)", p, op_kind_name(static_cast<OpKind>(r[2])),
-                                     r[1], r[3]));
+        others.push_back(
+            fmt::format("rank {} is in {} #{} ({} elements)", p, op_kind_name(static_cast<OpKind>(r[2])), r[1], r[3]));
     }
     std::string s;
     for (const auto& o : others) s += (s.empty() ? "" : "; ") + o;
@@ -259,8 +258,8 @@ CollPending::CollPending(MpiComm& c, Op& op) : c_(c), op_(op) {
 }
 
 int CollPending::icount(int64_t n) const {
-  PARALLM_CHECK(n <= INT_MAX, ShapeError, fmt::format("comm.{}", op_kind_name(op_.kind)),
-                "{}", c_.err(op_, fmt::format("{} elements exceed MPI's int count; split the tensor", n)));
+  PARALLM_CHECK(n <= INT_MAX, ShapeError, fmt::format("comm.{}", op_kind_name(op_.kind)), "{}",
+                c_.err(op_, fmt::format("{} elements exceed MPI's int count; split the tensor", n)));
   return static_cast<int>(n);
 }
 
@@ -279,9 +278,9 @@ bool CollPending::poll() {
     }
     all_sigs_.resize(static_cast<size_t>(kSigFields) * c_.size());
     state_ = kMismatch;
-    mpi_check(MPI_Iallgather(mine_, kSigFields, MPI_INT64_T, all_sigs_.data(), kSigFields, MPI_INT64_T, c_.comm(),
-                             &req_),
-              where, c_.err(op_, "gathering signatures"));
+    mpi_check(
+        MPI_Iallgather(mine_, kSigFields, MPI_INT64_T, all_sigs_.data(), kSigFields, MPI_INT64_T, c_.comm(), &req_),
+        where, c_.err(op_, "gathering signatures"));
     return false;
   }
   if (state_ == kMismatch) report_mismatch();
@@ -352,13 +351,13 @@ void CollPending::start_real() {
       break;
     case OpKind::Gather:
       shards(op_.count);
-      rc = MPI_Igatherv(op_.a.raw(), counts_[me], mpi_type(op_.a.dtype()), op_.b.raw(), counts_.data(),
-                        displs_.data(), mpi_type(op_.a.dtype()), op_.root, comm, &req_);
+      rc = MPI_Igatherv(op_.a.raw(), counts_[me], mpi_type(op_.a.dtype()), op_.b.raw(), counts_.data(), displs_.data(),
+                        mpi_type(op_.a.dtype()), op_.root, comm, &req_);
       break;
     case OpKind::Scatter:
       shards(op_.count);
-      rc = MPI_Iscatterv(op_.a.raw(), counts_.data(), displs_.data(), mpi_type(op_.b.dtype()), op_.b.raw(),
-                         counts_[me], mpi_type(op_.b.dtype()), op_.root, comm, &req_);
+      rc = MPI_Iscatterv(op_.a.raw(), counts_.data(), displs_.data(), mpi_type(op_.b.dtype()), op_.b.raw(), counts_[me],
+                         mpi_type(op_.b.dtype()), op_.root, comm, &req_);
       break;
     case OpKind::ReduceScatter:
       shards(op_.count);

@@ -13,7 +13,9 @@ namespace parallm::comm {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-bool is_float(DType t) { return t == DType::F32 || t == DType::BF16; }
+bool is_float(DType t) {
+  return t == DType::F32 || t == DType::BF16;
+}
 }  // namespace
 
 // ---- WorkState ----
@@ -73,7 +75,9 @@ QueuedComm::QueuedComm(int rank, int size, std::string name, CommOptions options
                 options_.timeout_s);
 }
 
-QueuedComm::~QueuedComm() { stop_thread(); }
+QueuedComm::~QueuedComm() {
+  stop_thread();
+}
 
 void QueuedComm::start_thread() {
   if (threaded()) thread_ = std::thread([this] { loop(); });
@@ -107,9 +111,8 @@ WorkPtr QueuedComm::submit(Op op) {
   const char* kind = op_kind_name(op.kind);
   if (op.collective() || op.kind == OpKind::Send || op.kind == OpKind::Recv) {
     for (const Tensor* t : {&op.a, &op.b})
-      PARALLM_CHECK(!t->defined() || t->numel() == 0 || t->device().is_cpu(), ShapeError,
-                    fmt::format("comm.{}", kind), "backend {} needs host tensors (rank {}/{})", backend(), rank_,
-                    size_);
+      PARALLM_CHECK(!t->defined() || t->numel() == 0 || t->device().is_cpu(), ShapeError, fmt::format("comm.{}", kind),
+                    "backend {} needs host tensors (rank {}/{})", backend(), rank_, size_);
   }
   op.work = std::make_shared<WorkState>();
   WorkPtr handle = op.work;
@@ -218,8 +221,8 @@ WorkPtr QueuedComm::scatter_async(Tensor in, Tensor out, int root, int64_t count
   PARALLM_CHECK(count >= 0, ShapeError, "comm.scatter",
                 "rank {}/{} is not the root: pass the total element count (group {})", rank_, size_, name_);
   check_count(out, shard_of(count, size_, rank_).count, "scatter", "output (this rank's shard)");
-  PARALLM_CHECK(rank_ != root || in.dtype() == out.dtype(), ShapeError, "comm.scatter",
-                "input is {} but output is {}", dtype_name(in.dtype()), dtype_name(out.dtype()));
+  PARALLM_CHECK(rank_ != root || in.dtype() == out.dtype(), ShapeError, "comm.scatter", "input is {} but output is {}",
+                dtype_name(in.dtype()), dtype_name(out.dtype()));
   Op op;
   op.kind = OpKind::Scatter;
   op.count = count;

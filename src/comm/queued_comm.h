@@ -92,7 +92,7 @@ class QueuedComm : public Communicator {
  protected:
   // Backend hooks, all called on the communication thread.
   virtual std::unique_ptr<Pending> start(Op& op) = 0;
-  virtual void service() {}                                 // answer peers' questions while waiting
+  virtual void service() {}                               // answer peers' questions while waiting
   virtual std::string diagnose(const Op&) { return ""; }  // on a timeout: what the peers are doing
   virtual bool threaded() const { return true; }          // false: run ops inline on the caller
   // Derived constructors call start_thread() last and destructors stop_thread() first.
@@ -100,8 +100,8 @@ class QueuedComm : public Communicator {
   void stop_thread();
 
   // What this rank is doing, for peers' diagnosis (read on the comm thread).
-  uint64_t coll_done_ = 0;          // last finished collective
-  const Op* current_ = nullptr;     // collective in progress, if any
+  uint64_t coll_done_ = 0;       // last finished collective
+  const Op* current_ = nullptr;  // collective in progress, if any
   std::string error_text(const Op& op, const std::string& what) const;
 
  private:

@@ -8,11 +8,11 @@
 
 namespace parallm::kernels {
 
-#define PARALLM_ELEMENTWISE_DECLS                                                                         \
-  void residual_forward(float* out, const float* a, const float* b, int64_t n); /* out = a + b */         \
-  void add_inplace(float* acc, const float* x, int64_t n);                      /* acc += x */            \
-  void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream,  \
-                       uint64_t base);                                                                    \
+#define PARALLM_ELEMENTWISE_DECLS                                                                           \
+  void residual_forward(float* out, const float* a, const float* b, int64_t n); /* out = a + b */           \
+  void add_inplace(float* acc, const float* x, int64_t n);                      /* acc += x */              \
+  void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream,    \
+                       uint64_t base);                                                                      \
   void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed, uint64_t stream, \
                         uint64_t base);
 

@@ -138,7 +138,9 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
 
   float* x = act(encoded_);
   k::embedding_forward(x, tokens, P + layout_.wte(), P + layout_.wpe(), B, T, C);
-  if (p > 0) k::dropout_forward(x, x, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed), drop_base);
+  if (p > 0)
+    k::dropout_forward(x, x, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
+                       drop_base);
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const auto& a = la_[l];
@@ -148,13 +150,16 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
     kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs), ctx.sample_offset * NH};
     k::attention_forward(act(a.atty), act(a.lse), act(a.qkv), B, T, C, NH, ad, ws);
     k::matmul_forward(tmp, act(a.atty), W(bp.proj_w), W(bp.proj_b), N, C, C);
-    if (p > 0) k::dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnResid), drop_base);
+    if (p > 0)
+      k::dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnResid),
+                         drop_base);
     k::residual_forward(act(a.res2), x, tmp, N * C);
     k::layernorm_forward(act(a.ln2), act(a.ln2_mean), act(a.ln2_rstd), act(a.res2), W(bp.ln2_w), W(bp.ln2_b), N, C);
     k::matmul_forward(act(a.fch), act(a.ln2), W(bp.fc_w), W(bp.fc_b), N, C, 4 * C);
     k::gelu_forward(act(a.fch_gelu), act(a.fch), N * 4 * C, cfg_.gelu);
     k::matmul_forward(tmp, act(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), N, 4 * C, C);
-    if (p > 0) k::dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kMlpResid), drop_base);
+    if (p > 0)
+      k::dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kMlpResid), drop_base);
     k::residual_forward(act(a.res3), act(a.res2), tmp, N * C);
     x = act(a.res3);
   }
@@ -227,7 +232,8 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
   }
   const float* demb = dres;
   if (p > 0) {
-    k::dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed), drop_base);
+    k::dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
+                        drop_base);
     demb = dtmp;
   }
   k::embedding_backward(G + layout_.wte(), G + layout_.wpe(), demb, tokens, B, T, C);

@@ -49,9 +49,7 @@ class ParamLayout {
     int64_t begin = 0, end = 0;
   };
   int num_units() const { return static_cast<int>(unit_begin_.size()); }
-  Range unit(int u) const {
-    return {unit_begin_[u], u + 1 < num_units() ? unit_begin_[u + 1] : total_};
-  }
+  Range unit(int u) const { return {unit_begin_[u], u + 1 < num_units() ? unit_begin_[u + 1] : total_}; }
   int64_t lnf_b() const { return lnf_b_; }
 
  private:

@@ -4,12 +4,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "comm/communicator.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/profiler.h"
 #include "core/threads.h"
 #include "core/timer.h"
-#include "comm/communicator.h"
 #include "data/loader.h"
 #include "data/vocab.h"
 #include "model/gpt.h"
@@ -124,7 +124,9 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   }
   broadcast_floats(world, m.params(), m.flat_size());  // identical replicas, whatever each rank did
   std::unique_ptr<parallel::DataParallel> ddp;
-  if (nranks > 1) ddp = std::make_unique<parallel::DataParallel>(world, m.layout(), m.grads(), parallel::DdpOptions{cfg.ddp_bucket_mb});
+  if (nranks > 1)
+    ddp =
+        std::make_unique<parallel::DataParallel>(world, m.layout(), m.grads(), parallel::DdpOptions{cfg.ddp_bucket_mb});
   data::Loader loader(cfg.data_dir, cfg.model.vocab_size, {B, T, nranks, rank}, cfg.seed);
   std::unique_ptr<data::CharVocab> vocab;
   try {
@@ -135,7 +137,8 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   const optim::LrSchedule sched{cfg.learning_rate, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters, cfg.decay_lr};
   // Peak of the whole job: rank 0's measurement (made while the others wait) times the ranks.
   float peak_rank = 0;
-  if (lead) peak_rank = static_cast<float>(cfg.peak_flops > 0 ? cfg.peak_flops / nranks : cpu_gemm_peak_flops(num_threads()));
+  if (lead)
+    peak_rank = static_cast<float>(cfg.peak_flops > 0 ? cfg.peak_flops / nranks : cpu_gemm_peak_flops(num_threads()));
   broadcast_floats(world, &peak_rank, 1);
   const double peak = static_cast<double>(peak_rank) * nranks;
   const int64_t tokens_per_iter = B * T * cfg.gas * nranks;
@@ -217,8 +220,9 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
         PARALLM_PROFILE("data");
         loader.get(data::Split::Train, it, micro, x.data(), y.data());
       }
-      model::StepContext ctx{true, true, cfg.seed, static_cast<uint64_t>(it * cfg.gas + micro),
-                             1.0f / static_cast<float>(cfg.gas), nullptr, rank * B};
+      model::StepContext ctx{
+          true,    true,    cfg.seed, static_cast<uint64_t>(it * cfg.gas + micro), 1.0f / static_cast<float>(cfg.gas),
+          nullptr, rank * B};
       // Gradients are averaged across ranks on the last micro-step only.
       if (ddp && micro == cfg.gas - 1) ctx.grads_ready = ddp->hook();
       Timer tf;
@@ -246,10 +250,9 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       tok_s_acc += tok_s;
       ++tok_s_n;
     }
-    nlohmann::json rec{{"kind", "train"},     {"step", it},          {"loss", loss},
-                       {"lr", lr},             {"dt_ms", dt * 1e3},   {"dtf_ms", dtf * 1e3},
-                       {"dtb_ms", dtb * 1e3},  {"tokens_per_s", tok_s}, {"mfu", mfu},
-                       {"grad_norm", norm}};
+    nlohmann::json rec{{"kind", "train"},   {"step", it},          {"loss", loss},        {"lr", lr},
+                       {"dt_ms", dt * 1e3}, {"dtf_ms", dtf * 1e3}, {"dtb_ms", dtb * 1e3}, {"tokens_per_s", tok_s},
+                       {"mfu", mfu},        {"grad_norm", norm}};
     std::string comm_text;
     if (ddp) {
       const auto& cs = ddp->stats();

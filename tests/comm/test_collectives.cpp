@@ -23,7 +23,9 @@ int64_t value(int rank, int64_t i, DType t) {
   return t == DType::U16 ? v : v - 5;
 }
 
-Tensor make(DType t, int64_t n) { return Tensor::empty({n}, t); }
+Tensor make(DType t, int64_t n) {
+  return Tensor::empty({n}, t);
+}
 
 void set(Tensor& x, int64_t i, double v) {
   switch (x.dtype()) {
@@ -78,9 +80,13 @@ std::vector<int64_t> counts() {
   return {0, 1, 7, 3 * n + 1, 1001};
 }
 
-bool is_float(DType t) { return t == DType::F32 || t == DType::BF16; }
+bool is_float(DType t) {
+  return t == DType::F32 || t == DType::BF16;
+}
 
-double tol(DType t, double v) { return t == DType::BF16 ? std::abs(v) / 128 + 1e-6 : 1e-6; }
+double tol(DType t, double v) {
+  return t == DType::BF16 ? std::abs(v) / 128 + 1e-6 : 1e-6;
+}
 
 }  // namespace
 

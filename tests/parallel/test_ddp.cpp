@@ -49,12 +49,25 @@ class DdpTest : public ::testing::Test {
 
   train::RunConfig tiny(const std::string& out, int64_t batch) {
     train::RunConfig c;
-    c.apply_overrides({"model.n_layer=2", "model.n_head=2", "model.n_embd=32", "model.block_size=32",
-                       "model.batch_size=" + std::to_string(batch), "model.dropout=0.1", "train.eval_interval=6",
-                       "train.eval_iters=2", "train.log_interval=100", "train.sample_tokens=0", "train.progress=false",
-                       "train.always_save_checkpoint=true", "train.peak_flops=1e11", "optimizer.learning_rate=3e-3",
-                       "optimizer.warmup_iters=3", "optimizer.lr_decay_iters=12", "optimizer.gas=2",
-                       "ddp.bucket_mb=0.01", "data.dir=" + (root_ / "data").string(),
+    c.apply_overrides({"model.n_layer=2",
+                       "model.n_head=2",
+                       "model.n_embd=32",
+                       "model.block_size=32",
+                       "model.batch_size=" + std::to_string(batch),
+                       "model.dropout=0.1",
+                       "train.eval_interval=6",
+                       "train.eval_iters=2",
+                       "train.log_interval=100",
+                       "train.sample_tokens=0",
+                       "train.progress=false",
+                       "train.always_save_checkpoint=true",
+                       "train.peak_flops=1e11",
+                       "optimizer.learning_rate=3e-3",
+                       "optimizer.warmup_iters=3",
+                       "optimizer.lr_decay_iters=12",
+                       "optimizer.gas=2",
+                       "ddp.bucket_mb=0.01",
+                       "data.dir=" + (root_ / "data").string(),
                        "train.out_dir=" + (root_ / out).string()});
     return c;
   }

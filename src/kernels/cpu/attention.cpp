@@ -29,7 +29,9 @@ constexpr int64_t kBr = 32;  // query rows per block (smaller blocks waste less 
 // Row stride of the scratch tiles: T rounded up to 16 floats plus 16, so that
 // successive rows do not fall on the same L1 sets (a 1 KiB stride at T=256
 // made the K^T stream in S = Q K^T thrash the cache).
-int64_t scratch_ld(int64_t T) { return (T + 15) / 16 * 16 + 16; }
+int64_t scratch_ld(int64_t T) {
+  return (T + 15) / 16 * 16 + 16;
+}
 
 // Per-thread scratch: K^T, V^T (HS x ld) and four kBr x ld tiles.
 int64_t per_thread_floats(int64_t T, int64_t HS) {
@@ -119,7 +121,7 @@ void bwd_head(float* dq, float* dk, float* dv, const float* dout, const float* q
     small_gemm(rows, n, HS, scale, qb, C3, Kt, ld, P, ld, false);
     for (int64_t r = 0; r < rows; ++r) probs_row(P + r * ld, i0 + r + 1, n, lse[i0 + r]);
     small_gemm(rows, n, HS, 1.0f, dyb, C, Vt, ld, dP, ld, false);  // dP' = dO V^T
-    const float* Pu = P;                                         // probabilities as forward used them (after dropout)
+    const float* Pu = P;                                           // probabilities as forward used them (after dropout)
     if (drop.p > 0) {
       for (int64_t r = 0; r < rows; ++r) {
         // mask / (1 - p) per entry, from the same counter-based draws as forward

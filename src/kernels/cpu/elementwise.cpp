@@ -39,8 +39,7 @@ void add_inplace(float* acc, const float* x, int64_t n) {
   residual_forward(acc, acc, x, n);
 }
 
-void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream,
-                     uint64_t base) {
+void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream, uint64_t base) {
   PARALLM_PROFILE("dropout_forward");
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i += kChunk) dropout_chunk(out, inp, i, std::min(kChunk, n - i), p, seed, stream, base);
