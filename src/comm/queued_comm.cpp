@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <list>
 #include <utility>
 
@@ -312,6 +313,12 @@ void QueuedComm::loop() {
   std::list<Active> active;  // at most one collective, any number of point-to-point ops
   const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
   auto last_service = Clock::now();
+  auto last_progress_check = Clock::now();
+  static const auto poll_sleep = std::chrono::microseconds([] {
+    const char* v = std::getenv("PARALLM_COMM_POLL_US");
+    return v ? std::atoi(v) : 50;
+  }());
+  const auto spin_window = std::chrono::microseconds(200);
   auto fail_active = [&](std::exception_ptr err) {
     for (Active& x : active) x.op.work->finish(err);
     active.clear();
@@ -339,6 +346,7 @@ void QueuedComm::loop() {
         queue_.pop_front();
       }
     }
+    if (!starting.empty()) last_progress_check = Clock::now();
     for (Op& op : starting) {
       Active& a = active.emplace_back(Active{std::move(op), nullptr, Clock::now() + timeout});
       try {
@@ -383,7 +391,12 @@ void QueuedComm::loop() {
         service();
         last_service = Clock::now();
       }
-      sched_yield();  // spin politely: compute threads get the core when they need it
+      // Poll politely: yield for the first moments of an operation (latency),
+      // then sleep between polls so compute threads keep the cores.
+      if (Clock::now() - last_progress_check < spin_window)
+        sched_yield();
+      else
+        std::this_thread::sleep_for(poll_sleep);
     }
   }
 }

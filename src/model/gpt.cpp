@@ -199,10 +199,13 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
   const float* xlast = act(cfg_.n_layer > 0 ? la_.back().res3 : encoded_);
   k::layernorm_backward(dres, D(layout_.lnf_w()), D(layout_.lnf_b()), act(dlnf_), xlast, W(layout_.lnf_w()),
                         act(lnf_mean_), act(lnf_rstd_), N, C);
-  auto ready = [&](int u) {
-    if (ctx.grads_ready) ctx.grads_ready(u);
+  // Reports parameters (by flat offset; -1 = absent bias) whose gradients are final.
+  auto ready = [&](std::initializer_list<int64_t> offsets) {
+    if (!ctx.grads_ready) return;
+    for (int64_t o : offsets)
+      if (o >= 0) ctx.grads_ready(layout_.unit_at(o));
   };
-  ready(static_cast<int>(cfg_.n_layer) + 1);
+  ready({layout_.lnf_w(), layout_.lnf_b()});
   // Gradient through a residual branch's dropout: a fresh buffer, or dres itself.
   auto through_dropout = [&](int64_t l, uint64_t site) -> const float* {
     if (p <= 0) return dres;
@@ -216,19 +219,24 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
     // MLP branch: res3 = res2 + drop(fcproj(gelu(fc(ln2(res2)))))
     const float* dmlp = through_dropout(l, kMlpResid);
     k::matmul_backward(dbig2, D(bp.fcproj_w), D(bp.fcproj_b), dmlp, act(a.fch_gelu), W(bp.fcproj_w), N, 4 * C, C);
+    ready({bp.fcproj_w, bp.fcproj_b});
     k::gelu_backward(dbig1, act(a.fch), dbig2, N * 4 * C, cfg_.gelu);
     k::matmul_backward(dtmp, D(bp.fc_w), D(bp.fc_b), dbig1, act(a.ln2), W(bp.fc_w), N, C, 4 * C);
+    ready({bp.fc_w, bp.fc_b});
     k::layernorm_backward(dres, D(bp.ln2_w), D(bp.ln2_b), dtmp, act(a.res2), W(bp.ln2_w), act(a.ln2_mean),
                           act(a.ln2_rstd), N, C);
+    ready({bp.ln2_w, bp.ln2_b});
     // Attention branch: res2 = x + drop(proj(attn(qkv(ln1(x)))))
     const float* dattn = through_dropout(l, kAttnResid);
     k::matmul_backward(dbig1, D(bp.proj_w), D(bp.proj_b), dattn, act(a.atty), W(bp.proj_w), N, C, C);
+    ready({bp.proj_w, bp.proj_b});
     kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs), ctx.sample_offset * NH};
     k::attention_backward(dbig2, dbig1, act(a.qkv), act(a.atty), act(a.lse), B, T, C, NH, ad, ws);
     k::matmul_backward(dtmp, D(bp.qkv_w), D(bp.qkv_b), dbig2, act(a.ln1), W(bp.qkv_w), N, C, 3 * C);
+    ready({bp.qkv_w, bp.qkv_b});
     k::layernorm_backward(dres, D(bp.ln1_w), D(bp.ln1_b), dtmp, x_in, W(bp.ln1_w), act(a.ln1_mean), act(a.ln1_rstd), N,
                           C);
-    ready(static_cast<int>(l) + 1);
+    ready({bp.ln1_w, bp.ln1_b});
   }
   const float* demb = dres;
   if (p > 0) {
@@ -237,7 +245,7 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
     demb = dtmp;
   }
   k::embedding_backward(G + layout_.wte(), G + layout_.wpe(), demb, tokens, B, T, C);
-  ready(0);
+  ready({layout_.wpe(), layout_.wte()});
 }
 
 void GPT::last_logits(float* out, int64_t B, int64_t T) {

@@ -25,8 +25,8 @@ struct StepContext {
   uint64_t seed = 0;        // dropout seed
   uint64_t micro_step = 0;  // global micro-step counter: a fresh mask per micro-step
   float loss_scale = 1.0f;  // d(total loss)/d(mean loss of this micro-batch), e.g. 1/gas
-  // Called by backward as soon as the gradients of layout unit u are final
-  // (units in reverse order): data parallelism starts communication there.
+  // Called by backward as soon as the gradients of layout unit u (a
+  // parameter slot) are final: data parallelism starts communication there.
   std::function<void(int)> grads_ready;
   // Index of this batch's first sample within the micro-step's global batch
   // (rank * B under data parallelism): dropout masks follow the sample, so

@@ -1,5 +1,6 @@
 #include "model/params.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -42,12 +43,10 @@ ParamLayout::ParamLayout(const GPTConfig& c) {
   using I = ParamSlot::Init;
   const int64_t C = c.n_embd;
   const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
-  unit_begin_.push_back(total_);
   wte_ = add("transformer.wte.weight", {c.vocab_size, C}, I::Normal, std, true);
   wpe_ = add("transformer.wpe.weight", {c.block_size, C}, I::Normal, std, true);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
-    unit_begin_.push_back(total_);
     BlockParams b{};
     auto bias = [&](const std::string& n, int64_t len, I init) -> int64_t {
       return c.bias ? add(p + n, {len}, init, 0.0f, false) : -1;
@@ -66,9 +65,16 @@ ParamLayout::ParamLayout(const GPTConfig& c) {
     b.fcproj_b = bias("mlp.c_proj.bias", C, I::Zeros);
     blocks_.push_back(b);
   }
-  unit_begin_.push_back(total_);
   lnf_w_ = add("transformer.ln_f.weight", {C}, I::Ones, 0.0f, false);
   if (c.bias) lnf_b_ = add("transformer.ln_f.bias", {C}, I::Zeros, 0.0f, false);
+}
+
+int ParamLayout::unit_at(int64_t offset) const {
+  auto it = std::lower_bound(slots_.begin(), slots_.end(), offset,
+                             [](const ParamSlot& s, int64_t off) { return s.offset < off; });
+  PARALLM_CHECK(it != slots_.end() && it->offset == offset, InternalError, "model.params",
+                "no parameter starts at offset {}", offset);
+  return static_cast<int>(it - slots_.begin());
 }
 
 const ParamSlot& ParamLayout::find(const std::string& name) const {

@@ -41,22 +41,23 @@ class ParamLayout {
   int64_t wte() const { return wte_; }
   int64_t wpe() const { return wpe_; }
   int64_t lnf_w() const { return lnf_w_; }
-  // Units: groups of parameters whose gradients backward finishes together,
-  // as contiguous ranges of the flat buffer (padding included), in layout
-  // order: 0 = embeddings (wte, wpe), 1 + l = block l, n_layer + 1 = ln_f.
-  // Backward completes them in reverse order. Gradient buckets are made of them.
+  // Units of gradient readiness: one per parameter slot, as contiguous ranges
+  // of the flat buffer (alignment padding included), in layout order.
+  // Backward finishes them in nearly reverse order (wte last, since the tied
+  // head and the embedding both add to it). Gradient buckets are made of them.
   struct Range {
     int64_t begin = 0, end = 0;
   };
-  int num_units() const { return static_cast<int>(unit_begin_.size()); }
-  Range unit(int u) const { return {unit_begin_[u], u + 1 < num_units() ? unit_begin_[u + 1] : total_}; }
+  int num_units() const { return static_cast<int>(slots_.size()); }
+  Range unit(int u) const { return {slots_[u].offset, u + 1 < num_units() ? slots_[u + 1].offset : total_}; }
+  // The unit (slot index) of the parameter at flat offset `offset`.
+  int unit_at(int64_t offset) const;
   int64_t lnf_b() const { return lnf_b_; }
 
  private:
   int64_t add(const std::string& name, Shape shape, ParamSlot::Init init, float std, bool decay);
   std::vector<ParamSlot> slots_;
   std::vector<BlockParams> blocks_;
-  std::vector<int64_t> unit_begin_;
   int64_t total_ = 0, count_ = 0, wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = -1;
 };
 

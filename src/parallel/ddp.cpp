@@ -1,5 +1,7 @@
 #include "parallel/ddp.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -9,18 +11,22 @@ DataParallel::DataParallel(comm::Communicator& comm, const model::ParamLayout& l
     : comm_(comm), grads_(grads) {
   PARALLM_CHECK(opt.bucket_mb > 0, ConfigError, "config", "ddp.bucket_mb must be positive, got {}", opt.bucket_mb);
   const auto cap = static_cast<int64_t>(opt.bucket_mb * 1024 * 1024 / sizeof(float));
+  const int64_t first_cap = std::min<int64_t>(cap, 1024 * 1024 / sizeof(float));
   const int n = layout.num_units();
   bucket_of_unit_.assign(n, -1);
-  for (int u = n - 1; u >= 0; --u) {
+  // Cut from the front (completed last by backward), then list in launch order.
+  for (int u = 0; u < n; ++u) {
     const auto r = layout.unit(u);
-    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= cap) {
+    const int64_t limit = buckets_.size() == 1 ? first_cap : cap;
+    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= limit)
       buckets_.push_back({r.begin, r.end, 0, 0, nullptr});
-    }
     Bucket& b = buckets_.back();
-    b.begin = r.begin;  // units come in descending order: the bucket grows downwards
+    b.end = r.end;
     ++b.units;
     bucket_of_unit_[u] = static_cast<int>(buckets_.size()) - 1;
   }
+  std::reverse(buckets_.begin(), buckets_.end());
+  for (int& b : bucket_of_unit_) b = static_cast<int>(buckets_.size()) - 1 - b;
   for (Bucket& b : buckets_) b.left = b.units;
 }
 

@@ -1,14 +1,16 @@
 // Data parallelism (DDP): every rank holds the whole model, reads its own
 // slice of each global batch, and gradients are averaged across ranks.
 //
-// Gradients live in one flat buffer laid out in units (embeddings, block 0..L-1,
-// ln_f; see ParamLayout). Backward finishes units in reverse order, so buckets
-// are runs of adjacent units taken from the end, each at least
-// ddp.bucket_mb large (the last one may be smaller). When backward reports a
-// unit final, the bucket that holds it counts down, and when a bucket is
-// complete its all-reduce (average) is issued at once on the communicator's
-// thread: communication overlaps the rest of backward. finish() waits for the
-// buckets and records how much communication time was not hidden.
+// Gradients live in one flat buffer made of units (one per parameter, see
+// ParamLayout), which backward finishes in nearly reverse layout order.
+// Buckets are runs of adjacent units, about ddp.bucket_mb each, cut from the
+// front of the buffer: the first bucket (the one backward completes last,
+// holding the embeddings) is capped at 1 MiB, so little communication is left
+// to start once backward ends; the remainder bucket lands at the top, where
+// backward starts. When backward reports a unit final, its bucket counts
+// down; a complete bucket's all-reduce (average) is issued at once on the
+// communicator's thread, overlapping the rest of backward. finish() waits for
+// the buckets and records how much communication time was not hidden.
 #pragma once
 #include <cstdint>
 #include <functional>
