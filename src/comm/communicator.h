@@ -19,7 +19,6 @@
 //   fail at once with the first error. Only cli/ decides to abort().
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 

@@ -11,6 +11,7 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include <array>
 #include <chrono>
 #include <climits>
 #include <map>

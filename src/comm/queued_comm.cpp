@@ -109,12 +109,9 @@ void QueuedComm::check_count(const Tensor& t, int64_t want, const char* op, cons
 }
 
 WorkPtr QueuedComm::submit(Op op) {
-  const char* kind = op_kind_name(op.kind);
-  if (op.collective() || op.kind == OpKind::Send || op.kind == OpKind::Recv) {
-    for (const Tensor* t : {&op.a, &op.b})
-      PARALLM_CHECK(!t->defined() || t->numel() == 0 || t->device().is_cpu(), ShapeError, fmt::format("comm.{}", kind),
-                    "backend {} needs host tensors (rank {}/{})", backend(), rank_, size_);
-  }
+  for (const Tensor* t : {&op.a, &op.b})
+    PARALLM_CHECK(t->numel() == 0 || t->device().is_cpu(), ShapeError, fmt::format("comm.{}", op_kind_name(op.kind)),
+                  "backend {} needs host tensors (rank {}/{})", backend(), rank_, size_);
   op.work = std::make_shared<WorkState>();
   WorkPtr handle = op.work;
   if (!threaded()) {
@@ -153,143 +150,114 @@ std::unique_ptr<Communicator> QueuedComm::split(int color, int key, const std::s
   return out;
 }
 
-WorkPtr QueuedComm::all_reduce_async(Tensor t, ReduceOp rop) {
-  PARALLM_CHECK(rop != ReduceOp::Avg || is_float(t.dtype()), ShapeError, "comm.all_reduce",
-                "avg needs a floating-point tensor, got {} (rank {}/{})", dtype_name(t.dtype()), rank_, size_);
+WorkPtr QueuedComm::issue(OpKind kind, int64_t count, Tensor a, Tensor b, ReduceOp rop, int root, int tag) {
   Op op;
-  op.kind = OpKind::AllReduce;
-  op.count = t.numel();
-  op.a = std::move(t);
+  op.kind = kind;
+  op.count = count;
+  op.a = std::move(a);
+  op.b = std::move(b);
   op.rop = rop;
+  op.root = root;
+  op.tag = tag;
   return submit(std::move(op));
+}
+
+void QueuedComm::check_avg(ReduceOp rop, DType t, const char* what) const {
+  PARALLM_CHECK(rop != ReduceOp::Avg || is_float(t), ShapeError, fmt::format("comm.{}", what),
+                "avg needs a floating-point tensor, got {} (rank {}/{})", dtype_name(t), rank_, size_);
+}
+
+void QueuedComm::check_same_dtype(const Tensor& in, const Tensor& out, const char* what) const {
+  PARALLM_CHECK(in.dtype() == out.dtype(), ShapeError, fmt::format("comm.{}", what), "input is {} but output is {}",
+                dtype_name(in.dtype()), dtype_name(out.dtype()));
+}
+
+void QueuedComm::check_tag(int tag, const char* what) const {
+  PARALLM_CHECK(tag >= 0 && tag < 32768, ShapeError, fmt::format("comm.{}", what), "tag {} outside [0, 32768)", tag);
+}
+
+// Non-roots of gather/scatter have no full-size tensor: they pass the total count.
+int64_t QueuedComm::rooted_count(int64_t count, int root, const char* what) const {
+  PARALLM_CHECK(count >= 0, ShapeError, fmt::format("comm.{}", what),
+                "rank {}/{} is not the root ({}): pass the total element count (group {})", rank_, size_, root, name_);
+  return count;
+}
+
+WorkPtr QueuedComm::all_reduce_async(Tensor t, ReduceOp rop) {
+  check_avg(rop, t.dtype(), "all_reduce");
+  const int64_t n = t.numel();
+  return issue(OpKind::AllReduce, n, std::move(t), {}, rop);
 }
 
 WorkPtr QueuedComm::reduce_async(Tensor t, ReduceOp rop, int root) {
   check_root(root, "reduce");
-  PARALLM_CHECK(rop != ReduceOp::Avg || is_float(t.dtype()), ShapeError, "comm.reduce",
-                "avg needs a floating-point tensor, got {} (rank {}/{})", dtype_name(t.dtype()), rank_, size_);
-  Op op;
-  op.kind = OpKind::Reduce;
-  op.count = t.numel();
-  op.a = std::move(t);
-  op.rop = rop;
-  op.root = root;
-  return submit(std::move(op));
+  check_avg(rop, t.dtype(), "reduce");
+  const int64_t n = t.numel();
+  return issue(OpKind::Reduce, n, std::move(t), {}, rop, root);
 }
 
 WorkPtr QueuedComm::broadcast_async(Tensor t, int root) {
   check_root(root, "broadcast");
-  Op op;
-  op.kind = OpKind::Broadcast;
-  op.count = t.numel();
-  op.a = std::move(t);
-  op.root = root;
-  return submit(std::move(op));
+  const int64_t n = t.numel();
+  return issue(OpKind::Broadcast, n, std::move(t), {}, ReduceOp::Sum, root);
 }
 
 WorkPtr QueuedComm::all_gather_async(Tensor in, Tensor out) {
-  check_count(in, shard_of(out.numel(), size_, rank_).count, "all_gather", "input (this rank's shard)");
-  PARALLM_CHECK(in.dtype() == out.dtype(), ShapeError, "comm.all_gather", "input is {} but output is {}",
-                dtype_name(in.dtype()), dtype_name(out.dtype()));
-  Op op;
-  op.kind = OpKind::AllGather;
-  op.count = out.numel();
-  op.a = std::move(in);
-  op.b = std::move(out);
-  return submit(std::move(op));
+  const int64_t n = out.numel();
+  check_count(in, shard_of(n, size_, rank_).count, "all_gather", "input (this rank's shard)");
+  check_same_dtype(in, out, "all_gather");
+  return issue(OpKind::AllGather, n, std::move(in), std::move(out));
 }
 
 WorkPtr QueuedComm::gather_async(Tensor in, Tensor out, int root, int64_t count) {
   check_root(root, "gather");
-  if (rank_ == root) count = out.numel();
-  PARALLM_CHECK(count >= 0, ShapeError, "comm.gather",
-                "rank {}/{} is not the root: pass the total element count (group {})", rank_, size_, name_);
-  check_count(in, shard_of(count, size_, rank_).count, "gather", "input (this rank's shard)");
-  PARALLM_CHECK(rank_ != root || in.dtype() == out.dtype(), ShapeError, "comm.gather", "input is {} but output is {}",
-                dtype_name(in.dtype()), dtype_name(out.dtype()));
-  Op op;
-  op.kind = OpKind::Gather;
-  op.count = count;
-  op.a = std::move(in);
-  op.b = std::move(out);
-  op.root = root;
-  return submit(std::move(op));
+  const int64_t n = rank_ == root ? out.numel() : rooted_count(count, root, "gather");
+  check_count(in, shard_of(n, size_, rank_).count, "gather", "input (this rank's shard)");
+  if (rank_ == root) check_same_dtype(in, out, "gather");
+  return issue(OpKind::Gather, n, std::move(in), std::move(out), ReduceOp::Sum, root);
 }
 
 WorkPtr QueuedComm::scatter_async(Tensor in, Tensor out, int root, int64_t count) {
   check_root(root, "scatter");
-  if (rank_ == root) count = in.numel();
-  PARALLM_CHECK(count >= 0, ShapeError, "comm.scatter",
-                "rank {}/{} is not the root: pass the total element count (group {})", rank_, size_, name_);
-  check_count(out, shard_of(count, size_, rank_).count, "scatter", "output (this rank's shard)");
-  PARALLM_CHECK(rank_ != root || in.dtype() == out.dtype(), ShapeError, "comm.scatter", "input is {} but output is {}",
-                dtype_name(in.dtype()), dtype_name(out.dtype()));
-  Op op;
-  op.kind = OpKind::Scatter;
-  op.count = count;
-  op.a = std::move(in);
-  op.b = std::move(out);
-  op.root = root;
-  return submit(std::move(op));
+  const int64_t n = rank_ == root ? in.numel() : rooted_count(count, root, "scatter");
+  check_count(out, shard_of(n, size_, rank_).count, "scatter", "output (this rank's shard)");
+  if (rank_ == root) check_same_dtype(in, out, "scatter");
+  return issue(OpKind::Scatter, n, std::move(in), std::move(out), ReduceOp::Sum, root);
 }
 
 WorkPtr QueuedComm::reduce_scatter_async(Tensor in, Tensor out, ReduceOp rop) {
-  check_count(out, shard_of(in.numel(), size_, rank_).count, "reduce_scatter", "output (this rank's shard)");
-  PARALLM_CHECK(in.dtype() == out.dtype(), ShapeError, "comm.reduce_scatter", "input is {} but output is {}",
-                dtype_name(in.dtype()), dtype_name(out.dtype()));
-  PARALLM_CHECK(rop != ReduceOp::Avg || is_float(in.dtype()), ShapeError, "comm.reduce_scatter",
-                "avg needs a floating-point tensor, got {} (rank {}/{})", dtype_name(in.dtype()), rank_, size_);
-  Op op;
-  op.kind = OpKind::ReduceScatter;
-  op.count = in.numel();
-  op.a = std::move(in);
-  op.b = std::move(out);
-  op.rop = rop;
-  return submit(std::move(op));
+  const int64_t n = in.numel();
+  check_count(out, shard_of(n, size_, rank_).count, "reduce_scatter", "output (this rank's shard)");
+  check_same_dtype(in, out, "reduce_scatter");
+  check_avg(rop, in.dtype(), "reduce_scatter");
+  return issue(OpKind::ReduceScatter, n, std::move(in), std::move(out), rop);
 }
 
 WorkPtr QueuedComm::all_to_all_async(Tensor in, Tensor out) {
-  check_count(out, in.numel(), "all_to_all", "output");
-  PARALLM_CHECK(in.numel() % size_ == 0, ShapeError, "comm.all_to_all",
-                "count {} not divisible by {} (rank {}/{} of group {})", in.numel(), size_, rank_, size_, name_);
-  PARALLM_CHECK(in.dtype() == out.dtype(), ShapeError, "comm.all_to_all", "input is {} but output is {}",
-                dtype_name(in.dtype()), dtype_name(out.dtype()));
-  Op op;
-  op.kind = OpKind::AllToAll;
-  op.count = in.numel();
-  op.a = std::move(in);
-  op.b = std::move(out);
-  return submit(std::move(op));
+  const int64_t n = in.numel();
+  check_count(out, n, "all_to_all", "output");
+  PARALLM_CHECK(n % size_ == 0, ShapeError, "comm.all_to_all", "count {} not divisible by {} (rank {}/{} of group {})",
+                n, size_, rank_, size_, name_);
+  check_same_dtype(in, out, "all_to_all");
+  return issue(OpKind::AllToAll, n, std::move(in), std::move(out));
 }
 
 WorkPtr QueuedComm::barrier_async() {
-  Op op;
-  op.kind = OpKind::Barrier;
-  return submit(std::move(op));
+  return issue(OpKind::Barrier, 0, {}, {});
 }
 
 WorkPtr QueuedComm::send_async(Tensor t, int peer, int tag) {
   check_root(peer, "send");
-  PARALLM_CHECK(tag >= 0 && tag < 32768, ShapeError, "comm.send", "tag {} outside [0, 32768)", tag);
-  Op op;
-  op.kind = OpKind::Send;
-  op.count = t.numel();
-  op.a = std::move(t);
-  op.root = peer;
-  op.tag = tag;
-  return submit(std::move(op));
+  check_tag(tag, "send");
+  const int64_t n = t.numel();
+  return issue(OpKind::Send, n, std::move(t), {}, ReduceOp::Sum, peer, tag);
 }
 
 WorkPtr QueuedComm::recv_async(Tensor t, int peer, int tag) {
   check_root(peer, "recv");
-  PARALLM_CHECK(tag >= 0 && tag < 32768, ShapeError, "comm.recv", "tag {} outside [0, 32768)", tag);
-  Op op;
-  op.kind = OpKind::Recv;
-  op.count = t.numel();
-  op.a = std::move(t);
-  op.root = peer;
-  op.tag = tag;
-  return submit(std::move(op));
+  check_tag(tag, "recv");
+  const int64_t n = t.numel();
+  return issue(OpKind::Recv, n, std::move(t), {}, ReduceOp::Sum, peer, tag);
 }
 
 // ---- the communication thread ----

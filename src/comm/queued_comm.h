@@ -6,7 +6,6 @@
 // polls them through the backend, enforces each one's deadline and completes
 // the handles. A backend only says how to start an op and how to poll it.
 #pragma once
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -106,10 +105,16 @@ class QueuedComm : public Communicator {
 
  private:
   WorkPtr submit(Op op);
+  WorkPtr issue(OpKind kind, int64_t count, Tensor a, Tensor b, ReduceOp rop = ReduceOp::Sum, int root = 0,
+                int tag = 0);
   void loop();
   void fail_all(std::exception_ptr err);
   void check_root(int root, const char* what) const;
   void check_count(const Tensor& t, int64_t want, const char* op, const char* which) const;
+  void check_avg(ReduceOp rop, DType t, const char* what) const;
+  void check_same_dtype(const Tensor& in, const Tensor& out, const char* what) const;
+  void check_tag(int tag, const char* what) const;
+  int64_t rooted_count(int64_t count, int root, const char* what) const;
 
   int rank_, size_;
   std::string name_;

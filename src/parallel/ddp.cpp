@@ -19,7 +19,7 @@ DataParallel::DataParallel(comm::Communicator& comm, const model::ParamLayout& l
     const auto r = layout.unit(u);
     const int64_t limit = buckets_.size() == 1 ? first_cap : cap;
     if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= limit)
-      buckets_.push_back({r.begin, r.end, 0, 0, nullptr});
+      buckets_.push_back({r.begin, r.end, 0, 0, {}, nullptr});
     Bucket& b = buckets_.back();
     b.end = r.end;
     ++b.units;
@@ -27,7 +27,10 @@ DataParallel::DataParallel(comm::Communicator& comm, const model::ParamLayout& l
   }
   std::reverse(buckets_.begin(), buckets_.end());
   for (int& b : bucket_of_unit_) b = static_cast<int>(buckets_.size()) - 1 - b;
-  for (Bucket& b : buckets_) b.left = b.units;
+  for (Bucket& b : buckets_) {
+    b.left = b.units;
+    b.view = Tensor::view_of(grads_ + b.begin, {b.end - b.begin}, DType::F32);
+  }
 }
 
 std::function<void(int)> DataParallel::hook() {
@@ -39,10 +42,7 @@ void DataParallel::ready(int unit) {
                 "unit {} out of range", unit);
   Bucket& b = buckets_[bucket_of_unit_[unit]];
   PARALLM_CHECK(b.left > 0, InternalError, "ddp", "unit {} reported twice in one step", unit);
-  if (--b.left == 0) {
-    Tensor view = Tensor::view_of(grads_ + b.begin, {b.end - b.begin}, DType::F32);
-    b.work = comm_.all_reduce_async(view, comm::ReduceOp::Avg);
-  }
+  if (--b.left == 0) b.work = comm_.all_reduce_async(b.view, comm::ReduceOp::Avg);
 }
 
 void DataParallel::finish() {

@@ -50,6 +50,7 @@ class DataParallel {
   struct Bucket {
     int64_t begin = 0, end = 0;
     int units = 0, left = 0;
+    Tensor view;  // grads[begin, end), made once
     comm::WorkPtr work;
   };
   void ready(int unit);

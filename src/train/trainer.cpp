@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "comm/communicator.h"
 #include "core/error.h"
@@ -44,14 +45,21 @@ std::string memory_line(const MemStats& s) {
   return line + fmt::format(" | peak total {}", format_bytes(s.total_peak));
 }
 
-// One float, averaged (or taken from rank 0) over the world.
-float world_avg(comm::Communicator& w, float v) {
-  if (w.size() == 1) return v;
-  Tensor t = Tensor::empty({1}, DType::F32);
-  t.data<float>()[0] = v;
-  w.all_reduce(t, comm::ReduceOp::Avg);
-  return t.data<float>()[0];
-}
+// One float averaged over the world, through a buffer allocated once.
+class WorldMean {
+ public:
+  explicit WorldMean(comm::Communicator& w) : w_(w), t_(Tensor::empty({1}, DType::F32)) {}
+  float operator()(float v) {
+    if (w_.size() == 1) return v;
+    t_.data<float>()[0] = v;
+    w_.all_reduce(t_, comm::ReduceOp::Avg);
+    return t_.data<float>()[0];
+  }
+
+ private:
+  comm::Communicator& w_;
+  Tensor t_;
+};
 
 void broadcast_floats(comm::Communicator& w, float* p, int64_t n) {
   if (w.size() > 1) w.broadcast(Tensor::view_of(p, {n}, DType::F32), 0);
@@ -127,6 +135,8 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   if (nranks > 1)
     ddp =
         std::make_unique<parallel::DataParallel>(world, m.layout(), m.grads(), parallel::DdpOptions{cfg.ddp_bucket_mb});
+  const std::function<void(int)> ddp_hook = ddp ? ddp->hook() : nullptr;
+  WorldMean world_mean(world);
   data::Loader loader(cfg.data_dir, cfg.model.vocab_size, {B, T, nranks, rank}, cfg.seed);
   std::unique_ptr<data::CharVocab> vocab;
   try {
@@ -173,7 +183,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
         loader.get(static_cast<data::Split>(s), k, 0, x.data(), y.data(), /*eval=*/true);
         acc += m.forward(x.data(), y.data(), B, T, ectx);
       }
-      losses[s] = world_avg(world, static_cast<float>(acc / static_cast<double>(cfg.eval_iters)));
+      losses[s] = world_mean(static_cast<float>(acc / static_cast<double>(cfg.eval_iters)));
     }
     const double dt = t.seconds();
     progress.print(fmt::format("step {}: train loss {:.4f}, val loss {:.4f} ({:.1f}s)", it, losses[0], losses[1], dt));
@@ -224,7 +234,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
           true,    true,    cfg.seed, static_cast<uint64_t>(it * cfg.gas + micro), 1.0f / static_cast<float>(cfg.gas),
           nullptr, rank * B};
       // Gradients are averaged across ranks on the last micro-step only.
-      if (ddp && micro == cfg.gas - 1) ctx.grads_ready = ddp->hook();
+      if (ddp && micro == cfg.gas - 1) ctx.grads_ready = ddp_hook;
       Timer tf;
       loss_acc += m.forward(x.data(), y.data(), B, T, ctx);
       dtf += tf.seconds();
@@ -235,7 +245,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     Timer to;
     if (ddp) ddp->finish();
     const double norm = optim::global_norm(m.grads(), m.flat_size());
-    const float loss = world_avg(world, static_cast<float>(loss_acc / static_cast<double>(cfg.gas)));
+    const float loss = world_mean(static_cast<float>(loss_acc / static_cast<double>(cfg.gas)));
     if (!std::isfinite(loss) || !std::isfinite(norm))
       throw NumericError("train", fmt::format("non-finite loss ({}) or gradient norm ({}) at iter {}; lower "
                                               "optimizer.learning_rate or set optimizer.grad_clip",

@@ -8,12 +8,11 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include "comm/communicator.h"
-#include "data/prepare.h"
 #include "model/params.h"
 #include "parallel/ddp.h"
+#include "train/tiny_run.h"
 #include "train/trainer.h"
 
 using namespace parallm;
@@ -34,11 +33,7 @@ class DdpTest : public ::testing::Test {
     if (world->rank() == 0) {
       fs::remove_all(root_);
       fs::create_directories(root_);
-      std::string text;
-      const char* words[] = {"to be ", "or not ", "that is ", "the question\n", "whether ", "tis nobler "};
-      for (int i = 0; i < 3000; ++i) text += words[(i * 5 + i / 7) % 6];
-      std::ofstream(root_ / "in.txt") << text;
-      data::prepare_char_dataset((root_ / "in.txt").string(), (root_ / "data").string());
+      test_util::prepare_tiny_dataset(root_);
     }
     world->barrier();
   }
@@ -49,26 +44,8 @@ class DdpTest : public ::testing::Test {
 
   train::RunConfig tiny(const std::string& out, int64_t batch) {
     train::RunConfig c;
-    c.apply_overrides({"model.n_layer=2",
-                       "model.n_head=2",
-                       "model.n_embd=32",
-                       "model.block_size=32",
-                       "model.batch_size=" + std::to_string(batch),
-                       "model.dropout=0.1",
-                       "train.eval_interval=6",
-                       "train.eval_iters=2",
-                       "train.log_interval=100",
-                       "train.sample_tokens=0",
-                       "train.progress=false",
-                       "train.always_save_checkpoint=true",
-                       "train.peak_flops=1e11",
-                       "optimizer.learning_rate=3e-3",
-                       "optimizer.warmup_iters=3",
-                       "optimizer.lr_decay_iters=12",
-                       "optimizer.gas=2",
-                       "ddp.bucket_mb=0.01",
-                       "data.dir=" + (root_ / "data").string(),
-                       "train.out_dir=" + (root_ / out).string()});
+    c.apply_overrides(test_util::tiny_run_overrides(root_, out));
+    c.apply_overrides({"model.batch_size=" + std::to_string(batch), "ddp.bucket_mb=0.01"});
     return c;
   }
 

@@ -4,12 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "data/prepare.h"
 #include "train/checkpoint.h"
+#include "train/tiny_run.h"
 #include "train/trainer.h"
 
 using namespace parallm;
@@ -23,22 +22,13 @@ class TrainerTest : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("parallm_trainer_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
-    std::string text;
-    const char* words[] = {"to be ", "or not ", "that is ", "the question\n", "whether ", "tis nobler "};
-    for (int i = 0; i < 3000; ++i) text += words[(i * 5 + i / 7) % 6];
-    std::ofstream(root_ / "in.txt") << text;
-    data::prepare_char_dataset((root_ / "in.txt").string(), (root_ / "data").string());
+    test_util::prepare_tiny_dataset(root_);
   }
   void TearDown() override { fs::remove_all(root_); }
 
   train::RunConfig tiny(const std::string& out) {
     train::RunConfig c;
-    c.apply_overrides({"model.n_layer=2", "model.n_head=2", "model.n_embd=32", "model.block_size=32",
-                       "model.batch_size=4", "model.dropout=0.1", "train.eval_interval=6", "train.eval_iters=2",
-                       "train.log_interval=100", "train.sample_tokens=0", "train.progress=false",
-                       "train.always_save_checkpoint=true", "train.peak_flops=1e11", "optimizer.learning_rate=3e-3",
-                       "optimizer.warmup_iters=3", "optimizer.lr_decay_iters=12", "optimizer.gas=2",
-                       "data.dir=" + (root_ / "data").string(), "train.out_dir=" + (root_ / out).string()});
+    c.apply_overrides(test_util::tiny_run_overrides(root_, out));
     return c;
   }
   fs::path root_;

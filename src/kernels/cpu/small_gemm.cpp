@@ -1,6 +1,7 @@
 #include "kernels/cpu/small_gemm.h"
 
 #include <cstring>
+#include <utility>
 
 #include "kernels/cpu/simd.h"
 
@@ -73,20 +74,17 @@ typedef int32_t v16i __attribute__((vector_size(64)));
 // Exchanges bit `b` of the row and column index inside a 16 x 16 tile held as
 // 16 row vectors: rows i and i + b trade their off-diagonal b-wide blocks.
 // Applying it for b = 8, 4, 2, 1 transposes the tile (each pass swaps one bit).
+// Shuffle indices of swap_bit: element j of row i (bit b clear) and of row
+// i + b (bit b set); 0..15 pick from row i, 16..31 from row i + b.
+template <int b, bool upper, int... j>
+constexpr v16i swap_mask(std::integer_sequence<int, j...>) {
+  return v16i{(upper ? ((j & b) ? 16 + j : j + b) : ((j & b) ? 16 + j - b : j))...};
+}
+
 template <int b>
 __attribute__((always_inline)) inline void swap_bit(v16 (&R)[16]) {
-  constexpr v16i lo = {(0 & b) ? 16 + 0 - b : 0,    (1 & b) ? 16 + 1 - b : 1,    (2 & b) ? 16 + 2 - b : 2,
-                       (3 & b) ? 16 + 3 - b : 3,    (4 & b) ? 16 + 4 - b : 4,    (5 & b) ? 16 + 5 - b : 5,
-                       (6 & b) ? 16 + 6 - b : 6,    (7 & b) ? 16 + 7 - b : 7,    (8 & b) ? 16 + 8 - b : 8,
-                       (9 & b) ? 16 + 9 - b : 9,    (10 & b) ? 16 + 10 - b : 10, (11 & b) ? 16 + 11 - b : 11,
-                       (12 & b) ? 16 + 12 - b : 12, (13 & b) ? 16 + 13 - b : 13, (14 & b) ? 16 + 14 - b : 14,
-                       (15 & b) ? 16 + 15 - b : 15};
-  constexpr v16i hi = {(0 & b) ? 16 + 0 : 0 + b,    (1 & b) ? 16 + 1 : 1 + b,    (2 & b) ? 16 + 2 : 2 + b,
-                       (3 & b) ? 16 + 3 : 3 + b,    (4 & b) ? 16 + 4 : 4 + b,    (5 & b) ? 16 + 5 : 5 + b,
-                       (6 & b) ? 16 + 6 : 6 + b,    (7 & b) ? 16 + 7 : 7 + b,    (8 & b) ? 16 + 8 : 8 + b,
-                       (9 & b) ? 16 + 9 : 9 + b,    (10 & b) ? 16 + 10 : 10 + b, (11 & b) ? 16 + 11 : 11 + b,
-                       (12 & b) ? 16 + 12 : 12 + b, (13 & b) ? 16 + 13 : 13 + b, (14 & b) ? 16 + 14 : 14 + b,
-                       (15 & b) ? 16 + 15 : 15 + b};
+  constexpr auto idx = std::make_integer_sequence<int, 16>{};
+  constexpr v16i lo = swap_mask<b, false>(idx), hi = swap_mask<b, true>(idx);
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i)
     if (!(i & b)) {
