@@ -1,13 +1,10 @@
 // `parallm train [config.yaml] [key=value ...]`
-#include <fmt/format.h>
-#include <unistd.h>
-
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/world.h"
 #include "comm/communicator.h"
 #include "core/error.h"
-#include "core/log.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -40,20 +37,12 @@ Runner add_train(CLI::App& app) {
     cfg.apply_overrides(overrides);
     comm::CommOptions copt;
     copt.timeout_s = cfg.comm_timeout_s;
-    auto world = comm::make_world(cfg.comm_backend, copt);
-    char host[256] = "?";
-    gethostname(host, sizeof(host) - 1);
-    log::set_rank(world->rank(), host);
+    World world = start_world(cfg.comm_backend, copt);
     train::RunSummary s;
-    try {
-      s = train::run_training(cfg, world.get());
-    } catch (const Error& e) {
-      if (world->size() == 1) throw;
-      // End the whole job so no peer waits for this rank.
-      std::fprintf(stderr, "[%s:%d] error: %s\n", host, world->rank(), e.what());
-      std::fflush(stderr);
-      world->abort(dynamic_cast<const ConfigError*>(&e) ? 2 : 1);
-    }
+    run_guarded(world, [&] {
+      s = train::run_training(cfg, world.comm.get());
+      return 0;
+    });
     if (world->rank() == 0)
       std::printf("done: iters %lld..%lld, last val loss %.4f, best val loss %.4f\n",
                   static_cast<long long>(s.first_iter), static_cast<long long>(s.last_iter), s.last_val_loss,

@@ -10,5 +10,6 @@ using Runner = std::function<int()>;
 Runner add_train(CLI::App& app);
 Runner add_prepare(CLI::App& app);
 Runner add_sample(CLI::App& app);
+Runner add_launch(CLI::App& app);
 
 }  // namespace parallm::cli

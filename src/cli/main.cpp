@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   auto train = parallm::cli::add_train(app);
   auto prepare = parallm::cli::add_prepare(app);
   auto sample = parallm::cli::add_sample(app);
+  auto launch = parallm::cli::add_launch(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("train")) return train();
     if (app.got_subcommand("prepare")) return prepare();
     if (app.got_subcommand("sample")) return sample();
+    if (app.got_subcommand("launch")) return launch();
   } catch (const parallm::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

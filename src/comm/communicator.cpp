@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "comm/backends.h"
+#include "comm/topology.h"
 #include "core/error.h"
 
 namespace parallm::comm {
@@ -65,13 +66,7 @@ std::string Communicator::where() const {
 }
 
 bool launched_multi_rank() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "PALS_SIZE"}) {
-    const char* v = std::getenv(var);
-    if (v && std::atoi(v) > 1) return true;
-  }
-  // srun sets SLURM_NTASKS for every task it starts (and SLURM_PROCID).
-  const char* n = std::getenv("SLURM_NTASKS");
-  return n && std::getenv("SLURM_PROCID") && std::atoi(n) > 1;
+  return env_rank().size > 1;
 }
 
 std::unique_ptr<Communicator> make_world(const std::string& backend, const CommOptions& options) {

@@ -140,4 +140,8 @@ class Communicator {
 // "auto" (mpi when a launcher started several ranks, self otherwise).
 std::unique_ptr<Communicator> make_world(const std::string& backend, const CommOptions& options = {});
 
+// The MPI library parallm was built with (MPI_Get_library_version, first
+// line), or "" when built without MPI. Safe before and without MPI_Init.
+std::string mpi_library_version();
+
 }  // namespace parallm::comm

@@ -434,6 +434,16 @@ bool P2pPending::poll() {
 
 }  // namespace
 
+std::string mpi_library_version() {
+  char v[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(v, &len);
+  std::string s(v, static_cast<size_t>(len));
+  s = s.substr(0, s.find('\n'));
+  while (!s.empty() && (s.back() == ',' || s.back() == ' ' || s.back() == '\0')) s.pop_back();
+  return s;
+}
+
 std::unique_ptr<Communicator> make_mpi_world(const CommOptions& options) {
   auto rt = std::make_shared<MpiRuntime>();
   int init = 0, provided = 0;

@@ -10,4 +10,8 @@ std::unique_ptr<Communicator> make_mpi_world(const CommOptions&) {
                   "and rebuild, or use comm.backend=self");
 }
 
+std::string mpi_library_version() {
+  return "";
+}
+
 }  // namespace parallm::comm

@@ -69,4 +69,17 @@ void read_file(const std::string& path, std::initializer_list<FilePiece> pieces)
   ::close(fd);
 }
 
+std::string read_text_file(const std::string& path, const std::string& where) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  PARALLM_CHECK(f, IoError, where, "cannot read {}: {}", path, std::strerror(errno));
+  std::string s;
+  char buf[65536];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, n);
+  const bool bad = std::ferror(f) != 0;
+  std::fclose(f);
+  PARALLM_CHECK(!bad, IoError, where, "error reading {}", path);
+  return s;
+}
+
 }  // namespace parallm

@@ -24,5 +24,7 @@ void write_file_atomic(const std::string& path, std::initializer_list<ConstFileP
 // Reads exactly the pieces' total size; throws IoError naming the file if its
 // size differs (truncated, or written for another model).
 void read_file(const std::string& path, std::initializer_list<FilePiece> pieces);
+// A whole (small) text file; IoError "[where] cannot read <path>: <reason>".
+std::string read_text_file(const std::string& path, const std::string& where);
 
 }  // namespace parallm

@@ -168,7 +168,8 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   std::vector<int32_t> x(B * T), y(B * T);
   RunSummary sum;
   sum.first_iter = st.iter;
-  Progress progress(st.iter, cfg.max_iters, cfg.progress);
+  // Launchers (mpirun, srun) relay output line by line, often through a pty: no bar there.
+  Progress progress(st.iter, cfg.max_iters, cfg.progress && nranks == 1);
   double tok_s_acc = 0;
   int64_t tok_s_n = 0;
   bool memory_reported = false;

@@ -1,0 +1,85 @@
+// `parallm launch [-n N] [--ppn P] [--hostfile F] [--dry-run] -- command ...`
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/launch.h"
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "core/fileio.h"
+
+namespace parallm::cli {
+
+namespace {
+
+bool on_path(const std::string& prog) {
+  const char* path = std::getenv("PATH");
+  if (!path) return false;
+  std::string dirs(path);
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string dir = end > start ? dirs.substr(start, end - start) : ".";
+    if (access((dir + "/" + prog).c_str(), X_OK) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "parallm";
+}
+
+}  // namespace
+
+Runner add_launch(CLI::App& app) {
+  auto* cmd = app.add_subcommand("launch", "Run a command on N ranks with the launcher this site uses");
+  auto req = std::make_shared<LaunchRequest>();
+  auto dry = std::make_shared<bool>(false);
+  cmd->add_option("-n,--np", req->n, "Ranks in all (default: nodes x ranks per node)");
+  cmd->add_option("--ppn", req->ppn, "Ranks per node (default: 1, or -n spread over the nodes)");
+  cmd->add_option("--hostfile", req->hostfile, "Hosts to run on (Open MPI, MPICH or PBS node file format)");
+  cmd->add_option("--launcher", req->launcher, "auto, openmpi, mpich, pals, srun or direct")->capture_default_str();
+  cmd->add_option("--mpi-arg", req->extra, "Extra argument for the launcher (repeat for several)")
+      ->allow_extra_args(false);
+  cmd->add_flag("--dry-run", *dry, "Print the command, do not run it");
+  // Everything from the first word that is not an option of launch (or after --) is the command.
+  cmd->add_option("command", req->command, "The command (write it after --)");
+  cmd->positionals_at_end();
+  cmd->footer(
+      "Detects Slurm (srun), PBS (mpiexec with $PBS_NODEFILE), a hostfile, or this host alone, and sets\n"
+      "OMP_NUM_THREADS to the cores per rank unless it is set. Example: parallm launch -n 2 -- parallm train");
+  return [req, dry]() {
+    // "parallm" means this very program, wherever it was built.
+    if (!req->command.empty() && req->command.front() == "parallm") req->command.front() = self_exe();
+    Machine m;
+    const char* pbs = std::getenv("PBS_JOBID");
+    m.flavor = flavor_from_library(comm::mpi_library_version(), pbs != nullptr);
+    m.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    m.root = geteuid() == 0;
+    m.on_path = on_path;
+    m.read_file = [](const std::string& path) { return read_text_file(path, "launch"); };
+    const LaunchPlan p = plan_launch(*req, comm::process_env(), m);
+    std::printf("launch: %s\n", p.why.c_str());
+    for (const auto& [k, v] : p.env) std::printf("launch: %s=%s\n", k.c_str(), v.c_str());
+    std::printf("launch: %s\n", shell_join(p.argv).c_str());
+    std::fflush(stdout);
+    if (*dry) return 0;
+    for (const auto& [k, v] : p.env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> argv;
+    for (const auto& a : p.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    throw IoError("launch", fmt::format("could not start {}: {}", p.argv[0], std::strerror(errno)));
+  };
+}
+
+}  // namespace parallm::cli

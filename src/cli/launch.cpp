@@ -1,0 +1,251 @@
+#include "cli/launch.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace parallm::cli {
+
+const char* flavor_name(MpiFlavor f) {
+  switch (f) {
+    case MpiFlavor::OpenMpi:
+      return "Open MPI";
+    case MpiFlavor::Mpich:
+      return "MPICH";
+    case MpiFlavor::Pals:
+      return "PALS";
+    case MpiFlavor::None:
+      return "none";
+  }
+  return "?";
+}
+
+MpiFlavor flavor_from_library(const std::string& v, bool in_pbs) {
+  if (v.find("Open MPI") != std::string::npos) return MpiFlavor::OpenMpi;
+  if (v.find("CRAY MPICH") != std::string::npos && in_pbs) return MpiFlavor::Pals;
+  if (v.find("MPICH") != std::string::npos || v.find("Intel") != std::string::npos) return MpiFlavor::Mpich;
+  return MpiFlavor::None;
+}
+
+namespace {
+
+int to_count(const std::string& s, const std::string& what) {
+  char* end = nullptr;
+  const long x = std::strtol(s.c_str(), &end, 10);
+  PARALLM_CHECK(!s.empty() && *end == '\0' && x > 0 && x < (1L << 24), ConfigError, "launch",
+                "{}: \"{}\" is not a count", what, s);
+  return static_cast<int>(x);
+}
+
+int env_count(const comm::EnvLookup& env, const char* name) {
+  const char* v = env(name);
+  if (!v || !*v) return -1;
+  // SLURM_NTASKS_PER_NODE may read "2(x3)": the first number is the one that applies to this node.
+  std::string s(v);
+  s = s.substr(0, s.find('('));
+  return to_count(s, name);
+}
+
+std::string first_on_path(const Machine& m, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (m.on_path(n)) return n;
+  return "";
+}
+
+}  // namespace
+
+Hostfile parse_hostfile(const std::string& text, const std::string& path) {
+  Hostfile h;
+  std::istringstream in(text);
+  std::string line;
+  for (int no = 1; std::getline(in, line); ++no) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string host, word;
+    if (!(words >> host)) continue;
+    int slots = 1;
+    if (const auto colon = host.find(':'); colon != std::string::npos) {
+      slots = to_count(host.substr(colon + 1), fmt::format("{}:{}: slots of {}", path, no, host));
+      host = host.substr(0, colon);
+    }
+    while (words >> word) {
+      const auto eq = word.find('=');
+      const std::string key = word.substr(0, eq);
+      PARALLM_CHECK(eq != std::string::npos, ConfigError, "launch",
+                    "{}:{}: \"{}\" after the host name is not key=value (expected slots=N)", path, no, word);
+      if (key == "slots") slots = to_count(word.substr(eq + 1), fmt::format("{}:{}: slots", path, no));
+      // max_slots and other Open MPI keys are left to mpirun.
+    }
+    PARALLM_CHECK(!host.empty(), ConfigError, "launch", "{}:{}: no host name", path, no);
+    auto it = std::find(h.hosts.begin(), h.hosts.end(), host);
+    if (it == h.hosts.end()) {
+      h.hosts.push_back(host);
+      h.slots.push_back(slots);
+    } else {
+      h.slots[it - h.hosts.begin()] += slots;
+    }
+  }
+  PARALLM_CHECK(!h.hosts.empty(), ConfigError, "launch", "hostfile {} names no hosts", path);
+  return h;
+}
+
+LaunchPlan plan_launch(const LaunchRequest& req, const comm::EnvLookup& env, const Machine& m) {
+  static const char* kLaunchers[] = {"auto", "openmpi", "mpich", "pals", "srun", "direct"};
+  PARALLM_CHECK(std::find(std::begin(kLaunchers), std::end(kLaunchers), req.launcher) != std::end(kLaunchers),
+                ConfigError, "launch", "--launcher must be auto, openmpi, mpich, pals, srun or direct, got \"{}\"",
+                req.launcher);
+  PARALLM_CHECK(!req.command.empty(), ConfigError, "launch", "no command to launch (write it after --)");
+  PARALLM_CHECK(req.n == -1 || req.n >= 1, ConfigError, "launch", "-n must be at least 1, got {}", req.n);
+  PARALLM_CHECK(req.ppn == -1 || req.ppn >= 1, ConfigError, "launch", "--ppn must be at least 1, got {}", req.ppn);
+  LaunchPlan p;
+  const bool automatic = req.launcher == "auto";
+
+  // Already one rank of a launched job: launching again would nest jobs.
+  if (const comm::EnvRank er = comm::env_rank(env); automatic && er.size >= 1) {
+    p.mode = "inside";
+    p.why = fmt::format("already rank {} of {} of a launched job ({}): running the command directly", er.rank, er.size,
+                        er.source);
+    p.ranks = er.size;
+    p.argv = req.command;
+    return p;
+  }
+
+  std::string hostfile = req.hostfile;
+  if (req.launcher == "direct") {
+    p.mode = "direct";
+  } else if (req.launcher == "srun" || (automatic && hostfile.empty() && env("SLURM_JOB_ID"))) {
+    p.mode = "slurm";
+  } else if (automatic && hostfile.empty() && env("PBS_NODEFILE") && *env("PBS_NODEFILE")) {
+    p.mode = "pbs";
+    hostfile = env("PBS_NODEFILE");
+  } else {
+    p.mode = hostfile.empty() ? "local" : "hostfile";
+  }
+
+  // Nodes, ranks per node, ranks.
+  Hostfile hf;
+  if (!hostfile.empty()) {
+    hf = parse_hostfile(m.read_file(hostfile), hostfile);
+    p.nodes = static_cast<int>(hf.hosts.size());
+  } else if (p.mode == "slurm") {
+    p.nodes = std::max(1, std::max(env_count(env, "SLURM_JOB_NUM_NODES"), env_count(env, "SLURM_NNODES")));
+  }
+  if (p.mode == "local" || p.mode == "direct") {
+    p.ranks = req.n > 0 ? req.n : 1;
+    p.ppn = p.ranks;
+    PARALLM_CHECK(req.ppn == -1 || req.ppn == p.ranks, ConfigError, "launch",
+                  "--ppn {} needs several nodes: give --hostfile, or run inside a Slurm or PBS job", req.ppn);
+  } else {
+    const int slurm_ppn = p.mode == "slurm" ? env_count(env, "SLURM_NTASKS_PER_NODE") : -1;
+    const int slurm_n = p.mode == "slurm" ? env_count(env, "SLURM_NTASKS") : -1;
+    if (req.ppn > 0)
+      p.ppn = req.ppn;
+    else if (req.n > 0)
+      p.ppn = (req.n + p.nodes - 1) / p.nodes;
+    else if (slurm_ppn > 0)
+      p.ppn = slurm_ppn;
+    else if (slurm_n > 0)
+      p.ppn = (slurm_n + p.nodes - 1) / p.nodes;
+    else
+      p.ppn = 1;
+    p.ranks = req.n > 0 ? req.n : (slurm_n > 0 && req.ppn < 0 ? slurm_n : p.nodes * p.ppn);
+    PARALLM_CHECK(p.ranks <= p.nodes * p.ppn, ConfigError, "launch",
+                  "-n {} is more than {} node{} x {} ranks per node; raise --ppn or give more nodes", p.ranks, p.nodes,
+                  p.nodes == 1 ? "" : "s", p.ppn);
+  }
+
+  // Threads per rank: the cores of a node shared by its ranks, unless the user chose.
+  const char* omp = env("OMP_NUM_THREADS");
+  p.threads = omp && *omp ? to_count(omp, "OMP_NUM_THREADS") : std::max(1, m.cores / p.ppn);
+  p.env.emplace_back("OMP_NUM_THREADS", std::to_string(p.threads));
+  const bool fits = p.ppn * p.threads <= m.cores;
+  const std::string n = std::to_string(p.ranks), ppn = std::to_string(p.ppn), t = std::to_string(p.threads);
+
+  if (p.mode == "direct" || (p.mode == "local" && p.ranks == 1)) {
+    PARALLM_CHECK(p.ranks == 1, ConfigError, "launch", "--launcher direct runs one process, not -n {}", p.ranks);
+    p.why = "one rank on this host: running the command directly";
+    p.argv = req.command;
+    return p;
+  }
+
+  std::vector<std::string>& a = p.argv;
+  MpiFlavor flavor = m.flavor;
+  if (req.launcher == "openmpi") flavor = MpiFlavor::OpenMpi;
+  if (req.launcher == "mpich") flavor = MpiFlavor::Mpich;
+  if (req.launcher == "pals") flavor = MpiFlavor::Pals;
+  const std::string where =
+      p.mode == "slurm" ? fmt::format("Slurm job {}", env("SLURM_JOB_ID") ? env("SLURM_JOB_ID") : "")
+      : p.mode == "pbs" ? fmt::format("PBS job {} (nodes from {})", env("PBS_JOBID") ? env("PBS_JOBID") : "", hostfile)
+      : p.mode == "local" ? std::string("this host")
+                          : fmt::format("hostfile {}", hostfile);
+  p.why =
+      fmt::format("{}: {} rank{} on {} node{} ({} per node, {} thread{} each)", where, p.ranks, p.ranks == 1 ? "" : "s",
+                  p.nodes, p.nodes == 1 ? "" : "s", p.ppn, p.threads, p.threads == 1 ? "" : "s");
+
+  if (p.mode == "slurm") {
+    PARALLM_CHECK(m.on_path("srun"), ConfigError, "launch", "a Slurm job, but no srun on PATH");
+    a = {"srun", "-n", n, "--ntasks-per-node", ppn, "--cpus-per-task", t};
+  } else if (flavor == MpiFlavor::Pals) {
+    a = {"mpiexec", "-n", n, "--ppn", ppn};
+    if (!hostfile.empty()) a.insert(a.end(), {"--hostfile", hostfile});
+    a.insert(a.end(), {"--depth", t, "--cpu-bind", "depth", "--env", "OMP_NUM_THREADS=" + t});
+  } else if (flavor == MpiFlavor::Mpich) {
+    const std::string bin = first_on_path(m, {"mpiexec.mpich", "mpiexec.hydra", "mpiexec"});
+    PARALLM_CHECK(!bin.empty(), ConfigError, "launch", "no mpiexec on PATH (apt-get install mpich)");
+    a = {bin, "-n", n, "-ppn", ppn};
+    if (!hostfile.empty()) a.insert(a.end(), {"-f", hostfile});
+    if (fits) a.insert(a.end(), {"-bind-to", "core:" + t});
+    a.insert(a.end(), {"-genv", "OMP_NUM_THREADS", t});
+  } else if (flavor == MpiFlavor::OpenMpi) {
+    const std::string bin = first_on_path(m, {"mpirun.openmpi", "mpirun"});
+    PARALLM_CHECK(!bin.empty(), ConfigError, "launch", "no mpirun on PATH (apt-get install openmpi-bin)");
+    a = {bin, "-n", n};
+    if (m.root) a.push_back("--allow-run-as-root");
+    if (!hostfile.empty()) a.insert(a.end(), {"--hostfile", hostfile});
+    // Each rank bound to its own `threads` cores when they fit; otherwise ranks share cores unbound.
+    if (fits)
+      a.insert(a.end(), {"--map-by", fmt::format("ppr:{}:node:PE={}", p.ppn, p.threads), "--bind-to", "core"});
+    else
+      a.insert(a.end(), {"--map-by", fmt::format("ppr:{}:node", p.ppn), "--oversubscribe", "--bind-to", "none"});
+    // Remote ranks get only the environment mpirun forwards.
+    for (const char* var : {"OMP_NUM_THREADS", "LOG_FROM_ALL_RANKS", "OPENBLAS_CORETYPE", "PARALLM_PROFILE",
+                            "PARALLM_COMM_POLL_US", "PARALLM_GEMM"})
+      if (std::string(var) == "OMP_NUM_THREADS" || env(var)) a.insert(a.end(), {"-x", var});
+  } else {
+    throw ConfigError("launch",
+                      "parallm was built without MPI, so it cannot run several ranks; install libopenmpi-dev "
+                      "openmpi-bin and rebuild, or pass --launcher openmpi|mpich|pals|srun");
+  }
+  a.insert(a.end(), req.extra.begin(), req.extra.end());
+  a.insert(a.end(), req.command.begin(), req.command.end());
+  return p;
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") ==
+                        std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'')
+      q += "'\\''";
+    else
+      q += c;
+  }
+  return q + "'";
+}
+
+std::string shell_join(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) {
+    if (!s.empty()) s += ' ';
+    s += shell_quote(a);
+  }
+  return s;
+}
+
+}  // namespace parallm::cli

@@ -1,0 +1,40 @@
+#include "cli/world.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/threads.h"
+
+namespace parallm::cli {
+
+World start_world(const std::string& backend, const comm::CommOptions& options, bool announce) {
+  World w;
+  w.comm = comm::make_world(backend, options);
+  w.host = comm::this_host();
+  log::set_rank(w.comm->rank(), w.host);
+  run_guarded(w, [&] {
+    w.topo = comm::discover_topology(*w.comm, w.host);
+    return 0;
+  });
+  if (announce && w.comm->rank() == 0) {
+    const std::string device = fmt::format("cpu ({} thread{} per rank)", num_threads(), num_threads() == 1 ? "" : "s");
+    std::fputs(comm::dist_info(w.topo, w.comm->backend(), device).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  return w;
+}
+
+int run_guarded(World& w, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    if (w.comm->size() == 1) throw;
+    std::fprintf(stderr, "[%s:%d] error: %s\n", w.host.c_str(), w.comm->rank(), e.what());
+    std::fflush(stderr);
+    w.comm->abort(dynamic_cast<const ConfigError*>(&e) ? 2 : 1);
+    return 1;
+  }
+}
+
+}  // namespace parallm::cli

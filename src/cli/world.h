@@ -1,0 +1,32 @@
+// Starting the world for a subcommand, and ending it on error. Shared by
+// train, test-dist, doctor and bench so they all print the same dist info
+// and none leaves a peer hanging: the only place besides main() that decides
+// to end the process.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "comm/topology.h"
+
+namespace parallm::cli {
+
+struct World {
+  std::unique_ptr<comm::Communicator> comm;
+  comm::Topology topo;
+  std::string host;
+  comm::Communicator& operator*() const { return *comm; }
+  comm::Communicator* operator->() const { return comm.get(); }
+};
+
+// Makes the world communicator, tags log lines with [host:rank], finds where
+// every rank runs and (on rank 0, when `announce`) prints the dist info block.
+World start_world(const std::string& backend, const comm::CommOptions& options, bool announce = true);
+
+// Runs `body`; if it throws a parallm Error on a world of several ranks,
+// prints "[host:rank] error: ..." and aborts the whole job (exit code 2 for
+// bad input, else 1) so no peer waits. On one rank the error goes to main().
+int run_guarded(World& w, const std::function<int()>& body);
+
+}  // namespace parallm::cli

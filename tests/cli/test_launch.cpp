@@ -1,0 +1,238 @@
+// The launcher's plans under every scheduler it knows, played through fake
+// environments, and the placement of ranks computed from host names.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "cli/launch.h"
+#include "comm/topology.h"
+#include "core/error.h"
+
+namespace parallm::cli {
+namespace {
+
+struct FakeEnv {
+  std::map<std::string, std::string> vars;
+  comm::EnvLookup lookup() const {
+    return [this](const char* k) -> const char* {
+      auto it = vars.find(k);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    };
+  }
+};
+
+Machine machine(MpiFlavor f, int cores, std::map<std::string, std::string> files = {}) {
+  Machine m;
+  m.flavor = f;
+  m.cores = cores;
+  m.root = true;
+  m.on_path = [](const std::string& p) { return p == "mpirun" || p == "mpiexec" || p == "srun"; };
+  m.read_file = [files](const std::string& path) {
+    auto it = files.find(path);
+    if (it == files.end()) throw IoError("launch", "cannot read " + path);
+    return it->second;
+  };
+  return m;
+}
+
+LaunchRequest request(int n, std::vector<std::string> cmd = {"parallm", "train"}) {
+  LaunchRequest r;
+  r.n = n;
+  r.command = std::move(cmd);
+  return r;
+}
+
+std::string joined(const LaunchPlan& p) {
+  return shell_join(p.argv);
+}
+
+TEST(Launch, LocalOpenMpiBindsOneCorePerRank) {
+  FakeEnv env;
+  const LaunchPlan p = plan_launch(request(2), env.lookup(), machine(MpiFlavor::OpenMpi, 2));
+  EXPECT_EQ(p.mode, "local");
+  EXPECT_EQ(p.threads, 1);
+  EXPECT_EQ(joined(p),
+            "mpirun -n 2 --allow-run-as-root --map-by ppr:2:node:PE=1 --bind-to core -x OMP_NUM_THREADS parallm train");
+}
+
+TEST(Launch, LocalMoreRanksThanCoresOversubscribes) {
+  FakeEnv env;
+  const LaunchPlan p = plan_launch(request(5), env.lookup(), machine(MpiFlavor::OpenMpi, 2));
+  EXPECT_NE(joined(p).find("--oversubscribe --bind-to none"), std::string::npos) << joined(p);
+  EXPECT_EQ(p.threads, 1);
+}
+
+TEST(Launch, ThreadsShareTheCoresUnlessSet) {
+  FakeEnv env;
+  EXPECT_EQ(plan_launch(request(2), env.lookup(), machine(MpiFlavor::OpenMpi, 16)).threads, 8);
+  env.vars["OMP_NUM_THREADS"] = "3";
+  const LaunchPlan p = plan_launch(request(2), env.lookup(), machine(MpiFlavor::OpenMpi, 16));
+  EXPECT_EQ(p.threads, 3);
+  EXPECT_NE(joined(p).find("ppr:2:node:PE=3"), std::string::npos);
+  env.vars["OMP_NUM_THREADS"] = "many";
+  EXPECT_THROW(plan_launch(request(2), env.lookup(), machine(MpiFlavor::OpenMpi, 16)), ConfigError);
+}
+
+TEST(Launch, OneLocalRankRunsDirectly) {
+  FakeEnv env;
+  const LaunchPlan p = plan_launch(request(-1), env.lookup(), machine(MpiFlavor::None, 2));
+  EXPECT_EQ(joined(p), "parallm train");
+  EXPECT_THROW(plan_launch(request(2), env.lookup(), machine(MpiFlavor::None, 2)), ConfigError);
+}
+
+TEST(Launch, InsideALaunchedJobDoesNotNest) {
+  FakeEnv env;
+  env.vars = {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"}};
+  const LaunchPlan p = plan_launch(request(4), env.lookup(), machine(MpiFlavor::OpenMpi, 2));
+  EXPECT_EQ(p.mode, "inside");
+  EXPECT_EQ(joined(p), "parallm train");
+}
+
+TEST(Launch, SlurmUsesSrunWithTheJobsShape) {
+  FakeEnv env;
+  env.vars = {{"SLURM_JOB_ID", "77"},
+              {"SLURM_JOB_NUM_NODES", "4"},
+              {"SLURM_NTASKS_PER_NODE", "2(x4)"},
+              {"SLURM_PROCID", "0"}};  // a batch script: not yet a step, so not "inside"
+  const LaunchPlan p = plan_launch(request(-1), env.lookup(), machine(MpiFlavor::OpenMpi, 8));
+  EXPECT_EQ(p.mode, "slurm");
+  EXPECT_EQ(joined(p), "srun -n 8 --ntasks-per-node 2 --cpus-per-task 4 parallm train");
+  // -n spread over the job's nodes.
+  const LaunchPlan q = plan_launch(request(3), env.lookup(), machine(MpiFlavor::OpenMpi, 8));
+  EXPECT_EQ(q.ppn, 1);
+  EXPECT_EQ(q.ranks, 3);
+}
+
+TEST(Launch, PbsReadsTheNodeFile) {
+  FakeEnv env;
+  env.vars = {{"PBS_JOBID", "9.pbs"}, {"PBS_NODEFILE", "/var/spool/nodes"}};
+  auto m = machine(MpiFlavor::Pals, 64, {{"/var/spool/nodes", "x1\nx1\nx2\nx2\n"}});
+  LaunchRequest r = request(-1, {"parallm", "train", "it's here"});
+  r.ppn = 4;
+  const LaunchPlan p = plan_launch(r, env.lookup(), m);
+  EXPECT_EQ(p.mode, "pbs");
+  EXPECT_EQ(p.nodes, 2);
+  EXPECT_EQ(joined(p),
+            "mpiexec -n 8 --ppn 4 --hostfile /var/spool/nodes --depth 16 --cpu-bind depth --env OMP_NUM_THREADS=16 "
+            "parallm train 'it'\\''s here'");
+}
+
+TEST(Launch, HostfileWithMpichAndExtraArguments) {
+  FakeEnv env;
+  auto m = machine(MpiFlavor::Mpich, 4, {{"hosts", "# two nodes\nnodeA:4\nnodeB:4\n"}});
+  LaunchRequest r = request(4);
+  r.hostfile = "hosts";
+  r.extra = {"-verbose"};
+  const LaunchPlan p = plan_launch(r, env.lookup(), m);
+  EXPECT_EQ(p.ppn, 2);
+  EXPECT_EQ(joined(p), "mpiexec -n 4 -ppn 2 -f hosts -bind-to core:2 -genv OMP_NUM_THREADS 2 -verbose parallm train");
+  r.n = 5;
+  r.ppn = 2;
+  EXPECT_THROW(plan_launch(r, env.lookup(), m), ConfigError);  // 5 ranks on 2 nodes x 2
+}
+
+TEST(Launch, BadRequestsAreNamed) {
+  FakeEnv env;
+  auto m = machine(MpiFlavor::OpenMpi, 2);
+  LaunchRequest r = request(2);
+  r.launcher = "pdsh";
+  EXPECT_THROW(plan_launch(r, env.lookup(), m), ConfigError);
+  EXPECT_THROW(plan_launch(request(2, {}), env.lookup(), m), ConfigError);
+  r = request(0);
+  EXPECT_THROW(plan_launch(r, env.lookup(), m), ConfigError);
+  r = request(2);
+  r.hostfile = "missing";
+  EXPECT_THROW(plan_launch(r, env.lookup(), m), IoError);
+  r = request(2);
+  r.ppn = 1;  // several nodes needed for a ppn below n
+  EXPECT_THROW(plan_launch(r, env.lookup(), m), ConfigError);
+}
+
+TEST(Hostfile, Formats) {
+  const Hostfile h = parse_hostfile("a slots=2 max_slots=4\n\nb:3  # comment\na\n  c\n", "hf");
+  ASSERT_EQ(h.hosts, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(h.slots, (std::vector<int>{3, 3, 1}));
+  EXPECT_THROW(parse_hostfile("a slots=x\n", "hf"), ConfigError);
+  EXPECT_THROW(parse_hostfile("a b\n", "hf"), ConfigError);
+  EXPECT_THROW(parse_hostfile("# nothing\n", "hf"), ConfigError);
+  try {
+    parse_hostfile("a\nb:0\n", "nodes.txt");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("nodes.txt:2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Launch, ShellQuoting) {
+  EXPECT_EQ(shell_quote("train.lr=1e-3"), "train.lr=1e-3");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(shell_quote("a b"), "'a b'");
+  EXPECT_EQ(shell_quote("$HOME;rm"), "'$HOME;rm'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+}
+
+TEST(Launch, FlavorFromLibraryVersion) {
+  EXPECT_EQ(flavor_from_library("Open MPI v4.1.4, package: Debian OpenMPI", false), MpiFlavor::OpenMpi);
+  EXPECT_EQ(flavor_from_library("MPICH Version:      4.0.2", false), MpiFlavor::Mpich);
+  EXPECT_EQ(flavor_from_library("MPI VERSION    : CRAY MPICH version 8.1.28", true), MpiFlavor::Pals);
+  EXPECT_EQ(flavor_from_library("", false), MpiFlavor::None);
+}
+
+}  // namespace
+}  // namespace parallm::cli
+
+namespace parallm::comm {
+namespace {
+
+TEST(Topology, PlacementFromHostNames) {
+  const Topology t = topology_from_hosts({"a", "a", "b", "a", "b"});
+  ASSERT_EQ(t.nodes, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(t.ranks[3].node, 0);
+  EXPECT_EQ(t.ranks[3].local_rank, 2);
+  EXPECT_EQ(t.ranks[3].local_size, 3);
+  EXPECT_EQ(t.ranks[4].node, 1);
+  EXPECT_EQ(t.ranks[4].local_rank, 1);
+  const std::string info = dist_info(t, "mpi", "cpu");
+  EXPECT_NE(info.find("world size 5, 2 nodes, 2-3 ranks per node"), std::string::npos) << info;
+  EXPECT_NE(info.find("[rank 4/5][local_rank 1][node 1/2][b]"), std::string::npos) << info;
+}
+
+TEST(Topology, ManyRanksAreSummarized) {
+  std::vector<std::string> hosts;
+  for (int r = 0; r < 1000; ++r) hosts.push_back(fmt::format("n{}", r / 4));
+  const std::string info = dist_info(topology_from_hosts(hosts), "mpi", "cpu");
+  EXPECT_NE(info.find("250 nodes, 4 ranks per node"), std::string::npos);
+  EXPECT_NE(info.find("[rank 999/1000][local_rank 3][node 249/250][n249]"), std::string::npos);
+  EXPECT_NE(info.find("(936 ranks)"), std::string::npos);
+  EXPECT_LT(std::count(info.begin(), info.end(), '\n'), 80);
+}
+
+TEST(EnvRank, Schemes) {
+  std::map<std::string, std::string> vars;
+  auto env = [&vars](const char* k) -> const char* {
+    auto it = vars.find(k);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+  EXPECT_EQ(env_rank(env).source, "");
+  vars = {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}};  // batch script, not a step
+  EXPECT_EQ(env_rank(env).size, -1);
+  vars["SLURM_STEP_ID"] = "0";
+  vars["SLURM_LOCALID"] = "0";
+  EXPECT_EQ(env_rank(env).size, 4);
+  vars = {{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}, {"MPI_LOCALRANKID", "0"}};
+  EnvRank r = env_rank(env);
+  EXPECT_EQ(r.source, "PMI");
+  EXPECT_EQ(r.rank, 2);
+  EXPECT_EQ(r.local_rank, 0);
+  vars = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}};
+  EXPECT_EQ(env_rank(env).source, "RANK");
+  vars = {{"RANK", "x"}};
+  EXPECT_THROW(env_rank(env), ConfigError);
+  vars = {{"RANK", "2"}, {"WORLD_SIZE", "2"}};
+  EXPECT_THROW(env_rank(env), ConfigError);
+}
+
+}  // namespace
+}  // namespace parallm::comm
