@@ -11,5 +11,6 @@ Runner add_train(CLI::App& app);
 Runner add_prepare(CLI::App& app);
 Runner add_sample(CLI::App& app);
 Runner add_launch(CLI::App& app);
+Runner add_bench(CLI::App& app);
 
 }  // namespace parallm::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   auto prepare = parallm::cli::add_prepare(app);
   auto sample = parallm::cli::add_sample(app);
   auto launch = parallm::cli::add_launch(app);
+  auto bench = parallm::cli::add_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("prepare")) return prepare();
     if (app.got_subcommand("sample")) return sample();
     if (app.got_subcommand("launch")) return launch();
+    if (app.got_subcommand("bench")) return bench();
   } catch (const parallm::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

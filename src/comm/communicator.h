@@ -111,22 +111,44 @@ class Communicator {
   virtual WorkPtr send_async(Tensor t, int peer, int tag = 0) = 0;
   virtual WorkPtr recv_async(Tensor t, int peer, int tag = 0) = 0;
 
-  // Blocking forms.
-  void all_reduce(Tensor t, ReduceOp op = ReduceOp::Sum) { all_reduce_async(std::move(t), op)->wait(); }
-  void reduce(Tensor t, ReduceOp op, int root) { reduce_async(std::move(t), op, root)->wait(); }
-  void broadcast(Tensor t, int root) { broadcast_async(std::move(t), root)->wait(); }
-  void all_gather(Tensor in, Tensor out) { all_gather_async(std::move(in), std::move(out))->wait(); }
+  // Blocking forms. The caller waits anyway, so a backend may run the
+  // operation on the caller's thread when its queue is empty (no hand-off).
+  void all_reduce(Tensor t, ReduceOp op = ReduceOp::Sum) {
+    Blocking b(this);
+    all_reduce_async(std::move(t), op)->wait();
+  }
+  void reduce(Tensor t, ReduceOp op, int root) {
+    Blocking b(this);
+    reduce_async(std::move(t), op, root)->wait();
+  }
+  void broadcast(Tensor t, int root) {
+    Blocking b(this);
+    broadcast_async(std::move(t), root)->wait();
+  }
+  void all_gather(Tensor in, Tensor out) {
+    Blocking b(this);
+    all_gather_async(std::move(in), std::move(out))->wait();
+  }
   void gather(Tensor in, Tensor out, int root, int64_t count = -1) {
+    Blocking b(this);
     gather_async(std::move(in), std::move(out), root, count)->wait();
   }
   void scatter(Tensor in, Tensor out, int root, int64_t count = -1) {
+    Blocking b(this);
     scatter_async(std::move(in), std::move(out), root, count)->wait();
   }
   void reduce_scatter(Tensor in, Tensor out, ReduceOp op = ReduceOp::Sum) {
+    Blocking b(this);
     reduce_scatter_async(std::move(in), std::move(out), op)->wait();
   }
-  void all_to_all(Tensor in, Tensor out) { all_to_all_async(std::move(in), std::move(out))->wait(); }
-  void barrier() { barrier_async()->wait(); }
+  void all_to_all(Tensor in, Tensor out) {
+    Blocking b(this);
+    all_to_all_async(std::move(in), std::move(out))->wait();
+  }
+  void barrier() {
+    Blocking b(this);
+    barrier_async()->wait();
+  }
   void send(Tensor t, int peer, int tag = 0) { send_async(std::move(t), peer, tag)->wait(); }
   void recv(Tensor t, int peer, int tag = 0) { recv_async(std::move(t), peer, tag)->wait(); }
 
@@ -134,11 +156,28 @@ class Communicator {
   // an error so no peer waits for this rank. Never returns for multi-rank
   // backends; a world of one just returns.
   virtual void abort(int code) = 0;
+
+ protected:
+  // Set on this thread while one of its blocking collectives is being issued.
+  static thread_local const Communicator* blocking_caller_;
+  struct Blocking {
+    explicit Blocking(const Communicator* c) { blocking_caller_ = c; }
+    ~Blocking() { blocking_caller_ = nullptr; }
+  };
 };
 
 // The world communicator of a backend: "self" (one rank, no MPI), "mpi", or
 // "auto" (mpi when a launcher started several ranks, self otherwise).
 std::unique_ptr<Communicator> make_world(const std::string& backend, const CommOptions& options = {});
+
+// The peer a benchmark measures against: `iters` back-to-back calls of the
+// library's own blocking collective (MPI_Allreduce, MPI_Allgather,
+// MPI_Reduce_scatter_block, MPI_Bcast from rank 0, MPI_Alltoall; sum for
+// reductions) on this group, with no communication thread and no checks.
+// Operands as for the async forms (all_gather/reduce_scatter/all_to_all need
+// counts that divide by the group size). Returns this rank's seconds. Throws
+// CommError for backends without a library underneath (self).
+double native_loop(Communicator& c, OpKind kind, Tensor in, Tensor out, int iters);
 
 // The MPI library parallm was built with (MPI_Get_library_version, first
 // line), or "" when built without MPI. Safe before and without MPI_Init.

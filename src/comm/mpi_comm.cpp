@@ -1,9 +1,14 @@
-// The "mpi" backend (OpenMPI or MPICH, thread level MULTIPLE). Every
-// operation is MPI's nonblocking form, started and polled on the group's
-// communication thread, so a deadline can be enforced. A collective runs in
-// two phases: a small all-reduce of its signature (max of s and of -s tells
-// whether all ranks agree), then the operation itself; on disagreement the
-// ranks all-gather their signatures and every rank reports who called what.
+// The "mpi" backend (OpenMPI or MPICH, thread level MULTIPLE). Operations run
+// on the group's communication thread. A collective runs in two phases: a
+// small nonblocking all-reduce of its signature (max of s and of -s tells
+// whether all ranks agree), polled under the deadline, so a rank that never
+// arrives or calls something else is reported; then the operation itself as
+// the library's blocking call, which uses its tuned algorithms (the
+// nonblocking forms progress only when polled and ran at half the bandwidth)
+// and starts only once every rank is known to be there. A data phase that
+// still hangs (a peer dies mid-transfer) is caught by the waiter's watchdog.
+// On disagreement the ranks all-gather their signatures and every rank
+// reports who called what. Point-to-point operations stay nonblocking.
 // Each group also has a control communicator (a duplicate) on which a rank
 // whose operation timed out asks every peer what it is doing; peers answer
 // from their communication thread while idle or waiting.
@@ -15,6 +20,7 @@
 #include <chrono>
 #include <climits>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "comm/backends.h"
@@ -161,14 +167,19 @@ class MpiComm : public QueuedComm {
   // Answers peers' "what are you doing?" with {last finished collective,
   // collective in progress (0: none), its kind, its count}.
   void service() override {
+    // The comm thread and an inline caller may both get here: one at a time
+    // (probe and receive of a request must not be split between them).
+    std::unique_lock<std::mutex> lock(service_mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    const Activity act = activity();
     for (;;) {
       int flag = 0;
       MPI_Status st;
       if (MPI_Iprobe(MPI_ANY_SOURCE, kTagStatusReq, ctrl_, &flag, &st) != MPI_SUCCESS || !flag) return;
       int64_t q = 0;
       MPI_Recv(&q, 1, MPI_INT64_T, st.MPI_SOURCE, kTagStatusReq, ctrl_, MPI_STATUS_IGNORE);
-      int64_t rep[4] = {static_cast<int64_t>(coll_done_), current_ ? static_cast<int64_t>(current_->seq) : 0,
-                        current_ ? static_cast<int64_t>(current_->kind) : -1, current_ ? current_->count : 0};
+      int64_t rep[4] = {static_cast<int64_t>(act.done), static_cast<int64_t>(act.seq),
+                        act.seq ? static_cast<int64_t>(act.kind) : -1, act.seq ? act.count : 0};
       MPI_Send(rep, 4, MPI_INT64_T, st.MPI_SOURCE, kTagStatusRep, ctrl_);
     }
   }
@@ -229,8 +240,15 @@ class MpiComm : public QueuedComm {
  private:
   std::shared_ptr<MpiRuntime> rt_;
   MPI_Comm comm_, ctrl_ = MPI_COMM_NULL;
+  std::mutex service_mu_;
   friend class CollPending;
 };
+
+// An MPI error on `op`, formatted only when there is one (these run on every poll).
+void op_check(int rc, const MpiComm& c, const Op& op, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  mpi_check(rc, fmt::format("comm.{}", op_kind_name(op.kind)), c.err(op, what));
+}
 
 // ---- collectives ----
 
@@ -254,8 +272,8 @@ CollPending::CollPending(MpiComm& c, Op& op) : c_(c), op_(op) {
     sig_[i] = mine_[i];
     sig_[kSigFields + i] = -mine_[i];
   }
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, sig_, 2 * kSigFields, MPI_INT64_T, MPI_MAX, c_.comm(), &req_),
-            fmt::format("comm.{}", op_kind_name(op.kind)), c_.err(op, "signature check"));
+  op_check(MPI_Iallreduce(MPI_IN_PLACE, sig_, 2 * kSigFields, MPI_INT64_T, MPI_MAX, c_.comm(), &req_), c_, op,
+           "signature check");
 }
 
 int CollPending::icount(int64_t n) const {
@@ -265,23 +283,24 @@ int CollPending::icount(int64_t n) const {
 }
 
 bool CollPending::poll() {
-  const std::string where = fmt::format("comm.{}", op_kind_name(op_.kind));
   if (state_ == kDone) return true;
   int flag = 0;
-  mpi_check(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), where, c_.err(op_, "MPI_Test"));
+  op_check(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), c_, op_, "MPI_Test");
   if (!flag) return false;
   if (state_ == kCheck) {
     bool agree = true;
     for (int i = 0; i < kSigFields; ++i) agree &= sig_[i] == -sig_[kSigFields + i];
     if (agree) {
-      start_real();
-      return state_ == kDone;
+      start_real();  // blocking: the data has moved when it returns
+      if (state_ != kDone) finish_real();
+      state_ = kDone;
+      return true;
     }
     all_sigs_.resize(static_cast<size_t>(kSigFields) * c_.size());
     state_ = kMismatch;
-    mpi_check(
-        MPI_Iallgather(mine_, kSigFields, MPI_INT64_T, all_sigs_.data(), kSigFields, MPI_INT64_T, c_.comm(), &req_),
-        where, c_.err(op_, "gathering signatures"));
+    op_check(
+        MPI_Iallgather(mine_, kSigFields, MPI_INT64_T, all_sigs_.data(), kSigFields, MPI_INT64_T, c_.comm(), &req_), c_,
+        op_, "gathering signatures");
     return false;
   }
   if (state_ == kMismatch) report_mismatch();
@@ -301,7 +320,6 @@ void CollPending::report_mismatch() {
 
 void CollPending::start_real() {
   state_ = kReal;
-  const std::string where = fmt::format("comm.{}", op_kind_name(op_.kind));
   const int n = c_.size(), me = c_.rank();
   MPI_Comm comm = c_.comm();
   auto shards = [&](int64_t total) {
@@ -325,9 +343,9 @@ void CollPending::start_real() {
     case OpKind::AllReduce:
       if (bf16) {
         to_f32(op_.a, tin_);
-        rc = MPI_Iallreduce(MPI_IN_PLACE, tin_.data(), icount(op_.count), MPI_FLOAT, mpi_op(op_.rop), comm, &req_);
+        rc = MPI_Allreduce(MPI_IN_PLACE, tin_.data(), icount(op_.count), MPI_FLOAT, mpi_op(op_.rop), comm);
       } else {
-        rc = MPI_Iallreduce(MPI_IN_PLACE, op_.a.raw(), icount(op_.count), mpi_type(dt), mpi_op(op_.rop), comm, &req_);
+        rc = MPI_Allreduce(MPI_IN_PLACE, op_.a.raw(), icount(op_.count), mpi_type(dt), mpi_op(op_.rop), comm);
       }
       break;
     case OpKind::Reduce: {
@@ -338,44 +356,44 @@ void CollPending::start_real() {
         buf = tin_.data();
         t = MPI_FLOAT;
       }
-      rc = MPI_Ireduce(me == op_.root ? MPI_IN_PLACE : buf, me == op_.root ? buf : nullptr, icount(op_.count), t,
-                       mpi_op(op_.rop), op_.root, comm, &req_);
+      rc = MPI_Reduce(me == op_.root ? MPI_IN_PLACE : buf, me == op_.root ? buf : nullptr, icount(op_.count), t,
+                      mpi_op(op_.rop), op_.root, comm);
       break;
     }
     case OpKind::Broadcast:
-      rc = MPI_Ibcast(op_.a.raw(), icount(op_.count), mpi_type(dt), op_.root, comm, &req_);
+      rc = MPI_Bcast(op_.a.raw(), icount(op_.count), mpi_type(dt), op_.root, comm);
       break;
     case OpKind::AllGather:
       shards(op_.count);
-      rc = MPI_Iallgatherv(op_.a.raw(), counts_[me], mpi_type(dt), op_.b.raw(), counts_.data(), displs_.data(),
-                           mpi_type(dt), comm, &req_);
+      rc = MPI_Allgatherv(op_.a.raw(), counts_[me], mpi_type(dt), op_.b.raw(), counts_.data(), displs_.data(),
+                          mpi_type(dt), comm);
       break;
     case OpKind::Gather:
       shards(op_.count);
-      rc = MPI_Igatherv(op_.a.raw(), counts_[me], mpi_type(op_.a.dtype()), op_.b.raw(), counts_.data(), displs_.data(),
-                        mpi_type(op_.a.dtype()), op_.root, comm, &req_);
+      rc = MPI_Gatherv(op_.a.raw(), counts_[me], mpi_type(op_.a.dtype()), op_.b.raw(), counts_.data(), displs_.data(),
+                       mpi_type(op_.a.dtype()), op_.root, comm);
       break;
     case OpKind::Scatter:
       shards(op_.count);
-      rc = MPI_Iscatterv(op_.a.raw(), counts_.data(), displs_.data(), mpi_type(op_.b.dtype()), op_.b.raw(), counts_[me],
-                         mpi_type(op_.b.dtype()), op_.root, comm, &req_);
+      rc = MPI_Scatterv(op_.a.raw(), counts_.data(), displs_.data(), mpi_type(op_.b.dtype()), op_.b.raw(), counts_[me],
+                        mpi_type(op_.b.dtype()), op_.root, comm);
       break;
     case OpKind::ReduceScatter:
       shards(op_.count);
       if (bf16) {
         to_f32(op_.a, tin_);
         tout_.resize(op_.b.numel());
-        rc = MPI_Ireduce_scatter(tin_.data(), tout_.data(), counts_.data(), MPI_FLOAT, mpi_op(op_.rop), comm, &req_);
+        rc = MPI_Reduce_scatter(tin_.data(), tout_.data(), counts_.data(), MPI_FLOAT, mpi_op(op_.rop), comm);
       } else {
-        rc = MPI_Ireduce_scatter(op_.a.raw(), op_.b.raw(), counts_.data(), mpi_type(dt), mpi_op(op_.rop), comm, &req_);
+        rc = MPI_Reduce_scatter(op_.a.raw(), op_.b.raw(), counts_.data(), mpi_type(dt), mpi_op(op_.rop), comm);
       }
       break;
     case OpKind::AllToAll:
-      rc = MPI_Ialltoall(op_.a.raw(), icount(op_.count / n), mpi_type(dt), op_.b.raw(), icount(op_.count / n),
-                         mpi_type(dt), comm, &req_);
+      rc = MPI_Alltoall(op_.a.raw(), icount(op_.count / n), mpi_type(dt), op_.b.raw(), icount(op_.count / n),
+                        mpi_type(dt), comm);
       break;
     case OpKind::Barrier:
-      rc = MPI_Ibarrier(comm, &req_);
+      rc = MPI_Barrier(comm);
       break;
     case OpKind::Split:
       // Every rank passed the signature check, so the blocking split completes.
@@ -383,9 +401,9 @@ void CollPending::start_real() {
       state_ = kDone;
       return;
     default:
-      throw InternalError(where, c_.err(op_, "not a collective"));
+      throw InternalError(fmt::format("comm.{}", op_kind_name(op_.kind)), c_.err(op_, "not a collective"));
   }
-  mpi_check(rc, where, c_.err(op_, "starting the operation"));
+  op_check(rc, c_, op_, "starting the operation");
 }
 
 void CollPending::finish_real() {
@@ -409,20 +427,19 @@ void CollPending::finish_real() {
 // ---- point to point ----
 
 P2pPending::P2pPending(MpiComm& c, Op& op) : c_(c), op_(op) {
-  const std::string where = fmt::format("comm.{}", op_kind_name(op.kind));
-  PARALLM_CHECK(op.count <= INT_MAX, ShapeError, where, "{}",
+  PARALLM_CHECK(op.count <= INT_MAX, ShapeError, fmt::format("comm.{}", op_kind_name(op.kind)), "{}",
                 c.err(op, "too many elements for one MPI message; split the tensor"));
   const int cnt = static_cast<int>(op.count);
   const int rc = op.kind == OpKind::Send
                      ? MPI_Isend(op.a.raw(), cnt, mpi_type(op.a.dtype()), op.root, op.tag, c.comm(), &req_)
                      : MPI_Irecv(op.a.raw(), cnt, mpi_type(op.a.dtype()), op.root, op.tag, c.comm(), &req_);
-  mpi_check(rc, where, c.err(op, "starting the operation"));
+  op_check(rc, c, op, "starting the operation");
 }
 
 bool P2pPending::poll() {
   int flag = 0;
   MPI_Status st;
-  mpi_check(MPI_Test(&req_, &flag, &st), fmt::format("comm.{}", op_kind_name(op_.kind)), c_.err(op_, "MPI_Test"));
+  op_check(MPI_Test(&req_, &flag, &st), c_, op_, "MPI_Test");
   if (flag && op_.kind == OpKind::Recv) {
     int got = 0;
     MPI_Get_count(&st, mpi_type(op_.a.dtype()), &got);
@@ -433,6 +450,51 @@ bool P2pPending::poll() {
 }
 
 }  // namespace
+
+double native_loop(Communicator& c, OpKind kind, Tensor in, Tensor out, int iters) {
+  auto* mc = dynamic_cast<MpiComm*>(&c);
+  PARALLM_CHECK(mc, CommError, "comm.native_loop", "the {} backend has no library collectives to compare with",
+                c.backend());
+  const DType dt = in.dtype();
+  PARALLM_CHECK(dt != DType::BF16, CommError, "comm.native_loop", "MPI has no bf16 type to compare with");
+  const int n = c.size();
+  const MPI_Comm comm = mc->comm();
+  const MPI_Datatype t = mpi_type(dt);
+  auto icount = [&](int64_t x) {
+    PARALLM_CHECK(x <= INT_MAX, CommError, "comm.native_loop", "count {} is beyond MPI's int counts", x);
+    return static_cast<int>(x);
+  };
+  const bool blocked = kind == OpKind::AllGather || kind == OpKind::ReduceScatter || kind == OpKind::AllToAll;
+  const int64_t total = kind == OpKind::AllGather ? out.numel() : in.numel();
+  PARALLM_CHECK(!blocked || total % n == 0, CommError, "comm.native_loop", "count {} not divisible by {} ranks", total,
+                n);
+  const int block = icount(total / n);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    int rc = MPI_SUCCESS;
+    switch (kind) {
+      case OpKind::AllReduce:
+        rc = MPI_Allreduce(MPI_IN_PLACE, in.raw(), icount(in.numel()), t, MPI_SUM, comm);
+        break;
+      case OpKind::AllGather:
+        rc = MPI_Allgather(in.raw(), block, t, out.raw(), block, t, comm);
+        break;
+      case OpKind::ReduceScatter:
+        rc = MPI_Reduce_scatter_block(in.raw(), out.raw(), block, t, MPI_SUM, comm);
+        break;
+      case OpKind::Broadcast:
+        rc = MPI_Bcast(in.raw(), icount(in.numel()), t, 0, comm);
+        break;
+      case OpKind::AllToAll:
+        rc = MPI_Alltoall(in.raw(), block, t, out.raw(), block, t, comm);
+        break;
+      default:
+        throw CommError("comm.native_loop", fmt::format("no library loop for {}", op_kind_name(kind)));
+    }
+    mpi_check(rc, "comm.native_loop", op_kind_name(kind));
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 std::string mpi_library_version() {
   char v[MPI_MAX_LIBRARY_VERSION_STRING] = {};

@@ -23,7 +23,21 @@ bool is_float(DType t) {
 
 void WorkState::wait() {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return done_; });
+  if (timeout_s_ <= 0) {
+    cv_.wait(lock, [&] { return done_; });
+  } else {
+    // The comm thread reports timeouts it can see at the deadline; this only
+    // fires when it is itself stuck in the library.
+    const double grace = std::max(2.0, 0.1 * timeout_s_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return done_; })) {
+      const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      if (running_ && ran > timeout_s_ + grace)
+        throw CommError("comm.wait", fmt::format("{} #{} in group {}: still inside the communication library after "
+                                                 "{:.1f} s (comm.timeout_s {:.1f}): a peer died or the network "
+                                                 "stalled mid-transfer",
+                                                 op_kind_name(kind_), seq_, group_ ? *group_ : "?", ran, timeout_s_));
+    }
+  }
   if (err_) std::rethrow_exception(err_);
 }
 
@@ -127,15 +141,80 @@ WorkPtr QueuedComm::submit(Op op) {
     }
     return handle;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (broken_) {
     op.work->finish(broken_);
     return handle;
   }
   op.seq = op.collective() ? next_coll_++ : next_p2p_++;
+  if (blocking_caller_ == this && op.collective() && queue_.empty() && act_.seq == 0) {
+    set_running(op);
+    lock.unlock();
+    run_inline(op);
+    return handle;
+  }
+  op.work->arm(options_.timeout_s, op.kind, op.seq, &name_);
   queue_.push_back(std::move(op));
   cv_.notify_all();
   return handle;
+}
+
+QueuedComm::Activity QueuedComm::activity() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return act_;
+}
+
+void QueuedComm::set_running(const Op& op) {  // under mu_
+  act_.seq = op.seq;
+  act_.kind = op.kind;
+  act_.count = op.count;
+}
+
+void QueuedComm::set_finished(uint64_t seq) {
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (seq) act_.done = seq;
+    act_.seq = 0;
+    queued = !queue_.empty();
+  }
+  if (queued) cv_.notify_all();  // the comm thread may start the next collective
+}
+
+void QueuedComm::run_inline(Op& op) {
+  std::exception_ptr err;
+  try {
+    op.work->started();
+    auto p = start(op);
+    const auto t0 = Clock::now();
+    const auto deadline =
+        t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
+    while (!p->poll()) {
+      const auto now = Clock::now();
+      if (now > deadline) {
+        const std::string diag = diagnose(op);
+        throw CommError(fmt::format("comm.{}", op_kind_name(op.kind)),
+                        error_text(op, fmt::format("timed out after {:.1f} s (comm.timeout_s){}", options_.timeout_s,
+                                                   diag.empty() ? "" : "; " + diag)));
+      }
+      // The caller waits anyway: poll tightly at first (the signature check of
+      // ranks that arrive together takes microseconds), then yield, then sleep.
+      if (now - t0 < std::chrono::microseconds(50)) continue;
+      if (now - t0 < std::chrono::microseconds(500))
+        sched_yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  } catch (...) {
+    err = std::current_exception();
+  }
+  if (err) {
+    fail_all(err);
+    set_finished(0);
+  } else {
+    set_finished(op.seq);
+  }
+  op.work->finish(err);
 }
 
 std::unique_ptr<Communicator> QueuedComm::split(int color, int key, const std::string& name) {
@@ -282,6 +361,7 @@ void QueuedComm::loop() {
   const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
   auto last_service = Clock::now();
   auto last_progress_check = Clock::now();
+  auto last_busy = Clock::now();
   static const auto poll_sleep = std::chrono::microseconds([] {
     const char* v = std::getenv("PARALLM_COMM_POLL_US");
     return v ? std::atoi(v) : 50;
@@ -290,8 +370,8 @@ void QueuedComm::loop() {
   auto fail_active = [&](std::exception_ptr err) {
     for (Active& x : active) x.op.work->finish(err);
     active.clear();
-    current_ = nullptr;
     fail_all(err);
+    set_finished(0);
   };
   for (;;) {
     // Take what may start now: point-to-point always, a collective only when none is running.
@@ -299,6 +379,13 @@ void QueuedComm::loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (active.empty() && queue_.empty()) {
+        // Back-to-back operations (a bucket sequence, a benchmark loop) come
+        // within microseconds: stay awake a moment before sleeping.
+        if (Clock::now() - last_busy < std::chrono::microseconds(50)) {
+          lock.unlock();
+          sched_yield();
+          continue;
+        }
         cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return stop_ || !queue_.empty(); });
         if (queue_.empty()) {
           if (stop_) return;
@@ -307,9 +394,12 @@ void QueuedComm::loop() {
           continue;
         }
       }
-      bool coll_running = current_ != nullptr;
+      bool coll_running = act_.seq != 0;
       while (!queue_.empty() && (!queue_.front().collective() || !coll_running) && !broken_) {
-        coll_running |= queue_.front().collective();
+        if (queue_.front().collective()) {
+          coll_running = true;
+          set_running(queue_.front());
+        }
         starting.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
@@ -320,7 +410,6 @@ void QueuedComm::loop() {
       try {
         a.op.work->started();
         a.pending = start(a.op);
-        if (a.op.collective()) current_ = &a.op;
       } catch (...) {
         fail_active(std::current_exception());
         break;
@@ -347,14 +436,12 @@ void QueuedComm::loop() {
         ++it;
         continue;
       }
-      if (a.op.collective()) {
-        coll_done_ = a.op.seq;
-        current_ = nullptr;
-      }
+      if (a.op.collective()) set_finished(a.op.seq);
       a.op.work->finish(nullptr);
       it = active.erase(it);
     }
     if (!active.empty()) {
+      last_busy = Clock::now();
       if (Clock::now() - last_service > std::chrono::milliseconds(10)) {
         service();
         last_service = Clock::now();

@@ -5,7 +5,11 @@
 // the same order) while point-to-point operations stay in flight beside it,
 // polls them through the backend, enforces each one's deadline and completes
 // the handles. A backend only says how to start an op and how to poll it.
+// A blocking collective issued while the queue is empty runs on the caller's
+// thread instead (same ordering, checks and deadline), saving two thread
+// hand-offs, which cost more than a small collective itself.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -25,11 +29,29 @@ class WorkState : public Work {
   void wait() override;
   bool test() override;
   double seconds() const override { return seconds_; }
-  void started() { t0_ = std::chrono::steady_clock::now(); }
+  void started() {
+    std::lock_guard<std::mutex> lock(mu_);
+    t0_ = std::chrono::steady_clock::now();
+    running_ = true;
+  }
   void finish(std::exception_ptr err);
+  // Watchdog for operations the communication thread cannot time out itself
+  // (a blocking library call): wait() gives up a grace period after the
+  // deadline, naming the operation. Cheap: the text is made only on expiry.
+  void arm(double timeout_s, OpKind kind, uint64_t seq, const std::string* group) {
+    timeout_s_ = timeout_s;
+    kind_ = kind;
+    seq_ = seq;
+    group_ = group;
+  }
 
  private:
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  bool running_ = false;
+  double timeout_s_ = 0;
+  OpKind kind_ = OpKind::Barrier;
+  uint64_t seq_ = 0;
+  const std::string* group_ = nullptr;  // the group's name (outlives the wait)
   double seconds_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -89,7 +111,9 @@ class QueuedComm : public Communicator {
   WorkPtr recv_async(Tensor t, int peer, int tag = 0) override;
 
  protected:
-  // Backend hooks, all called on the communication thread.
+  // Backend hooks, called on the communication thread (start, poll and
+  // diagnose also on a caller running a blocking collective inline; service
+  // may then run on both threads at once and must guard itself).
   virtual std::unique_ptr<Pending> start(Op& op) = 0;
   virtual void service() {}                               // answer peers' questions while waiting
   virtual std::string diagnose(const Op&) { return ""; }  // on a timeout: what the peers are doing
@@ -98,13 +122,21 @@ class QueuedComm : public Communicator {
   void start_thread();
   void stop_thread();
 
-  // What this rank is doing, for peers' diagnosis (read on the comm thread).
-  uint64_t coll_done_ = 0;       // last finished collective
-  const Op* current_ = nullptr;  // collective in progress, if any
+  // What this rank is doing, for peers' diagnosis.
+  struct Activity {
+    uint64_t done = 0;  // last finished collective
+    uint64_t seq = 0;   // collective in progress (0: none)
+    OpKind kind = OpKind::Barrier;
+    int64_t count = 0;
+  };
+  Activity activity();
   std::string error_text(const Op& op, const std::string& what) const;
 
  private:
   WorkPtr submit(Op op);
+  void run_inline(Op& op);  // a blocking collective on the caller's thread (slot already taken)
+  void set_running(const Op& op);
+  void set_finished(uint64_t seq);
   WorkPtr issue(OpKind kind, int64_t count, Tensor a, Tensor b, ReduceOp rop = ReduceOp::Sum, int root = 0,
                 int tag = 0);
   void loop();
@@ -123,6 +155,7 @@ class QueuedComm : public Communicator {
 
   std::mutex mu_;
   std::condition_variable cv_;
+  Activity act_;  // guarded by mu_; act_.seq != 0 while a collective runs (either thread)
   std::deque<Op> queue_;
   bool stop_ = false;
   std::exception_ptr broken_;  // first error: the group is unusable afterwards
