@@ -12,5 +12,6 @@ Runner add_prepare(CLI::App& app);
 Runner add_sample(CLI::App& app);
 Runner add_launch(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_doctor(CLI::App& app);
 
 }  // namespace parallm::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   auto sample = parallm::cli::add_sample(app);
   auto launch = parallm::cli::add_launch(app);
   auto bench = parallm::cli::add_bench(app);
+  auto doctor = parallm::cli::add_doctor(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("sample")) return sample();
     if (app.got_subcommand("launch")) return launch();
     if (app.got_subcommand("bench")) return bench();
+    if (app.got_subcommand("doctor")) return doctor();
   } catch (const parallm::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

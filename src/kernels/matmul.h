@@ -2,8 +2,12 @@
 //   out[N, OUT] = inp[N, IN] @ weight[OUT, IN]^T + bias[OUT]
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace parallm::kernels {
+
+// The GEMM library underneath, with its version ("oneDNN 3.0.0"), for diagnostics.
+std::string gemm_library();
 
 // Row-major C[M,N] = alpha * op(A) @ op(B) + beta * C, op(X) = X or X^T.
 // lda/ldb/ldc are the row strides of A, B, C as stored.

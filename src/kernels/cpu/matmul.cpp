@@ -94,4 +94,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 }
 
 }  // namespace cpu
+std::string gemm_library() {
+  const dnnl_version_t* v = dnnl_version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
 }  // namespace parallm::kernels
