@@ -40,9 +40,9 @@ int doctor(const DoctorOptions& o) {
     std::printf("doctor: parallm 0.1.0, %s, compiler %s\n", kernels::gemm_library().c_str(), __VERSION__);
     const std::string mpi = comm::mpi_library_version();
     std::printf("doctor: backend %s, MPI library %s\n", c.backend().c_str(), mpi.empty() ? "(none)" : mpi.c_str());
-    std::printf("doctor: %d rank%s on %zu node%s, %d OpenMP thread%s per rank, %u cores on %s\n", n,
-                n == 1 ? "" : "s", w.topo.nodes.size(), w.topo.nodes.size() == 1 ? "" : "s", num_threads(),
-                num_threads() == 1 ? "" : "s", std::thread::hardware_concurrency(), w.host.c_str());
+    std::printf("doctor: %d rank%s on %zu node%s, %d OpenMP thread%s per rank, %u cores on %s\n", n, n == 1 ? "" : "s",
+                w.topo.nodes.size(), w.topo.nodes.size() == 1 ? "" : "s", num_threads(), num_threads() == 1 ? "" : "s",
+                std::thread::hardware_concurrency(), w.host.c_str());
     std::fflush(stdout);
   }
   std::vector<std::string> problems;
@@ -114,8 +114,9 @@ int doctor(const DoctorOptions& o) {
 }  // namespace
 
 Runner add_doctor(CLI::App& app) {
-  auto* cmd = app.add_subcommand("doctor", "Check that every rank can allocate, all-reduce, barrier and reach every "
-                                           "other rank");
+  auto* cmd = app.add_subcommand("doctor",
+                                 "Check that every rank can allocate, all-reduce, barrier and reach every "
+                                 "other rank");
   auto o = std::make_shared<DoctorOptions>();
   cmd->add_option("--backend", o->backend, "auto, self or mpi")->capture_default_str();
   cmd->add_option("--timeout", o->timeout_s, "Seconds before a silent peer is declared lost")->capture_default_str();

@@ -122,10 +122,9 @@ std::string dist_info(const Topology& t, const std::string& backend, const std::
   std::string hosts;
   for (int k = 0; k < m && k < 16; ++k) hosts += (k ? ", " : "") + t.nodes[k];
   if (m > 16) hosts += fmt::format(", ... ({} more)", m - 16);
-  std::string s =
-      fmt::format("dist: world size {}, {} node{}, {} rank{} per node, backend {}, device {}\n", t.size, m,
-                  m == 1 ? "" : "s", lo == hi ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi),
-                  hi == 1 ? "" : "s", backend, device);
+  std::string s = fmt::format("dist: world size {}, {} node{}, {} rank{} per node, backend {}, device {}\n", t.size, m,
+                              m == 1 ? "" : "s", lo == hi ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi),
+                              hi == 1 ? "" : "s", backend, device);
   s += fmt::format("dist: hosts {}\n", hosts);
   // Thousands of ranks would drown the log: the first and last 32 are enough to see the pattern.
   for (const RankPlace& p : t.ranks) {
