@@ -61,7 +61,10 @@ Shard shard_of(int64_t count, int size, int rank) {
   return {rank * base + std::min<int64_t>(rank, extra), base + (rank < extra ? 1 : 0)};
 }
 
-thread_local const Communicator* Communicator::blocking_caller_ = nullptr;
+const Communicator*& Communicator::blocking_caller() {
+  thread_local const Communicator* caller = nullptr;
+  return caller;
+}
 
 std::string Communicator::where() const {
   return fmt::format("rank {}/{} {}", rank(), size(), group_name());

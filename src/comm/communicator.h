@@ -158,11 +158,12 @@ class Communicator {
   virtual void abort(int code) = 0;
 
  protected:
-  // Set on this thread while one of its blocking collectives is being issued.
-  static thread_local const Communicator* blocking_caller_;
+  // The communicator whose blocking collective this thread is issuing, if any
+  // (out of line: a thread_local class member read from inline code trips UBSan).
+  static const Communicator*& blocking_caller();
   struct Blocking {
-    explicit Blocking(const Communicator* c) { blocking_caller_ = c; }
-    ~Blocking() { blocking_caller_ = nullptr; }
+    explicit Blocking(const Communicator* c) { blocking_caller() = c; }
+    ~Blocking() { blocking_caller() = nullptr; }
   };
 };
 

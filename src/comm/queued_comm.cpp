@@ -147,7 +147,7 @@ WorkPtr QueuedComm::submit(Op op) {
     return handle;
   }
   op.seq = op.collective() ? next_coll_++ : next_p2p_++;
-  if (blocking_caller_ == this && op.collective() && queue_.empty() && act_.seq == 0) {
+  if (blocking_caller() == this && op.collective() && queue_.empty() && act_.seq == 0) {
     set_running(op);
     lock.unlock();
     run_inline(op);
