@@ -71,7 +71,6 @@ struct Case {
   comm::OpKind kind;
   int n, me;
   Tensor in, out;  // views of the preallocated buffers
-  int64_t size_elems = 0;
 
   void run(comm::Communicator& c) const {
     switch (kind) {
@@ -207,7 +206,7 @@ int bench_comm(const BenchOptions& o) {
     double sum_ours = 0, sum_peer = 0, sum_ratio = 0;
     int n_big = 0;
     for (const int64_t cnt : counts) {
-      Case k{kind, n, me, {}, {}, cnt};
+      Case k{kind, n, me, {}, {}};
       const int64_t in_count = kind == comm::OpKind::AllGather ? cnt / n : cnt;
       const int64_t out_count = kind == comm::OpKind::ReduceScatter ? cnt / n : (blocked ? cnt : 0);
       k.in = in_buf.slice_view(0, {in_count});

@@ -159,6 +159,13 @@ WorkPtr QueuedComm::submit(Op op) {
   return handle;
 }
 
+CommError QueuedComm::timeout_error(const Op& op) {
+  const std::string diag = diagnose(op);
+  return CommError(fmt::format("comm.{}", op_kind_name(op.kind)),
+                   error_text(op, fmt::format("timed out after {:.1f} s (comm.timeout_s){}", options_.timeout_s,
+                                              diag.empty() ? "" : "; " + diag)));
+}
+
 QueuedComm::Activity QueuedComm::activity() {
   std::lock_guard<std::mutex> lock(mu_);
   return act_;
@@ -191,12 +198,7 @@ void QueuedComm::run_inline(Op& op) {
         t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
     while (!p->poll()) {
       const auto now = Clock::now();
-      if (now > deadline) {
-        const std::string diag = diagnose(op);
-        throw CommError(fmt::format("comm.{}", op_kind_name(op.kind)),
-                        error_text(op, fmt::format("timed out after {:.1f} s (comm.timeout_s){}", options_.timeout_s,
-                                                   diag.empty() ? "" : "; " + diag)));
-      }
+      if (now > deadline) throw timeout_error(op);
       // The caller waits anyway: poll tightly at first (the signature check of
       // ranks that arrive together takes microseconds), then yield, then sleep.
       if (now - t0 < std::chrono::microseconds(50)) continue;
@@ -421,12 +423,7 @@ void QueuedComm::loop() {
       bool done = false;
       try {
         done = a.pending->poll();
-        if (!done && Clock::now() > a.deadline) {
-          const std::string diag = diagnose(a.op);
-          throw CommError(fmt::format("comm.{}", op_kind_name(a.op.kind)),
-                          error_text(a.op, fmt::format("timed out after {:.1f} s (comm.timeout_s){}",
-                                                       options_.timeout_s, diag.empty() ? "" : "; " + diag)));
-        }
+        if (!done && Clock::now() > a.deadline) throw timeout_error(a.op);
       } catch (...) {
         // The group is broken: fail everything in flight and queued.
         fail_active(std::current_exception());

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/error.h"
 
 namespace parallm::comm {
 
@@ -137,6 +138,7 @@ class QueuedComm : public Communicator {
   void run_inline(Op& op);  // a blocking collective on the caller's thread (slot already taken)
   void set_running(const Op& op);
   void set_finished(uint64_t seq);
+  CommError timeout_error(const Op& op);  // asks the peers what they are doing (diagnose)
   WorkPtr issue(OpKind kind, int64_t count, Tensor a, Tensor b, ReduceOp rop = ReduceOp::Sum, int root = 0,
                 int tag = 0);
   void loop();
