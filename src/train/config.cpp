@@ -164,6 +164,10 @@ const std::map<std::string, Key>& keys() {
         [](const RunConfig& c) { return nlohmann::json(c.comm_backend); }}},
       FLOAT_KEY("comm.timeout_s", comm_timeout_s, "seconds before a communication operation is an error"),
       FLOAT_KEY("ddp.bucket_mb", ddp_bucket_mb, "gradient bucket size (MiB) for the overlapped all-reduce"),
+      BOOL_KEY("ddp.deterministic", ddp_deterministic,
+               "sum gradients and losses in a fixed order (bitwise equal for any split over ranks; no overlap)"),
+      INT_KEY("ddp.shards", ddp_shards,
+              "deterministic: shards of the global micro-batch (0 = one per rank; on 1 rank, N reproduces N ranks)"),
   };
   return table;
 }
@@ -241,6 +245,9 @@ void RunConfig::validate() const {
   PARALLM_CHECK(temperature > 0, ConfigError, "config", "train.temperature must be > 0, got {}", temperature);
   PARALLM_CHECK(comm_timeout_s > 0, ConfigError, "config", "comm.timeout_s must be > 0, got {}", comm_timeout_s);
   PARALLM_CHECK(ddp_bucket_mb > 0, ConfigError, "config", "ddp.bucket_mb must be > 0, got {}", ddp_bucket_mb);
+  PARALLM_CHECK(ddp_shards >= 0, ConfigError, "config", "ddp.shards must be >= 0, got {}", ddp_shards);
+  PARALLM_CHECK(ddp_shards == 0 || ddp_deterministic, ConfigError, "config",
+                "ddp.shards={} only applies with ddp.deterministic=true", ddp_shards);
   PARALLM_CHECK(warmup_iters >= 0, ConfigError, "config", "optimizer.warmup_iters must be >= 0");
 }
 

@@ -51,6 +51,8 @@ struct RunConfig {
   std::string comm_backend = "auto";  // auto | self | mpi
   double comm_timeout_s = 300;        // per communication operation
   double ddp_bucket_mb = 25;          // gradient bucket size for the all-reduce
+  bool ddp_deterministic = false;     // fixed reduction order: bitwise equal for any split of the batch
+  int64_t ddp_shards = 0;             // deterministic: shards per global micro-batch (0 = one per rank)
 
   // Sets one key from its string form; throws ConfigError naming the key.
   void set(const std::string& key, const std::string& value);

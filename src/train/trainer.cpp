@@ -17,6 +17,7 @@
 #include "optim/adamw.h"
 #include "optim/schedule.h"
 #include "parallel/ddp.h"
+#include "parallel/deterministic.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/peak.h"
@@ -103,11 +104,29 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   }
   if (!cfg.vocab_size_set) cfg.model.vocab_size = dataset_vocab(cfg.data_dir);
   cfg.validate();
+  const int64_t B = cfg.batch_size, T = cfg.model.block_size;
+  int64_t Bs = B;  // samples per forward pass: B unless one rank reproduces several deterministic shards
+  if (cfg.ddp_deterministic) {
+    PARALLM_CHECK(nranks == 1 || cfg.ddp_shards == 0 || cfg.ddp_shards == nranks, ConfigError, "config",
+                  "ddp.shards={} on {} ranks: each rank is one shard there (leave ddp.shards unset)", cfg.ddp_shards,
+                  nranks);
+    const int64_t local = nranks == 1 && cfg.ddp_shards > 0 ? cfg.ddp_shards : 1;
+    PARALLM_CHECK(B % local == 0, ConfigError, "config", "ddp.shards={} does not divide model.batch_size={}", local, B);
+    Bs = B / local;
+  }
 
   std::unique_ptr<MetricsWriter> metrics_file;
+  // The run's log file is detached however the run ends (an error included).
+  struct LogFile {
+    bool on = false;
+    ~LogFile() {
+      if (on) log::remove_file();
+    }
+  } log_file;
   if (lead) {
     fs::create_directories(cfg.out_dir);
     log::add_file((fs::path(cfg.out_dir) / "train.log").string());
+    log_file.on = true;
     std::ofstream f(fs::path(cfg.out_dir) / "config.json");
     f << cfg.to_json().dump(2) << "\n";
     metrics_file = std::make_unique<MetricsWriter>((fs::path(cfg.out_dir) / "metrics.jsonl").string(), resume);
@@ -116,7 +135,6 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     if (metrics_file) metrics_file->write(rec);
   };
 
-  const int64_t B = cfg.batch_size, T = cfg.model.block_size;
   model::GPT m(cfg.model, B, T);
   optim::AdamW opt(m.layout(), {cfg.learning_rate, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
   TrainState st;
@@ -131,8 +149,13 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     m.init_weights(cfg.seed);
   }
   broadcast_floats(world, m.params(), m.flat_size());  // identical replicas, whatever each rank did
+  // ddp.deterministic: each shard's gradient alone, summed in a fixed order
+  // (a single rank may cut its batch into shards to reproduce N ranks).
+  std::unique_ptr<parallel::DeterministicGrads> det;
+  if (cfg.ddp_deterministic)
+    det = std::make_unique<parallel::DeterministicGrads>(world, m.flat_size(), static_cast<int>(B / Bs));
   std::unique_ptr<parallel::DataParallel> ddp;
-  if (nranks > 1)
+  if (nranks > 1 && !det)
     ddp =
         std::make_unique<parallel::DataParallel>(world, m.layout(), m.grads(), parallel::DdpOptions{cfg.ddp_bucket_mb});
   const std::function<void(int)> ddp_hook = ddp ? ddp->hook() : nullptr;
@@ -159,6 +182,9 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   log::info("world: {} rank{} ({} backend), global batch {} = micro batch {} x {} rank{} x gas {}", nranks,
             nranks > 1 ? "s" : "", world.backend(), B * nranks * cfg.gas, B, nranks, nranks > 1 ? "s" : "", cfg.gas);
   log::info("tokens per iteration will be: {} (global batch {} x block {})", tokens_per_iter, B * nranks * cfg.gas, T);
+  if (det)
+    log::info("ddp: deterministic, gradients of {} shard{} of {} samples summed in a fixed order (not overlapped)",
+              det->shards(), det->shards() > 1 ? "s" : "", Bs);
   if (ddp)
     log::info("ddp: {} gradient buckets of up to {} MiB, all-reduced during backward", ddp->num_buckets(),
               cfg.ddp_bucket_mb);
@@ -173,6 +199,8 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   double tok_s_acc = 0;
   int64_t tok_s_n = 0;
   bool memory_reported = false;
+  std::vector<float> shard_losses;  // deterministic: each shard's loss, reduced in a fixed order
+  shard_losses.reserve(std::max(cfg.gas, cfg.eval_iters) * (B / Bs));
 
   auto evaluate = [&](int64_t it, float lr) {
     Timer t;
@@ -180,11 +208,19 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     float losses[2];
     for (int s = 0; s < 2; ++s) {
       double acc = 0;
+      shard_losses.clear();
       for (int64_t k = 0; k < cfg.eval_iters; ++k) {
         loader.get(static_cast<data::Split>(s), k, 0, x.data(), y.data(), /*eval=*/true);
-        acc += m.forward(x.data(), y.data(), B, T, ectx);
+        for (int64_t j = 0; j < B / Bs; ++j) {
+          const float l = m.forward(x.data() + j * Bs * T, y.data() + j * Bs * T, Bs, T, ectx);
+          if (det)
+            shard_losses.push_back(l);
+          else
+            acc += l;
+        }
       }
-      losses[s] = world_mean(static_cast<float>(acc / static_cast<double>(cfg.eval_iters)));
+      losses[s] = det ? det->mean_loss(shard_losses, cfg.eval_iters)
+                      : world_mean(static_cast<float>(acc / static_cast<double>(cfg.eval_iters)));
     }
     const double dt = t.seconds();
     progress.print(fmt::format("step {}: train loss {:.4f}, val loss {:.4f} ({:.1f}s)", it, losses[0], losses[1], dt));
@@ -226,27 +262,47 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     Timer t_iter;
     double dtf = 0, dtb = 0, loss_acc = 0;
     m.zero_grad();
+    if (det) det->begin_step();
+    shard_losses.clear();
     for (int64_t micro = 0; micro < cfg.gas; ++micro) {
       {
         PARALLM_PROFILE("data");
         loader.get(data::Split::Train, it, micro, x.data(), y.data());
       }
-      model::StepContext ctx{
-          true,    true,    cfg.seed, static_cast<uint64_t>(it * cfg.gas + micro), 1.0f / static_cast<float>(cfg.gas),
-          nullptr, rank * B};
-      // Gradients are averaged across ranks on the last micro-step only.
-      if (ddp && micro == cfg.gas - 1) ctx.grads_ready = ddp_hook;
-      Timer tf;
-      loss_acc += m.forward(x.data(), y.data(), B, T, ctx);
-      dtf += tf.seconds();
-      Timer tb;
-      m.backward(x.data(), B, T, ctx);
-      dtb += tb.seconds();
+      for (int64_t j = 0; j < B / Bs; ++j) {  // one pass unless a single rank reproduces several shards
+        model::StepContext ctx{true,
+                               true,
+                               cfg.seed,
+                               static_cast<uint64_t>(it * cfg.gas + micro),
+                               1.0f / static_cast<float>(cfg.gas),
+                               nullptr,
+                               rank * B + j * Bs};
+        // Gradients are averaged across ranks on the last micro-step only.
+        if (ddp && micro == cfg.gas - 1) ctx.grads_ready = ddp_hook;
+        if (det) m.zero_grad();  // each shard's gradient alone
+        const int32_t* xs = x.data() + j * Bs * T;
+        Timer tf;
+        const float l = m.forward(xs, y.data() + j * Bs * T, Bs, T, ctx);
+        dtf += tf.seconds();
+        if (det)
+          shard_losses.push_back(l);
+        else
+          loss_acc += l;
+        Timer tb;
+        m.backward(xs, Bs, T, ctx);
+        if (det) det->add_shard(static_cast<int>(j), m.grads());
+        dtb += tb.seconds();
+      }
+      Timer tc;
+      if (det) det->end_micro_step(m.grads());
+      dtb += tc.seconds();
     }
     Timer to;
     if (ddp) ddp->finish();
+    if (det) det->finish(m.grads());
     const double norm = optim::global_norm(m.grads(), m.flat_size());
-    const float loss = world_mean(static_cast<float>(loss_acc / static_cast<double>(cfg.gas)));
+    const float loss = det ? det->mean_loss(shard_losses, cfg.gas)
+                           : world_mean(static_cast<float>(loss_acc / static_cast<double>(cfg.gas)));
     if (!std::isfinite(loss) || !std::isfinite(norm))
       throw NumericError("train", fmt::format("non-finite loss ({}) or gradient norm ({}) at iter {}; lower "
                                               "optimizer.learning_rate or set optimizer.grad_clip",
@@ -265,6 +321,11 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
                        {"dt_ms", dt * 1e3}, {"dtf_ms", dtf * 1e3}, {"dtb_ms", dtb * 1e3}, {"tokens_per_s", tok_s},
                        {"mfu", mfu},        {"grad_norm", norm}};
     std::string comm_text;
+    if (det && nranks > 1) {
+      rec["comm_ms"] = det->comm_seconds() * 1e3;
+      rec["comm_exposed_ms"] = det->comm_seconds() * 1e3;
+      comm_text = fmt::format(", comm {:.1f}ms (deterministic, not overlapped)", det->comm_seconds() * 1e3);
+    }
     if (ddp) {
       const auto& cs = ddp->stats();
       rec["comm_ms"] = cs.comm_s * 1e3;
@@ -295,7 +356,6 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   if (prof::enabled()) log::info("profile (PARALLM_PROFILE=1):\n{}", prof::table());
   sum.best_val_loss = static_cast<float>(st.best_val_loss);
   sum.mean_tokens_per_s = tok_s_n ? tok_s_acc / static_cast<double>(tok_s_n) : 0;
-  if (lead) log::remove_file();
   return sum;
 }
 

@@ -2,7 +2,9 @@
 // N ranks with micro batch b train like one rank with micro batch N*b (same
 // samples, same dropout masks, gradients averaged), with gradient
 // accumulation and dropout on; resume under DDP continues the trajectory;
-// buckets tile the gradient buffer in the order backward finishes it.
+// buckets tile the gradient buffer in the order backward finishes it;
+// with ddp.deterministic=true the N-rank run and one rank cutting its batch
+// into N shards agree bit for bit.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include "comm/communicator.h"
 #include "model/params.h"
 #include "parallel/ddp.h"
+#include "parallel/deterministic.h"
 #include "train/tiny_run.h"
 #include "train/trainer.h"
 
@@ -73,6 +76,47 @@ TEST_F(DdpTest, NRanksEqualOneRankWithTheWholeBatch) {
   EXPECT_LT(d, 2e-5);
   EXPECT_NEAR(r.last_val_loss, r1.last_val_loss, 2e-5 * r1.last_val_loss);
   EXPECT_LT(r.train_losses.back(), r.train_losses.front());
+}
+
+TEST_F(DdpTest, DeterministicIsBitwiseEqualToOneRankWithShards) {
+  const int n = world->size();
+  auto dp = tiny("det", 2);
+  dp.max_iters = 12;
+  dp.apply_overrides({"ddp.deterministic=true"});
+  auto r = train::run_training(dp, world);
+  auto one = tiny("det_one" + std::to_string(world->rank()), 2 * n);
+  one.max_iters = 12;
+  one.apply_overrides({"ddp.deterministic=true", "ddp.shards=" + std::to_string(n)});
+  auto r1 = train::run_training(one);
+  ASSERT_EQ(r.train_losses.size(), r1.train_losses.size());
+  for (size_t i = 0; i < r.train_losses.size(); ++i) EXPECT_EQ(r.train_losses[i], r1.train_losses[i]) << "iter " << i;
+  EXPECT_EQ(r.last_val_loss, r1.last_val_loss);
+  EXPECT_EQ(r.best_val_loss, r1.best_val_loss);
+  // One rank cannot be told to cut its batch into a number of shards other than the ranks.
+  auto bad = tiny("det_bad", 2);
+  bad.apply_overrides({"ddp.deterministic=true", "ddp.shards=" + std::to_string(n + 1)});
+  EXPECT_THROW(train::run_training(bad, world), ConfigError);
+}
+
+TEST(OrderedSum, AddsLeftToRightInRankOrderOnEveryRank) {
+  const int p = world->size();
+  for (int64_t n : {0, 1, 7, 1001}) {
+    // Values of very different magnitude, so the order of the additions shows in the result.
+    auto value = [](int r, int64_t i) {
+      const float mag[] = {1e8f, 1.0f, -1e8f, 3.0f, 0.5f};
+      return mag[(r + i) % 5] * (1.0f + 0.001f * static_cast<float>(i % 13));
+    };
+    std::vector<float> x(n), expect(n);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = value(world->rank(), i);
+      float s = value(0, i);
+      for (int r = 1; r < p; ++r) s += value(r, i);
+      expect[i] = s;
+    }
+    parallel::OrderedSum sum(*world, n);
+    sum(x.data());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(x[i], expect[i]) << "element " << i << " of " << n;
+  }
 }
 
 TEST_F(DdpTest, ResumeUnderDdpContinuesTheTrajectory) {

@@ -46,6 +46,9 @@ TEST(Config, ErrorsNameTheKey) {
   train::RunConfig d;
   d.set("optimizer.gas", "0");
   EXPECT_NE(error_of([&] { d.validate(); }).find("optimizer.gas"), std::string::npos);
+  train::RunConfig e;
+  e.set("ddp.shards", "2");  // only meaningful with ddp.deterministic=true
+  EXPECT_NE(error_of([&] { e.validate(); }).find("ddp.deterministic"), std::string::npos);
 }
 
 TEST(Config, YamlNestedAndDottedKeysAndJsonRoundTrip) {

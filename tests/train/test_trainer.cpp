@@ -43,6 +43,20 @@ TEST_F(TrainerTest, SameSeedGivesBitwiseSameLosses) {
   EXPECT_LT(ra.train_losses.back(), ra.train_losses.front());
 }
 
+TEST_F(TrainerTest, DeterministicOnOneRankWithOneShardIsTheOrdinaryRun) {
+  auto a = tiny("plain"), d = tiny("det");
+  a.max_iters = d.max_iters = 5;
+  d.apply_overrides({"ddp.deterministic=true"});
+  auto ra = train::run_training(a), rd = train::run_training(d);
+  ASSERT_EQ(ra.train_losses.size(), rd.train_losses.size());
+  for (size_t i = 0; i < ra.train_losses.size(); ++i)
+    EXPECT_NEAR(rd.train_losses[i], ra.train_losses[i], 1e-5 * ra.train_losses[i]);
+  auto bad = tiny("bad");
+  bad.apply_overrides({"ddp.deterministic=true", "ddp.shards=3"});  // batch 4 does not split into 3
+  EXPECT_THROW(train::run_training(bad), ConfigError);
+  EXPECT_FALSE(fs::exists(root_ / "bad"));  // refused before anything was written
+}
+
 TEST_F(TrainerTest, ResumeContinuesTheIdenticalTrajectory) {
   auto full = tiny("full");
   full.max_iters = 12;
