@@ -13,5 +13,6 @@ Runner add_sample(CLI::App& app);
 Runner add_launch(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_doctor(CLI::App& app);
+Runner add_test_dist(CLI::App& app);
 
 }  // namespace parallm::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   auto launch = parallm::cli::add_launch(app);
   auto bench = parallm::cli::add_bench(app);
   auto doctor = parallm::cli::add_doctor(app);
+  auto test_dist = parallm::cli::add_test_dist(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("launch")) return launch();
     if (app.got_subcommand("bench")) return bench();
     if (app.got_subcommand("doctor")) return doctor();
+    if (app.got_subcommand("test-dist")) return test_dist();
   } catch (const parallm::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

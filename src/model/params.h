@@ -33,6 +33,10 @@ struct BlockParams {
 class ParamLayout {
  public:
   explicit ParamLayout(const GPTConfig& cfg);
+  // An empty layout that another model fills with add() (offsets in call order).
+  ParamLayout() = default;
+  // Appends a slot and returns its offset.
+  int64_t add(const std::string& name, Shape shape, ParamSlot::Init init, float std, bool decay);
   const std::vector<ParamSlot>& slots() const { return slots_; }
   int64_t total() const { return total_; }               // flat buffer length (with alignment padding)
   int64_t count() const { return count_; }               // number of real parameters
@@ -55,7 +59,6 @@ class ParamLayout {
   int64_t lnf_b() const { return lnf_b_; }
 
  private:
-  int64_t add(const std::string& name, Shape shape, ParamSlot::Init init, float std, bool decay);
   std::vector<ParamSlot> slots_;
   std::vector<BlockParams> blocks_;
   int64_t total_ = 0, count_ = 0, wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = -1;
