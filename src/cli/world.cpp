@@ -1,10 +1,12 @@
 #include "cli/world.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/threads.h"
+#include "core/trace.h"
 
 namespace parallm::cli {
 
@@ -13,6 +15,9 @@ World start_world(const std::string& backend, const comm::CommOptions& options, 
   w.comm = comm::make_world(backend, options);
   w.host = comm::this_host();
   log::set_rank(w.comm->rank(), w.host);
+  // kill -USR2 (or a communication timeout) writes every thread's stack here.
+  const char* dir = std::getenv("PARALLM_TRACE_DIR");
+  trace::install(fmt::format("{}/trace-{}-{}.txt", dir && *dir ? dir : ".", w.host, w.comm->rank()));
   run_guarded(w, [&] {
     w.topo = comm::discover_topology(*w.comm, w.host);
     return 0;

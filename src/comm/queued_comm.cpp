@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace parallm::comm {
 
@@ -16,6 +17,13 @@ using Clock = std::chrono::steady_clock;
 
 bool is_float(DType t) {
   return t == DType::F32 || t == DType::BF16;
+}
+
+// On the first timeout of the process, every thread's stack goes to the trace
+// file (when the program installed one); the error says where.
+std::string stacks_note(const std::string& reason) {
+  const std::string path = trace::dump_once("timeout: " + reason);
+  return path.empty() ? std::string() : "; stacks of every thread in " + path;
 }
 }  // namespace
 
@@ -31,11 +39,14 @@ void WorkState::wait() {
     const double grace = std::max(2.0, 0.1 * timeout_s_);
     while (!cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return done_; })) {
       const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-      if (running_ && ran > timeout_s_ + grace)
-        throw CommError("comm.wait", fmt::format("{} #{} in group {}: still inside the communication library after "
-                                                 "{:.1f} s (comm.timeout_s {:.1f}): a peer died or the network "
-                                                 "stalled mid-transfer",
-                                                 op_kind_name(kind_), seq_, group_ ? *group_ : "?", ran, timeout_s_));
+      if (running_ && ran > timeout_s_ + grace) {
+        std::string msg = fmt::format(
+            "{} #{} in group {}: still inside the communication library after {:.1f} s "
+            "(comm.timeout_s {:.1f}): a peer died or the network stalled mid-transfer",
+            op_kind_name(kind_), seq_, group_ ? *group_ : "?", ran, timeout_s_);
+        lock.unlock();  // the dump waits for every thread, this one's waker included
+        throw CommError("comm.wait", msg + stacks_note(msg));
+      }
     }
   }
   if (err_) std::rethrow_exception(err_);
@@ -95,7 +106,11 @@ QueuedComm::~QueuedComm() {
 }
 
 void QueuedComm::start_thread() {
-  if (threaded()) thread_ = std::thread([this] { loop(); });
+  if (threaded())
+    thread_ = std::thread([this] {
+      trace::set_thread_name("parallm-comm");
+      loop();
+    });
 }
 
 void QueuedComm::stop_thread() {
@@ -161,9 +176,9 @@ WorkPtr QueuedComm::submit(Op op) {
 
 CommError QueuedComm::timeout_error(const Op& op) {
   const std::string diag = diagnose(op);
-  return CommError(fmt::format("comm.{}", op_kind_name(op.kind)),
-                   error_text(op, fmt::format("timed out after {:.1f} s (comm.timeout_s){}", options_.timeout_s,
-                                              diag.empty() ? "" : "; " + diag)));
+  const std::string msg = error_text(op, fmt::format("timed out after {:.1f} s (comm.timeout_s){}", options_.timeout_s,
+                                                     diag.empty() ? "" : "; " + diag));
+  return CommError(fmt::format("comm.{}", op_kind_name(op.kind)), msg + stacks_note(msg));
 }
 
 QueuedComm::Activity QueuedComm::activity() {

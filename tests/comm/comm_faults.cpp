@@ -4,13 +4,21 @@
 //   absent  rank 1 stops issuing collectives (still alive); the others time out
 //   kill    rank 2 dies by SIGKILL before a collective
 // Like the parallm program, a rank that catches a CommError prints it and
-// aborts the job, so no peer is left waiting.
+// aborts the job, so no peer is left waiting. As in the program, a timeout
+// writes every thread's stack to a trace file; the rank checks it names the
+// communication thread, says so, and removes it.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include "comm/communicator.h"
+#include "core/trace.h"
 
 using namespace parallm;
 using namespace parallm::comm;
@@ -21,6 +29,10 @@ int main(int argc, char** argv) {
   opt.timeout_s = 2;
   auto world = make_world("mpi", opt);
   const int me = world->rank();
+  const std::string trace_path =
+      (std::filesystem::temp_directory_path() / ("parallm_faults_trace_" + std::to_string(::getpid()) + ".txt"))
+          .string();
+  trace::install(trace_path);
   Tensor x = Tensor::empty({1000}, DType::F32);
   try {
     for (int i = 0; i < 2; ++i) world->all_reduce(x);
@@ -45,6 +57,14 @@ int main(int argc, char** argv) {
     world->barrier();
   } catch (const CommError& e) {
     std::fprintf(stderr, "rank %d: error: %s\n", me, e.what());
+    if (std::filesystem::exists(trace_path)) {
+      std::stringstream text;
+      text << std::ifstream(trace_path).rdbuf();
+      const bool comm_thread = text.str().find("\"parallm-comm\"") != std::string::npos;
+      std::fprintf(stderr, "rank %d: trace file %s the communication thread\n", me,
+                   comm_thread ? "shows" : "does not show");
+      std::filesystem::remove(trace_path);
+    }
     std::fflush(stderr);
     world->abort(3);
   }
