@@ -19,6 +19,7 @@
 #include <array>
 #include <chrono>
 #include <climits>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -115,6 +116,7 @@ class CollPending : public Pending {
   std::vector<int64_t> all_sigs_;
   std::vector<int> counts_, displs_;
   std::vector<float> tin_, tout_;  // fp32 staging of bf16 reductions
+  std::vector<char> scratch_;      // a reduce's copy of the root's input, or the others' receive buffer
 };
 
 class P2pPending : public Pending {
@@ -356,8 +358,22 @@ void CollPending::start_real() {
         buf = tin_.data();
         t = MPI_FLOAT;
       }
-      rc = MPI_Reduce(me == op_.root ? MPI_IN_PLACE : buf, me == op_.root ? buf : nullptr, icount(op_.count), t,
-                      mpi_op(op_.rop), op_.root, comm);
+      // No MPI_IN_PLACE: MPICH 4.0-4.1 crash with it when the root is not rank 0
+      // (pmodels/mpich#6540). The root sends a copy of its input; the others
+      // get a scratch receive buffer (only significant at the root, but some
+      // algorithms touch it).
+      int size = 0;
+      MPI_Type_size(t, &size);
+      const size_t bytes = static_cast<size_t>(op_.count) * static_cast<size_t>(size);
+      scratch_.resize(bytes + 1);
+      void* send = buf;
+      void* recv = scratch_.data();
+      if (me == op_.root) {
+        if (bytes) std::memcpy(scratch_.data(), buf, bytes);
+        send = scratch_.data();
+        recv = buf;
+      }
+      rc = MPI_Reduce(send, recv, icount(op_.count), t, mpi_op(op_.rop), op_.root, comm);
       break;
     }
     case OpKind::Broadcast:

@@ -1,7 +1,8 @@
 #!/bin/bash
 # An operator's view of a hang: `kill -USR2` on the launcher of a running job
-# (mpirun forwards it to every rank) makes each rank write the stacks of all
-# its threads to trace-<host>-<rank>.txt, and the job goes on.
+# (Open MPI's mpirun forwards it to every rank; MPICH's mpiexec does not, so
+# there the ranks are signalled) makes each rank write the stacks of all its
+# threads to trace-<host>-<rank>.txt, and the job goes on.
 # Usage: trace_sigusr2.sh PARALLM
 set -u
 parallm=$(readlink -f "$1")
@@ -27,7 +28,21 @@ PARALLM_TRACE_DIR="$tmp" "$parallm" launch -n 2 -- parallm test-dist --iters 100
 job=$!
 for _ in $(seq 200); do grep -q "^iter 100:" "$tmp/out" && break; sleep 0.1; done
 grep -q "^iter 100:" "$tmp/out" || fail "the job did not start"
-kill -USR2 "$job"
+descendants() {  # every process below $1
+  local kids
+  kids=$(ps -eo pid=,ppid= | awk -v p="$1" '$2 == p {print $1}')
+  for k in $kids; do
+    echo "$k"
+    descendants "$k"
+  done
+}
+if grep -q "^launch: mpirun" "$tmp/out"; then
+  kill -USR2 "$job"
+else
+  for p in $(descendants "$job"); do
+    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = parallm ] && kill -USR2 "$p"
+  done
+fi
 for _ in $(seq 100); do [ "$(ls "$tmp"/trace-*.txt 2>/dev/null | wc -l)" = 2 ] && break; sleep 0.1; done
 files=$(ls "$tmp"/trace-*-0.txt "$tmp"/trace-*-1.txt 2>/dev/null | wc -l)
 [ "$files" = 2 ] || fail "expected trace-<host>-0.txt and trace-<host>-1.txt, found: $(ls "$tmp")"
