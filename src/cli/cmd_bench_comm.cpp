@@ -3,8 +3,8 @@
 // the same run as the peer, and an optional correctness check.
 //
 // Method: for each size, `warmup` untimed calls, then `rounds` rounds that
-// each time `iters` back-to-back calls of parallm's collective and then of
-// the peer (at least `iters` calls and 10 ms). A round's time is the slowest
+// each time `iters` back-to-back calls of parallm's collective and of the
+// peer (at least `iters` calls and 10 ms; who goes first alternates). A round's time is the slowest
 // rank's; each side reports its best round, and the ratio is the median over
 // rounds of peer time / parallm time, pairing measurements taken back to
 // back so that drifts in machine speed cancel.
@@ -236,16 +236,22 @@ int bench_comm(const BenchOptions& o) {
       double best = 1e30, best_peer = 1e30;
       std::vector<double> ratios;
       for (int r = 0; r < o.rounds; ++r) {
-        c.barrier();
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < iters; ++i) k.run(c);
-        times.data<float>()[0] =
-            static_cast<float>(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
-        times.data<float>()[1] = 0;
-        if (peer) {
+        auto ours = [&] {
+          c.barrier();
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int i = 0; i < iters; ++i) k.run(c);
+          times.data<float>()[0] =
+              static_cast<float>(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+        };
+        auto theirs = [&] {
           c.barrier();
           times.data<float>()[1] = static_cast<float>(comm::native_loop(c, kind, k.in, k.out, iters) / iters);
-        }
+        };
+        times.data<float>()[1] = 0;
+        // Who goes first alternates, so an advantage of going first or second cancels.
+        if (peer && r % 2 == 1) theirs();
+        ours();
+        if (peer && r % 2 == 0) theirs();
         c.all_reduce(times, comm::ReduceOp::Max);
         best = std::min(best, static_cast<double>(times.data<float>()[0]));
         best_peer = std::min(best_peer, static_cast<double>(times.data<float>()[1]));
