@@ -30,6 +30,15 @@ std::string stacks_note(const std::string& reason) {
 // ---- WorkState ----
 
 void WorkState::wait() {
+  struct Waiting {  // counted while blocked, so the comm thread polls eagerly meanwhile
+    std::atomic<int>* n;
+    explicit Waiting(std::atomic<int>* c) : n(c) {
+      if (n) n->fetch_add(1, std::memory_order_relaxed);
+    }
+    ~Waiting() {
+      if (n) n->fetch_sub(1, std::memory_order_relaxed);
+    }
+  } waiting(waiters_);
   std::unique_lock<std::mutex> lock(mu_);
   if (timeout_s_ <= 0) {
     cv_.wait(lock, [&] { return done_; });
@@ -168,7 +177,7 @@ WorkPtr QueuedComm::submit(Op op) {
     run_inline(op);
     return handle;
   }
-  op.work->arm(options_.timeout_s, op.kind, op.seq, &name_);
+  op.work->arm(options_.timeout_s, op.kind, op.seq, &name_, &waiters_);
   queue_.push_back(std::move(op));
   cv_.notify_all();
   return handle;
@@ -462,9 +471,10 @@ void QueuedComm::loop() {
         service();
         last_service = Clock::now();
       }
-      // Poll politely: yield for the first moments of an operation (latency),
-      // then sleep between polls so compute threads keep the cores.
-      if (Clock::now() - last_progress_check < spin_window)
+      // Poll politely: yield for the first moments of an operation (latency)
+      // or while a caller is blocked waiting for this group (its core is
+      // free), else sleep between polls so compute threads keep the cores.
+      if (Clock::now() - last_progress_check < spin_window || waiters_.load(std::memory_order_relaxed) > 0)
         sched_yield();
       else
         std::this_thread::sleep_for(poll_sleep);

@@ -39,11 +39,14 @@ class WorkState : public Work {
   // Watchdog for operations the communication thread cannot time out itself
   // (a blocking library call): wait() gives up a grace period after the
   // deadline, naming the operation. Cheap: the text is made only on expiry.
-  void arm(double timeout_s, OpKind kind, uint64_t seq, const std::string* group) {
+  // `waiters` counts the callers blocked in wait() on this group's work: the
+  // communication thread polls without sleeping while one is (its core is idle).
+  void arm(double timeout_s, OpKind kind, uint64_t seq, const std::string* group, std::atomic<int>* waiters) {
     timeout_s_ = timeout_s;
     kind_ = kind;
     seq_ = seq;
     group_ = group;
+    waiters_ = waiters;
   }
 
  private:
@@ -52,7 +55,8 @@ class WorkState : public Work {
   double timeout_s_ = 0;
   OpKind kind_ = OpKind::Barrier;
   uint64_t seq_ = 0;
-  const std::string* group_ = nullptr;  // the group's name (outlives the wait)
+  const std::string* group_ = nullptr;   // the group's name (outlives the wait)
+  std::atomic<int>* waiters_ = nullptr;  // the group's count of blocked callers (outlives the wait)
   double seconds_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -152,6 +156,7 @@ class QueuedComm : public Communicator {
 
   int rank_, size_;
   std::string name_;
+  std::atomic<int> waiters_{0};  // callers blocked in wait() on this group's work
   CommOptions options_;
   uint64_t next_coll_ = 1, next_p2p_ = 1;
 
