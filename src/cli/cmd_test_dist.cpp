@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -102,6 +103,7 @@ int test_dist(const TestDistOptions& o) {
     std::vector<float> x(B * din), target(B * dout);
     Tensor loss_t = Tensor::empty({1}, DType::F32);
     std::vector<double> losses, dts, dtfs, dtbs, comm_ms, exposed_ms;
+    for (auto* v : {&losses, &dts, &dtfs, &dtbs, &comm_ms, &exposed_ms}) v->reserve(o.iters);  // none in the loop
     for (int64_t it = 1; it <= o.iters; ++it) {
       fill_normal(x.data(), B * din, 0.0f, 1.0f, o.seed, stream_id(kRngData, static_cast<uint64_t>(it), me));
       const float* tgt = x.data();

@@ -91,23 +91,7 @@ Tensor GPT::grad(const std::string& name) const {
 }
 
 void GPT::init_weights(uint64_t seed) {
-  std::fill(params_.begin(), params_.end(), 0.0f);
-  const auto& slots = layout_.slots();
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const auto& s = slots[i];
-    float* p = params_.data() + s.offset;
-    switch (s.init) {
-      case ParamSlot::Init::Normal:
-        fill_normal(p, s.numel, 0.0f, s.init_std, seed, stream_id(kRngInit, i));
-        break;
-      case ParamSlot::Init::Zeros:
-        std::fill(p, p + s.numel, 0.0f);
-        break;
-      case ParamSlot::Init::Ones:
-        std::fill(p, p + s.numel, 1.0f);
-        break;
-    }
-  }
+  layout_.init(params_.data(), seed);
 }
 
 void GPT::zero_grad() {

@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/rng.h"
 #include "kernels/gelu.h"
 #include "kernels/matmul.h"
 
@@ -38,15 +37,7 @@ MLP::MLP(std::vector<int64_t> dims, int64_t max_batch) : dims_(std::move(dims)),
 }
 
 void MLP::init_weights(uint64_t seed) {
-  const auto& slots = layout_.slots();
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const auto& s = slots[i];
-    float* p = params_.data() + s.offset;
-    if (s.init == ParamSlot::Init::Normal)
-      fill_normal(p, s.numel, 0.0f, s.init_std, seed, stream_id(kRngInit, i));
-    else
-      std::fill(p, p + s.numel, s.init == ParamSlot::Init::Ones ? 1.0f : 0.0f);
-  }
+  layout_.init(params_.data(), seed);
 }
 
 void MLP::zero_grad() {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/rng.h"
 
 namespace parallm::model {
 
@@ -22,6 +23,24 @@ void GPTConfig::validate() const {
 std::string GPTConfig::summary() const {
   return fmt::format("n_layer={} n_head={} n_embd={} block_size={} vocab_size={} bias={} dropout={}", n_layer, n_head,
                      n_embd, block_size, vocab_size, bias, dropout);
+}
+
+void ParamLayout::init(float* params, uint64_t seed) const {
+  std::fill(params, params + total_, 0.0f);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const ParamSlot& s = slots_[i];
+    float* p = params + s.offset;
+    switch (s.init) {
+      case ParamSlot::Init::Normal:
+        fill_normal(p, s.numel, 0.0f, s.init_std, seed, stream_id(kRngInit, i));
+        break;
+      case ParamSlot::Init::Zeros:
+        break;  // zero already
+      case ParamSlot::Init::Ones:
+        std::fill(p, p + s.numel, 1.0f);
+        break;
+    }
+  }
 }
 
 int64_t ParamLayout::add(const std::string& name, Shape shape, ParamSlot::Init init, float std, bool decay) {

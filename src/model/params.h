@@ -54,6 +54,10 @@ class ParamLayout {
   };
   int num_units() const { return static_cast<int>(slots_.size()); }
   Range unit(int u) const { return {slots_[u].offset, u + 1 < num_units() ? slots_[u + 1].offset : total_}; }
+  // Fills a flat buffer of total() floats: each slot by its Init (Normal draws
+  // from stream (kRngInit, slot index), so any thread count gives the same
+  // values), alignment padding zero.
+  void init(float* params, uint64_t seed) const;
   // The unit (slot index) of the parameter at flat offset `offset`.
   int unit_at(int64_t offset) const;
   int64_t lnf_b() const { return lnf_b_; }
