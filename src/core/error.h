@@ -41,6 +41,12 @@ class CommError : public Error {
 class NumericError : public Error {
   using Error::Error;
 };
+// CUDA runtime, driver and library failures (cuBLAS, NCCL), and asking for
+// the GPU in a build without CUDA.
+class CudaError : public Error {
+  using Error::Error;
+};
+
 // A broken invariant inside parallm: a bug.
 class InternalError : public Error {
   using Error::Error;

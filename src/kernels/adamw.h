@@ -25,5 +25,11 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
 // Sum of squares, accumulated in double in a fixed blocked order (thread-count independent).
 double sum_squares(const float* x, int64_t n);
 }  // namespace cpu
+// kernels::cuda: the same contract on device pointers, run on gpu::stream().
+namespace cuda {
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p);
+// Deterministic: fixed blocks summed in double in a fixed order; the result is copied to the host.
+double sum_squares(const float* x, int64_t n);
+}  // namespace cuda
 
 }  // namespace parallm::kernels

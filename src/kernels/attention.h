@@ -31,6 +31,10 @@ PARALLM_ATTENTION_DECLS
 namespace cpu {
 PARALLM_ATTENTION_DECLS
 }
+// kernels::cuda: the same contract on device pointers, run on gpu::stream().
+namespace cuda {
+PARALLM_ATTENTION_DECLS
+}
 #undef PARALLM_ATTENTION_DECLS
 
 }  // namespace parallm::kernels

@@ -24,6 +24,10 @@ PARALLM_CLASSIFIER_DECLS
 namespace cpu {
 PARALLM_CLASSIFIER_DECLS
 }
+// kernels::cuda: the same contract on device pointers, run on gpu::stream().
+namespace cuda {
+PARALLM_CLASSIFIER_DECLS
+}
 #undef PARALLM_CLASSIFIER_DECLS
 
 }  // namespace parallm::kernels

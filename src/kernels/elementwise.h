@@ -22,6 +22,10 @@ PARALLM_ELEMENTWISE_DECLS
 namespace cpu {
 PARALLM_ELEMENTWISE_DECLS
 }
+// kernels::cuda: the same contract on device pointers, run on gpu::stream().
+namespace cuda {
+PARALLM_ELEMENTWISE_DECLS
+}
 #undef PARALLM_ELEMENTWISE_DECLS
 
 // Keep probability for element `index`: true when the element survives.

@@ -18,6 +18,10 @@ PARALLM_EMBEDDING_DECLS
 namespace cpu {
 PARALLM_EMBEDDING_DECLS
 }
+// kernels::cuda: the same contract on device pointers, run on gpu::stream().
+namespace cuda {
+PARALLM_EMBEDDING_DECLS
+}
 #undef PARALLM_EMBEDDING_DECLS
 
 }  // namespace parallm::kernels

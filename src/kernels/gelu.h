@@ -14,5 +14,10 @@ namespace cpu {
 void gelu_forward(float* out, const float* inp, int64_t n, GeluKind kind);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, GeluKind kind);
 }  // namespace cpu
+// kernels::cuda: the same contract on device pointers, run on gpu::stream().
+namespace cuda {
+void gelu_forward(float* out, const float* inp, int64_t n, GeluKind kind);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, GeluKind kind);
+}  // namespace cuda
 
 }  // namespace parallm::kernels

@@ -20,6 +20,10 @@ PARALLM_LAYERNORM_DECLS
 namespace cpu {
 PARALLM_LAYERNORM_DECLS
 }
+// kernels::cuda: the same contract on device pointers, run on gpu::stream().
+namespace cuda {
+PARALLM_LAYERNORM_DECLS
+}
 #undef PARALLM_LAYERNORM_DECLS
 
 }  // namespace parallm::kernels

@@ -29,4 +29,23 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, int64_t N, int64_t IN, int64_t OUT);
 }  // namespace cpu
 
+// kernels::cuda: the same contract on device pointers, run on gpu::stream().
+namespace cuda {
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                    int64_t OUT);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t N, int64_t IN, int64_t OUT);
+// Row-major GEMM on device pointers (cuBLAS, fp32 arithmetic unless allow_tf32(true)).
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// `batch` GEMMs, the i-th on A + i*stride_a, B + i*stride_b, C + i*stride_c.
+void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                           int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
+                           float* C, int64_t ldc, int64_t stride_c, int64_t batch);
+// fp32 GEMMs may use TF32 tensor cores (about 10 bits of mantissa): off by default.
+void allow_tf32(bool on);
+// cuBLAS version, for diagnostics ("cuBLAS 13.0.0").
+std::string blas_library();
+}  // namespace cuda
+
 }  // namespace parallm::kernels

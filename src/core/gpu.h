@@ -1,0 +1,114 @@
+// The GPU runtime seen by the rest of parallm: which devices exist, a caching
+// device allocator with the same per-category accounting as the host one,
+// copies, the compute stream, events and pinned host memory. Nothing here
+// exposes CUDA types, so every layer can include it in a CPU-only build; there
+// gpu_stub.cpp answers "no devices" and throws CudaError("CUDA was not built")
+// for anything that would need one.
+//
+// Allocator: freed blocks are kept in per-size free lists (sizes rounded up to
+// 512 B below 1 MiB and to 2 MiB above) and handed out again, so after the
+// first training step no cudaMalloc happens. Blocks are not split; empty_cache()
+// gives the cached ones back to the driver (and is tried once before an
+// out-of-memory error is raised).
+//
+// Stream: kernels run on one non-blocking compute stream per device
+// (gpu::stream()); copies in this file are ordered on it and synchronous
+// towards the host unless named *_async.
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "core/allocator.h"
+
+namespace parallm::gpu {
+
+bool built();        // compiled with PARALLM_CUDA
+int device_count();  // 0 when not built, no driver or no device
+inline bool available() {
+  return device_count() > 0;
+}
+std::string describe(int device = 0);  // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)"
+std::string version();                 // "CUDA runtime 13.0, driver 13.0"
+void set_device(int device);
+int current_device();
+int compute_capability(int device = 0);  // 90 for sm_90
+int multiprocessor_count(int device = 0);
+
+// Names this process in error messages (the cli sets it to "rank 2/4").
+void set_context(const std::string& who);
+const std::string& context();
+
+// The compute stream of the current device (a cudaStream_t).
+void* stream();
+void synchronize();  // waits for the compute stream
+
+void* device_alloc(size_t bytes, MemCategory cat);  // not zeroed
+void device_free(void* p, size_t bytes, MemCategory cat);
+MemStats device_stats();
+void reset_device_peaks();
+size_t device_cached_bytes();  // held in free lists, not in use
+void empty_cache();
+
+void memcpy_h2d(void* dst, const void* src, size_t bytes);
+void memcpy_d2h(void* dst, const void* src, size_t bytes);
+void memcpy_d2d(void* dst, const void* src, size_t bytes);
+void memcpy_h2d_async(void* dst, const void* src, size_t bytes);  // src should be pinned
+void memset_zero(void* p, size_t bytes);                          // async on the compute stream
+
+void* pinned_alloc(size_t bytes);
+void pinned_free(void* p);
+
+// An event recorded on the compute stream; elapsed times in milliseconds.
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record();
+  void wait();  // host waits
+  float elapsed_ms_since(const Event& start) const;
+
+ private:
+  void* ev_ = nullptr;
+};
+
+// Device memory owned RAII, accounted under a category.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(size_t bytes, MemCategory cat) : bytes_(bytes), cat_(cat) { ptr_ = device_alloc(bytes, cat); }
+  ~DeviceBuffer() { release(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = static_cast<DeviceBuffer&&>(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      ptr_ = o.ptr_;
+      bytes_ = o.bytes_;
+      cat_ = o.cat_;
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  void* data() const { return ptr_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+  void release() {
+    if (ptr_) device_free(ptr_, bytes_, cat_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  MemCategory cat_ = MemCategory::Other;
+};
+
+}  // namespace parallm::gpu

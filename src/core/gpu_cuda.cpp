@@ -1,0 +1,293 @@
+// The GPU runtime on CUDA: device queries, the caching allocator, the compute
+// stream, copies, events and pinned memory (design in gpu.h).
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "core/gpu.h"
+
+namespace parallm::gpu {
+
+namespace {
+std::string g_context;
+
+size_t round_size(size_t bytes) {
+  constexpr size_t kSmall = 512, kLarge = size_t{2} << 20;
+  return bytes < (size_t{1} << 20) ? (bytes + kSmall - 1) / kSmall * kSmall : (bytes + kLarge - 1) / kLarge * kLarge;
+}
+
+class CachingAllocator {
+ public:
+  void* allocate(size_t bytes, MemCategory cat) {
+    if (bytes == 0) return nullptr;
+    size_t rounded = round_size(bytes);
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      auto it = free_.find(rounded);
+      if (it != free_.end() && !it->second.empty()) {
+        p = it->second.back();
+        it->second.pop_back();
+        cached_ -= rounded;
+      }
+    }
+    if (!p) p = fresh(rounded, bytes, cat);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      sizes_[p] = rounded;
+    }
+    int c = static_cast<int>(cat);
+    bump(peak_[c], cur_[c].fetch_add(bytes) + bytes);
+    bump(total_peak_, total_cur_.fetch_add(bytes) + bytes);
+    return p;
+  }
+
+  void free(void* p, size_t bytes, MemCategory cat) {
+    if (!p) return;
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = sizes_.find(p);
+    if (it == sizes_.end()) return;  // not ours: ignore rather than corrupt the lists
+    free_[it->second].push_back(p);
+    cached_ += it->second;
+    sizes_.erase(it);
+    cur_[static_cast<int>(cat)].fetch_sub(bytes);
+    total_cur_.fetch_sub(bytes);
+  }
+
+  void empty() {
+    std::lock_guard<std::mutex> lk(mu_);
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream()));
+    for (auto& [size, list] : free_)
+      for (void* p : list) cudaFree(p);
+    free_.clear();
+    cached_ = 0;
+  }
+
+  MemStats stats() const {
+    MemStats s;
+    for (int i = 0; i < static_cast<int>(MemCategory::kCount); ++i) {
+      s.current[i] = cur_[i].load();
+      s.peak[i] = peak_[i].load();
+    }
+    s.total_current = total_cur_.load();
+    s.total_peak = total_peak_.load();
+    return s;
+  }
+  void reset_peaks() {
+    for (int i = 0; i < static_cast<int>(MemCategory::kCount); ++i) peak_[i].store(cur_[i].load());
+    total_peak_.store(total_cur_.load());
+  }
+  size_t cached() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return cached_;
+  }
+
+ private:
+  void* fresh(size_t rounded, size_t bytes, MemCategory cat) {
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, rounded);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the sticky-free error state, give the cache back and try once more
+      empty();
+      err = cudaMalloc(&p, rounded);
+    }
+    if (err != cudaSuccess) {
+      size_t free_b = 0, total_b = 0;
+      cudaGetLastError();
+      cudaMemGetInfo(&free_b, &total_b);
+      throw_cuda("cuda.malloc",
+                 fmt::format("cudaMalloc({}, {}) with {} in use by parallm, {} free of {}", format_bytes(bytes),
+                             mem_category_name(cat), format_bytes(total_cur_.load()), format_bytes(free_b),
+                             format_bytes(total_b)),
+                 err);
+    }
+    return p;
+  }
+  static void bump(std::atomic<size_t>& peak, size_t v) {
+    size_t p = peak.load(std::memory_order_relaxed);
+    while (v > p && !peak.compare_exchange_weak(p, v, std::memory_order_relaxed)) {
+    }
+  }
+
+  std::mutex mu_;
+  std::map<size_t, std::vector<void*>> free_;
+  std::unordered_map<void*, size_t> sizes_;
+  size_t cached_ = 0;
+  std::array<std::atomic<size_t>, static_cast<int>(MemCategory::kCount)> cur_{}, peak_{};
+  std::atomic<size_t> total_cur_{0}, total_peak_{0};
+};
+
+CachingAllocator& allocator() {
+  static auto* a = new CachingAllocator();  // outlives static destructors that free device buffers
+  return *a;
+}
+
+cudaStream_t compute_stream() {
+  static std::array<cudaStream_t, 64> streams{};
+  static std::mutex mu;
+  int dev = current_device();
+  std::lock_guard<std::mutex> lk(mu);
+  if (!streams[dev]) PARALLM_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[dev], cudaStreamNonBlocking), "cuda.stream");
+  return streams[dev];
+}
+}  // namespace
+
+void throw_cuda(const char* where, const std::string& call, cudaError_t err) {
+  int dev = -1;
+  cudaGetDevice(&dev);
+  std::string who = g_context.empty() ? "" : ", " + g_context;
+  throw CudaError(
+      where, fmt::format("{}: {} ({}) (device {}{})", call, cudaGetErrorString(err), cudaGetErrorName(err), dev, who));
+}
+
+bool built() {
+  return true;
+}
+
+int device_count() {
+  static const int n = [] {
+    int c = 0;
+    if (cudaGetDeviceCount(&c) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return c;
+  }();
+  return n;
+}
+
+std::string describe(int device) {
+  if (device >= device_count()) return "no GPU";
+  cudaDeviceProp p{};
+  PARALLM_CUDA_CHECK(cudaGetDeviceProperties(&p, device), "cuda.device");
+  return fmt::format("{} (sm_{}{}, {} SMs, {})", p.name, p.major, p.minor, p.multiProcessorCount,
+                     format_bytes(p.totalGlobalMem));
+}
+
+std::string version() {
+  int rt = 0, drv = 0;
+  cudaRuntimeGetVersion(&rt);
+  cudaDriverGetVersion(&drv);
+  return fmt::format("CUDA runtime {}.{}, driver {}.{}", rt / 1000, rt % 1000 / 10, drv / 1000, drv % 1000 / 10);
+}
+
+void set_device(int device) {
+  PARALLM_CHECK(device >= 0 && device < device_count(), CudaError, "cuda.set_device",
+                "device {} does not exist ({} visible{})", device, device_count(),
+                g_context.empty() ? "" : ", " + g_context);
+  PARALLM_CUDA_CHECK(cudaSetDevice(device), "cuda.set_device");
+}
+
+int current_device() {
+  int d = 0;
+  PARALLM_CUDA_CHECK(cudaGetDevice(&d), "cuda.device");
+  return d;
+}
+
+int compute_capability(int device) {
+  int major = 0, minor = 0;
+  PARALLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cuda.device");
+  PARALLM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cuda.device");
+  return major * 10 + minor;
+}
+
+int multiprocessor_count(int device) {
+  int n = 0;
+  PARALLM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cuda.device");
+  return n;
+}
+
+void set_context(const std::string& who) {
+  g_context = who;
+}
+const std::string& context() {
+  return g_context;
+}
+
+void* stream() {
+  return compute_stream();
+}
+void synchronize() {
+  PARALLM_CUDA_CHECK(cudaStreamSynchronize(compute_stream()), "cuda.synchronize");
+}
+
+void* device_alloc(size_t bytes, MemCategory cat) {
+  return allocator().allocate(bytes, cat);
+}
+void device_free(void* p, size_t bytes, MemCategory cat) {
+  allocator().free(p, bytes, cat);
+}
+MemStats device_stats() {
+  return allocator().stats();
+}
+void reset_device_peaks() {
+  allocator().reset_peaks();
+}
+size_t device_cached_bytes() {
+  return allocator().cached();
+}
+void empty_cache() {
+  allocator().empty();
+}
+
+void memcpy_h2d(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  PARALLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_stream()), "cuda.memcpy");
+  synchronize();
+}
+void memcpy_d2h(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  PARALLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_stream()), "cuda.memcpy");
+  synchronize();
+}
+void memcpy_d2d(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  PARALLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_stream()), "cuda.memcpy");
+}
+void memcpy_h2d_async(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  PARALLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_stream()), "cuda.memcpy");
+}
+void memset_zero(void* p, size_t bytes) {
+  if (!bytes) return;
+  PARALLM_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, compute_stream()), "cuda.memset");
+}
+
+void* pinned_alloc(size_t bytes) {
+  void* p = nullptr;
+  PARALLM_CUDA_CHECK(cudaMallocHost(&p, bytes), "cuda.pinned");
+  return p;
+}
+void pinned_free(void* p) {
+  if (p) cudaFreeHost(p);
+}
+
+Event::Event() {
+  cudaEvent_t e;
+  PARALLM_CUDA_CHECK(cudaEventCreate(&e), "cuda.event");
+  ev_ = e;
+}
+Event::~Event() {
+  if (ev_) cudaEventDestroy(static_cast<cudaEvent_t>(ev_));
+}
+void Event::record() {
+  PARALLM_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ev_), compute_stream()), "cuda.event");
+}
+void Event::wait() {
+  PARALLM_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(ev_)), "cuda.event");
+}
+float Event::elapsed_ms_since(const Event& start) const {
+  float ms = 0;
+  PARALLM_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.ev_), static_cast<cudaEvent_t>(ev_)),
+                     "cuda.event");
+  return ms;
+}
+
+}  // namespace parallm::gpu

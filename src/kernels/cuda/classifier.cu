@@ -1,0 +1,69 @@
+// The LM head fused with softmax and cross-entropy on the GPU, in row chunks
+// so the full [N, V] logits never exist: per chunk, logits by cuBLAS, then one
+// block per row computes the log-sum-exp, the loss and (with gradients)
+// d(logits) in place, then dx (overwritten) and dwte (+=) by two more GEMMs.
+// The chunk holds at most kChunkFloats logits (256 MiB).
+#include <cfloat>
+
+#include "kernels/classifier.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/matmul.h"
+
+namespace parallm::kernels::cuda {
+
+namespace {
+constexpr int64_t kChunkFloats = int64_t{64} << 20;
+constexpr int kThreads = 256;
+
+int64_t chunk_rows(int64_t N, int64_t V) {
+  int64_t r = kChunkFloats / (V > 0 ? V : 1);
+  r = r < 1 ? 1 : r;
+  return r < N ? r : N;
+}
+
+__global__ void softmax_xent(float* losses, float* logits, const int32_t* targets, int64_t V, float dloss,
+                             bool want_grad) {
+  __shared__ float sh[32];
+  float* l = logits + blockIdx.x * V;
+  float mx = -FLT_MAX;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, l[v]);
+  mx = block_max(mx, sh);
+  float s = 0;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += expf(l[v] - mx);
+  s = block_sum(s, sh);
+  const float lse = mx + logf(s);
+  const int32_t t = targets[blockIdx.x];
+  __syncthreads();
+  if (threadIdx.x == 0) losses[blockIdx.x] = lse - l[t];
+  __syncthreads();  // the loss reads l[t] before it is overwritten
+  if (want_grad)
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) l[v] = (expf(l[v] - lse) - (v == t ? 1.0f : 0.0f)) * dloss;
+}
+}  // namespace
+
+int64_t classifier_workspace_floats(int64_t N, int64_t V, int) {
+  return chunk_rows(N, V) * V;
+}
+
+void classifier_forward_backward(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                                 const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
+                                 float* workspace) {
+  const int64_t rows = chunk_rows(N, V);
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int64_t n = r0 + rows < N ? rows : N - r0;
+    sgemm(false, true, n, V, C, 1.0f, x + r0 * C, C, wte, C, 0.0f, workspace, V);
+    softmax_xent<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(losses + r0, workspace, targets + r0, V, dloss,
+                                                                      dx != nullptr);
+    PARALLM_CUDA_LAUNCHED("kernels.cuda.classifier");
+    if (dx) {
+      sgemm(false, false, n, C, V, 1.0f, workspace, V, wte, C, 0.0f, dx + r0 * C, C);
+      sgemm(true, false, V, C, n, 1.0f, workspace, V, x + r0 * C, C, 1.0f, dwte, C);
+    }
+  }
+}
+
+void classifier_logits(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
+  sgemm(false, true, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
+}
+
+}  // namespace parallm::kernels::cuda

@@ -1,0 +1,86 @@
+// Token + position embedding on the GPU. Backward without atomics: the
+// positions are sorted by token (CUB's radix sort, stable), then one block
+// per run of equal tokens adds its rows in position order into dwte. dwpe sums
+// over the batch in order. Both are the same bits on every run.
+#include <cub/device/device_radix_sort.cuh>
+
+#include "core/allocator.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/embedding.h"
+
+namespace parallm::kernels::cuda {
+
+namespace {
+__global__ void emb_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t BT,
+                            int64_t T, int64_t C) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < BT * C; i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t bt = i / C, c = i % C;
+    out[i] = wte[static_cast<int64_t>(tokens[bt]) * C + c] + wpe[(bt % T) * C + c];
+  }
+}
+
+// Block s handles sorted position s if it starts a run of equal tokens.
+__global__ void emb_backward_wte(float* dwte, const float* dout, const int32_t* sorted_tok, const int32_t* sorted_pos,
+                                 int64_t BT, int64_t C) {
+  int64_t s = blockIdx.x;
+  int32_t tok = sorted_tok[s];
+  if (s > 0 && sorted_tok[s - 1] == tok) return;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = 0;
+    for (int64_t k = s; k < BT && sorted_tok[k] == tok; ++k) acc += dout[static_cast<int64_t>(sorted_pos[k]) * C + c];
+    dwte[static_cast<int64_t>(tok) * C + c] += acc;
+  }
+}
+
+__global__ void emb_backward_wpe(float* dwpe, const float* dout, int64_t B, int64_t T, int64_t C) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * C; i += int64_t{gridDim.x} * blockDim.x) {
+    float acc = 0;
+    for (int64_t b = 0; b < B; ++b) acc += dout[b * T * C + i];
+    dwpe[i] += acc;
+  }
+}
+
+__global__ void iota(int32_t* v, int64_t n) {
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n) v[i] = static_cast<int32_t>(i);
+}
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
+                       int64_t C) {
+  if (B * T * C <= 0) return;
+  emb_forward<<<capped_blocks(B * T * C, 256), 256, 0, stream()>>>(out, tokens, wte, wpe, B * T, T, C);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.embedding_forward");
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
+                        int64_t C) {
+  const int64_t BT = B * T;
+  if (BT * C <= 0) return;
+  PARALLM_CHECK(BT < (int64_t{1} << 31), ShapeError, "kernels.cuda.embedding_backward", "B*T = {} too large", BT);
+  const int n = static_cast<int>(BT);
+  // Sort (token, position) pairs by token; the sort is stable, so runs keep position order.
+  size_t temp_bytes = 0;
+  PARALLM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, tokens, static_cast<int32_t*>(nullptr),
+                                                     static_cast<int32_t*>(nullptr), static_cast<int32_t*>(nullptr), n,
+                                                     0, 32, stream()),
+                     "kernels.cuda.embedding_backward");
+  temp_bytes = (temp_bytes + 255) / 256 * 256;  // CUB's temporaries first, at the buffer's aligned start
+  gpu::DeviceBuffer buf(temp_bytes + 3 * static_cast<size_t>(n) * sizeof(int32_t), MemCategory::Scratch);
+  void* temp = buf.data();
+  int32_t* pos_in = reinterpret_cast<int32_t*>(static_cast<char*>(buf.data()) + temp_bytes);
+  int32_t* sorted_tok = pos_in + n;
+  int32_t* sorted_pos = sorted_tok + n;
+  iota<<<blocks_for(n, 256), 256, 0, stream()>>>(pos_in, n);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.embedding_backward");
+  PARALLM_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, sorted_tok, pos_in, sorted_pos, n, 0, 32, stream()),
+      "kernels.cuda.embedding_backward");
+  int threads = C < 256 ? static_cast<int>((C + 31) / 32 * 32) : 256;
+  emb_backward_wte<<<static_cast<unsigned>(n), threads, 0, stream()>>>(dwte, dout, sorted_tok, sorted_pos, BT, C);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.embedding_backward");
+  emb_backward_wpe<<<capped_blocks(T * C, 256), 256, 0, stream()>>>(dwpe, dout, B, T, C);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.embedding_backward");
+}
+
+}  // namespace parallm::kernels::cuda

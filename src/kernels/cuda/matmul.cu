@@ -1,0 +1,99 @@
+// Linear layers and raw GEMMs on the GPU through cuBLAS. Row-major products
+// are computed as their column-major transposes (C^T = op(B)^T op(A)^T), so no
+// data is ever transposed. fp32 arithmetic by default; allow_tf32(true) lets
+// cuBLAS use TF32 tensor cores. Bias gradients go through the deterministic
+// column sum (reduce.h). One cuBLAS handle per process, bound to the compute
+// stream. (The bf16 path will use cuBLASLt with fused bias/GELU epilogues.)
+#include <cublas_v2.h>
+#include <fmt/format.h>
+
+#include <mutex>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/reduce.h"
+#include "kernels/matmul.h"
+
+namespace parallm::kernels::cuda {
+
+namespace {
+bool g_tf32 = false;
+
+void check_cublas(cublasStatus_t st, const char* where, const char* call) {
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    std::string who = gpu::context().empty() ? "" : ", " + gpu::context();
+    throw CudaError(where,
+                    fmt::format("{}: {} (device {}{})", call, cublasGetStatusString(st), gpu::current_device(), who));
+  }
+}
+
+cublasHandle_t handle() {
+  static cublasHandle_t h = [] {
+    cublasHandle_t x = nullptr;
+    check_cublas(cublasCreate(&x), "kernels.cuda.cublas", "cublasCreate");
+    return x;
+  }();
+  check_cublas(cublasSetStream(h, stream()), "kernels.cuda.cublas", "cublasSetStream");
+  check_cublas(cublasSetMathMode(h, g_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), "kernels.cuda.cublas",
+               "cublasSetMathMode");
+  return h;
+}
+
+int as_int(int64_t v, const char* what) {
+  PARALLM_CHECK(v >= 0 && v <= 0x7fffffff, ShapeError, "kernels.cuda.sgemm", "{} = {} does not fit cuBLAS's int", what,
+                v);
+  return static_cast<int>(v);
+}
+
+__global__ void add_bias(float* out, const float* bias, int64_t N, int64_t OUT) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * OUT; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] += bias[i % OUT];
+}
+}  // namespace
+
+void allow_tf32(bool on) {
+  g_tf32 = on;
+}
+
+std::string blas_library() {
+  int v = 0;
+  cublasGetVersion(handle(), &v);
+  return fmt::format("cuBLAS {}.{}.{}", v / 10000, v / 100 % 100, v % 100);
+}
+
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  check_cublas(cublasSgemm(handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                           as_int(N, "N"), as_int(M, "M"), as_int(K, "K"), &alpha, B, as_int(ldb, "ldb"), A,
+                           as_int(lda, "lda"), &beta, C, as_int(ldc, "ldc")),
+               "kernels.cuda.sgemm", "cublasSgemm");
+}
+
+void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                           int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
+                           float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+  if (M <= 0 || N <= 0 || batch <= 0) return;
+  check_cublas(cublasSgemmStridedBatched(handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, as_int(N, "N"), as_int(M, "M"),
+                                         as_int(K, "K"), &alpha, B, as_int(ldb, "ldb"), stride_b, A, as_int(lda, "lda"),
+                                         stride_a, &beta, C, as_int(ldc, "ldc"), stride_c, as_int(batch, "batch")),
+               "kernels.cuda.sgemm", "cublasSgemmStridedBatched");
+}
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                    int64_t OUT) {
+  sgemm(false, true, N, OUT, IN, 1.0f, inp, IN, weight, IN, 0.0f, out, OUT);
+  if (bias && N * OUT > 0) {
+    add_bias<<<capped_blocks(N * OUT, 256), 256, 0, stream()>>>(out, bias, N, OUT);
+    PARALLM_CUDA_LAUNCHED("kernels.cuda.matmul_forward");
+  }
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t N, int64_t IN, int64_t OUT) {
+  if (dinp) sgemm(false, false, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 0.0f, dinp, IN);
+  sgemm(true, false, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
+  if (dbias) colsum_accumulate(dbias, dout, N, OUT);
+}
+
+}  // namespace parallm::kernels::cuda

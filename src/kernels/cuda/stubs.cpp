@@ -1,0 +1,99 @@
+// CPU-only build: every kernels::cuda entry point exists and says that CUDA
+// was not built, so the layers above link and test without the toolkit.
+#include "core/error.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/classifier.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+
+namespace parallm::kernels::cuda {
+
+namespace {
+[[noreturn]] void not_built(const char* op) {
+  throw CudaError(std::string("kernels.cuda.") + op,
+                  "CUDA was not built: this parallm is CPU-only (configure with -DPARALLM_CUDA=ON)");
+}
+}  // namespace
+
+void matmul_forward(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t) {
+  not_built("matmul_forward");
+}
+void matmul_backward(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t) {
+  not_built("matmul_backward");
+}
+void sgemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float, float*,
+           int64_t) {
+  not_built("sgemm");
+}
+void sgemm_strided_batched(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, int64_t, const float*,
+                           int64_t, int64_t, float, float*, int64_t, int64_t, int64_t) {
+  not_built("sgemm_strided_batched");
+}
+void allow_tf32(bool) {}
+std::string blas_library() {
+  return "none (CUDA not built)";
+}
+
+void layernorm_forward(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t) {
+  not_built("layernorm_forward");
+}
+void layernorm_backward(float*, float*, float*, const float*, const float*, const float*, const float*, const float*,
+                        int64_t, int64_t) {
+  not_built("layernorm_backward");
+}
+void gelu_forward(float*, const float*, int64_t, GeluKind) {
+  not_built("gelu_forward");
+}
+void gelu_backward(float*, const float*, const float*, int64_t, GeluKind) {
+  not_built("gelu_backward");
+}
+void attention_forward(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t, AttnDropout, float*) {
+  not_built("attention_forward");
+}
+void attention_backward(float*, const float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                        int64_t, AttnDropout, float*) {
+  not_built("attention_backward");
+}
+int64_t attention_workspace_floats(int64_t, int64_t, int64_t, int64_t, int) {
+  return 0;
+}
+void classifier_forward_backward(float*, float*, float*, const float*, const float*, const int32_t*, int64_t, int64_t,
+                                 int64_t, float, float*) {
+  not_built("classifier_forward_backward");
+}
+int64_t classifier_workspace_floats(int64_t, int64_t, int) {
+  return 0;
+}
+void classifier_logits(float*, const float*, const float*, int64_t, int64_t, int64_t) {
+  not_built("classifier_logits");
+}
+void embedding_forward(float*, const int32_t*, const float*, const float*, int64_t, int64_t, int64_t) {
+  not_built("embedding_forward");
+}
+void embedding_backward(float*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t) {
+  not_built("embedding_backward");
+}
+void residual_forward(float*, const float*, const float*, int64_t) {
+  not_built("residual_forward");
+}
+void add_inplace(float*, const float*, int64_t) {
+  not_built("add_inplace");
+}
+void dropout_forward(float*, const float*, int64_t, float, uint64_t, uint64_t, uint64_t) {
+  not_built("dropout_forward");
+}
+void dropout_backward(float*, const float*, int64_t, float, uint64_t, uint64_t, uint64_t) {
+  not_built("dropout_backward");
+}
+void adamw_step(float*, const float*, float*, float*, int64_t, const AdamWParams&) {
+  not_built("adamw_step");
+}
+double sum_squares(const float*, int64_t) {
+  not_built("sum_squares");
+}
+
+}  // namespace parallm::kernels::cuda

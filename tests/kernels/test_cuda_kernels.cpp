@@ -1,0 +1,283 @@
+// CUDA kernels against the CPU reference on odd shapes, the device allocator,
+// and determinism (same inputs, same bits). Without a GPU every test skips
+// itself, saying why; in a CPU-only build the stubs are checked to say that
+// CUDA was not built.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+#include "core/error.h"
+#include "core/gpu.h"
+#include "kernel_test_util.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/classifier.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+
+namespace parallm {
+namespace {
+
+using test::expect_close;
+using test::randv;
+namespace kc = kernels::cuda;
+namespace kr = kernels::ref;
+
+// GEMM-based outputs use a floor of 1e-2 of the tensor's largest value: cuBLAS
+// sums in another order than the double-precision reference, and the error of
+// a float sum scales with its largest terms.
+
+// A device copy of a host vector; back() returns its current contents.
+template <class T>
+struct Dev {
+  gpu::DeviceBuffer buf;
+  size_t n = 0;
+  explicit Dev(const std::vector<T>& h) : buf(h.size() * sizeof(T) + 1, MemCategory::Other), n(h.size()) {
+    gpu::memcpy_h2d(buf.data(), h.data(), n * sizeof(T));
+  }
+  T* p() const { return buf.as<T>(); }
+  std::vector<T> back() const {
+    std::vector<T> h(n);
+    gpu::memcpy_d2h(h.data(), buf.data(), n * sizeof(T));
+    return h;
+  }
+};
+
+class Cuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu::built()) GTEST_SKIP() << "CUDA not built (configure with -DPARALLM_CUDA=ON)";
+    if (!gpu::available()) GTEST_SKIP() << "no GPU on this machine: CUDA kernel tests skipped";
+  }
+};
+
+TEST(CudaStubs, SayCudaWasNotBuilt) {
+  if (gpu::built()) GTEST_SKIP() << "CUDA is built";
+  EXPECT_EQ(gpu::device_count(), 0);
+  try {
+    kc::gelu_forward(nullptr, nullptr, 1, kernels::GeluKind::Exact);
+    FAIL() << "no error";
+  } catch (const CudaError& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA was not built"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(gpu::device_alloc(16, MemCategory::Other), CudaError);
+}
+
+TEST_F(Cuda, AllocatorCachesAndAccountsPerCategory) {
+  auto before = gpu::device_stats();
+  void* a = gpu::device_alloc(3000, MemCategory::Activations);
+  auto mid = gpu::device_stats();
+  EXPECT_EQ(mid.current[int(MemCategory::Activations)], before.current[int(MemCategory::Activations)] + 3000);
+  gpu::device_free(a, 3000, MemCategory::Activations);
+  EXPECT_GE(gpu::device_cached_bytes(), 3000u);
+  void* b = gpu::device_alloc(2900, MemCategory::Grads);  // same rounded size: the cached block comes back
+  EXPECT_EQ(a, b);
+  gpu::device_free(b, 2900, MemCategory::Grads);
+  EXPECT_EQ(gpu::device_stats().current[int(MemCategory::Grads)], before.current[int(MemCategory::Grads)]);
+}
+
+TEST_F(Cuda, OutOfMemoryIsATypedErrorNamingTheRequest) {
+  try {
+    gpu::device_alloc(size_t{1} << 50, MemCategory::Params);
+    FAIL() << "no error";
+  } catch (const CudaError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("[cuda.malloc]"), std::string::npos) << m;
+    EXPECT_NE(m.find("params"), std::string::npos) << m;
+  }
+  // The device is still usable afterwards.
+  gpu::DeviceBuffer ok(1024, MemCategory::Other);
+  gpu::memset_zero(ok.data(), 1024);
+  gpu::synchronize();
+}
+
+TEST_F(Cuda, MatmulMatchesReferenceOnOddShapes) {
+  for (auto [N, IN, OUT] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{37, 53, 29}, {1, 7, 5}, {130, 96, 257}}) {
+    for (bool bias : {true, false}) {
+      auto x = randv(N * IN, 1), w = randv(OUT * IN, 2), bb = randv(OUT, 3), dy = randv(N * OUT, 4);
+      std::vector<float> out(N * OUT), dx(N * IN), dw = randv(OUT * IN, 5), db = randv(OUT, 6);
+      auto dw0 = dw, db0 = db;
+      kr::matmul_forward(out.data(), x.data(), w.data(), bias ? bb.data() : nullptr, N, IN, OUT);
+      kr::matmul_backward(dx.data(), dw.data(), bias ? db.data() : nullptr, dy.data(), x.data(), w.data(), N, IN, OUT);
+      Dev<float> gx(x), gw(w), gb(bb), gdy(dy), gout(std::vector<float>(N * OUT, NAN)),
+          gdx(std::vector<float>(N * IN, NAN)), gdw(dw0), gdb(db0);
+      kc::matmul_forward(gout.p(), gx.p(), gw.p(), bias ? gb.p() : nullptr, N, IN, OUT);
+      kc::matmul_backward(gdx.p(), gdw.p(), bias ? gdb.p() : nullptr, gdy.p(), gx.p(), gw.p(), N, IN, OUT);
+      expect_close(gout.back(), out, 1e-4, 1e-2, "out");
+      expect_close(gdx.back(), dx, 1e-4, 1e-2, "dinp");
+      expect_close(gdw.back(), dw, 1e-4, 1e-2, "dweight");
+      if (bias) expect_close(gdb.back(), db, 1e-4, 1e-2, "dbias");
+    }
+  }
+}
+
+TEST_F(Cuda, LayerNormMatchesReferenceAndAccumulates) {
+  for (auto [N, C] : std::vector<std::pair<int64_t, int64_t>>{{19, 77}, {300, 768}, {1, 3}}) {
+    auto x = randv(N * C, 10, 2.0f), w = randv(C, 11), b = randv(C, 12), dy = randv(N * C, 13);
+    std::vector<float> out(N * C), mean(N), rstd(N), dx = randv(N * C, 14), dw = randv(C, 15), db = randv(C, 16);
+    Dev<float> gx(x), gw(w), gb(b), gdy(dy), gout(out), gmean(mean), grstd(rstd), gdx(dx), gdw(dw), gdb(db);
+    kr::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    kr::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N,
+                           C);
+    kc::layernorm_forward(gout.p(), gmean.p(), grstd.p(), gx.p(), gw.p(), gb.p(), N, C);
+    kc::layernorm_backward(gdx.p(), gdw.p(), gdb.p(), gdy.p(), gx.p(), gw.p(), gmean.p(), grstd.p(), N, C);
+    expect_close(gout.back(), out, 1e-4, 1e-3, "out");
+    expect_close(gmean.back(), mean, 1e-4, 1e-3, "mean");
+    expect_close(grstd.back(), rstd, 1e-4, 1e-3, "rstd");
+    expect_close(gdx.back(), dx, 1e-4, 1e-3, "dinp");
+    expect_close(gdw.back(), dw, 1e-4, 1e-3, "dweight");
+    expect_close(gdb.back(), db, 1e-4, 1e-3, "dbias");
+  }
+}
+
+TEST_F(Cuda, GeluMatchesReferenceBothKinds) {
+  const int64_t n = 1003;
+  auto x = randv(n, 20, 3.0f), dy = randv(n, 21);
+  for (auto kind : {kernels::GeluKind::Exact, kernels::GeluKind::Tanh}) {
+    std::vector<float> out(n), dx(n);
+    kr::gelu_forward(out.data(), x.data(), n, kind);
+    kr::gelu_backward(dx.data(), x.data(), dy.data(), n, kind);
+    Dev<float> gx(x), gdy(dy), gout(std::vector<float>(n, NAN)), gdx(std::vector<float>(n, NAN));
+    kc::gelu_forward(gout.p(), gx.p(), n, kind);
+    kc::gelu_backward(gdx.p(), gx.p(), gdy.p(), n, kind);
+    expect_close(gout.back(), out, 1e-5, 1e-4, "gelu out");
+    expect_close(gdx.back(), dx, 1e-5, 1e-4, "gelu dinp");
+  }
+}
+
+TEST_F(Cuda, AttentionMatchesReferenceWithAndWithoutDropout) {
+  for (auto [B, T, C, NH] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{{2, 13, 24, 3}, {1, 1, 8, 2}, {3, 70, 64, 4}}) {
+    for (float p : {0.0f, 0.1f}) {
+      kernels::AttnDropout drop{p, 77, 5, 3};
+      auto qkv = randv(B * T * 3 * C, 30), dy = randv(B * T * C, 31);
+      std::vector<float> out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C);
+      std::vector<float> ws(kr::attention_workspace_floats(B, T, C, NH, 1));
+      kr::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, drop, ws.data());
+      kr::attention_backward(dqkv.data(), dy.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, drop, ws.data());
+      Dev<float> gqkv(qkv), gdy(dy), gout(std::vector<float>(B * T * C, NAN)),
+          glse(std::vector<float>(B * NH * T, NAN)), gdqkv(std::vector<float>(B * T * 3 * C, NAN)),
+          gws(std::vector<float>(kc::attention_workspace_floats(B, T, C, NH, 1)));
+      kc::attention_forward(gout.p(), glse.p(), gqkv.p(), B, T, C, NH, drop, gws.p());
+      kc::attention_backward(gdqkv.p(), gdy.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH, drop, gws.p());
+      expect_close(gout.back(), out, 1e-4, 1e-2, "attention out");
+      expect_close(glse.back(), lse, 1e-5, 1e-3, "attention lse");
+      expect_close(gdqkv.back(), dqkv, 1e-4, 1e-2, "attention dqkv");
+    }
+  }
+}
+
+TEST_F(Cuda, ClassifierMatchesReferenceInOneChunkAndMany) {
+  // The second shape needs more than one chunk of the CUDA workspace.
+  for (auto [N, C, V] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{23, 16, 67}, {260, 8, 270000}}) {
+    auto x = randv(N * C, 40), wte = randv(V * C, 41, 0.5f);
+    std::vector<int32_t> tgt(N);
+    for (int64_t i = 0; i < N; ++i) tgt[i] = static_cast<int32_t>((i * 7919) % V);
+    std::vector<float> losses(N), dx(N * C), dwte = randv(V * C, 42);
+    std::vector<float> ws(kr::classifier_workspace_floats(N, V, 1));
+    Dev<float> gx(x), gwte(wte), gdwte(dwte), glosses(std::vector<float>(N, NAN)), gdx(std::vector<float>(N * C, NAN)),
+        gws(std::vector<float>(kc::classifier_workspace_floats(N, V, 1)));
+    Dev<int32_t> gtgt(tgt);
+    kr::classifier_forward_backward(losses.data(), dx.data(), dwte.data(), x.data(), wte.data(), tgt.data(), N, C, V,
+                                    0.25f, ws.data());
+    kc::classifier_forward_backward(glosses.p(), gdx.p(), gdwte.p(), gx.p(), gwte.p(), gtgt.p(), N, C, V, 0.25f,
+                                    gws.p());
+    expect_close(glosses.back(), losses, 1e-5, 1e-3, "losses");
+    expect_close(gdx.back(), dx, 1e-4, 1e-2, "dx");
+    expect_close(gdwte.back(), dwte, 1e-4, 1e-2, "dwte");
+    // Forward only: losses, nothing else touched.
+    Dev<float> glosses2(std::vector<float>(N, NAN));
+    kc::classifier_forward_backward(glosses2.p(), nullptr, nullptr, gx.p(), gwte.p(), gtgt.p(), N, C, V, 1.0f, gws.p());
+    expect_close(glosses2.back(), losses, 1e-5, 1e-3, "forward-only losses");
+  }
+}
+
+TEST_F(Cuda, EmbeddingMatchesReferenceAndIsDeterministic) {
+  const int64_t B = 3, T = 7, C = 45, V = 11;
+  std::vector<int32_t> tok(B * T);
+  for (int64_t i = 0; i < B * T; ++i) tok[i] = static_cast<int32_t>((i * i + 3) % V);  // repeated tokens
+  auto wte = randv(V * C, 50), wpe = randv(T * C, 51), dy = randv(B * T * C, 52);
+  std::vector<float> out(B * T * C), dwte = randv(V * C, 53), dwpe = randv(T * C, 54);
+  Dev<int32_t> gtok(tok);
+  Dev<float> gwte(wte), gwpe(wpe), gdy(dy), gout(out), gdwte(dwte), gdwpe(dwpe), gdwte2(dwte);
+  kr::embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  kr::embedding_backward(dwte.data(), dwpe.data(), dy.data(), tok.data(), B, T, C);
+  kc::embedding_forward(gout.p(), gtok.p(), gwte.p(), gwpe.p(), B, T, C);
+  kc::embedding_backward(gdwte.p(), gdwpe.p(), gdy.p(), gtok.p(), B, T, C);
+  expect_close(gout.back(), out, 1e-6, 1e-4, "embedding out");
+  expect_close(gdwte.back(), dwte, 1e-5, 1e-3, "dwte");
+  expect_close(gdwpe.back(), dwpe, 1e-5, 1e-3, "dwpe");
+  Dev<float> gdwpe2(randv(T * C, 54));
+  kc::embedding_backward(gdwte2.p(), gdwpe2.p(), gdy.p(), gtok.p(), B, T, C);
+  EXPECT_EQ(gdwte.back(), gdwte2.back()) << "embedding backward is not bitwise repeatable";
+}
+
+TEST_F(Cuda, ElementwiseAndDropoutMatchReferenceExactly) {
+  const int64_t n = 4099;
+  auto a = randv(n, 60), b = randv(n, 61);
+  std::vector<float> sum(n), acc = a, drop(n), ddrop(n);
+  kr::residual_forward(sum.data(), a.data(), b.data(), n);
+  kr::add_inplace(acc.data(), b.data(), n);
+  kr::dropout_forward(drop.data(), a.data(), n, 0.3f, 9, 4, 1000);
+  kr::dropout_backward(ddrop.data(), b.data(), n, 0.3f, 9, 4, 1000);
+  Dev<float> ga(a), gb(b), gsum(std::vector<float>(n, NAN)), gacc(a), gdrop(std::vector<float>(n, NAN)),
+      gddrop(std::vector<float>(n, NAN));
+  kc::residual_forward(gsum.p(), ga.p(), gb.p(), n);
+  kc::add_inplace(gacc.p(), gb.p(), n);
+  kc::dropout_forward(gdrop.p(), ga.p(), n, 0.3f, 9, 4, 1000);
+  kc::dropout_backward(gddrop.p(), gb.p(), n, 0.3f, 9, 4, 1000);
+  EXPECT_EQ(gsum.back(), sum);
+  EXPECT_EQ(gacc.back(), acc);
+  EXPECT_EQ(gdrop.back(), drop) << "dropout masks differ from the CPU's";
+  EXPECT_EQ(gddrop.back(), ddrop);
+}
+
+TEST_F(Cuda, AdamWAndSumSquaresMatchReference) {
+  const int64_t n = 1001;
+  auto p = randv(n, 70), m = randv(n, 71, 0.1f), v = randv(n, 72, 0.1f);
+  for (auto& x : v) x = x * x;
+  Dev<float> gp(p), gm(m), gv(v);
+  for (int step = 1; step <= 3; ++step) {
+    auto g = randv(n, 80 + step);
+    Dev<float> gg(g);
+    kernels::AdamWParams ap{1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f, step, 0.5f};
+    kr::adamw_step(p.data(), g.data(), m.data(), v.data(), n, ap);
+    kc::adamw_step(gp.p(), gg.p(), gm.p(), gv.p(), n, ap);
+  }
+  expect_close(gp.back(), p, 1e-5, 1e-3, "param");
+  expect_close(gm.back(), m, 1e-5, 1e-3, "m");
+  expect_close(gv.back(), v, 1e-5, 1e-3, "v");
+  auto x = randv(300007, 90);
+  Dev<float> gx(x);
+  double want = kr::sum_squares(x.data(), static_cast<int64_t>(x.size()));
+  double got = kc::sum_squares(gx.p(), static_cast<int64_t>(x.size()));
+  EXPECT_NEAR(got, want, 1e-12 * want);
+  EXPECT_EQ(got, kc::sum_squares(gx.p(), static_cast<int64_t>(x.size())));
+}
+
+TEST_F(Cuda, LayerNormBackwardIsBitwiseRepeatable) {
+  const int64_t N = 1000, C = 96;
+  auto x = randv(N * C, 100), w = randv(C, 101), dy = randv(N * C, 102);
+  std::vector<float> mean(N), rstd(N), out(N * C);
+  Dev<float> gx(x), gw(w), gdy(dy), gout(out), gmean(mean), grstd(rstd);
+  kc::layernorm_forward(gout.p(), gmean.p(), grstd.p(), gx.p(), gw.p(), nullptr, N, C);
+  std::vector<float> first;
+  for (int rep = 0; rep < 2; ++rep) {
+    Dev<float> gdx(std::vector<float>(N * C, 0.0f)), gdw(std::vector<float>(C, 0.0f)), gdb(std::vector<float>(C, 0.0f));
+    kc::layernorm_backward(gdx.p(), gdw.p(), gdb.p(), gdy.p(), gx.p(), gw.p(), gmean.p(), grstd.p(), N, C);
+    auto dw = gdw.back();
+    if (rep == 0)
+      first = dw;
+    else
+      EXPECT_EQ(dw, first);
+  }
+}
+
+}  // namespace
+}  // namespace parallm
