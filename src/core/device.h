@@ -11,6 +11,7 @@ struct Device {
   DeviceType type = DeviceType::CPU;
   int index = 0;
   static Device cpu() { return {}; }
+  static Device cuda(int i = 0) { return {DeviceType::CUDA, i}; }
   bool is_cpu() const { return type == DeviceType::CPU; }
   bool operator==(const Device&) const = default;
   std::string str() const { return type == DeviceType::CPU ? "cpu" : "cuda:" + std::to_string(index); }

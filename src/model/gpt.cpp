@@ -15,23 +15,28 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 
 namespace parallm::model {
-
-namespace k = kernels::cpu;
 
 namespace {
 // Dropout sites, for the RNG stream of each mask.
 enum Site : uint64_t { kAttnProbs = 0, kAttnResid = 1, kMlpResid = 2, kEmbed = 3 };
 }  // namespace
 
-GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq)
-    : cfg_(cfg), layout_((cfg.validate(), cfg)), max_B_(max_batch), max_T_(max_seq) {
+GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev)
+    : cfg_(cfg),
+      layout_((cfg.validate(), cfg)),
+      max_B_(max_batch),
+      max_T_(max_seq),
+      dev_(dev),
+      k_(&kernels::ops_for(dev)) {
   PARALLM_CHECK(max_batch > 0, ConfigError, "model", "batch size must be positive, got {}", max_batch);
   PARALLM_CHECK(max_seq > 0 && max_seq <= cfg.block_size, ConfigError, "model",
                 "sequence length {} must be in [1, model.block_size={}]", max_seq, cfg.block_size);
-  params_ = Array<float>(layout_.total(), MemCategory::Params);
-  grads_ = Array<float>(layout_.total(), MemCategory::Grads);
+  if (!dev.is_cpu()) gpu::set_device(dev.index);
+  params_ = DeviceArray<float>(layout_.total(), MemCategory::Params, dev);
+  grads_ = DeviceArray<float>(layout_.total(), MemCategory::Grads, dev);
 
   const int64_t N = max_B_ * max_T_, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
   int64_t off = 0;
@@ -63,18 +68,23 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq)
   lnf_rstd_ = take(N);
   losses_ = take(N);
   dlnf_ = take(N * C);
-  acts_ = Array<float>(off, MemCategory::Activations);
+  acts_ = DeviceArray<float>(off, MemCategory::Activations, dev);
+  if (!dev.is_cpu()) {
+    tokens_d_ = DeviceArray<int32_t>(N, MemCategory::Activations, dev);
+    targets_d_ = DeviceArray<int32_t>(N, MemCategory::Activations, dev);
+    losses_host_ = Array<float>(N, MemCategory::Other);
+  }
 
   const int nt = omp_get_max_threads();
-  ws_attn_ = k::attention_workspace_floats(max_B_, max_T_, C, NH, nt);
-  ws_cls_ = k::classifier_workspace_floats(N, cfg.vocab_size, nt);
+  ws_attn_ = k_->attention_workspace_floats(max_B_, max_T_, C, NH, nt);
+  ws_cls_ = k_->classifier_workspace_floats(N, cfg.vocab_size, nt);
   off = 0;
   s_dres_ = take(N * C);
   s_tmp_ = take(N * C);
   s_dfch_ = take(N * 4 * C);
   s_dfch2_ = take(N * 4 * C);
   s_ws_ = take(std::max(ws_attn_, ws_cls_));
-  scratch_ = Array<float>(off, MemCategory::Scratch);
+  scratch_ = DeviceArray<float>(off, MemCategory::Scratch, dev);
 }
 
 int64_t GPT::num_params_nanogpt() const {
@@ -83,19 +93,25 @@ int64_t GPT::num_params_nanogpt() const {
 
 Tensor GPT::param(const std::string& name) const {
   const auto& s = layout_.find(name);
-  return Tensor::view_of(params_.data() + s.offset, s.shape, DType::F32);
+  return Tensor::view_of(params_.data() + s.offset, s.shape, DType::F32, dev_);
 }
 Tensor GPT::grad(const std::string& name) const {
   const auto& s = layout_.find(name);
-  return Tensor::view_of(grads_.data() + s.offset, s.shape, DType::F32);
+  return Tensor::view_of(grads_.data() + s.offset, s.shape, DType::F32, dev_);
 }
 
 void GPT::init_weights(uint64_t seed) {
-  layout_.init(params_.data(), seed);
+  if (dev_.is_cpu()) {
+    layout_.init(params_.data(), seed);
+    return;
+  }
+  std::vector<float> host(params_.size());
+  layout_.init(host.data(), seed);
+  load_params(host.data());
 }
 
 void GPT::zero_grad() {
-  std::memset(grads_.data(), 0, grads_.size() * sizeof(float));
+  grads_.zero();
 }
 
 double GPT::flops_per_token(int64_t T) const {
@@ -113,6 +129,10 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
                   "token {} at position {} is outside the vocabulary [0, {})", tokens[i], i, V);
   cur_B_ = B;
   cur_T_ = T;
+  if (!dev_.is_cpu()) {
+    tokens_d_.copy_from_host(tokens, N);
+    tokens = tokens_d_.data();
+  }
   const float* P = params_.data();
   auto W = [&](int64_t o) -> const float* { return o < 0 ? nullptr : P + o; };
   const float p = ctx.train ? cfg_.dropout : 0.0f;
@@ -121,42 +141,52 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   float* tmp = scratch_.data() + s_tmp_;
 
   float* x = act(encoded_);
-  k::embedding_forward(x, tokens, P + layout_.wte(), P + layout_.wpe(), B, T, C);
+  k_->embedding_forward(x, tokens, P + layout_.wte(), P + layout_.wpe(), B, T, C);
   if (p > 0)
-    k::dropout_forward(x, x, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
-                       drop_base);
+    k_->dropout_forward(x, x, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
+                        drop_base);
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const auto& a = la_[l];
     const auto& bp = layout_.block(l);
-    k::layernorm_forward(act(a.ln1), act(a.ln1_mean), act(a.ln1_rstd), x, W(bp.ln1_w), W(bp.ln1_b), N, C);
-    k::matmul_forward(act(a.qkv), act(a.ln1), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * C);
+    k_->layernorm_forward(act(a.ln1), act(a.ln1_mean), act(a.ln1_rstd), x, W(bp.ln1_w), W(bp.ln1_b), N, C);
+    k_->matmul_forward(act(a.qkv), act(a.ln1), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * C);
     kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs), ctx.sample_offset * NH};
-    k::attention_forward(act(a.atty), act(a.lse), act(a.qkv), B, T, C, NH, ad, ws);
-    k::matmul_forward(tmp, act(a.atty), W(bp.proj_w), W(bp.proj_b), N, C, C);
+    k_->attention_forward(act(a.atty), act(a.lse), act(a.qkv), B, T, C, NH, ad, ws);
+    k_->matmul_forward(tmp, act(a.atty), W(bp.proj_w), W(bp.proj_b), N, C, C);
     if (p > 0)
-      k::dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnResid),
-                         drop_base);
-    k::residual_forward(act(a.res2), x, tmp, N * C);
-    k::layernorm_forward(act(a.ln2), act(a.ln2_mean), act(a.ln2_rstd), act(a.res2), W(bp.ln2_w), W(bp.ln2_b), N, C);
-    k::matmul_forward(act(a.fch), act(a.ln2), W(bp.fc_w), W(bp.fc_b), N, C, 4 * C);
-    k::gelu_forward(act(a.fch_gelu), act(a.fch), N * 4 * C, cfg_.gelu);
-    k::matmul_forward(tmp, act(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), N, 4 * C, C);
+      k_->dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnResid),
+                          drop_base);
+    k_->residual_forward(act(a.res2), x, tmp, N * C);
+    k_->layernorm_forward(act(a.ln2), act(a.ln2_mean), act(a.ln2_rstd), act(a.res2), W(bp.ln2_w), W(bp.ln2_b), N, C);
+    k_->matmul_forward(act(a.fch), act(a.ln2), W(bp.fc_w), W(bp.fc_b), N, C, 4 * C);
+    k_->gelu_forward(act(a.fch_gelu), act(a.fch), N * 4 * C, cfg_.gelu);
+    k_->matmul_forward(tmp, act(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), N, 4 * C, C);
     if (p > 0)
-      k::dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kMlpResid), drop_base);
-    k::residual_forward(act(a.res3), act(a.res2), tmp, N * C);
+      k_->dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kMlpResid),
+                          drop_base);
+    k_->residual_forward(act(a.res3), act(a.res2), tmp, N * C);
     x = act(a.res3);
   }
-  k::layernorm_forward(act(lnf_), act(lnf_mean_), act(lnf_rstd_), x, W(layout_.lnf_w()), W(layout_.lnf_b()), N, C);
+  k_->layernorm_forward(act(lnf_), act(lnf_mean_), act(lnf_rstd_), x, W(layout_.lnf_w()), W(layout_.lnf_b()), N, C);
   grads_ready_ = false;
   if (!targets) return 0.0f;
   for (int64_t i = 0; i < N; ++i)
     PARALLM_CHECK(targets[i] >= 0 && targets[i] < V, ShapeError, "gpt.forward",
                   "target {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
+  if (!dev_.is_cpu()) {
+    targets_d_.copy_from_host(targets, N);
+    targets = targets_d_.data();
+  }
   float* losses = act(losses_);
-  k::classifier_forward_backward(losses, ctx.need_grad ? act(dlnf_) : nullptr, grads_.data() + layout_.wte(), act(lnf_),
-                                 P + layout_.wte(), targets, N, C, V, ctx.loss_scale / static_cast<float>(N), ws);
+  k_->classifier_forward_backward(losses, ctx.need_grad ? act(dlnf_) : nullptr, grads_.data() + layout_.wte(),
+                                  act(lnf_), P + layout_.wte(), targets, N, C, V,
+                                  ctx.loss_scale / static_cast<float>(N), ws);
   grads_ready_ = ctx.need_grad;
+  if (!dev_.is_cpu()) {
+    acts_.copy_to_host(losses_host_.data(), N, losses_);
+    losses = losses_host_.data();
+  }
   double sum = 0;
   for (int64_t i = 0; i < N; ++i) sum += losses[i];
   return static_cast<float>(sum / static_cast<double>(N));
@@ -178,11 +208,15 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
   float* dbig1 = scratch_.data() + s_dfch_;
   float* dbig2 = scratch_.data() + s_dfch2_;
   float* ws = scratch_.data() + s_ws_;
+  if (!dev_.is_cpu()) tokens = tokens_d_.data();  // uploaded by forward
   // d(residual stream) from the final LayerNorm.
-  std::memset(dres, 0, sizeof(float) * N * C);
+  if (dev_.is_cpu())
+    std::memset(dres, 0, sizeof(float) * N * C);
+  else
+    gpu::memset_zero(dres, sizeof(float) * N * C);
   const float* xlast = act(cfg_.n_layer > 0 ? la_.back().res3 : encoded_);
-  k::layernorm_backward(dres, D(layout_.lnf_w()), D(layout_.lnf_b()), act(dlnf_), xlast, W(layout_.lnf_w()),
-                        act(lnf_mean_), act(lnf_rstd_), N, C);
+  k_->layernorm_backward(dres, D(layout_.lnf_w()), D(layout_.lnf_b()), act(dlnf_), xlast, W(layout_.lnf_w()),
+                         act(lnf_mean_), act(lnf_rstd_), N, C);
   // Reports parameters (by flat offset; -1 = absent bias) whose gradients are final.
   auto ready = [&](std::initializer_list<int64_t> offsets) {
     if (!ctx.grads_ready) return;
@@ -193,7 +227,7 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
   // Gradient through a residual branch's dropout: a fresh buffer, or dres itself.
   auto through_dropout = [&](int64_t l, uint64_t site) -> const float* {
     if (p <= 0) return dres;
-    k::dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site), drop_base);
+    k_->dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site), drop_base);
     return dtmp;
   };
   for (int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
@@ -202,46 +236,60 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
     const float* x_in = l == 0 ? act(encoded_) : act(la_[l - 1].res3);
     // MLP branch: res3 = res2 + drop(fcproj(gelu(fc(ln2(res2)))))
     const float* dmlp = through_dropout(l, kMlpResid);
-    k::matmul_backward(dbig2, D(bp.fcproj_w), D(bp.fcproj_b), dmlp, act(a.fch_gelu), W(bp.fcproj_w), N, 4 * C, C);
+    k_->matmul_backward(dbig2, D(bp.fcproj_w), D(bp.fcproj_b), dmlp, act(a.fch_gelu), W(bp.fcproj_w), N, 4 * C, C);
     ready({bp.fcproj_w, bp.fcproj_b});
-    k::gelu_backward(dbig1, act(a.fch), dbig2, N * 4 * C, cfg_.gelu);
-    k::matmul_backward(dtmp, D(bp.fc_w), D(bp.fc_b), dbig1, act(a.ln2), W(bp.fc_w), N, C, 4 * C);
+    k_->gelu_backward(dbig1, act(a.fch), dbig2, N * 4 * C, cfg_.gelu);
+    k_->matmul_backward(dtmp, D(bp.fc_w), D(bp.fc_b), dbig1, act(a.ln2), W(bp.fc_w), N, C, 4 * C);
     ready({bp.fc_w, bp.fc_b});
-    k::layernorm_backward(dres, D(bp.ln2_w), D(bp.ln2_b), dtmp, act(a.res2), W(bp.ln2_w), act(a.ln2_mean),
-                          act(a.ln2_rstd), N, C);
+    k_->layernorm_backward(dres, D(bp.ln2_w), D(bp.ln2_b), dtmp, act(a.res2), W(bp.ln2_w), act(a.ln2_mean),
+                           act(a.ln2_rstd), N, C);
     ready({bp.ln2_w, bp.ln2_b});
     // Attention branch: res2 = x + drop(proj(attn(qkv(ln1(x)))))
     const float* dattn = through_dropout(l, kAttnResid);
-    k::matmul_backward(dbig1, D(bp.proj_w), D(bp.proj_b), dattn, act(a.atty), W(bp.proj_w), N, C, C);
+    k_->matmul_backward(dbig1, D(bp.proj_w), D(bp.proj_b), dattn, act(a.atty), W(bp.proj_w), N, C, C);
     ready({bp.proj_w, bp.proj_b});
     kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs), ctx.sample_offset * NH};
-    k::attention_backward(dbig2, dbig1, act(a.qkv), act(a.atty), act(a.lse), B, T, C, NH, ad, ws);
-    k::matmul_backward(dtmp, D(bp.qkv_w), D(bp.qkv_b), dbig2, act(a.ln1), W(bp.qkv_w), N, C, 3 * C);
+    k_->attention_backward(dbig2, dbig1, act(a.qkv), act(a.atty), act(a.lse), B, T, C, NH, ad, ws);
+    k_->matmul_backward(dtmp, D(bp.qkv_w), D(bp.qkv_b), dbig2, act(a.ln1), W(bp.qkv_w), N, C, 3 * C);
     ready({bp.qkv_w, bp.qkv_b});
-    k::layernorm_backward(dres, D(bp.ln1_w), D(bp.ln1_b), dtmp, x_in, W(bp.ln1_w), act(a.ln1_mean), act(a.ln1_rstd), N,
-                          C);
+    k_->layernorm_backward(dres, D(bp.ln1_w), D(bp.ln1_b), dtmp, x_in, W(bp.ln1_w), act(a.ln1_mean), act(a.ln1_rstd), N,
+                           C);
     ready({bp.ln1_w, bp.ln1_b});
   }
   const float* demb = dres;
   if (p > 0) {
-    k::dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
-                        drop_base);
+    k_->dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
+                         drop_base);
     demb = dtmp;
   }
-  k::embedding_backward(G + layout_.wte(), G + layout_.wpe(), demb, tokens, B, T, C);
+  k_->embedding_backward(G + layout_.wte(), G + layout_.wpe(), demb, tokens, B, T, C);
   ready({layout_.wpe(), layout_.wte()});
 }
 
 void GPT::last_logits(float* out, int64_t B, int64_t T) {
   PARALLM_CHECK(B == cur_B_ && T == cur_T_, InternalError, "gpt.last_logits", "call after forward on the same batch");
   const int64_t C = cfg_.n_embd, V = cfg_.vocab_size;
+  DeviceArray<float> dev_out;
+  float* o = out;
+  if (!dev_.is_cpu()) {
+    dev_out = DeviceArray<float>(B * V, MemCategory::Scratch, dev_);
+    o = dev_out.data();
+  }
   for (int64_t b = 0; b < B; ++b)
-    k::classifier_logits(out + b * V, act(lnf_) + (b * T + T - 1) * C, params_.data() + layout_.wte(), 1, C, V);
+    k_->classifier_logits(o + b * V, act(lnf_) + (b * T + T - 1) * C, params_.data() + layout_.wte(), 1, C, V);
+  if (!dev_.is_cpu()) dev_out.copy_to_host(out, B * V);
 }
 
 void GPT::all_logits(float* out, int64_t B, int64_t T) {
   PARALLM_CHECK(B == cur_B_ && T == cur_T_, InternalError, "gpt.all_logits", "call after forward on the same batch");
-  k::classifier_logits(out, act(lnf_), params_.data() + layout_.wte(), B * T, cfg_.n_embd, cfg_.vocab_size);
+  const int64_t n = B * T * cfg_.vocab_size;
+  if (dev_.is_cpu()) {
+    k_->classifier_logits(out, act(lnf_), params_.data() + layout_.wte(), B * T, cfg_.n_embd, cfg_.vocab_size);
+    return;
+  }
+  DeviceArray<float> dev_out(n, MemCategory::Scratch, dev_);
+  k_->classifier_logits(dev_out.data(), act(lnf_), params_.data() + layout_.wte(), B * T, cfg_.n_embd, cfg_.vocab_size);
+  dev_out.copy_to_host(out, n);
 }
 
 }  // namespace parallm::model

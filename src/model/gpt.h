@@ -5,15 +5,25 @@
 // wte and fused with softmax + cross-entropy: when gradients are requested,
 // forward already produces d(ln_f output) and the wte gradient of the head,
 // and backward() continues from there down to the embeddings.
+// The same code runs on the CPU or a GPU (the constructor's device): buffers
+// are DeviceArrays and every kernel is called through the device's table
+// (kernels/ops.h). On a GPU, params()/grads() are device pointers; tokens and
+// targets are still host arrays (forward uploads them) and losses and logits
+// come back to the host.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/device_array.h"
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/params.h"
+
+namespace parallm::kernels {
+struct Ops;
+}
 
 namespace parallm::model {
 
@@ -36,12 +46,17 @@ struct StepContext {
 
 class GPT {
  public:
-  GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq);
+  GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev = Device::cpu());
 
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
-  float* params() const { return params_.data(); }
-  float* grads() const { return grads_.data(); }
+  Device device() const { return dev_; }
+  float* params() const { return params_.data(); }  // on device()
+  float* grads() const { return grads_.data(); }    // on device()
+  // Host copies in and out of the flat buffers (flat_size() floats).
+  void load_params(const float* host) { params_.copy_from_host(host, params_.size()); }
+  void store_params(float* host) const { params_.copy_to_host(host, params_.size()); }
+  void store_grads(float* host) const { grads_.copy_to_host(host, grads_.size()); }
   int64_t flat_size() const { return layout_.total(); }
   // nanoGPT's count: all parameters except wpe (lm_head is tied to wte).
   int64_t num_params_nanogpt() const;
@@ -70,11 +85,14 @@ class GPT {
   GPTConfig cfg_;
   ParamLayout layout_;
   int64_t max_B_, max_T_;
-  Array<float> params_, grads_;
+  Device dev_;
+  const kernels::Ops* k_;
+  DeviceArray<float> params_, grads_;
   // Activations: one flat buffer, with offsets per layer.
-  Array<float> acts_;
-  Array<float> scratch_;  // backward temporaries + kernel workspaces
-  Array<int32_t> targets_;
+  DeviceArray<float> acts_;
+  DeviceArray<float> scratch_;                 // backward temporaries + kernel workspaces
+  DeviceArray<int32_t> tokens_d_, targets_d_;  // GPU only: this batch's tokens and targets
+  Array<float> losses_host_;                   // GPU only: per-position losses copied back
   int64_t ws_attn_ = 0, ws_cls_ = 0;
   float* act(int64_t off) const { return acts_.data() + off; }
   // Layout of activations for a given (B, T): computed for max sizes, reused.

@@ -3,11 +3,12 @@
 #include <cmath>
 
 #include "kernels/adamw.h"
+#include "kernels/ops.h"
 
 namespace parallm::optim {
 
-AdamW::AdamW(const model::ParamLayout& layout, const AdamWConfig& cfg)
-    : cfg_(cfg), m_(layout.total(), MemCategory::OptState), v_(layout.total(), MemCategory::OptState) {
+AdamW::AdamW(const model::ParamLayout& layout, const AdamWConfig& cfg, Device dev)
+    : cfg_(cfg), m_(layout.total(), MemCategory::OptState, dev), v_(layout.total(), MemCategory::OptState, dev) {
   for (const auto& s : layout.slots()) {
     // Padding between slots stays zero (zero grads, zero params), so runs may span it.
     if (!runs_.empty() && runs_.back().decay == s.decay) {
@@ -29,13 +30,13 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
   p.grad_scale = grad_scale;
   for (const auto& r : runs_) {
     p.weight_decay = r.decay ? cfg_.weight_decay : 0.0f;
-    kernels::cpu::adamw_step(params + r.offset, grads + r.offset, m_.data() + r.offset, v_.data() + r.offset, r.length,
-                             p);
+    kernels::ops_for(m_.device())
+        .adamw_step(params + r.offset, grads + r.offset, m_.data() + r.offset, v_.data() + r.offset, r.length, p);
   }
 }
 
-double global_norm(const float* grads, int64_t n) {
-  return std::sqrt(kernels::cpu::sum_squares(grads, n));
+double global_norm(const float* grads, int64_t n, Device dev) {
+  return std::sqrt(kernels::ops_for(dev).sum_squares(grads, n));
 }
 
 float clip_factor(double norm, float max_norm) {

@@ -2,12 +2,13 @@
 // weight decay on 2-D tensors (matmul weights and embeddings) only. The
 // layout's slots are merged into a few contiguous runs of equal decay, so a
 // step is a handful of fused vectorized passes. Moments live in two flat
-// buffers accounted as optimizer state.
+// buffers accounted as optimizer state, on the device of the parameters.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/device_array.h"
 #include "model/params.h"
 
 namespace parallm::optim {
@@ -22,13 +23,15 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(const model::ParamLayout& layout, const AdamWConfig& cfg);
+  AdamW(const model::ParamLayout& layout, const AdamWConfig& cfg, Device dev = Device::cpu());
   // One update with learning rate `lr`; gradients are multiplied by grad_scale first.
+  // params and grads live on the optimizer's device.
   void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }
-  float* m() const { return m_.data(); }
+  float* m() const { return m_.data(); }  // on device()
   float* v() const { return v_.data(); }
+  Device device() const { return m_.device(); }
   int64_t size() const { return static_cast<int64_t>(m_.size()); }
   const AdamWConfig& config() const { return cfg_; }
 
@@ -39,12 +42,12 @@ class AdamW {
   };
   AdamWConfig cfg_;
   std::vector<Run> runs_;
-  Array<float> m_, v_;
+  DeviceArray<float> m_, v_;
   int64_t t_ = 0;
 };
 
 // Global L2 norm of a flat gradient buffer (double accumulation, fixed order).
-double global_norm(const float* grads, int64_t n);
+double global_norm(const float* grads, int64_t n, Device dev = Device::cpu());
 // torch.nn.utils.clip_grad_norm_'s factor: min(1, max_norm / (norm + 1e-6)); 1 if max_norm <= 0.
 float clip_factor(double norm, float max_norm);
 

@@ -2,9 +2,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "core/error.h"
 #include "core/fileio.h"
+#include "core/gpu.h"
 
 namespace parallm::train {
 
@@ -28,8 +30,22 @@ void save_checkpoint(const std::string& out_dir, const model::GPT& m, const opti
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
   const size_t pbytes = static_cast<size_t>(m.flat_size()) * sizeof(float);
-  write_file((tmp_dir / "model.bin").string(), {{m.params(), pbytes}});
-  write_file((tmp_dir / "optim.bin").string(), {{opt.m(), pbytes}, {opt.v(), pbytes}});  // m then v
+  // GPU buffers are staged through host copies; CPU buffers are written in place.
+  std::vector<float> hp, hm, hv;
+  const float *p = m.params(), *om = opt.m(), *ov = opt.v();
+  if (!m.device().is_cpu()) {
+    hp.resize(m.flat_size());
+    hm.resize(m.flat_size());
+    hv.resize(m.flat_size());
+    m.store_params(hp.data());
+    gpu::memcpy_d2h(hm.data(), opt.m(), pbytes);
+    gpu::memcpy_d2h(hv.data(), opt.v(), pbytes);
+    p = hp.data();
+    om = hm.data();
+    ov = hv.data();
+  }
+  write_file((tmp_dir / "model.bin").string(), {{p, pbytes}});
+  write_file((tmp_dir / "optim.bin").string(), {{om, pbytes}, {ov, pbytes}});  // m then v
   nlohmann::json s;
   s["format"] = kFormat;
   s["iter"] = st.iter;
@@ -74,11 +90,20 @@ TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::Ada
   PARALLM_CHECK(s["params"] == layout_json(m.layout()) && s["flat_size"] == m.flat_size(), IoError, "checkpoint.load",
                 "{} holds a different model layout than the configured model", dir.string());
   const size_t pbytes = static_cast<size_t>(m.flat_size()) * sizeof(float);
-  read_file((dir / "model.bin").string(), {{m.params(), pbytes}});
-  if (opt) {
-    read_file((dir / "optim.bin").string(), {{opt->m(), pbytes}, {opt->v(), pbytes}});
-    opt->set_steps_taken(s["optimizer_steps"].get<int64_t>());
+  if (m.device().is_cpu()) {
+    read_file((dir / "model.bin").string(), {{m.params(), pbytes}});
+    if (opt) read_file((dir / "optim.bin").string(), {{opt->m(), pbytes}, {opt->v(), pbytes}});
+  } else {
+    std::vector<float> hp(m.flat_size()), hm(m.flat_size()), hv(m.flat_size());
+    read_file((dir / "model.bin").string(), {{hp.data(), pbytes}});
+    m.load_params(hp.data());
+    if (opt) {
+      read_file((dir / "optim.bin").string(), {{hm.data(), pbytes}, {hv.data(), pbytes}});
+      gpu::memcpy_h2d(opt->m(), hm.data(), pbytes);
+      gpu::memcpy_h2d(opt->v(), hv.data(), pbytes);
+    }
   }
+  if (opt) opt->set_steps_taken(s["optimizer_steps"].get<int64_t>());
   TrainState st;
   st.iter = s["iter"];
   st.best_val_loss = s["best_val_loss"];

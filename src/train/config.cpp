@@ -7,7 +7,9 @@
 #include <functional>
 #include <map>
 
+#include "core/device.h"
 #include "core/error.h"
+#include "core/gpu.h"
 
 namespace parallm::train {
 
@@ -142,6 +144,17 @@ const std::map<std::string, Key>& keys() {
       FLOAT_KEY("train.temperature", temperature, "sampling temperature"),
       INT_KEY("train.top_k", top_k, "sampling top-k (0 = all)"),
       BOOL_KEY("train.progress", progress, "progress bar on a terminal"),
+      {"train.device",
+       {"string", "cpu | cuda | cuda:N (fp32 on the GPU; one process for now)",
+        [](RunConfig& c, const std::string& k, const std::string& v) {
+          try {
+            parse_device(lower(v));
+          } catch (const ConfigError& e) {
+            throw ConfigError("config", fmt::format("{}: {}", k, e.message()));
+          }
+          c.device = lower(v);
+        },
+        [](const RunConfig& c) { return nlohmann::json(c.device); }}},
       FLOAT_KEY("optimizer.learning_rate", learning_rate, "peak learning rate"),
       FLOAT_KEY("optimizer.min_lr", min_lr, "final learning rate of the cosine decay"),
       INT_KEY("optimizer.warmup_iters", warmup_iters, "linear warmup iterations"),
@@ -249,6 +262,12 @@ void RunConfig::validate() const {
   PARALLM_CHECK(ddp_shards == 0 || ddp_deterministic, ConfigError, "config",
                 "ddp.shards={} only applies with ddp.deterministic=true", ddp_shards);
   PARALLM_CHECK(warmup_iters >= 0, ConfigError, "config", "optimizer.warmup_iters must be >= 0");
+  if (!parse_device(device).is_cpu()) {
+    PARALLM_CHECK(gpu::built(), ConfigError, "config",
+                  "train.device={}: this parallm was built without CUDA (configure with -DPARALLM_CUDA=ON)", device);
+    PARALLM_CHECK(!ddp_deterministic, ConfigError, "config", "ddp.deterministic is CPU-only for now (train.device={})",
+                  device);
+  }
 }
 
 nlohmann::json RunConfig::to_json() const {

@@ -33,7 +33,8 @@ struct RunConfig {
   std::string sample_prompt = "\n";
   float temperature = 0.8f;
   int64_t top_k = 200;
-  bool progress = true;  // progress bar when stdout is a terminal
+  bool progress = true;        // progress bar when stdout is a terminal
+  std::string device = "cpu";  // cpu | cuda | cuda:N
 
   float learning_rate = 1e-3f;
   float min_lr = 1e-4f;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/gpu.h"
 #include "core/timer.h"
 #include "kernels/matmul.h"
 
@@ -70,6 +71,14 @@ double cpu_gemm_peak_flops(int threads) {
   fs::create_directories(p.parent_path(), ec);
   std::ofstream(p) << j.dump(1);  // best effort: a read-only home only costs a re-measure
   return v;
+}
+
+double gpu_peak_flops(int device) {
+  const int cc = gpu::compute_capability(device);
+  const double sms = gpu::multiprocessor_count(device);
+  if (cc >= 90) return 989e12 * sms / 132.0;  // Hopper (H100 SXM: 132 SMs)
+  if (cc >= 80) return 312e12 * sms / 108.0;  // Ampere (A100: 108 SMs)
+  return 125e12 * sms / 80.0;                 // Volta-class fp16 tensor cores (V100: 80 SMs)
 }
 
 }  // namespace parallm::train

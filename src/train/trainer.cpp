@@ -7,6 +7,7 @@
 
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "core/gpu.h"
 #include "core/log.h"
 #include "core/profiler.h"
 #include "core/threads.h"
@@ -104,6 +105,17 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   }
   if (!cfg.vocab_size_set) cfg.model.vocab_size = dataset_vocab(cfg.data_dir);
   cfg.validate();
+  const Device dev = parse_device(cfg.device);
+  if (!dev.is_cpu()) {
+    PARALLM_CHECK(dev.index < gpu::device_count(), ConfigError, "config",
+                  "train.device={}: {} GPU{} visible to this process", cfg.device, gpu::device_count(),
+                  gpu::device_count() == 1 ? " is" : "s are");
+    PARALLM_CHECK(nranks == 1, ConfigError, "config",
+                  "train.device={} on {} ranks: GPU data parallelism needs the NCCL communicator (not built yet); "
+                  "run one process",
+                  cfg.device, nranks);
+    gpu::set_device(dev.index);
+  }
   const int64_t B = cfg.batch_size, T = cfg.model.block_size;
   int64_t Bs = B;  // samples per forward pass: B unless one rank reproduces several deterministic shards
   if (cfg.ddp_deterministic) {
@@ -135,8 +147,8 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     if (metrics_file) metrics_file->write(rec);
   };
 
-  model::GPT m(cfg.model, B, T);
-  optim::AdamW opt(m.layout(), {cfg.learning_rate, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
+  model::GPT m(cfg.model, B, T, dev);
+  optim::AdamW opt(m.layout(), {cfg.learning_rate, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay}, dev);
   TrainState st;
   if (resume) {
     if (lead) st = load_checkpoint(cfg.out_dir, m, &opt);
@@ -171,7 +183,9 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   // Peak of the whole job: rank 0's measurement (made while the others wait) times the ranks.
   float peak_rank = 0;
   if (lead)
-    peak_rank = static_cast<float>(cfg.peak_flops > 0 ? cfg.peak_flops / nranks : cpu_gemm_peak_flops(num_threads()));
+    peak_rank = static_cast<float>(cfg.peak_flops > 0 ? cfg.peak_flops / nranks
+                                   : dev.is_cpu()     ? cpu_gemm_peak_flops(num_threads())
+                                                      : gpu_peak_flops(dev.index));
   broadcast_floats(world, &peak_rank, 1);
   const double peak = static_cast<double>(peak_rank) * nranks;
   const int64_t tokens_per_iter = B * T * cfg.gas * nranks;
@@ -188,8 +202,11 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   if (ddp)
     log::info("ddp: {} gradient buckets of up to {} MiB, all-reduced during backward", ddp->num_buckets(),
               cfg.ddp_bucket_mb);
+  if (!dev.is_cpu()) log::info("device: {} {} | {}", dev.str(), gpu::describe(dev.index), gpu::version());
   log::info("MFU peak: {:.1f} GFLOP/s ({})", peak / 1e9,
-            cfg.peak_flops > 0 ? "train.peak_flops" : "measured fp32 GEMM");
+            cfg.peak_flops > 0 ? "train.peak_flops"
+            : dev.is_cpu()     ? "measured fp32 GEMM"
+                               : "the GPU's dense bf16 tensor-core peak");
 
   std::vector<int32_t> x(B * T), y(B * T);
   RunSummary sum;
@@ -290,6 +307,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
           loss_acc += l;
         Timer tb;
         m.backward(xs, Bs, T, ctx);
+        if (!dev.is_cpu()) gpu::synchronize();  // dtb times the GPU's work, not its queueing
         if (det) det->add_shard(static_cast<int>(j), m.grads());
         dtb += tb.seconds();
       }
@@ -300,7 +318,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     Timer to;
     if (ddp) ddp->finish();
     if (det) det->finish(m.grads());
-    const double norm = optim::global_norm(m.grads(), m.flat_size());
+    const double norm = optim::global_norm(m.grads(), m.flat_size(), dev);
     const float loss = det ? det->mean_loss(shard_losses, cfg.gas)
                            : world_mean(static_cast<float>(loss_acc / static_cast<double>(cfg.gas)));
     if (!std::isfinite(loss) || !std::isfinite(norm))
@@ -345,6 +363,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       memory_reported = true;
       const MemStats ms = HostAllocator::instance().stats();
       progress.print(memory_line(ms));
+      if (!dev.is_cpu()) progress.print("GPU " + memory_line(gpu::device_stats()));
       nlohmann::json mrec{{"kind", "memory"}, {"step", it}};
       for (int c = 0; c < static_cast<int>(MemCategory::kCount); ++c)
         mrec[std::string(mem_category_name(static_cast<MemCategory>(c))) + "_bytes"] = ms.peak[c];

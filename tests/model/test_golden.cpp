@@ -1,11 +1,13 @@
 // The C++ GPT against the PyTorch reference (tools/torch_ref): same initial
 // weights, same batch -> logits, loss and every gradient; then 10 AdamW steps
-// with gradient clipping -> the same losses and final weights.
+// with gradient clipping -> the same losses and final weights. On the CPU and,
+// where a GPU is present in a CUDA build, on the GPU (fp32).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 
+#include "core/gpu.h"
 #include "golden.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
@@ -27,11 +29,13 @@ model::GPTConfig config_of(const nlohmann::json& c) {
 }
 
 void load_params(model::GPT& m, const test::Golden& g, const std::string& prefix) {
+  std::vector<float> flat(m.flat_size(), 0.0f);
   for (const auto& s : m.layout().slots()) {
     const auto& v = g.f32.at(prefix + s.name);
     ASSERT_EQ(static_cast<int64_t>(v.size()), s.numel) << s.name;
-    std::memcpy(m.params() + s.offset, v.data(), v.size() * 4);
+    std::memcpy(flat.data() + s.offset, v.data(), v.size() * 4);
   }
+  m.load_params(flat.data());
 }
 
 // max |got - want| relative to the tensor's largest reference magnitude.
@@ -44,13 +48,16 @@ double tensor_rel_err(const float* got, const std::vector<float>& want) {
   return mx > 0 ? err / mx : err;
 }
 
-class GoldenTest : public ::testing::TestWithParam<std::string> {};
+class GoldenTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
-  test::Golden g(std::string(PARALLM_TEST_DIR) + "/golden/" + GetParam());
+  const Device dev = parse_device(std::get<1>(GetParam()));
+  if (!dev.is_cpu() && !gpu::available())
+    GTEST_SKIP() << (gpu::built() ? "no GPU on this machine" : "CUDA not built") << ": GPU golden test skipped";
+  test::Golden g(std::string(PARALLM_TEST_DIR) + "/golden/" + std::get<0>(GetParam()));
   auto cfg = config_of(g.config);
   const int64_t B = g.config["batch_size"], T = g.config["seq_len"];
-  model::GPT m(cfg, B, T);
+  model::GPT m(cfg, B, T, dev);
   load_params(m, g, "param/");
 
   // Forward + backward on (x, y).
@@ -65,8 +72,10 @@ TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
   m.all_logits(logits.data(), B, T);
   EXPECT_LE(tensor_rel_err(logits.data(), g.f32.at("logits")), 1e-5) << "logits";
   m.backward(g.i32.at("x").data(), B, T, ctx);
+  std::vector<float> grads(m.flat_size());
+  m.store_grads(grads.data());
   for (const auto& s : m.layout().slots()) {
-    double e = tensor_rel_err(m.grads() + s.offset, g.f32.at("grad/" + s.name));
+    double e = tensor_rel_err(grads.data() + s.offset, g.f32.at("grad/" + s.name));
     EXPECT_LE(e, 1e-4) << "gradient of " << s.name;
   }
 
@@ -78,7 +87,7 @@ TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
   oc.beta2 = g.config["beta2"];
   oc.eps = g.config["eps"];
   oc.weight_decay = g.config["weight_decay"];
-  optim::AdamW opt(m.layout(), oc);
+  optim::AdamW opt(m.layout(), oc, dev);
   const int steps = g.config["train_steps"];
   const auto& tx = g.i32.at("train_x");
   const auto& ty = g.i32.at("train_y");
@@ -88,13 +97,15 @@ TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
     m.backward(tx.data() + k * B * T, B, T, ctx);
     const float want = g.f32.at("train_losses")[k];
     EXPECT_LE(std::fabs(l - want) / want, 1e-4) << "step " << k << " loss " << l << " vs " << want;
-    double norm = optim::global_norm(m.grads(), m.flat_size());
+    double norm = optim::global_norm(m.grads(), m.flat_size(), dev);
     EXPECT_NEAR(norm, g.f32.at("train_grad_norms")[k], 1e-4 * norm) << "grad norm at step " << k;
     opt.step(m.params(), m.grads(), oc.lr, optim::clip_factor(norm, g.config["grad_clip"]));
   }
+  std::vector<float> params(m.flat_size());
+  m.store_params(params.data());
   for (const auto& s : m.layout().slots()) {
     std::vector<float> want = g.f32.at("train_final/" + s.name);
-    std::vector<float> got(m.params() + s.offset, m.params() + s.offset + s.numel);
+    std::vector<float> got(params.data() + s.offset, params.data() + s.offset + s.numel);
     if (s.name.find("c_attn.bias") != std::string::npos) {
       // The key bias gets an exactly-zero gradient (softmax is shift-invariant);
       // torch and we both hold rounding noise there, which Adam normalizes to
@@ -109,6 +120,9 @@ TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest, ::testing::Values("gpt_tiny_bias", "gpt_tiny_nobias"));
+INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest,
+                         ::testing::Combine(::testing::Values("gpt_tiny_bias", "gpt_tiny_nobias"),
+                                            ::testing::Values("cpu", "cuda")),
+                         [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/gpu.h"
 #include "train/config.h"
 
 using namespace parallm;
@@ -49,6 +50,26 @@ TEST(Config, ErrorsNameTheKey) {
   train::RunConfig e;
   e.set("ddp.shards", "2");  // only meaningful with ddp.deterministic=true
   EXPECT_NE(error_of([&] { e.validate(); }).find("ddp.deterministic"), std::string::npos);
+}
+
+TEST(Config, DeviceKeyParsesAndExplainsWhatIsMissing) {
+  train::RunConfig c;
+  EXPECT_NE(error_of([&] { c.set("train.device", "tpu"); }).find("train.device"), std::string::npos);
+  EXPECT_NE(error_of([&] { c.set("train.device", "cuda:x"); }).find("train.device"), std::string::npos);
+  c.set("train.device", "CUDA:1");
+  EXPECT_EQ(c.device, "cuda:1");
+  if (!gpu::built()) {
+    EXPECT_NE(error_of([&] { c.validate(); }).find("built without CUDA"), std::string::npos);
+  }
+  train::RunConfig d;
+  d.set("train.device", "cuda");
+  d.set("ddp.deterministic", "true");
+  if (gpu::built()) {
+    EXPECT_NE(error_of([&] { d.validate(); }).find("CPU-only"), std::string::npos);
+  }
+  train::RunConfig e;
+  e.set("train.device", "cpu");
+  EXPECT_NO_THROW(e.validate());
 }
 
 TEST(Config, YamlNestedAndDottedKeysAndJsonRoundTrip) {

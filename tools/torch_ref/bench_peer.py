@@ -54,6 +54,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--data", default=None, help="uint16 token file (nanoGPT train.bin)")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"),
+                    help="bf16: autocast to bfloat16 as nanoGPT does on GPUs")
+    ap.add_argument("--compile", type=int, choices=(0, 1), default=0, help="torch.compile the model")
+    ap.add_argument("--flash", type=int, choices=(0, 1), default=0,
+                    help="attention through F.scaled_dot_product_attention (nanoGPT's flash path)")
     args = ap.parse_args(argv)
     for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "vocab_size",
               "iters", "intra_threads"):
@@ -91,6 +97,21 @@ def main(argv=None) -> int:
 
     torch.manual_seed(args.seed)
     B, T = args.batch_size, args.block_size
+    dev = torch.device(args.device)
+    if dev.type == "cuda":  # nanoGPT's GPU settings
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if args.flash:
+        import gpt_ref
+
+        def flash_forward(self, x):
+            Bq, Tq, C = x.size()
+            q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+            q, k, v = (t.view(Bq, Tq, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(Bq, Tq, C)))
+
+        gpt_ref.CausalSelfAttention.forward = flash_forward
 
     # ---- data ------------------------------------------------------------
     if args.data:
@@ -111,35 +132,44 @@ def main(argv=None) -> int:
             ix = torch.randint(hi, (B,)).tolist()
             x = torch.from_numpy(np.stack([data[i:i + T].astype(np.int64) for i in ix]))
             y = torch.from_numpy(np.stack([data[i + 1:i + 1 + T].astype(np.int64) for i in ix]))
-            return x, y
+            return x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
     else:
         # Synthetic stream: a fixed random token buffer sampled with random
         # windows, so the per-iteration cost matches the file path.
         n_tok = max(1 << 16, 4 * (T + 1) * B)
-        stream = torch.randint(args.vocab_size, (n_tok,), dtype=torch.int64)
+        stream = torch.randint(args.vocab_size, (n_tok,), dtype=torch.int64).to(dev)
         hi = n_tok - T
 
         def get_batch():
             ix = torch.randint(hi, (B,))
-            offs = ix[:, None] + torch.arange(T)[None, :]
+            ix = ix.to(dev)
+            offs = ix[:, None] + torch.arange(T, device=dev)[None, :]
             return stream[offs], stream[offs + 1]
 
     # ---- model / optimizer -------------------------------------------------
     cfg = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
                     block_size=T, vocab_size=args.vocab_size, dropout=0.0,
                     bias=bool(args.bias))
-    model = GPT(cfg)
+    model = GPT(cfg).to(dev)
     model.train()
     optimizer = configure_optimizers(model, weight_decay=0.1, learning_rate=args.lr,
                                      betas=(0.9, 0.99), eps=1e-8)
     params = list(model.parameters())
+    if dev.type == "cuda":  # nanoGPT: fused AdamW on the GPU
+        groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in optimizer.param_groups]
+        optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.99), eps=1e-8, fused=True)
+    fwd = torch.compile(model) if args.compile else model
+    import contextlib
+    amp = (torch.autocast(device_type=dev.type, dtype=torch.bfloat16) if args.dtype == "bf16"
+           else contextlib.nullcontext())
     log(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
         f"params {model.num_params() / 1e6:.3f}M (non-embedding), "
         f"data {'random' if not args.data else args.data}")
 
     def train_step():
         x, y = get_batch()
-        _, loss = model(x, y)
+        with amp:
+            _, loss = fwd(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
@@ -149,10 +179,16 @@ def main(argv=None) -> int:
     for _ in range(args.warmup):
         train_step()
 
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    sync()
     t0 = time.perf_counter()
     loss = None
     for _ in range(args.iters):
         loss = train_step()
+    sync()
     elapsed = time.perf_counter() - t0
     last_loss = float(loss.item())  # CPU: no async work outstanding
 
@@ -164,6 +200,10 @@ def main(argv=None) -> int:
         "iters": args.iters,
         "threads": args.intra_threads,
         "loss": last_loss,
+        "device": args.device,
+        "dtype": args.dtype,
+        "compile": args.compile,
+        "flash": args.flash,
     }
     print(json.dumps(result), flush=True)
     return 0

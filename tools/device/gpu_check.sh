@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs on a lent GPU machine from the repository root (see pack.sh):
+# the CUDA kernel tests, the GPU golden tests, baby GPT fp32 training on the
+# GPU, GPT-2 124M fp32 throughput, and PyTorch nanoGPT peers. Logs go to $OUT.
+# Arguments pick the parts (default: tests gpt2 peer); each part has a time
+# limit so one call stays inside the device tool's 10 minutes:
+#   bash .devcarry/gpu_check.sh tests baby
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+W=/tmp/pl && mkdir -p $W && tar -C $W -xzf .devcarry/bundle.tar.gz
+CUBLAS_DIR=$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH="$W/lib:$CUBLAS_DIR:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+ldd $W/bin/parallm | grep "not found" && exit 1
+step() { echo "=== $*"; }
+: "${GPT2_B:=16}" "${GPT2_ITERS:=12}" "${BABY_ITERS:=2000}"
+PARTS=" ${*:-tests gpt2 peer} "
+want() { [[ "$PARTS" == *" $1 "* ]]; }
+if want tests; then
+  step "CUDA kernel tests"
+  $W/bin/test_cuda_kernels 2>&1 | tee $OUT/kernels.log | grep -E "PASSED|FAILED|SKIPPED|Failure" | head -20
+  step "golden GPT tests (CPU and GPU, fp32)"
+  $W/bin/test_model --gtest_filter='*Golden*' 2>&1 | tee $OUT/golden.log | grep -E "PASSED|FAILED|Failure|OK \]" | head -20
+fi
+cd $W
+want baby && step "baby GPT, fp32 on the GPU: ${BABY_ITERS:=2000} iterations"
+want baby && timeout 500 ./bin/parallm train "${OLDPWD}/configs/baby_gpt.yaml" train.device=cuda train.max_iters=$BABY_ITERS \
+  train.eval_interval=${BABY_EVAL:-500} train.eval_iters=100 train.log_interval=100 train.sample_tokens=200 \
+  train.out_dir=$W/out/baby data.dir=$W/data/shakespeare_char train.progress=false 2>&1 | tee $OUT/baby_gpu.log | tail -25
+want baby && cp $W/out/baby/metrics.jsonl $OUT/baby_gpu_metrics.jsonl 2>/dev/null
+want gpt2 && step "GPT-2 124M shape, fp32 on the GPU, batch ${GPT2_B:=16} x 1024"
+want gpt2 && timeout 150 ./bin/parallm train model.n_layer=12 model.n_head=12 model.n_embd=768 model.block_size=1024 model.vocab_size=50304 \
+  model.batch_size=$GPT2_B model.dropout=0 train.device=cuda train.max_iters=${GPT2_ITERS:=12} train.eval_interval=100000 \
+  train.eval_iters=1 train.log_interval=1 train.sample_tokens=0 train.out_dir=$W/out/gpt2 \
+  data.dir=$W/data/shakespeare_char train.progress=false 2>&1 | tee $OUT/gpt2_gpu.log | tail -8
+cd "$OLDPWD"
+want peer && step "PyTorch nanoGPT peer, GPT-2 124M, batch $GPT2_B x 1024 (fp32 = TF32 matmuls, as nanoGPT)"
+want peer && for mode in "fp32 0 0" "bf16 1 1"; do
+  set -- $mode
+  PYTHONUNBUFFERED=1 timeout 200 python3 tools/torch_ref/bench_peer.py --device cuda --n_layer 12 --n_head 12 \
+    --n_embd 768 --block_size 1024 --vocab_size 50304 --batch_size $GPT2_B --iters 10 --warmup 3 \
+    --dtype $1 --compile $2 --flash $3 2>>$OUT/peer.err | tee -a $OUT/peer.jsonl
+done
+want peer && tail -3 $OUT/peer.err
+exit 0

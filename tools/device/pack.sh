@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Packs what a lent GPU machine needs to run parallm's CUDA build: the
+# binaries of build-cuda, the non-system libraries they load (the device image
+# has CUDA, PyTorch and Open MPI but not Debian's dnnl, yaml-cpp, spdlog, fmt),
+# the prepared tiny Shakespeare dataset and gpu_check.sh, into .devcarry/
+# (ignored by git). Run here, then carry .devcarry with the device tool:
+#   tools/device/pack.sh && run: bash .devcarry/gpu_check.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+B=build-cuda
+rm -rf .devcarry && mkdir -p .devcarry/stage/bin .devcarry/stage/lib .devcarry/stage/data
+cp $B/parallm $B/tests/test_cuda_kernels $B/tests/test_model .devcarry/stage/bin/
+strip -g .devcarry/stage/bin/*
+for lib in $(ldd $B/parallm $B/tests/test_model | awk '/=> \//{print $3}' | sort -u); do
+  case "$(basename "$lib")" in
+    libdnnl* | libyaml-cpp* | libspdlog* | libfmt* | libgomp* | libOpenCL* | libmpi_cxx*) cp -L "$lib" .devcarry/stage/lib/ ;;
+  esac
+done
+cp -r data/shakespeare_char .devcarry/stage/data/
+cp tools/device/gpu_check.sh .devcarry/
+tar -C .devcarry/stage -czf .devcarry/bundle.tar.gz .
+rm -rf .devcarry/stage
+du -sh .devcarry/*
