@@ -28,6 +28,18 @@ want baby && timeout 500 ./bin/parallm train "${OLDPWD}/configs/baby_gpt.yaml" t
   train.eval_interval=${BABY_EVAL:-500} train.eval_iters=100 train.log_interval=100 train.sample_tokens=200 \
   train.out_dir=$W/out/baby data.dir=$W/data/shakespeare_char train.progress=false 2>&1 | tee $OUT/baby_gpu.log | tail -25
 want baby && cp $W/out/baby/metrics.jsonl $OUT/baby_gpu_metrics.jsonl 2>/dev/null
+if want det; then
+  step "determinism and resume on the GPU (baby GPT, 40 iterations, dropout 0.2)"
+  D="${OLDPWD}/configs/baby_gpt.yaml train.device=cuda train.eval_interval=20 train.eval_iters=5 train.sample_tokens=0
+     train.log_interval=20 train.always_save_checkpoint=true data.dir=$W/data/shakespeare_char train.progress=false"
+  ./bin/parallm train $D train.max_iters=40 train.out_dir=$W/out/detA > $OUT/detA.log 2>&1
+  ./bin/parallm train $D train.max_iters=40 train.out_dir=$W/out/detB > $OUT/detB.log 2>&1
+  ./bin/parallm train $D train.max_iters=20 train.out_dir=$W/out/detC > $OUT/detC.log 2>&1
+  ./bin/parallm train $D train.max_iters=40 train.out_dir=$W/out/detC train.init_from=resume >> $OUT/detC.log 2>&1
+  for r in detA detB detC; do cp $W/out/$r/metrics.jsonl $OUT/$r.jsonl; done
+  python3 "${OLDPWD}/bench/compare_runs.py" $W/out/detA $W/out/detB | tail -3
+  python3 "${OLDPWD}/bench/compare_runs.py" $W/out/detA $W/out/detC | tail -3
+fi
 want gpt2 && step "GPT-2 124M shape, fp32 on the GPU, batch ${GPT2_B:=16} x 1024"
 want gpt2 && timeout 150 ./bin/parallm train model.n_layer=12 model.n_head=12 model.n_embd=768 model.block_size=1024 model.vocab_size=50304 \
   model.batch_size=$GPT2_B model.dropout=0 train.device=cuda train.max_iters=${GPT2_ITERS:=12} train.eval_interval=100000 \
