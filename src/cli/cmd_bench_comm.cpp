@@ -307,8 +307,7 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("-w,--warmup", o->warmup, "Untimed calls first")->capture_default_str();
   cmd->add_option("--rounds", o->rounds, "Rounds (each side reports its best)")->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "fp32, bf16 or int32")->capture_default_str();
-  cmd->add_option("--backend", o->backend, "auto, self or mpi")->capture_default_str();
-  cmd->add_option("--timeout", o->timeout_s, "Seconds before a collective is declared hung")->capture_default_str();
+  add_world_options(cmd, o->backend, o->timeout_s, "Seconds before a collective is declared hung");
   cmd->add_flag("-c,--check", o->check, "Check every result against the expected values");
   cmd->add_flag("!--no-peer", o->peer, "Skip the MPI library loop");
   cmd->footer("Run on several ranks: parallm launch -n 2 -- parallm bench comm --check");

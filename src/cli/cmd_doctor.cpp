@@ -118,8 +118,7 @@ Runner add_doctor(CLI::App& app) {
                                  "Check that every rank can allocate, all-reduce, barrier and reach every "
                                  "other rank");
   auto o = std::make_shared<DoctorOptions>();
-  cmd->add_option("--backend", o->backend, "auto, self or mpi")->capture_default_str();
-  cmd->add_option("--timeout", o->timeout_s, "Seconds before a silent peer is declared lost")->capture_default_str();
+  add_world_options(cmd, o->backend, o->timeout_s, "Seconds before a silent peer is declared lost");
   cmd->add_option("--mem-mb", o->mem_mb, "Memory each rank allocates and touches")->capture_default_str();
   cmd->add_option("--bytes", o->msg_bytes, "Size of the message sent to every other rank")
       ->transform(CLI::AsSizeValue(false));

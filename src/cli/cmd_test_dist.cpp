@@ -190,9 +190,7 @@ Runner add_test_dist(CLI::App& app) {
   cmd->add_option("--log-interval", o->log_interval, "Iterations between lines")->capture_default_str();
   cmd->add_option("--bucket-mb", o->bucket_mb, "DDP gradient bucket size (MiB)")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads per rank (0 = OMP_NUM_THREADS or all cores)");
-  cmd->add_option("--backend", o->backend, "auto, self or mpi")->capture_default_str();
-  cmd->add_option("--timeout", o->timeout_s, "Seconds before a communication operation is an error")
-      ->capture_default_str();
+  add_world_options(cmd, o->backend, o->timeout_s, "Seconds before a communication operation is an error");
   cmd->add_flag("!--no-plot", o->plot, "Leave out the terminal plots");
   cmd->footer("On 4 ranks: parallm launch -n 4 -- parallm test-dist");
   return [o]() { return test_dist(*o); };

@@ -30,6 +30,11 @@ World start_world(const std::string& backend, const comm::CommOptions& options, 
   return w;
 }
 
+void add_world_options(CLI::App* cmd, std::string& backend, double& timeout_s, const std::string& timeout_help) {
+  cmd->add_option("--backend", backend, "auto, self or mpi")->capture_default_str();
+  cmd->add_option("--timeout", timeout_s, timeout_help)->capture_default_str();
+}
+
 int run_guarded(World& w, const std::function<int()>& body) {
   try {
     return body();

@@ -3,6 +3,7 @@
 // and none leaves a peer hanging: the only place besides main() that decides
 // to end the process.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <functional>
 #include <memory>
 #include <string>
@@ -23,6 +24,10 @@ struct World {
 // Makes the world communicator, tags log lines with [host:rank], finds where
 // every rank runs and (on rank 0, when `announce`) prints the dist info block.
 World start_world(const std::string& backend, const comm::CommOptions& options, bool announce = true);
+
+// The --backend and --timeout options every world-starting subcommand has;
+// `timeout_help` says what the timeout means for that command.
+void add_world_options(CLI::App* cmd, std::string& backend, double& timeout_s, const std::string& timeout_help);
 
 // Runs `body`; if it throws a parallm Error on a world of several ranks,
 // prints "[host:rank] error: ..." and aborts the whole job (exit code 2 for

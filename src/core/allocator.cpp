@@ -48,20 +48,28 @@ void* HostAllocator::allocate(size_t bytes, MemCategory cat) {
   PARALLM_CHECK(p != nullptr, Error, "alloc", "out of host memory allocating {} for {}", format_bytes(bytes),
                 mem_category_name(cat));
   std::memset(p, 0, rounded);
-  int c = static_cast<int>(cat);
-  bump_peak(peak_[c], cur_[c].fetch_add(bytes) + bytes);
-  bump_peak(total_peak_, total_cur_.fetch_add(bytes) + bytes);
+  acct_.add(bytes, cat);
   return p;
 }
 
 void HostAllocator::deallocate(void* p, size_t bytes, MemCategory cat) {
   if (!p) return;
   std::free(p);
+  acct_.sub(bytes, cat);
+}
+
+void MemAccounting::add(size_t bytes, MemCategory cat) {
+  int c = static_cast<int>(cat);
+  bump_peak(peak_[c], cur_[c].fetch_add(bytes) + bytes);
+  bump_peak(total_peak_, total_cur_.fetch_add(bytes) + bytes);
+}
+
+void MemAccounting::sub(size_t bytes, MemCategory cat) {
   cur_[static_cast<int>(cat)].fetch_sub(bytes);
   total_cur_.fetch_sub(bytes);
 }
 
-MemStats HostAllocator::stats() const {
+MemStats MemAccounting::stats() const {
   MemStats s;
   for (int i = 0; i < static_cast<int>(MemCategory::kCount); ++i) {
     s.current[i] = cur_[i].load();
@@ -72,7 +80,7 @@ MemStats HostAllocator::stats() const {
   return s;
 }
 
-void HostAllocator::reset_peaks() {
+void MemAccounting::reset_peaks() {
   for (int i = 0; i < static_cast<int>(MemCategory::kCount); ++i) peak_[i].store(cur_[i].load());
   total_peak_.store(total_cur_.load());
 }

@@ -23,11 +23,13 @@ struct MemStats {
   size_t total_peak = 0;
 };
 
-class HostAllocator {
+// Current and peak bytes per category and in total, thread-safe. The host
+// allocator and the GPU's caching allocator (core/gpu.h) both keep one.
+class MemAccounting {
  public:
-  static HostAllocator& instance();
-  void* allocate(size_t bytes, MemCategory cat);  // zero-filled
-  void deallocate(void* p, size_t bytes, MemCategory cat);
+  void add(size_t bytes, MemCategory cat);
+  void sub(size_t bytes, MemCategory cat);
+  size_t total_current() const { return total_cur_.load(); }
   MemStats stats() const;
   void reset_peaks();
 
@@ -35,6 +37,18 @@ class HostAllocator {
   std::array<std::atomic<size_t>, static_cast<int>(MemCategory::kCount)> cur_{};
   std::array<std::atomic<size_t>, static_cast<int>(MemCategory::kCount)> peak_{};
   std::atomic<size_t> total_cur_{0}, total_peak_{0};
+};
+
+class HostAllocator {
+ public:
+  static HostAllocator& instance();
+  void* allocate(size_t bytes, MemCategory cat);  // zero-filled
+  void deallocate(void* p, size_t bytes, MemCategory cat);
+  MemStats stats() const { return acct_.stats(); }
+  void reset_peaks() { acct_.reset_peaks(); }
+
+ private:
+  MemAccounting acct_;
 };
 
 // Owning RAII buffer of raw bytes from the HostAllocator.

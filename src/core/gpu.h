@@ -22,7 +22,9 @@
 
 namespace parallm::gpu {
 
-bool built();        // compiled with PARALLM_CUDA
+bool built();  // compiled with PARALLM_CUDA
+// CPU-only builds: throws CudaError("[<where>] CUDA was not built ...").
+[[noreturn]] void throw_not_built(const std::string& where);
 int device_count();  // 0 when not built, no driver or no device
 inline bool available() {
   return device_count() > 0;

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <array>
-#include <atomic>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -43,9 +42,7 @@ class CachingAllocator {
       std::lock_guard<std::mutex> lk(mu_);
       sizes_[p] = rounded;
     }
-    int c = static_cast<int>(cat);
-    bump(peak_[c], cur_[c].fetch_add(bytes) + bytes);
-    bump(total_peak_, total_cur_.fetch_add(bytes) + bytes);
+    acct_.add(bytes, cat);
     return p;
   }
 
@@ -57,8 +54,7 @@ class CachingAllocator {
     free_[it->second].push_back(p);
     cached_ += it->second;
     sizes_.erase(it);
-    cur_[static_cast<int>(cat)].fetch_sub(bytes);
-    total_cur_.fetch_sub(bytes);
+    acct_.sub(bytes, cat);
   }
 
   void empty() {
@@ -70,20 +66,8 @@ class CachingAllocator {
     cached_ = 0;
   }
 
-  MemStats stats() const {
-    MemStats s;
-    for (int i = 0; i < static_cast<int>(MemCategory::kCount); ++i) {
-      s.current[i] = cur_[i].load();
-      s.peak[i] = peak_[i].load();
-    }
-    s.total_current = total_cur_.load();
-    s.total_peak = total_peak_.load();
-    return s;
-  }
-  void reset_peaks() {
-    for (int i = 0; i < static_cast<int>(MemCategory::kCount); ++i) peak_[i].store(cur_[i].load());
-    total_peak_.store(total_cur_.load());
-  }
+  MemStats stats() const { return acct_.stats(); }
+  void reset_peaks() { acct_.reset_peaks(); }
   size_t cached() {
     std::lock_guard<std::mutex> lk(mu_);
     return cached_;
@@ -104,24 +88,17 @@ class CachingAllocator {
       cudaMemGetInfo(&free_b, &total_b);
       throw_cuda("cuda.malloc",
                  fmt::format("cudaMalloc({}, {}) with {} in use by parallm, {} free of {}", format_bytes(bytes),
-                             mem_category_name(cat), format_bytes(total_cur_.load()), format_bytes(free_b),
+                             mem_category_name(cat), format_bytes(acct_.total_current()), format_bytes(free_b),
                              format_bytes(total_b)),
                  err);
     }
     return p;
   }
-  static void bump(std::atomic<size_t>& peak, size_t v) {
-    size_t p = peak.load(std::memory_order_relaxed);
-    while (v > p && !peak.compare_exchange_weak(p, v, std::memory_order_relaxed)) {
-    }
-  }
-
   std::mutex mu_;
   std::map<size_t, std::vector<void*>> free_;
   std::unordered_map<void*, size_t> sizes_;
   size_t cached_ = 0;
-  std::array<std::atomic<size_t>, static_cast<int>(MemCategory::kCount)> cur_{}, peak_{};
-  std::atomic<size_t> total_cur_{0}, total_peak_{0};
+  MemAccounting acct_;
 };
 
 CachingAllocator& allocator() {

@@ -6,11 +6,15 @@
 namespace parallm::gpu {
 
 namespace {
+std::string g_context;
 [[noreturn]] void not_built(const char* where) {
+  throw_not_built(where);
+}
+}  // namespace
+
+void throw_not_built(const std::string& where) {
   throw CudaError(where, "CUDA was not built: this parallm is CPU-only (configure with -DPARALLM_CUDA=ON)");
 }
-std::string g_context;
-}  // namespace
 
 bool built() {
   return false;

@@ -5,25 +5,9 @@
 namespace parallm {
 
 std::array<uint32_t, 4> philox4x32(uint64_t seed, uint64_t stream, uint64_t index) {
-  uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32);
-  uint32_t c2 = static_cast<uint32_t>(stream), c3 = static_cast<uint32_t>(stream >> 32);
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
-  for (int r = 0; r < 10; ++r) {
-    uint64_t p0 = static_cast<uint64_t>(M0) * c0;
-    uint64_t p1 = static_cast<uint64_t>(M1) * c2;
-    uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
-    uint32_t n1 = static_cast<uint32_t>(p1);
-    uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
-    uint32_t n3 = static_cast<uint32_t>(p0);
-    c0 = n0;
-    c1 = n1;
-    c2 = n2;
-    c3 = n3;
-    k0 += W0;
-    k1 += W1;
-  }
-  return {c0, c1, c2, c3};
+  std::array<uint32_t, 4> r;
+  philox4x32_into(r.data(), seed, stream, index);
+  return r;
 }
 
 uint64_t stream_id(uint32_t kind, uint64_t a, uint64_t b, uint64_t c) {

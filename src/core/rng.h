@@ -7,14 +7,11 @@
 #include <array>
 #include <cstdint>
 
+#include "core/philox.h"  // philox4x32_into, u32_to_unit
+
 namespace parallm {
 
 std::array<uint32_t, 4> philox4x32(uint64_t seed, uint64_t stream, uint64_t index);
-
-// Uniform in [0, 1) with 24 bits of resolution.
-inline float u32_to_unit(uint32_t u) {
-  return static_cast<float>(u >> 8) * (1.0f / 16777216.0f);
-}
 
 // Deterministic stream ids from a few small integers, e.g. stream_id(kDropout, step, layer, site).
 uint64_t stream_id(uint32_t kind, uint64_t a = 0, uint64_t b = 0, uint64_t c = 0);

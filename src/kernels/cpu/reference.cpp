@@ -18,8 +18,7 @@
 namespace parallm::kernels {
 
 bool dropout_keep(float p, uint64_t seed, uint64_t stream, uint64_t index) {
-  auto r = philox4x32(seed, stream, index / 4);
-  return u32_to_unit(r[index % 4]) >= p;
+  return dropout_keep_at(p, seed, stream, index);
 }
 
 namespace ref {

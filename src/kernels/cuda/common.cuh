@@ -1,6 +1,6 @@
 // Shared pieces of the CUDA kernels: the compute stream, launch helpers, warp
-// and block reductions, and a device Philox4x32-10 that gives exactly the
-// numbers of core/rng.cpp, so dropout masks on the GPU equal the CPU's.
+// and block reductions, and dropout's keep decision from the Philox shared
+// with the CPU (core/philox.h), so GPU masks equal the CPU's.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -8,6 +8,7 @@
 
 #include "core/cuda_check.h"
 #include "core/gpu.h"
+#include "core/philox.h"
 
 namespace parallm::kernels::cuda {
 
@@ -62,35 +63,9 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   return warp_max(r);
 }
 
-struct Philox4 {
-  uint32_t v[4];
-};
-
-__device__ __forceinline__ Philox4 philox4x32(uint64_t seed, uint64_t stream, uint64_t index) {
-  uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32);
-  uint32_t c2 = static_cast<uint32_t>(stream), c3 = static_cast<uint32_t>(stream >> 32);
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
-#pragma unroll
-  for (int r = 0; r < 10; ++r) {
-    uint32_t hi0 = __umulhi(M0, c0), lo0 = M0 * c0;
-    uint32_t hi1 = __umulhi(M1, c2), lo1 = M1 * c2;
-    uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0;
-    c1 = n1;
-    c2 = n2;
-    c3 = n3;
-    k0 += W0;
-    k1 += W1;
-  }
-  return {{c0, c1, c2, c3}};
-}
-
-// As kernels::dropout_keep: element g uses lane g % 4 of Philox block g / 4.
+// As kernels::dropout_keep: the shared Philox of core/philox.h.
 __device__ __forceinline__ bool dropout_keep(float p, uint64_t seed, uint64_t stream, uint64_t g) {
-  Philox4 r = philox4x32(seed, stream, g / 4);
-  float u = static_cast<float>(r.v[g % 4] >> 8) * (1.0f / 16777216.0f);
-  return u >= p;
+  return dropout_keep_at(p, seed, stream, g);
 }
 
 }  // namespace parallm::kernels::cuda

@@ -1,6 +1,6 @@
 // CPU-only build: every kernels::cuda entry point exists and says that CUDA
 // was not built, so the layers above link and test without the toolkit.
-#include "core/error.h"
+#include "core/gpu.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/classifier.h"
@@ -14,8 +14,7 @@ namespace parallm::kernels::cuda {
 
 namespace {
 [[noreturn]] void not_built(const char* op) {
-  throw CudaError(std::string("kernels.cuda.") + op,
-                  "CUDA was not built: this parallm is CPU-only (configure with -DPARALLM_CUDA=ON)");
+  gpu::throw_not_built(std::string("kernels.cuda.") + op);
 }
 }  // namespace
 
