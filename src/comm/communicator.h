@@ -95,6 +95,7 @@ class Communicator {
   virtual WorkPtr reduce_async(Tensor t, ReduceOp op, int root) = 0;
   virtual WorkPtr broadcast_async(Tensor t, int root) = 0;
   // `in` is this rank's shard_of(out.numel()) part; `out` gets all of them.
+  // `in` may be exactly that part of `out` itself (in place).
   virtual WorkPtr all_gather_async(Tensor in, Tensor out) = 0;
   // As all_gather, with `out` only on root (others may pass an empty tensor
   // and then give the total in `count`).

@@ -379,11 +379,16 @@ void CollPending::start_real() {
     case OpKind::Broadcast:
       rc = MPI_Bcast(op_.a.raw(), icount(op_.count), mpi_type(dt), op_.root, comm);
       break;
-    case OpKind::AllGather:
+    case OpKind::AllGather: {
       shards(op_.count);
-      rc = MPI_Allgatherv(op_.a.raw(), counts_[me], mpi_type(dt), op_.b.raw(), counts_.data(), displs_.data(),
-                          mpi_type(dt), comm);
+      // In place when the input is this rank's own part of the output (ZeRO gathers shards that way).
+      const void* send = op_.a.raw();
+      if (send == static_cast<const char*>(op_.b.raw()) + static_cast<size_t>(displs_[me]) * dtype_size(dt))
+        send = MPI_IN_PLACE;
+      rc = MPI_Allgatherv(send, counts_[me], mpi_type(dt), op_.b.raw(), counts_.data(), displs_.data(), mpi_type(dt),
+                          comm);
       break;
+    }
     case OpKind::Gather:
       shards(op_.count);
       rc = MPI_Gatherv(op_.a.raw(), counts_[me], mpi_type(op_.a.dtype()), op_.b.raw(), counts_.data(), displs_.data(),

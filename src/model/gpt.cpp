@@ -24,7 +24,7 @@ namespace {
 enum Site : uint64_t { kAttnProbs = 0, kAttnResid = 1, kMlpResid = 2, kEmbed = 3 };
 }  // namespace
 
-GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev)
+GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, GPTStorage storage)
     : cfg_(cfg),
       layout_((cfg.validate(), cfg)),
       max_B_(max_batch),
@@ -35,8 +35,8 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev)
   PARALLM_CHECK(max_seq > 0 && max_seq <= cfg.block_size, ConfigError, "model",
                 "sequence length {} must be in [1, model.block_size={}]", max_seq, cfg.block_size);
   if (!dev.is_cpu()) gpu::set_device(dev.index);
-  params_ = DeviceArray<float>(layout_.total(), MemCategory::Params, dev);
-  grads_ = DeviceArray<float>(layout_.total(), MemCategory::Grads, dev);
+  if (storage.params) params_ = DeviceArray<float>(layout_.total(), MemCategory::Params, dev);
+  if (storage.grads) grads_ = DeviceArray<float>(layout_.total(), MemCategory::Grads, dev);
 
   const int64_t N = max_B_ * max_T_, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
   int64_t off = 0;
@@ -91,16 +91,36 @@ int64_t GPT::num_params_nanogpt() const {
   return layout_.count() - cfg_.block_size * cfg_.n_embd;  // wpe excluded, as nanoGPT prints it
 }
 
+const float* GPT::group_params(int g, Pass pass) const {
+  if (store_) return store_->params(g, pass);
+  PARALLM_CHECK(params_.data(), InternalError, "gpt", "the model holds no parameters and has no store");
+  return params_.data() + layout_.group(g).begin;
+}
+void GPT::release_group(int g, Pass pass) const {
+  if (store_) store_->release_params(g, pass);
+}
+float* GPT::group_grads(int g) const {
+  if (store_) return store_->grads(g);
+  PARALLM_CHECK(grads_.data(), InternalError, "gpt", "the model holds no gradients and has no store");
+  return grads_.data() + layout_.group(g).begin;
+}
+void GPT::group_grads_done(int g) const {
+  if (store_) store_->grads_done(g);
+}
+
 Tensor GPT::param(const std::string& name) const {
+  PARALLM_CHECK(params_.data(), InternalError, "gpt.param", "the parameters live in a store (sharded)");
   const auto& s = layout_.find(name);
   return Tensor::view_of(params_.data() + s.offset, s.shape, DType::F32, dev_);
 }
 Tensor GPT::grad(const std::string& name) const {
+  PARALLM_CHECK(grads_.data(), InternalError, "gpt.grad", "the gradients live in a store (sharded)");
   const auto& s = layout_.find(name);
   return Tensor::view_of(grads_.data() + s.offset, s.shape, DType::F32, dev_);
 }
 
 void GPT::init_weights(uint64_t seed) {
+  PARALLM_CHECK(params_.data(), InternalError, "gpt.init_weights", "the parameters live in a store (sharded)");
   if (dev_.is_cpu()) {
     layout_.init(params_.data(), seed);
     return;
@@ -111,7 +131,7 @@ void GPT::init_weights(uint64_t seed) {
 }
 
 void GPT::zero_grad() {
-  grads_.zero();
+  if (grads_.data()) grads_.zero();
 }
 
 double GPT::flops_per_token(int64_t T) const {
@@ -133,15 +153,19 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
     tokens_d_.copy_from_host(tokens, N);
     tokens = tokens_d_.data();
   }
-  const float* P = params_.data();
-  auto W = [&](int64_t o) -> const float* { return o < 0 ? nullptr : P + o; };
+  // Parameters come group by group; W(o) is the parameter at flat offset o of the current group.
+  const float* PE = group_params(0, Pass::Forward);  // embeddings, also the tied head
+  const int64_t e0 = layout_.group(0).begin;
+  const float* P = nullptr;
+  int64_t p0 = 0;
+  auto W = [&](int64_t o) -> const float* { return o < 0 ? nullptr : P + (o - p0); };
   const float p = ctx.train ? cfg_.dropout : 0.0f;
   const auto drop_base = static_cast<uint64_t>(ctx.sample_offset * T * C);  // global index of element 0
   float* ws = scratch_.data() + s_ws_;
   float* tmp = scratch_.data() + s_tmp_;
 
   float* x = act(encoded_);
-  k_->embedding_forward(x, tokens, P + layout_.wte(), P + layout_.wpe(), B, T, C);
+  k_->embedding_forward(x, tokens, PE + (layout_.wte() - e0), PE + (layout_.wpe() - e0), B, T, C);
   if (p > 0)
     k_->dropout_forward(x, x, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
                         drop_base);
@@ -149,6 +173,9 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const auto& a = la_[l];
     const auto& bp = layout_.block(l);
+    const int g = layout_.group_of_block(l);
+    P = group_params(g, Pass::Forward);
+    p0 = layout_.group(g).begin;
     k_->layernorm_forward(act(a.ln1), act(a.ln1_mean), act(a.ln1_rstd), x, W(bp.ln1_w), W(bp.ln1_b), N, C);
     k_->matmul_forward(act(a.qkv), act(a.ln1), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * C);
     kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs), ctx.sample_offset * NH};
@@ -167,10 +194,15 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
                           drop_base);
     k_->residual_forward(act(a.res3), act(a.res2), tmp, N * C);
     x = act(a.res3);
+    if (l + 1 < cfg_.n_layer) release_group(g, Pass::Forward);  // the last group also holds ln_f
   }
   k_->layernorm_forward(act(lnf_), act(lnf_mean_), act(lnf_rstd_), x, W(layout_.lnf_w()), W(layout_.lnf_b()), N, C);
+  release_group(layout_.num_groups() - 1, Pass::Forward);
   grads_ready_ = false;
-  if (!targets) return 0.0f;
+  if (!targets) {
+    release_group(0, Pass::Forward);
+    return 0.0f;
+  }
   for (int64_t i = 0; i < N; ++i)
     PARALLM_CHECK(targets[i] >= 0 && targets[i] < V, ShapeError, "gpt.forward",
                   "target {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
@@ -179,9 +211,12 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
     targets = targets_d_.data();
   }
   float* losses = act(losses_);
-  k_->classifier_forward_backward(losses, ctx.need_grad ? act(dlnf_) : nullptr, grads_.data() + layout_.wte(),
-                                  act(lnf_), P + layout_.wte(), targets, N, C, V,
-                                  ctx.loss_scale / static_cast<float>(N), ws);
+  // The tied head adds its wte gradient here; backward adds the embedding's.
+  float* dwte = ctx.need_grad ? group_grads(0) + (layout_.wte() - e0) : nullptr;
+  k_->classifier_forward_backward(losses, ctx.need_grad ? act(dlnf_) : nullptr, dwte, act(lnf_),
+                                  PE + (layout_.wte() - e0), targets, N, C, V, ctx.loss_scale / static_cast<float>(N),
+                                  ws);
+  release_group(0, Pass::Forward);  // backward does not read the embedding weights
   grads_ready_ = ctx.need_grad;
   if (!dev_.is_cpu()) {
     acts_.copy_to_host(losses_host_.data(), N, losses_);
@@ -197,10 +232,20 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
                 "backward needs a preceding forward with targets and need_grad on the same batch");
   grads_ready_ = false;
   const int64_t N = B * T, C = cfg_.n_embd, NH = cfg_.n_head;
-  const float* P = params_.data();
-  float* G = grads_.data();
-  auto W = [&](int64_t o) -> const float* { return o < 0 ? nullptr : P + o; };
-  auto D = [&](int64_t o) -> float* { return o < 0 ? nullptr : G + o; };
+  // Group by group, from the last block down: W(o) / D(o) are the parameter
+  // and gradient at flat offset o of the current group.
+  const float* P = nullptr;
+  float* G = nullptr;
+  int64_t p0 = 0;
+  auto enter = [&](int g) {
+    P = group_params(g, Pass::Backward);
+    G = group_grads(g);
+    p0 = layout_.group(g).begin;
+  };
+  auto W = [&](int64_t o) -> const float* { return o < 0 ? nullptr : P + (o - p0); };
+  auto D = [&](int64_t o) -> float* { return o < 0 ? nullptr : G + (o - p0); };
+  const int last = layout_.num_groups() - 1;
+  enter(last);
   const float p = ctx.train ? cfg_.dropout : 0.0f;
   const auto drop_base = static_cast<uint64_t>(ctx.sample_offset * T * C);  // global index of element 0
   float* dres = scratch_.data() + s_dres_;
@@ -233,6 +278,8 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
   for (int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
     const auto& a = la_[l];
     const auto& bp = layout_.block(l);
+    const int g = layout_.group_of_block(l);
+    if (g != last) enter(g);
     const float* x_in = l == 0 ? act(encoded_) : act(la_[l - 1].res3);
     // MLP branch: res3 = res2 + drop(fcproj(gelu(fc(ln2(res2)))))
     const float* dmlp = through_dropout(l, kMlpResid);
@@ -255,6 +302,8 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
     k_->layernorm_backward(dres, D(bp.ln1_w), D(bp.ln1_b), dtmp, x_in, W(bp.ln1_w), act(a.ln1_mean), act(a.ln1_rstd), N,
                            C);
     ready({bp.ln1_w, bp.ln1_b});
+    group_grads_done(g);
+    release_group(g, Pass::Backward);
   }
   const float* demb = dres;
   if (p > 0) {
@@ -262,8 +311,11 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
                          drop_base);
     demb = dtmp;
   }
-  k_->embedding_backward(G + layout_.wte(), G + layout_.wpe(), demb, tokens, B, T, C);
+  float* GE = group_grads(0);
+  const int64_t e0 = layout_.group(0).begin;
+  k_->embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0), demb, tokens, B, T, C);
   ready({layout_.wpe(), layout_.wte()});
+  group_grads_done(0);
 }
 
 void GPT::last_logits(float* out, int64_t B, int64_t T) {
@@ -275,21 +327,24 @@ void GPT::last_logits(float* out, int64_t B, int64_t T) {
     dev_out = DeviceArray<float>(B * V, MemCategory::Scratch, dev_);
     o = dev_out.data();
   }
-  for (int64_t b = 0; b < B; ++b)
-    k_->classifier_logits(o + b * V, act(lnf_) + (b * T + T - 1) * C, params_.data() + layout_.wte(), 1, C, V);
+  const float* wte = group_params(0, Pass::Forward) + (layout_.wte() - layout_.group(0).begin);
+  for (int64_t b = 0; b < B; ++b) k_->classifier_logits(o + b * V, act(lnf_) + (b * T + T - 1) * C, wte, 1, C, V);
+  release_group(0, Pass::Forward);
   if (!dev_.is_cpu()) dev_out.copy_to_host(out, B * V);
 }
 
 void GPT::all_logits(float* out, int64_t B, int64_t T) {
   PARALLM_CHECK(B == cur_B_ && T == cur_T_, InternalError, "gpt.all_logits", "call after forward on the same batch");
   const int64_t n = B * T * cfg_.vocab_size;
+  const float* wte = group_params(0, Pass::Forward) + (layout_.wte() - layout_.group(0).begin);
   if (dev_.is_cpu()) {
-    k_->classifier_logits(out, act(lnf_), params_.data() + layout_.wte(), B * T, cfg_.n_embd, cfg_.vocab_size);
-    return;
+    k_->classifier_logits(out, act(lnf_), wte, B * T, cfg_.n_embd, cfg_.vocab_size);
+  } else {
+    DeviceArray<float> dev_out(n, MemCategory::Scratch, dev_);
+    k_->classifier_logits(dev_out.data(), act(lnf_), wte, B * T, cfg_.n_embd, cfg_.vocab_size);
+    dev_out.copy_to_host(out, n);
   }
-  DeviceArray<float> dev_out(n, MemCategory::Scratch, dev_);
-  k_->classifier_logits(dev_out.data(), act(lnf_), params_.data() + layout_.wte(), B * T, cfg_.n_embd, cfg_.vocab_size);
-  dev_out.copy_to_host(out, n);
+  release_group(0, Pass::Forward);
 }
 
 }  // namespace parallm::model

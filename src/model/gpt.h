@@ -19,6 +19,7 @@
 #include "core/device_array.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/param_store.h"
 #include "model/params.h"
 
 namespace parallm::kernels {
@@ -44,9 +45,20 @@ struct StepContext {
   int64_t sample_offset = 0;
 };
 
+// Which flat buffers the model allocates itself. A sharded run (ZeRO stage 2
+// drops the gradients, stage 3 the parameters too) gives the model a
+// ParamStore instead; params()/grads() are then null.
+struct GPTStorage {
+  bool params = true;
+  bool grads = true;
+};
+
 class GPT {
  public:
-  GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev = Device::cpu());
+  GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev = Device::cpu(), GPTStorage storage = {});
+  // From now on parameters and gradients are reached through `store`, group by
+  // group (nullptr: the model's own buffers again). Not owned.
+  void set_store(ParamStore* store) { store_ = store; }
 
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
@@ -87,7 +99,13 @@ class GPT {
   int64_t max_B_, max_T_;
   Device dev_;
   const kernels::Ops* k_;
-  DeviceArray<float> params_, grads_;
+  DeviceArray<float> params_, grads_;  // empty where GPTStorage says so
+  ParamStore* store_ = nullptr;
+  // Group g's parameters / gradient buffer (the store's, or the own buffers').
+  const float* group_params(int g, Pass pass) const;
+  void release_group(int g, Pass pass) const;
+  float* group_grads(int g) const;
+  void group_grads_done(int g) const;
   // Activations: one flat buffer, with offsets per layer.
   DeviceArray<float> acts_;
   DeviceArray<float> scratch_;                 // backward temporaries + kernel workspaces

@@ -86,6 +86,15 @@ ParamLayout::ParamLayout(const GPTConfig& c) {
   }
   lnf_w_ = add("transformer.ln_f.weight", {C}, I::Ones, 0.0f, false);
   if (c.bias) lnf_b_ = add("transformer.ln_f.bias", {C}, I::Zeros, 0.0f, false);
+  groups_.push_back({0, blocks_[0].ln1_w});
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    groups_.push_back({blocks_[l].ln1_w, l + 1 < c.n_layer ? blocks_[l + 1].ln1_w : total_});
+}
+
+int64_t ParamLayout::max_group_size() const {
+  int64_t m = 0;
+  for (const auto& g : groups_) m = std::max(m, g.end - g.begin);
+  return m;
 }
 
 int ParamLayout::unit_at(int64_t offset) const {

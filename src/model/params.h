@@ -61,8 +61,16 @@ class ParamLayout {
   // The unit (slot index) of the parameter at flat offset `offset`.
   int unit_at(int64_t offset) const;
   int64_t lnf_b() const { return lnf_b_; }
+  // Groups: the unit of sharding (ZeRO) and of gathering (stage 3). Group 0
+  // holds the embeddings (wte, wpe), group 1 + l transformer block l; the last
+  // block's group also holds ln_f. Contiguous, in layout order, tiling [0, total()).
+  int num_groups() const { return static_cast<int>(groups_.size()); }
+  Range group(int g) const { return groups_[g]; }
+  int group_of_block(int64_t l) const { return static_cast<int>(l) + 1; }
+  int64_t max_group_size() const;
 
  private:
+  std::vector<Range> groups_;
   std::vector<ParamSlot> slots_;
   std::vector<BlockParams> blocks_;
   int64_t total_ = 0, count_ = 0, wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = -1;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "kernels/adamw.h"
 #include "kernels/ops.h"
 
@@ -12,11 +13,21 @@ AdamW::AdamW(const model::ParamLayout& layout, const AdamWConfig& cfg, Device de
   for (const auto& s : layout.slots()) {
     // Padding between slots stays zero (zero grads, zero params), so runs may span it.
     if (!runs_.empty() && runs_.back().decay == s.decay) {
-      runs_.back().length = s.offset + s.numel - runs_.back().offset;
+      runs_.back().length = s.offset + s.numel - runs_.back().param;
     } else {
-      runs_.push_back({s.offset, s.numel, s.decay});
+      runs_.push_back({s.offset, s.offset, s.offset, s.numel, s.decay});
     }
   }
+}
+
+AdamW::AdamW(std::vector<AdamWRun> runs, int64_t state_size, const AdamWConfig& cfg, Device dev)
+    : cfg_(cfg),
+      runs_(std::move(runs)),
+      m_(state_size, MemCategory::OptState, dev),
+      v_(state_size, MemCategory::OptState, dev) {
+  for (const auto& r : runs_)
+    PARALLM_CHECK(r.state >= 0 && r.length >= 0 && r.state + r.length <= state_size, InternalError, "optim.adamw",
+                  "run [{}, {}) outside the state of {} elements", r.state, r.state + r.length, state_size);
 }
 
 void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
@@ -31,7 +42,7 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
   for (const auto& r : runs_) {
     p.weight_decay = r.decay ? cfg_.weight_decay : 0.0f;
     kernels::ops_for(m_.device())
-        .adamw_step(params + r.offset, grads + r.offset, m_.data() + r.offset, v_.data() + r.offset, r.length, p);
+        .adamw_step(params + r.param, grads + r.grad, m_.data() + r.state, v_.data() + r.state, r.length, p);
   }
 }
 

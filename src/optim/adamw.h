@@ -21,11 +21,22 @@ struct AdamWConfig {
   float weight_decay = 0.1f;
 };
 
+// A stretch of elements updated alike: parameters at params + param, their
+// gradients at grads + grad, their moments at offset `state` of the
+// optimizer's own buffers.
+struct AdamWRun {
+  int64_t param = 0, grad = 0, state = 0, length = 0;
+  bool decay = false;
+};
+
 class AdamW {
  public:
+  // The whole model: one state element per flat-buffer element.
   AdamW(const model::ParamLayout& layout, const AdamWConfig& cfg, Device dev = Device::cpu());
+  // A shard (ZeRO): moments for state_size elements, reached through `runs`.
+  AdamW(std::vector<AdamWRun> runs, int64_t state_size, const AdamWConfig& cfg, Device dev = Device::cpu());
   // One update with learning rate `lr`; gradients are multiplied by grad_scale first.
-  // params and grads live on the optimizer's device.
+  // params and grads live on the optimizer's device; the runs' offsets apply to them.
   void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }
@@ -36,12 +47,8 @@ class AdamW {
   const AdamWConfig& config() const { return cfg_; }
 
  private:
-  struct Run {
-    int64_t offset, length;
-    bool decay;
-  };
   AdamWConfig cfg_;
-  std::vector<Run> runs_;
+  std::vector<AdamWRun> runs_;
   DeviceArray<float> m_, v_;
   int64_t t_ = 0;
 };

@@ -26,10 +26,17 @@ struct TrainState {
 
 void save_checkpoint(const std::string& out_dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
                      const nlohmann::json& config);
+// The same from host buffers of layout.total() floats each (a sharded run
+// assembles them first): parameters, then AdamW's first and second moments.
+void save_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, const float* params, const float* m,
+                     const float* v, int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config);
 // Reads state.json only (to rebuild the model with the saved config).
 nlohmann::json read_checkpoint_meta(const std::string& out_dir);
 // Loads weights and optimizer state into an existing model/optimizer; throws
 // IoError naming the mismatch if the layout differs or a file is truncated.
 TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::AdamW* opt);
+// Into host buffers of layout.total() floats (m and v may both be null).
+TrainState load_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, float* params, float* m,
+                           float* v, int64_t* optimizer_steps);
 
 }  // namespace parallm::train

@@ -181,6 +181,9 @@ const std::map<std::string, Key>& keys() {
                "sum gradients and losses in a fixed order (bitwise equal for any split over ranks; no overlap)"),
       INT_KEY("ddp.shards", ddp_shards,
               "deterministic: shards of the global micro-batch (0 = one per rank; on 1 rank, N reproduces N ranks)"),
+      INT_KEY("zero.stage", zero_stage,
+              "ZeRO: 0 = plain data parallel, 1 = shard optimizer state, 2 = also gradients (overlapped "
+              "reduce-scatter)"),
   };
   return table;
 }
@@ -262,7 +265,17 @@ void RunConfig::validate() const {
   PARALLM_CHECK(ddp_shards == 0 || ddp_deterministic, ConfigError, "config",
                 "ddp.shards={} only applies with ddp.deterministic=true", ddp_shards);
   PARALLM_CHECK(warmup_iters >= 0, ConfigError, "config", "optimizer.warmup_iters must be >= 0");
+  PARALLM_CHECK(zero_stage >= 0 && zero_stage <= 3, ConfigError, "config", "zero.stage must be 0, 1, 2 or 3, got {}",
+                zero_stage);
+  PARALLM_CHECK(zero_stage != 3, ConfigError, "config",
+                "zero.stage=3 (sharded parameters) is not built yet; stages 1 and 2 are");
+  PARALLM_CHECK(zero_stage == 0 || !ddp_deterministic, ConfigError, "config",
+                "zero.stage={} with ddp.deterministic=true: the deterministic reduction is for plain data parallel "
+                "(zero.stage=0)",
+                zero_stage);
   if (!parse_device(device).is_cpu()) {
+    PARALLM_CHECK(zero_stage == 0, ConfigError, "config", "zero.stage={} is CPU-only for now (train.device={})",
+                  zero_stage, device);
     PARALLM_CHECK(gpu::built(), ConfigError, "config",
                   "train.device={}: this parallm was built without CUDA (configure with -DPARALLM_CUDA=ON)", device);
     PARALLM_CHECK(!ddp_deterministic, ConfigError, "config", "ddp.deterministic is CPU-only for now (train.device={})",

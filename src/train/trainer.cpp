@@ -19,6 +19,7 @@
 #include "optim/schedule.h"
 #include "parallel/ddp.h"
 #include "parallel/deterministic.h"
+#include "parallel/zero.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/peak.h"
@@ -65,6 +66,25 @@ class WorldMean {
 
 void broadcast_floats(comm::Communicator& w, float* p, int64_t n) {
   if (w.size() > 1) w.broadcast(Tensor::view_of(p, {n}, DType::F32), 0);
+}
+
+// Per-rank bytes per parameter of the training state (ZeRO's accounting).
+std::string state_table(const MemStats& s, int64_t nparams) {
+  auto cat = [&](MemCategory c) { return s.peak[static_cast<int>(c)]; };
+  const size_t p = cat(MemCategory::Params), g = cat(MemCategory::Grads), o = cat(MemCategory::OptState);
+  const auto n = static_cast<double>(nparams);
+  return fmt::format(
+      "training state per rank (peak): params {} ({:.2f} B/param) + grads {} ({:.2f}) + optimizer {} ({:.2f}) = {} "
+      "({:.2f} B/param); communication buffers {} ({:.2f})",
+      format_bytes(p), static_cast<double>(p) / n, format_bytes(g), static_cast<double>(g) / n, format_bytes(o),
+      static_cast<double>(o) / n, format_bytes(p + g + o), static_cast<double>(p + g + o) / n,
+      format_bytes(cat(MemCategory::Comm)), static_cast<double>(cat(MemCategory::Comm)) / n);
+}
+
+std::vector<optim::AdamWRun> adamw_runs(const std::vector<parallel::ShardRun>& runs) {
+  std::vector<optim::AdamWRun> out;
+  for (const auto& r : runs) out.push_back({r.param, r.grad, r.state, r.length, r.decay});
+  return out;
 }
 
 // Rank 0's values of the few scalars a resumed run continues from.
@@ -147,14 +167,32 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     if (metrics_file) metrics_file->write(rec);
   };
 
-  model::GPT m(cfg.model, B, T, dev);
-  optim::AdamW opt(m.layout(), {cfg.learning_rate, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay}, dev);
+  // ZeRO: stage 2 keeps no full gradient buffer in the model (the Zero store holds windows and a shard).
+  const int zstage = static_cast<int>(cfg.zero_stage);
+  model::GPT m(cfg.model, B, T, dev, {true, zstage < 2});
+  std::unique_ptr<parallel::Zero> zero;
+  if (zstage > 0) zero = std::make_unique<parallel::Zero>(world, m.layout(), zstage, m.params(), m.grads());
+  if (zstage >= 2) m.set_store(zero.get());
+  const optim::AdamWConfig acfg{cfg.learning_rate, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
+  optim::AdamW opt = zero ? optim::AdamW(adamw_runs(zero->runs()), zero->shard_size(), acfg, dev)
+                          : optim::AdamW(m.layout(), acfg, dev);
+  const auto flat = static_cast<size_t>(m.flat_size());
   TrainState st;
   if (resume) {
-    if (lead) st = load_checkpoint(cfg.out_dir, m, &opt);
-    // Every rank continues from rank 0's weights, optimizer state and step.
-    broadcast_floats(world, opt.m(), opt.size());
-    broadcast_floats(world, opt.v(), opt.size());
+    if (zero) {
+      // Rank 0 reads the unsharded files; each rank receives its shard of the moments.
+      Array<float> fm(lead ? flat : 0, MemCategory::Other), fv(lead ? flat : 0, MemCategory::Other);
+      int64_t steps = 0;
+      if (lead) st = load_checkpoint(cfg.out_dir, m.layout(), m.params(), fm.data(), fv.data(), &steps);
+      opt.set_steps_taken(steps);
+      zero->scatter_shard(fm.data(), opt.m(), 0);
+      zero->scatter_shard(fv.data(), opt.v(), 0);
+    } else {
+      if (lead) st = load_checkpoint(cfg.out_dir, m, &opt);
+      // Every rank continues from rank 0's weights, optimizer state and step.
+      broadcast_floats(world, opt.m(), opt.size());
+      broadcast_floats(world, opt.v(), opt.size());
+    }
     broadcast_state(world, st, opt);
     log::info("resuming from {} at iter {} (best val loss {:.4f})", cfg.out_dir, st.iter, st.best_val_loss);
   } else {
@@ -167,7 +205,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   if (cfg.ddp_deterministic)
     det = std::make_unique<parallel::DeterministicGrads>(world, m.flat_size(), static_cast<int>(B / Bs));
   std::unique_ptr<parallel::DataParallel> ddp;
-  if (nranks > 1 && !det)
+  if (nranks > 1 && !det && !zero)
     ddp =
         std::make_unique<parallel::DataParallel>(world, m.layout(), m.grads(), parallel::DdpOptions{cfg.ddp_bucket_mb});
   const std::function<void(int)> ddp_hook = ddp ? ddp->hook() : nullptr;
@@ -202,6 +240,10 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   if (ddp)
     log::info("ddp: {} gradient buckets of up to {} MiB, all-reduced during backward", ddp->num_buckets(),
               cfg.ddp_bucket_mb);
+  if (zero)
+    log::info("zero: stage {}, this rank's shard {} of {} elements ({} groups){}", zstage, zero->shard_size(),
+              m.flat_size(), m.layout().num_groups(),
+              zstage >= 2 ? ", gradients reduce-scattered during backward" : "");
   if (!dev.is_cpu()) log::info("device: {} {} | {}", dev.str(), gpu::describe(dev.index), gpu::version());
   log::info("MFU peak: {:.1f} GFLOP/s ({})", peak / 1e9,
             cfg.peak_flops > 0 ? "train.peak_flops"
@@ -255,10 +297,20 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     sum.last_val_loss = losses[1];
     if (losses[1] < st.best_val_loss || cfg.always_save_checkpoint) {
       st.best_val_loss = std::min<double>(st.best_val_loss, losses[1]);
-      if (it > 0 && !cfg.eval_only && lead) {  // an eval-only run never rewrites the checkpoint
+      if (it > 0 && !cfg.eval_only) {  // an eval-only run never rewrites the checkpoint
         st.iter = it;
-        save_checkpoint(cfg.out_dir, m, opt, st, cfg.to_json());
-        progress.print(fmt::format("saved checkpoint to {}/ckpt", cfg.out_dir));
+        if (zero) {
+          // The shards of the moments are assembled on rank 0 (every rank takes part).
+          Array<float> fm(lead ? flat : 0, MemCategory::Other), fv(lead ? flat : 0, MemCategory::Other);
+          zero->gather_shard(opt.m(), fm.data(), 0);
+          zero->gather_shard(opt.v(), fv.data(), 0);
+          if (lead)
+            save_checkpoint(cfg.out_dir, m.layout(), m.params(), fm.data(), fv.data(), opt.steps_taken(), st,
+                            cfg.to_json());
+        } else if (lead) {
+          save_checkpoint(cfg.out_dir, m, opt, st, cfg.to_json());
+        }
+        if (lead) progress.print(fmt::format("saved checkpoint to {}/ckpt", cfg.out_dir));
       }
     }
     if (vocab && cfg.sample_tokens > 0 && lead) {
@@ -280,6 +332,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     double dtf = 0, dtb = 0, loss_acc = 0;
     m.zero_grad();
     if (det) det->begin_step();
+    if (zero) zero->begin_step();
     shard_losses.clear();
     for (int64_t micro = 0; micro < cfg.gas; ++micro) {
       {
@@ -318,14 +371,16 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     Timer to;
     if (ddp) ddp->finish();
     if (det) det->finish(m.grads());
-    const double norm = optim::global_norm(m.grads(), m.flat_size(), dev);
+    if (zero) zero->finish_grads();
+    const double norm = zero ? zero->grad_norm() : optim::global_norm(m.grads(), m.flat_size(), dev);
     const float loss = det ? det->mean_loss(shard_losses, cfg.gas)
                            : world_mean(static_cast<float>(loss_acc / static_cast<double>(cfg.gas)));
     if (!std::isfinite(loss) || !std::isfinite(norm))
       throw NumericError("train", fmt::format("non-finite loss ({}) or gradient norm ({}) at iter {}; lower "
                                               "optimizer.learning_rate or set optimizer.grad_clip",
                                               loss, norm, it));
-    opt.step(m.params(), m.grads(), lr, optim::clip_factor(norm, cfg.grad_clip));
+    opt.step(m.params(), zero ? zero->grad_base() : m.grads(), lr, optim::clip_factor(norm, cfg.grad_clip));
+    if (zero) zero->gather_params();
     dtb += to.seconds();
     const double dt = t_iter.seconds();
     const double tok_s = static_cast<double>(tokens_per_iter) / dt;
@@ -349,8 +404,20 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       rec["comm_ms"] = cs.comm_s * 1e3;
       rec["comm_exposed_ms"] = cs.exposed_s * 1e3;
       rec["comm_bytes"] = cs.bytes;
+      rec["comm_bytes_all_reduce"] = cs.bytes;
       comm_text = fmt::format(", comm {:.1f}ms ({:.0f}% not overlapped)", cs.comm_s * 1e3,
                               cs.comm_s > 0 ? 100.0 * std::min(1.0, cs.exposed_s / cs.comm_s) : 0.0);
+    }
+    if (zero && nranks > 1) {
+      const auto& zs = zero->stats();
+      rec["comm_ms"] = zs.comm_s * 1e3;
+      rec["comm_exposed_ms"] = zs.exposed_s * 1e3;
+      rec["comm_bytes"] = zs.reduce_scatter_bytes + zs.all_gather_bytes + zs.all_reduce_bytes;
+      rec["comm_bytes_reduce_scatter"] = zs.reduce_scatter_bytes;
+      rec["comm_bytes_all_gather"] = zs.all_gather_bytes;
+      comm_text = fmt::format(", comm {:.1f}ms ({:.1f} ms waited), reduce-scatter {} + all-gather {}", zs.comm_s * 1e3,
+                              zs.exposed_s * 1e3, format_bytes(static_cast<size_t>(zs.reduce_scatter_bytes)),
+                              format_bytes(static_cast<size_t>(zs.all_gather_bytes)));
     }
     write_metrics(rec);
     if (it % cfg.log_interval == 0)
@@ -363,6 +430,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       memory_reported = true;
       const MemStats ms = HostAllocator::instance().stats();
       progress.print(memory_line(ms));
+      progress.print(state_table(ms, m.layout().count()));
       if (!dev.is_cpu()) progress.print("GPU " + memory_line(gpu::device_stats()));
       nlohmann::json mrec{{"kind", "memory"}, {"step", it}};
       for (int c = 0; c < static_cast<int>(MemCategory::kCount); ++c)

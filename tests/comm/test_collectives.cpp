@@ -138,6 +138,12 @@ TEST(Collectives, GatherLikeWithUnevenShards) {
       Tensor out = make(t, c);
       world->all_gather(input(t, mine.count, me, mine.offset), out);
       for (int64_t i = 0; i < c; ++i) ASSERT_EQ(get(out, i), owner_value(i)) << "all_gather count " << c;
+      // In place: the input is this rank's own part of the output.
+      Tensor whole = make(t, c);
+      for (int64_t i = 0; i < mine.count; ++i)
+        set(whole, mine.offset + i, static_cast<double>(value(me, mine.offset + i, t)));
+      world->all_gather(whole.slice_view(mine.offset, {mine.count}), whole);
+      for (int64_t i = 0; i < c; ++i) ASSERT_EQ(get(whole, i), owner_value(i)) << "in-place all_gather count " << c;
 
       const int root = n - 1;
       Tensor g = me == root ? make(t, c) : Tensor();

@@ -15,6 +15,7 @@
 #include "model/params.h"
 #include "parallel/ddp.h"
 #include "parallel/deterministic.h"
+#include "parallel/dist_run.h"
 #include "train/tiny_run.h"
 #include "train/trainer.h"
 
@@ -23,42 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-comm::Communicator* world = nullptr;
-
-class DdpTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    // One directory for the job: rank 0's pid names it.
-    Tensor id = Tensor::empty({1}, DType::I32);
-    id.data<int32_t>()[0] = static_cast<int32_t>(::getpid());
-    world->broadcast(id, 0);
-    root_ = fs::temp_directory_path() / ("parallm_ddp_" + std::to_string(id.data<int32_t>()[0]));
-    if (world->rank() == 0) {
-      fs::remove_all(root_);
-      fs::create_directories(root_);
-      test_util::prepare_tiny_dataset(root_);
-    }
-    world->barrier();
-  }
-  void TearDown() override {
-    world->barrier();
-    if (world->rank() == 0) fs::remove_all(root_);
-  }
-
-  train::RunConfig tiny(const std::string& out, int64_t batch) {
-    train::RunConfig c;
-    c.apply_overrides(test_util::tiny_run_overrides(root_, out));
-    c.apply_overrides({"model.batch_size=" + std::to_string(batch), "ddp.bucket_mb=0.01"});
-    return c;
-  }
-
-  static double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    double m = 0;
-    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]) / std::fabs(double(b[i])));
-    return m;
-  }
-  fs::path root_;
-};
+using DdpTest = test_util::DistRunTest;
+using test_util::world;
 
 TEST_F(DdpTest, NRanksEqualOneRankWithTheWholeBatch) {
   const int n = world->size();
@@ -165,16 +132,5 @@ TEST(DdpBuckets, TileTheGradientBufferInBackwardOrder) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  comm::CommOptions opt;
-  opt.timeout_s = 60;
-  auto w = comm::make_world(argc > 1 ? argv[1] : "auto", opt);
-  world = w.get();
-  if (world->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  w.reset();
-  return rc;
+  return parallm::test_util::dist_test_main(argc, argv);
 }

@@ -1,0 +1,213 @@
+#include "parallel/zero.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "kernels/ops.h"
+
+namespace parallm::parallel {
+
+namespace {
+Tensor f32_view(float* p, int64_t n) {
+  return Tensor::view_of(p, {n}, DType::F32);
+}
+}  // namespace
+
+Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads)
+    : comm_(comm), layout_(layout), stage_(stage), params_(params), grads_(grads) {
+  PARALLM_CHECK(stage == 1 || stage == 2, ConfigError, "config", "zero.stage={} is not a sharded stage here (1 or 2)",
+                stage);
+  PARALLM_CHECK(layout.num_groups() > 0, InternalError, "zero", "the layout has no groups to shard");
+  PARALLM_CHECK(params && (stage >= 2 || grads), InternalError, "zero", "stage {} needs the model's full buffers",
+                stage);
+  const int n = comm.size(), me = comm.rank();
+  for (int g = 0; g < layout.num_groups(); ++g) {
+    piece_.push_back(comm::shard_of(group_len(g), n, me));
+    local_.push_back(shard_size_);
+    shard_size_ += piece_.back().count;
+  }
+  // Optimizer runs: each parameter slot cut to this rank's pieces (alignment padding is left alone).
+  auto& runs = runs_;
+  for (int g = 0; g < layout.num_groups(); ++g) {
+    const int64_t lo = layout.group(g).begin + piece_[g].offset, hi = lo + piece_[g].count;
+    for (const auto& s : layout.slots()) {
+      const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
+      if (a >= b) continue;
+      const int64_t state = local_[g] + (a - lo);
+      const int64_t grad = stage == 1 ? a : state;
+      if (!runs.empty() && runs.back().decay == s.decay && runs.back().state + runs.back().length == state &&
+          runs.back().param + runs.back().length == a && runs.back().grad + runs.back().length == grad)
+        runs.back().length += b - a;
+      else
+        runs.push_back({a, grad, state, b - a, s.decay});
+    }
+  }
+  int64_t max_piece = 0;
+  for (const auto& p : piece_) max_piece = std::max(max_piece, p.count);
+  if (stage == 1) {
+    rs_out_ = Array<float>(max_piece, MemCategory::Comm);
+  } else {
+    shard_grads_ = Array<float>(shard_size_, MemCategory::Grads);
+    // Window 0: the embeddings (held from the head to the end of backward); 1, 2: the blocks, alternating.
+    int64_t block_max = 0;
+    for (int g = 1; g < layout.num_groups(); ++g) block_max = std::max(block_max, group_len(g));
+    windows_.resize(layout.num_groups() > 1 ? 3 : 1);
+    for (size_t w = 0; w < windows_.size(); ++w) {
+      windows_[w].buf = Array<float>(w == 0 ? group_len(0) : block_max, MemCategory::Comm);
+      windows_[w].piece = Array<float>(max_piece, MemCategory::Comm);
+    }
+  }
+}
+
+float* Zero::grad_shard(int g) const {
+  return stage_ == 1 ? grads_ + layout_.group(g).begin + piece_[g].offset : shard_grads_.data() + local_[g];
+}
+
+const float* Zero::params(int g, model::Pass) {
+  return params_ + layout_.group(g).begin;
+}
+
+void Zero::complete(Window& w) {
+  if (!w.work) return;
+  Timer t;
+  w.work->wait();
+  stats_.exposed_s += t.seconds();
+  stats_.comm_s += w.work->seconds();
+  w.work.reset();
+  float* dst = grad_shard(w.group);
+  const float* src = w.piece.data();
+  const int64_t n = piece_[w.group].count;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  w.group = -1;
+}
+
+Zero::Window& Zero::window_for(int g) {
+  PARALLM_CHECK(stage_ == 2, InternalError, "zero", "stage {} keeps the model's own gradient buffer", stage_);
+  PARALLM_CHECK(g >= 0 && g < layout_.num_groups(), InternalError, "zero", "group {} out of range", g);
+  for (Window& w : windows_)
+    if (w.group == g && !w.work) return w;  // already handed out this micro-step
+  Window* pick = nullptr;
+  if (g == 0) {
+    pick = &windows_[0];
+  } else {
+    for (size_t i = 1; i < windows_.size(); ++i) {  // a free one, else the oldest in flight
+      Window& w = windows_[i];
+      PARALLM_CHECK(w.group < 0 || w.work, InternalError, "zero", "group {} asked for a window while group {} is open",
+                    g, w.group);
+      if (!pick || (w.group < 0 && pick->group >= 0) || (w.group >= 0 && pick->group >= 0 && w.seq < pick->seq))
+        pick = &w;
+    }
+  }
+  complete(*pick);
+  std::memset(pick->buf.data(), 0, sizeof(float) * static_cast<size_t>(group_len(g)));
+  pick->group = g;
+  return *pick;
+}
+
+float* Zero::grads(int g) {
+  return window_for(g).buf.data();
+}
+
+void Zero::grads_done(int g) {
+  Window* w = nullptr;
+  for (Window& c : windows_)
+    if (c.group == g && !c.work) w = &c;
+  PARALLM_CHECK(w, InternalError, "zero", "group {} reported final without a gradient window", g);
+  w->seq = ++seq_;
+  w->work = comm_.reduce_scatter_async(f32_view(w->buf.data(), group_len(g)),
+                                       f32_view(w->piece.data(), piece_[g].count), comm::ReduceOp::Avg);
+  stats_.reduce_scatter_bytes += group_len(g) * static_cast<int64_t>(sizeof(float));
+}
+
+void Zero::begin_step() {
+  stats_ = {};
+  if (stage_ == 2) std::memset(shard_grads_.data(), 0, sizeof(float) * static_cast<size_t>(shard_size_));
+}
+
+void Zero::finish_grads() {
+  if (stage_ == 2) {
+    for (Window& w : windows_) {
+      PARALLM_CHECK(w.group < 0 || w.work, InternalError, "zero",
+                    "group {}'s gradients were never reported final: backward did not finish", w.group);
+      complete(w);
+    }
+    return;
+  }
+  // Stage 1: the full buffer, group by group; this rank's mean piece goes back in place.
+  for (int g = 0; g < layout_.num_groups(); ++g) {
+    float* full = grads_ + layout_.group(g).begin;
+    Timer t;
+    comm_.reduce_scatter(f32_view(full, group_len(g)), f32_view(rs_out_.data(), piece_[g].count), comm::ReduceOp::Avg);
+    const double s = t.seconds();
+    stats_.comm_s += s;
+    stats_.exposed_s += s;
+    stats_.reduce_scatter_bytes += group_len(g) * static_cast<int64_t>(sizeof(float));
+    std::memcpy(full + piece_[g].offset, rs_out_.data(), sizeof(float) * static_cast<size_t>(piece_[g].count));
+  }
+}
+
+double Zero::grad_norm() {
+  double local = 0;
+  const auto& k = kernels::ops_for(Device::cpu());
+  if (stage_ == 2)
+    local = k.sum_squares(shard_grads_.data(), shard_size_);
+  else
+    for (int g = 0; g < layout_.num_groups(); ++g) local += k.sum_squares(grad_shard(g), piece_[g].count);
+  // Every rank's double, bit for bit (as two int32 words), added in rank order.
+  const int n = comm_.size();
+  Tensor mine = Tensor::empty({2}, DType::I32), all = Tensor::empty({2 * n}, DType::I32);
+  std::memcpy(mine.raw(), &local, sizeof(double));
+  Timer t;
+  comm_.all_gather(mine, all);
+  stats_.exposed_s += t.seconds();
+  stats_.comm_s += t.seconds();
+  double sum = 0;
+  for (int r = 0; r < n; ++r) {
+    double v = 0;
+    std::memcpy(&v, all.data<int32_t>() + 2 * r, sizeof(double));
+    sum += v;
+  }
+  return std::sqrt(sum);
+}
+
+void Zero::gather_params() {
+  // Every group gathered in place: this rank's piece is already where it belongs.
+  Timer t;
+  std::vector<comm::WorkPtr> works;
+  for (int g = 0; g < layout_.num_groups(); ++g) {
+    float* full = params_ + layout_.group(g).begin;
+    works.push_back(
+        comm_.all_gather_async(f32_view(full + piece_[g].offset, piece_[g].count), f32_view(full, group_len(g))));
+    stats_.all_gather_bytes += group_len(g) * static_cast<int64_t>(sizeof(float));
+  }
+  for (auto& w : works) {
+    w->wait();
+    stats_.comm_s += w->seconds();
+  }
+  stats_.exposed_s += t.seconds();
+}
+
+void Zero::gather_shard(const float* local, float* full, int root) {
+  const bool me_root = comm_.rank() == root;
+  PARALLM_CHECK(!me_root || full, InternalError, "zero", "the root needs a full buffer");
+  for (int g = 0; g < layout_.num_groups(); ++g) {
+    const int64_t b = layout_.group(g).begin, n = group_len(g);
+    comm_.gather(f32_view(const_cast<float*>(local) + local_[g], piece_[g].count),
+                 me_root ? f32_view(full + b, n) : Tensor(), root, n);
+  }
+}
+
+void Zero::scatter_shard(const float* full, float* local, int root) {
+  const bool me_root = comm_.rank() == root;
+  PARALLM_CHECK(!me_root || full, InternalError, "zero", "the root needs a full buffer");
+  for (int g = 0; g < layout_.num_groups(); ++g) {
+    const int64_t b = layout_.group(g).begin, n = group_len(g);
+    comm_.scatter(me_root ? f32_view(const_cast<float*>(full) + b, n) : Tensor(),
+                  f32_view(local + local_[g], piece_[g].count), root, n);
+  }
+}
+
+}  // namespace parallm::parallel

@@ -1,0 +1,124 @@
+// ZeRO (zero.stage=1|2): optimizer state, then gradients, sharded over the
+// data-parallel ranks.
+//
+// Sharding follows the layout's groups (embeddings, then one per transformer
+// block): group g of n elements is split by comm::shard_of(n, ranks), so rank
+// r owns one contiguous piece of every group and no size is ever an error
+// (the first n % ranks ranks hold one element more). A rank's shard is the
+// concatenation of its pieces; its optimizer state (AdamW moments) covers the
+// shard only, so an optimizer step is the usual fused AdamW over a few runs.
+//
+// Stage 1: backward fills the model's full gradient buffer as without ZeRO.
+// After backward each group is reduce-scattered (mean over ranks) and this
+// rank's piece is written back in place; each rank updates its pieces of the
+// parameters, and every group is all-gathered in place into the full
+// parameter buffer. Per rank: 4 (params) + 4 (grads) + 8/N (moments) bytes
+// per parameter.
+//
+// Stage 2: the model keeps no gradient buffer. It is a ParamStore client:
+// each group's gradients go into a window (a communication buffer), and when
+// backward reports the group final, the window is reduce-scattered
+// asynchronously, overlapping the rest of backward, and this rank's piece is
+// added into its gradient shard. The embeddings' window lives from the tied
+// head (end of forward) to the end of backward; blocks share two windows, so
+// one block's reduce-scatter runs while the next block computes. Per rank:
+// 4 + (4 + 8)/N bytes per parameter, plus the windows (accounted as
+// communication buffers). With gradient accumulation every micro-step is
+// reduce-scattered and the pieces accumulate.
+//
+// The optimizer stays in optim/ (a layer above): it is built over runs() with
+// shard_size() elements of state, steps on grad_base(), and gather_params()
+// then gives every rank the updated parameters.
+//
+// The global gradient norm is the sum of every rank's squared shard norm
+// (doubles, gathered and added in rank order), so clipping sees the whole
+// model. Checkpoints gather the shards of the optimizer state to one rank and
+// scatter them back, so the files are those of an unsharded run and load at
+// any stage and world size.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/allocator.h"
+#include "model/param_store.h"
+#include "model/params.h"
+
+namespace parallm::parallel {
+
+// A stretch of this rank's shard: parameters at offset `param` of the full
+// parameter buffer, gradients at `grad` of grad_base(), and the optimizer's
+// state for them at `state` of a shard-sized buffer; decay as the slot says.
+struct ShardRun {
+  int64_t param = 0, grad = 0, state = 0, length = 0;
+  bool decay = false;
+};
+
+// One optimizer step's communication.
+struct ZeroStats {
+  double comm_s = 0;     // time the collectives ran on the communication thread
+  double exposed_s = 0;  // time the training loop waited for them
+  int64_t reduce_scatter_bytes = 0, all_gather_bytes = 0, all_reduce_bytes = 0;  // payload per kind
+};
+
+class Zero : public model::ParamStore {
+ public:
+  // params: the model's full parameter buffer; grads: its full gradient
+  // buffer (stage 1 only; nullptr at stage 2, where the model has none).
+  Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads);
+  int stage() const { return stage_; }
+  int64_t shard_size() const { return shard_size_; }
+
+  // ParamStore (stage 2): parameters are the full buffer, gradients go to windows.
+  const float* params(int g, model::Pass pass) override;
+  void release_params(int, model::Pass) override {}
+  float* grads(int g) override;
+  void grads_done(int g) override;
+
+  // Before an optimizer step's first micro-step.
+  void begin_step();
+  // After the last micro-step: this rank's gradient shard holds the mean over ranks.
+  void finish_grads();
+  // L2 norm of the whole gradient (collective).
+  double grad_norm();
+  // This rank's shard, for the optimizer.
+  const std::vector<ShardRun>& runs() const { return runs_; }
+  float* grad_base() const { return stage_ == 1 ? grads_ : shard_grads_.data(); }
+  // After the optimizer updated this rank's pieces: every rank gets all parameters.
+  void gather_params();
+  const ZeroStats& stats() const { return stats_; }
+
+  // Checkpoints (collective): a shard-sized buffer (e.g. an optimizer moment)
+  // assembled in the flat layout on `root` (others pass nullptr), and back.
+  void gather_shard(const float* local, float* full, int root);
+  void scatter_shard(const float* full, float* local, int root);
+
+ private:
+  struct Window {
+    Array<float> buf, piece;  // the group's gradients; this rank's reduced piece
+    int group = -1;           // group held (-1: free)
+    comm::WorkPtr work;       // its reduce-scatter, while in flight
+    int64_t seq = 0;          // issue order
+  };
+  int64_t group_len(int g) const { return layout_.group(g).end - layout_.group(g).begin; }
+  float* grad_shard(int g) const;  // this rank's reduced piece of group g
+  Window& window_for(int g);
+  void complete(Window& w);  // waits for its reduce-scatter and adds the piece into the shard
+
+  comm::Communicator& comm_;
+  const model::ParamLayout& layout_;
+  int stage_;
+  float* params_;
+  float* grads_;
+  std::vector<comm::Shard> piece_;  // per group, offset relative to the group's start
+  std::vector<int64_t> local_;      // per group, offset of its piece in this rank's shard
+  int64_t shard_size_ = 0;
+  std::vector<ShardRun> runs_;
+  Array<float> shard_grads_;  // stage 2: the reduced gradient shard
+  Array<float> rs_out_;       // stage 1: a piece's reduce-scatter output
+  std::vector<Window> windows_;
+  int64_t seq_ = 0;
+  ZeroStats stats_;
+};
+
+}  // namespace parallm::parallel

@@ -1,0 +1,74 @@
+// Shared by the multi-rank training tests (each binary runs under mpirun):
+// the world communicator, a fixture that gives the job one scratch directory
+// with the tiny dataset, and the main() that starts the world.
+#pragma once
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "train/tiny_run.h"
+#include "train/trainer.h"
+
+namespace parallm::test_util {
+
+inline comm::Communicator* world = nullptr;
+
+class DistRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // One directory for the job: rank 0's pid names it.
+    Tensor id = Tensor::empty({1}, DType::I32);
+    id.data<int32_t>()[0] = static_cast<int32_t>(::getpid());
+    world->broadcast(id, 0);
+    root_ = std::filesystem::temp_directory_path() / ("parallm_dist_" + std::to_string(id.data<int32_t>()[0]));
+    if (world->rank() == 0) {
+      std::filesystem::remove_all(root_);
+      std::filesystem::create_directories(root_);
+      prepare_tiny_dataset(root_);
+    }
+    world->barrier();
+  }
+  void TearDown() override {
+    world->barrier();
+    if (world->rank() == 0) std::filesystem::remove_all(root_);
+  }
+
+  train::RunConfig tiny(const std::string& out, int64_t batch) {
+    train::RunConfig c;
+    c.apply_overrides(tiny_run_overrides(root_, out));
+    c.apply_overrides({"model.batch_size=" + std::to_string(batch), "ddp.bucket_mb=0.01"});
+    return c;
+  }
+
+  static double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    double m = 0;
+    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]) / std::fabs(double(b[i])));
+    return m;
+  }
+  std::filesystem::path root_;
+};
+
+// argv[1]: the backend ("mpi" under mpirun, "self" alone; default auto).
+inline int dist_test_main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  comm::CommOptions opt;
+  opt.timeout_s = 60;
+  auto w = comm::make_world(argc > 1 ? argv[1] : "auto", opt);
+  world = w.get();
+  if (world->rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rc = RUN_ALL_TESTS();
+  world = nullptr;
+  w.reset();
+  return rc;
+}
+
+}  // namespace parallm::test_util
