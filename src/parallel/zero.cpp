@@ -15,13 +15,15 @@ Tensor f32_view(float* p, int64_t n) {
 }
 }  // namespace
 
-Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads)
-    : comm_(comm), layout_(layout), stage_(stage), params_(params), grads_(grads) {
-  PARALLM_CHECK(stage == 1 || stage == 2, ConfigError, "config", "zero.stage={} is not a sharded stage here (1 or 2)",
+Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads,
+           int prefetch)
+    : comm_(comm), layout_(layout), stage_(stage), params_(params), grads_(grads), prefetch_(prefetch) {
+  PARALLM_CHECK(stage >= 1 && stage <= 3, ConfigError, "config", "zero.stage={} is not a sharded stage (1, 2 or 3)",
                 stage);
+  PARALLM_CHECK(prefetch >= 0, ConfigError, "config", "zero.prefetch must be >= 0, got {}", prefetch);
   PARALLM_CHECK(layout.num_groups() > 0, InternalError, "zero", "the layout has no groups to shard");
-  PARALLM_CHECK(params && (stage >= 2 || grads), InternalError, "zero", "stage {} needs the model's full buffers",
-                stage);
+  PARALLM_CHECK((stage >= 3 || params) && (stage >= 2 || grads), InternalError, "zero",
+                "stage {} needs the model's full buffers", stage);
   const int n = comm.size(), me = comm.rank();
   for (int g = 0; g < layout.num_groups(); ++g) {
     piece_.push_back(comm::shard_of(group_len(g), n, me));
@@ -36,12 +38,12 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
       const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
       if (a >= b) continue;
       const int64_t state = local_[g] + (a - lo);
-      const int64_t grad = stage == 1 ? a : state;
+      const int64_t grad = stage == 1 ? a : state, param = stage == 3 ? state : a;
       if (!runs.empty() && runs.back().decay == s.decay && runs.back().state + runs.back().length == state &&
-          runs.back().param + runs.back().length == a && runs.back().grad + runs.back().length == grad)
+          runs.back().param + runs.back().length == param && runs.back().grad + runs.back().length == grad)
         runs.back().length += b - a;
       else
-        runs.push_back({a, grad, state, b - a, s.decay});
+        runs.push_back({param, grad, state, b - a, s.decay});
     }
   }
   int64_t max_piece = 0;
@@ -59,14 +61,87 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
       windows_[w].piece = Array<float>(max_piece, MemCategory::Comm);
     }
   }
+  if (stage == 3) {
+    param_shard_ = Array<float>(shard_size_, MemCategory::Params);
+    int64_t block_max = 0;
+    for (int g = 1; g < layout.num_groups(); ++g) block_max = std::max(block_max, group_len(g));
+    pwins_.resize(layout.num_groups() > 1 ? 2 + static_cast<size_t>(std::max(prefetch, 1)) : 1);  // E, then blocks
+    for (size_t w = 0; w < pwins_.size(); ++w)
+      pwins_[w].buf = Array<float>(w == 0 ? group_len(0) : block_max, MemCategory::Params);
+  }
+}
+
+Zero::ParamWindow* Zero::param_window_of(int g) {
+  if (g == 0) return pwins_[0].group == 0 ? &pwins_[0] : nullptr;
+  for (size_t i = 1; i < pwins_.size(); ++i)
+    if (pwins_[i].group == g) return &pwins_[i];
+  return nullptr;
+}
+
+Zero::ParamWindow* Zero::free_param_window(int g) {
+  if (g == 0) return &pwins_[0];
+  ParamWindow* pick = nullptr;
+  for (size_t i = 1; i < pwins_.size(); ++i) {
+    ParamWindow& w = pwins_[i];
+    if (w.pinned || w.work) continue;  // being read, or a prefetch not yet used
+    if (!pick || (w.group < 0 && pick->group >= 0) || ((w.group < 0) == (pick->group < 0) && w.used < pick->used))
+      pick = &w;
+  }
+  return pick;
+}
+
+void Zero::gather_into(ParamWindow& w, int g) {
+  w.group = g;
+  w.work = comm_.all_gather_async(f32_view(param_shard_.data() + local_[g], piece_[g].count),
+                                  f32_view(w.buf.data(), group_len(g)));
+  stats_.all_gather_bytes += group_len(g) * static_cast<int64_t>(sizeof(float));
 }
 
 float* Zero::grad_shard(int g) const {
   return stage_ == 1 ? grads_ + layout_.group(g).begin + piece_[g].offset : shard_grads_.data() + local_[g];
 }
 
-const float* Zero::params(int g, model::Pass) {
-  return params_ + layout_.group(g).begin;
+const float* Zero::params(int g, model::Pass pass) {
+  if (stage_ < 3) return params_ + layout_.group(g).begin;
+  PARALLM_CHECK(g >= 0 && g < layout_.num_groups(), InternalError, "zero", "group {} out of range", g);
+  ParamWindow* w = param_window_of(g);
+  if (!w) {
+    w = free_param_window(g);
+    PARALLM_CHECK(w, InternalError, "zero", "no parameter window free for group {}", g);
+    gather_into(*w, g);
+  }
+  w->pinned = true;
+  w->used = ++clock_;
+  // Prefetch the next groups of this pass while this one computes (the embeddings stay resident).
+  for (int k = 1; k <= prefetch_; ++k) {
+    const int h = pass == model::Pass::Forward ? g + k : g - k;
+    if (h < 1 || h >= layout_.num_groups()) break;
+    if (param_window_of(h)) continue;
+    ParamWindow* f = free_param_window(h);
+    if (!f) break;
+    gather_into(*f, h);
+  }
+  if (w->work) {
+    Timer t;
+    w->work->wait();
+    stats_.exposed_s += t.seconds();
+    stats_.comm_s += w->work->seconds();
+    w->work.reset();
+  }
+  return w->buf.data();
+}
+
+void Zero::release_params(int g, model::Pass) {
+  if (stage_ < 3) return;
+  if (ParamWindow* w = param_window_of(g)) w->pinned = false;
+}
+
+void Zero::load_params(const float* full) {
+  PARALLM_CHECK(stage_ == 3, InternalError, "zero", "load_params is for stage 3");
+  for (int g = 0; g < layout_.num_groups(); ++g)
+    std::memcpy(param_shard_.data() + local_[g], full + layout_.group(g).begin + piece_[g].offset,
+                sizeof(float) * static_cast<size_t>(piece_[g].count));
+  for (ParamWindow& w : pwins_) w.group = -1;
 }
 
 void Zero::complete(Window& w) {
@@ -85,7 +160,7 @@ void Zero::complete(Window& w) {
 }
 
 Zero::Window& Zero::window_for(int g) {
-  PARALLM_CHECK(stage_ == 2, InternalError, "zero", "stage {} keeps the model's own gradient buffer", stage_);
+  PARALLM_CHECK(stage_ >= 2, InternalError, "zero", "stage {} keeps the model's own gradient buffer", stage_);
   PARALLM_CHECK(g >= 0 && g < layout_.num_groups(), InternalError, "zero", "group {} out of range", g);
   for (Window& w : windows_)
     if (w.group == g && !w.work) return w;  // already handed out this micro-step
@@ -124,11 +199,11 @@ void Zero::grads_done(int g) {
 
 void Zero::begin_step() {
   stats_ = {};
-  if (stage_ == 2) std::memset(shard_grads_.data(), 0, sizeof(float) * static_cast<size_t>(shard_size_));
+  if (stage_ >= 2) std::memset(shard_grads_.data(), 0, sizeof(float) * static_cast<size_t>(shard_size_));
 }
 
 void Zero::finish_grads() {
-  if (stage_ == 2) {
+  if (stage_ >= 2) {
     for (Window& w : windows_) {
       PARALLM_CHECK(w.group < 0 || w.work, InternalError, "zero",
                     "group {}'s gradients were never reported final: backward did not finish", w.group);
@@ -152,7 +227,7 @@ void Zero::finish_grads() {
 double Zero::grad_norm() {
   double local = 0;
   const auto& k = kernels::ops_for(Device::cpu());
-  if (stage_ == 2)
+  if (stage_ >= 2)
     local = k.sum_squares(shard_grads_.data(), shard_size_);
   else
     for (int g = 0; g < layout_.num_groups(); ++g) local += k.sum_squares(grad_shard(g), piece_[g].count);
@@ -174,6 +249,15 @@ double Zero::grad_norm() {
 }
 
 void Zero::gather_params() {
+  if (stage_ == 3) {  // the windows hold the old parameters
+    for (ParamWindow& w : pwins_) {
+      PARALLM_CHECK(!w.pinned, InternalError, "zero", "group {} still in use at the optimizer step", w.group);
+      if (w.work) w.work->wait();
+      w.work.reset();
+      w.group = -1;
+    }
+    return;
+  }
   // Every group gathered in place: this rank's piece is already where it belongs.
   Timer t;
   std::vector<comm::WorkPtr> works;

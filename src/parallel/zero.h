@@ -1,5 +1,5 @@
-// ZeRO (zero.stage=1|2): optimizer state, then gradients, sharded over the
-// data-parallel ranks.
+// ZeRO (zero.stage=1|2|3): optimizer state, then gradients, then parameters
+// sharded over the data-parallel ranks.
 //
 // Sharding follows the layout's groups (embeddings, then one per transformer
 // block): group g of n elements is split by comm::shard_of(n, ranks), so rank
@@ -25,6 +25,18 @@
 // 4 + (4 + 8)/N bytes per parameter, plus the windows (accounted as
 // communication buffers). With gradient accumulation every micro-step is
 // reduce-scattered and the pieces accumulate.
+//
+// Stage 3 (FSDP): the model keeps no parameters either. Each rank holds its
+// pieces of the parameters (the optimizer updates them there); when the
+// model asks for a group, it is all-gathered into a parameter window, and
+// the next zero.prefetch groups in the direction of the pass (forward: up,
+// backward: down) are gathered asynchronously while the group computes. A
+// released window keeps its group until it is needed for another (least
+// recently used first), so the last block is not gathered twice between
+// forward and backward. The embeddings (also the tied head, used at both
+// ends) stay gathered from their first use until the optimizer step.
+// Gradients as at stage 2. Per rank: 16/N bytes per parameter plus the
+// windows (1 + prefetch blocks and the embeddings, accounted as parameters).
 //
 // The optimizer stays in optim/ (a layer above): it is built over runs() with
 // shard_size() elements of state, steps on grad_base(), and gather_params()
@@ -63,15 +75,18 @@ struct ZeroStats {
 
 class Zero : public model::ParamStore {
  public:
-  // params: the model's full parameter buffer; grads: its full gradient
-  // buffer (stage 1 only; nullptr at stage 2, where the model has none).
-  Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads);
+  // params: the model's full parameter buffer (stages 1, 2; nullptr at 3);
+  // grads: its full gradient buffer (stage 1 only). prefetch: stage 3's
+  // groups gathered ahead.
+  Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads,
+       int prefetch = 1);
   int stage() const { return stage_; }
   int64_t shard_size() const { return shard_size_; }
 
-  // ParamStore (stage 2): parameters are the full buffer, gradients go to windows.
+  // ParamStore (stages 2, 3): parameters are the full buffer (2) or gathered
+  // windows (3); gradients go to windows.
   const float* params(int g, model::Pass pass) override;
-  void release_params(int, model::Pass) override {}
+  void release_params(int g, model::Pass pass) override;
   float* grads(int g) override;
   void grads_done(int g) override;
 
@@ -83,9 +98,13 @@ class Zero : public model::ParamStore {
   double grad_norm();
   // This rank's shard, for the optimizer.
   const std::vector<ShardRun>& runs() const { return runs_; }
+  float* param_base() const { return stage_ == 3 ? param_shard_.data() : params_; }
   float* grad_base() const { return stage_ == 1 ? grads_ : shard_grads_.data(); }
-  // After the optimizer updated this rank's pieces: every rank gets all parameters.
+  // After the optimizer updated this rank's pieces: every rank gets all
+  // parameters (stages 1, 2), or the gathered windows are stale (stage 3).
   void gather_params();
+  // Stage 3: takes this rank's pieces of a full flat parameter buffer.
+  void load_params(const float* full);
   const ZeroStats& stats() const { return stats_; }
 
   // Checkpoints (collective): a shard-sized buffer (e.g. an optimizer moment)
@@ -100,7 +119,17 @@ class Zero : public model::ParamStore {
     comm::WorkPtr work;       // its reduce-scatter, while in flight
     int64_t seq = 0;          // issue order
   };
+  struct ParamWindow {
+    Array<float> buf;
+    int group = -1;       // group held (-1: none)
+    bool pinned = false;  // the model is reading it
+    comm::WorkPtr work;   // its all-gather, until first waited for
+    int64_t used = 0;     // last use, for least-recently-used reuse
+  };
   int64_t group_len(int g) const { return layout_.group(g).end - layout_.group(g).begin; }
+  ParamWindow* param_window_of(int g);
+  ParamWindow* free_param_window(int g);  // nullptr if every candidate is pinned or in flight
+  void gather_into(ParamWindow& w, int g);
   float* grad_shard(int g) const;  // this rank's reduced piece of group g
   Window& window_for(int g);
   void complete(Window& w);  // waits for its reduce-scatter and adds the piece into the shard
@@ -118,6 +147,10 @@ class Zero : public model::ParamStore {
   Array<float> rs_out_;       // stage 1: a piece's reduce-scatter output
   std::vector<Window> windows_;
   int64_t seq_ = 0;
+  int prefetch_ = 1;
+  Array<float> param_shard_;        // stage 3: this rank's pieces of the parameters
+  std::vector<ParamWindow> pwins_;  // stage 3: 0 = embeddings, then max(1, prefetch) + 1 for blocks
+  int64_t clock_ = 0;
   ZeroStats stats_;
 };
 

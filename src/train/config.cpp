@@ -183,7 +183,8 @@ const std::map<std::string, Key>& keys() {
               "deterministic: shards of the global micro-batch (0 = one per rank; on 1 rank, N reproduces N ranks)"),
       INT_KEY("zero.stage", zero_stage,
               "ZeRO: 0 = plain data parallel, 1 = shard optimizer state, 2 = also gradients (overlapped "
-              "reduce-scatter)"),
+              "reduce-scatter), 3 = also parameters (gathered per block, FSDP)"),
+      INT_KEY("zero.prefetch", zero_prefetch, "ZeRO stage 3: blocks gathered ahead of the one computing"),
   };
   return table;
 }
@@ -267,8 +268,7 @@ void RunConfig::validate() const {
   PARALLM_CHECK(warmup_iters >= 0, ConfigError, "config", "optimizer.warmup_iters must be >= 0");
   PARALLM_CHECK(zero_stage >= 0 && zero_stage <= 3, ConfigError, "config", "zero.stage must be 0, 1, 2 or 3, got {}",
                 zero_stage);
-  PARALLM_CHECK(zero_stage != 3, ConfigError, "config",
-                "zero.stage=3 (sharded parameters) is not built yet; stages 1 and 2 are");
+  PARALLM_CHECK(zero_prefetch >= 0, ConfigError, "config", "zero.prefetch must be >= 0, got {}", zero_prefetch);
   PARALLM_CHECK(zero_stage == 0 || !ddp_deterministic, ConfigError, "config",
                 "zero.stage={} with ddp.deterministic=true: the deterministic reduction is for plain data parallel "
                 "(zero.stage=0)",

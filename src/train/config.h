@@ -54,7 +54,8 @@ struct RunConfig {
   double ddp_bucket_mb = 25;          // gradient bucket size for the all-reduce
   bool ddp_deterministic = false;     // fixed reduction order: bitwise equal for any split of the batch
   int64_t ddp_shards = 0;             // deterministic: shards per global micro-batch (0 = one per rank)
-  int64_t zero_stage = 0;             // 0 = DDP, 1 = sharded optimizer state, 2 = + sharded gradients
+  int64_t zero_stage = 0;             // 0 = DDP, 1 = sharded optimizer state, 2 = + gradients, 3 = + parameters
+  int64_t zero_prefetch = 1;          // stage 3: blocks gathered ahead
 
   // Sets one key from its string form; throws ConfigError naming the key.
   void set(const std::string& key, const std::string& value);

@@ -167,12 +167,19 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     if (metrics_file) metrics_file->write(rec);
   };
 
-  // ZeRO: stage 2 keeps no full gradient buffer in the model (the Zero store holds windows and a shard).
+  // ZeRO: from stage 2 the model keeps no full gradient buffer, from stage 3
+  // no parameters either: the Zero store holds shards and windows.
   const int zstage = static_cast<int>(cfg.zero_stage);
-  model::GPT m(cfg.model, B, T, dev, {true, zstage < 2});
+  model::GPT m(cfg.model, B, T, dev, {zstage < 3, zstage < 2});
   std::unique_ptr<parallel::Zero> zero;
-  if (zstage > 0) zero = std::make_unique<parallel::Zero>(world, m.layout(), zstage, m.params(), m.grads());
+  if (zstage > 0)
+    zero = std::make_unique<parallel::Zero>(world, m.layout(), zstage, m.params(), m.grads(),
+                                            static_cast<int>(cfg.zero_prefetch));
   if (zstage >= 2) m.set_store(zero.get());
+  // A full host copy of the parameters where the model has none (stage 3: init, checkpoints).
+  auto full_params = [&](bool want) {
+    return Array<float>(want ? static_cast<size_t>(m.flat_size()) : 0, MemCategory::Other);
+  };
   const optim::AdamWConfig acfg{cfg.learning_rate, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
   optim::AdamW opt = zero ? optim::AdamW(adamw_runs(zero->runs()), zero->shard_size(), acfg, dev)
                           : optim::AdamW(m.layout(), acfg, dev);
@@ -182,11 +189,15 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     if (zero) {
       // Rank 0 reads the unsharded files; each rank receives its shard of the moments.
       Array<float> fm(lead ? flat : 0, MemCategory::Other), fv(lead ? flat : 0, MemCategory::Other);
+      Array<float> fp = full_params(lead && zstage == 3);
       int64_t steps = 0;
-      if (lead) st = load_checkpoint(cfg.out_dir, m.layout(), m.params(), fm.data(), fv.data(), &steps);
+      if (lead)
+        st = load_checkpoint(cfg.out_dir, m.layout(), zstage == 3 ? fp.data() : m.params(), fm.data(), fv.data(),
+                             &steps);
       opt.set_steps_taken(steps);
       zero->scatter_shard(fm.data(), opt.m(), 0);
       zero->scatter_shard(fv.data(), opt.v(), 0);
+      if (zstage == 3) zero->scatter_shard(fp.data(), zero->param_base(), 0);
     } else {
       if (lead) st = load_checkpoint(cfg.out_dir, m, &opt);
       // Every rank continues from rank 0's weights, optimizer state and step.
@@ -195,10 +206,14 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     }
     broadcast_state(world, st, opt);
     log::info("resuming from {} at iter {} (best val loss {:.4f})", cfg.out_dir, st.iter, st.best_val_loss);
+  } else if (zstage == 3) {
+    Array<float> fp = full_params(true);  // every rank draws the same values and keeps its pieces
+    m.layout().init(fp.data(), cfg.seed);
+    zero->load_params(fp.data());
   } else {
     m.init_weights(cfg.seed);
   }
-  broadcast_floats(world, m.params(), m.flat_size());  // identical replicas, whatever each rank did
+  if (zstage < 3) broadcast_floats(world, m.params(), m.flat_size());  // identical replicas, whatever each rank did
   // ddp.deterministic: each shard's gradient alone, summed in a fixed order
   // (a single rank may cut its batch into shards to reproduce N ranks).
   std::unique_ptr<parallel::DeterministicGrads> det;
@@ -243,7 +258,9 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   if (zero)
     log::info("zero: stage {}, this rank's shard {} of {} elements ({} groups){}", zstage, zero->shard_size(),
               m.flat_size(), m.layout().num_groups(),
-              zstage >= 2 ? ", gradients reduce-scattered during backward" : "");
+              zstage == 3   ? fmt::format(", parameters gathered per block ({} ahead)", cfg.zero_prefetch)
+              : zstage == 2 ? ", gradients reduce-scattered during backward"
+                            : "");
   if (!dev.is_cpu()) log::info("device: {} {} | {}", dev.str(), gpu::describe(dev.index), gpu::version());
   log::info("MFU peak: {:.1f} GFLOP/s ({})", peak / 1e9,
             cfg.peak_flops > 0 ? "train.peak_flops"
@@ -302,23 +319,27 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
         if (zero) {
           // The shards of the moments are assembled on rank 0 (every rank takes part).
           Array<float> fm(lead ? flat : 0, MemCategory::Other), fv(lead ? flat : 0, MemCategory::Other);
+          Array<float> fp = full_params(lead && zstage == 3);
           zero->gather_shard(opt.m(), fm.data(), 0);
           zero->gather_shard(opt.v(), fv.data(), 0);
+          if (zstage == 3) zero->gather_shard(zero->param_base(), fp.data(), 0);
           if (lead)
-            save_checkpoint(cfg.out_dir, m.layout(), m.params(), fm.data(), fv.data(), opt.steps_taken(), st,
-                            cfg.to_json());
+            save_checkpoint(cfg.out_dir, m.layout(), zstage == 3 ? fp.data() : m.params(), fm.data(), fv.data(),
+                            opt.steps_taken(), st, cfg.to_json());
         } else if (lead) {
           save_checkpoint(cfg.out_dir, m, opt, st, cfg.to_json());
         }
         if (lead) progress.print(fmt::format("saved checkpoint to {}/ckpt", cfg.out_dir));
       }
     }
-    if (vocab && cfg.sample_tokens > 0 && lead) {
+    // Stage 3 gathers parameters collectively: every rank samples (the same tokens), rank 0 prints.
+    if (vocab && cfg.sample_tokens > 0 && (lead || zstage == 3)) {
       auto prompt = vocab->encode(cfg.sample_prompt.empty() ? "\n" : cfg.sample_prompt);
       const auto n_prompt = static_cast<std::ptrdiff_t>(prompt.size());
       auto out =
           generate(m, prompt, {cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed + static_cast<uint64_t>(it)});
-      progress.print("sample:\n" + vocab->decode(std::vector<int32_t>(out.begin() + n_prompt, out.end())) + "\n---");
+      if (lead)
+        progress.print("sample:\n" + vocab->decode(std::vector<int32_t>(out.begin() + n_prompt, out.end())) + "\n---");
     }
   };
 
@@ -379,7 +400,8 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       throw NumericError("train", fmt::format("non-finite loss ({}) or gradient norm ({}) at iter {}; lower "
                                               "optimizer.learning_rate or set optimizer.grad_clip",
                                               loss, norm, it));
-    opt.step(m.params(), zero ? zero->grad_base() : m.grads(), lr, optim::clip_factor(norm, cfg.grad_clip));
+    opt.step(zero ? zero->param_base() : m.params(), zero ? zero->grad_base() : m.grads(), lr,
+             optim::clip_factor(norm, cfg.grad_clip));
     if (zero) zero->gather_params();
     dtb += to.seconds();
     const double dt = t_iter.seconds();

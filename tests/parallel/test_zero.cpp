@@ -1,10 +1,10 @@
-// ZeRO stages 1 and 2, run through mpirun on 2, 3 and 4 ranks
+// ZeRO stages 1, 2 and 3, run through mpirun on 2, 3 and 4 ranks
 // (tests/CMakeLists.txt), with dropout and gradient accumulation on: each
-// stage follows the DDP run and the one-rank run with the same global batch
-// to fp32 rounding; a layout whose groups do not divide by the ranks shards
-// without error and covers every element once; the norm and the sharded
-// optimizer state survive a checkpoint that is resumed at another stage and
-// on one rank.
+// stage (stage 3 with 0, 1 and 2 blocks prefetched) follows the DDP run and
+// the one-rank run with the same global batch to fp32 rounding; a layout
+// whose groups do not divide by the ranks shards without error and covers
+// every element once; a stage-3 checkpoint resumes at stage 1, on two ranks
+// and on one rank, continuing the trajectory.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,23 +26,31 @@ using test_util::world;
 
 TEST_F(ZeroTest, StagesFollowDdpAndOneRank) {
   const int n = world->size();
+  // Four blocks: more than stage 3 keeps gathered at once, so forward and backward both gather.
+  auto tiny = [&](const std::string& out, int64_t batch) {
+    auto c = DistRunTest::tiny(out, batch);
+    c.apply_overrides({"model.n_layer=4"});
+    return c;
+  };
   auto ddp = tiny("ddp", 2);
   ddp.max_iters = 12;
   const auto rd = train::run_training(ddp, world);
   auto one = tiny("one" + std::to_string(world->rank()), 2 * n);
   one.max_iters = 12;
   const auto r1 = train::run_training(one);
-  for (int stage : {1, 2}) {
-    auto z = tiny("zero" + std::to_string(stage), 2);
+  for (auto [stage, prefetch] : {std::pair{1, 1}, {2, 1}, {3, 1}, {3, 0}, {3, 2}}) {
+    auto z = tiny("zero" + std::to_string(stage) + std::to_string(prefetch), 2);
     z.max_iters = 12;
-    z.apply_overrides({"zero.stage=" + std::to_string(stage)});
+    z.apply_overrides({"zero.stage=" + std::to_string(stage), "zero.prefetch=" + std::to_string(prefetch)});
     const auto rz = train::run_training(z, world);
     ASSERT_EQ(rz.train_losses.size(), rd.train_losses.size());
     const double vs_ddp = max_rel_diff(rz.train_losses, rd.train_losses);
     const double vs_one = max_rel_diff(rz.train_losses, r1.train_losses);
     if (world->rank() == 0)
-      std::printf("zero.stage=%d on %d ranks: max relative loss difference %.3g vs DDP, %.3g vs 1 rank x batch %d\n",
-                  stage, n, vs_ddp, vs_one, 2 * n);
+      std::printf(
+          "zero.stage=%d (prefetch %d) on %d ranks: max relative loss difference %.3g vs DDP, %.3g vs 1 rank x batch "
+          "%d\n",
+          stage, prefetch, n, vs_ddp, vs_one, 2 * n);
     EXPECT_LT(vs_ddp, 2e-5) << "stage " << stage;
     EXPECT_LT(vs_one, 2e-5) << "stage " << stage;
     EXPECT_NEAR(rz.last_val_loss, rd.last_val_loss, 2e-5 * rd.last_val_loss);
@@ -50,39 +58,56 @@ TEST_F(ZeroTest, StagesFollowDdpAndOneRank) {
   }
 }
 
-TEST_F(ZeroTest, ResumeAtAnotherStageAndOnOneRank) {
-  const int n = world->size();
+TEST_F(ZeroTest, StageThreeCheckpointResumesAtStageOneOnFewerRanks) {
+  const int n = world->size(), me = world->rank();
   auto full = tiny("full", 2);
   full.max_iters = 12;
-  full.apply_overrides({"zero.stage=2"});
+  full.apply_overrides({"zero.stage=3"});
   const auto rf = train::run_training(full, world);
-  // Stage 2 saves at iter 6 (the moments gathered from the shards) ...
+  const std::vector<float> tail(rf.train_losses.begin() + 6, rf.train_losses.end());
+  // Stage 3 on every rank saves at iter 6 (parameters and moments gathered from the shards) ...
   auto part = tiny("part", 2);
   part.max_iters = 6;
-  part.apply_overrides({"zero.stage=2"});
+  part.apply_overrides({"zero.stage=3"});
   train::run_training(part, world);
-  if (world->rank() == 0)
-    std::filesystem::copy(root_ / "part", root_ / "part_one", std::filesystem::copy_options::recursive);
+  if (me == 0)
+    for (const char* copy : {"part_two", "part_one"})
+      std::filesystem::copy(root_ / "part", root_ / copy, std::filesystem::copy_options::recursive);
   world->barrier();
-  // ... stage 1 on the same ranks continues (the moments scattered again) ...
+  // ... stage 1 on the same ranks continues (moments scattered again) ...
   part.max_iters = 12;
   part.init_from = "resume";
   part.zero_stage = 1;
   const auto rp = train::run_training(part, world);
   ASSERT_EQ(rp.first_iter, 6);
   ASSERT_EQ(rp.train_losses.size(), 7u);
-  const std::vector<float> tail(rf.train_losses.begin() + 6, rf.train_losses.end());
-  EXPECT_LT(max_rel_diff(rp.train_losses, tail), 2e-5);
-  // ... and so does one process without ZeRO, with the whole global batch.
-  if (world->rank() == 0) {
+  const double d_stage1 = max_rel_diff(rp.train_losses, tail);
+  EXPECT_LT(d_stage1, 2e-5);
+  // ... so does stage 1 on two ranks with the same global batch ...
+  auto two = world->split(me < 2 ? 0 : -1, me, "two");
+  double d_two = 0;
+  if (two) {
+    auto c = tiny("part_two", n);
+    c.max_iters = 12;
+    c.init_from = "resume";
+    c.zero_stage = 1;
+    const auto r2 = train::run_training(c, two.get());
+    ASSERT_EQ(r2.first_iter, 6);
+    d_two = max_rel_diff(r2.train_losses, tail);
+    EXPECT_LT(d_two, 2e-5);
+  }
+  // ... and one process without ZeRO, with the whole global batch.
+  if (me == 0) {
     auto one = tiny("part_one", 2 * n);
     one.max_iters = 12;
     one.init_from = "resume";
     const auto r1 = train::run_training(one);
     ASSERT_EQ(r1.first_iter, 6);
     const double d = max_rel_diff(r1.train_losses, tail);
-    std::printf("stage-2 checkpoint of %d ranks: resumed at stage 1 %.3g, on 1 rank %.3g max relative difference\n", n,
-                max_rel_diff(rp.train_losses, tail), d);
+    std::printf(
+        "stage-3 checkpoint of %d ranks resumed: stage 1 on %d ranks %.3g, stage 1 on 2 ranks %.3g, 1 rank %.3g max "
+        "relative loss difference\n",
+        n, n, d_stage1, d_two, d);
     EXPECT_LT(d, 2e-5);
   }
 }
@@ -96,37 +121,58 @@ TEST(ZeroShards, UnevenGroupsAreCoveredOnceAndGatherBack) {
   c.vocab_size = 53;
   c.bias = true;
   const model::ParamLayout layout(c);
-  const int n = world->size(), me = world->rank();
+  const int n = world->size(), me = world->rank(), root = n - 1;
   std::vector<float> params(layout.total()), grads(layout.total());
-  for (int stage : {1, 2}) {
-    parallel::Zero z(*world, layout, stage, params.data(), stage == 1 ? grads.data() : nullptr);
-    // Every real parameter element is in exactly one rank's runs, and the state offsets tile the shard.
-    std::vector<int32_t> owned(layout.total(), 0);
-    int64_t state = 0;
-    for (const auto& r : z.runs()) {
-      EXPECT_GE(r.state, state);
-      state = r.state + r.length;
-      for (int64_t i = 0; i < r.length; ++i) owned[r.param + i] += 1;
+  // The flat buffer with each real element holding its own offset.
+  std::vector<float> index(layout.total(), -1.0f);
+  for (const auto& s : layout.slots())
+    for (int64_t i = 0; i < s.numel; ++i) index[s.offset + i] = static_cast<float>(s.offset + i);
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    // Stage 3 without prefetch: two block windows for three blocks, so windows are reused.
+    parallel::Zero z(*world, layout, stage, stage < 3 ? params.data() : nullptr, stage == 1 ? grads.data() : nullptr,
+                     0);
+    // A shard-sized buffer holding each element's flat offset (from the full
+    // buffer, split by the root), assembled back on the root.
+    std::vector<float> local(z.shard_size(), -2.0f);
+    z.scatter_shard(me == root ? index.data() : nullptr, local.data(), root);
+    std::vector<float> full(me == root ? layout.total() : 0, -1.0f);
+    z.gather_shard(local.data(), me == root ? full.data() : nullptr, root);
+    if (me == root) {
+      for (const auto& s : layout.slots())
+        for (int64_t i = 0; i < s.numel; ++i) ASSERT_EQ(full[s.offset + i], index[s.offset + i]) << s.name;
     }
-    EXPECT_LE(state, z.shard_size());
+    // The optimizer's runs cover every real element exactly once over the ranks,
+    // with their state inside the shard; at stages 1 and 2 they address the full buffer.
+    std::vector<int32_t> owned(layout.total(), 0);
+    for (const auto& r : z.runs()) {
+      ASSERT_LE(r.state + r.length, z.shard_size());
+      for (int64_t i = 0; i < r.length; ++i) {
+        const auto flat = static_cast<int64_t>(local[r.state + i]);
+        ASSERT_GE(flat, 0);
+        owned[flat] += 1;
+        if (stage < 3) {
+          ASSERT_EQ(r.param + i, flat);
+        }
+      }
+    }
     Tensor t = Tensor::view_of(owned.data(), {layout.total()}, DType::I32);
     world->all_reduce(t, comm::ReduceOp::Sum);
     for (const auto& s : layout.slots())
       for (int64_t i = 0; i < s.numel; ++i) ASSERT_EQ(owned[s.offset + i], 1) << s.name << "[" << i << "]";
-    // A shard-sized buffer assembled on the last rank and split back.
-    std::vector<float> local(z.shard_size());
-    for (const auto& r : z.runs())
-      for (int64_t i = 0; i < r.length; ++i) local[r.state + i] = static_cast<float>(r.param + i);
-    std::vector<float> full(me == n - 1 ? layout.total() : 0, -1.0f);
-    z.gather_shard(local.data(), me == n - 1 ? full.data() : nullptr, n - 1);
-    if (me == n - 1) {
-      for (const auto& s : layout.slots())
-        for (int64_t i = 0; i < s.numel; ++i) ASSERT_EQ(full[s.offset + i], static_cast<float>(s.offset + i));
+    if (stage == 3) {  // every group gathers back whole, whatever the order asked
+      z.load_params(index.data());
+      for (int g : {2, 0, 3, 1, 2}) {
+        const float* p = z.params(g, model::Pass::Backward);
+        for (int64_t e = layout.group(g).begin; e < layout.group(g).end; ++e) {
+          if (index[e] >= 0) {
+            ASSERT_EQ(p[e - layout.group(g).begin], index[e]) << "group " << g;
+          }
+        }
+        z.release_params(g, model::Pass::Backward);
+      }
+      z.gather_params();
     }
-    std::vector<float> back(z.shard_size(), -1.0f);
-    z.scatter_shard(me == n - 1 ? full.data() : nullptr, back.data(), n - 1);
-    for (const auto& r : z.runs())
-      for (int64_t i = 0; i < r.length; ++i) ASSERT_EQ(back[r.state + i], local[r.state + i]);
     // The global norm sees every rank's shard: each element of the mean gradient is 1.
     if (stage == 1) {
       std::fill(grads.begin(), grads.end(), 0.0f);
