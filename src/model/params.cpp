@@ -26,10 +26,20 @@ std::string GPTConfig::summary() const {
 }
 
 void ParamLayout::init(float* params, uint64_t seed) const {
-  std::fill(params, params + total_, 0.0f);
+  for (int g = 0; g < num_groups(); ++g) init_group(g, params + groups_[g].begin, seed);
+  if (groups_.empty()) init_slots(params, 0, total_, seed);
+}
+
+void ParamLayout::init_group(int g, float* out, uint64_t seed) const {
+  init_slots(out, groups_[g].begin, groups_[g].end, seed);
+}
+
+void ParamLayout::init_slots(float* out, int64_t begin, int64_t end, uint64_t seed) const {
+  std::fill(out, out + (end - begin), 0.0f);
   for (size_t i = 0; i < slots_.size(); ++i) {
     const ParamSlot& s = slots_[i];
-    float* p = params + s.offset;
+    if (s.offset < begin || s.offset >= end) continue;
+    float* p = out + (s.offset - begin);
     switch (s.init) {
       case ParamSlot::Init::Normal:
         fill_normal(p, s.numel, 0.0f, s.init_std, seed, stream_id(kRngInit, i));

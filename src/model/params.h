@@ -58,6 +58,9 @@ class ParamLayout {
   // from stream (kRngInit, slot index), so any thread count gives the same
   // values), alignment padding zero.
   void init(float* params, uint64_t seed) const;
+  // The same values for group g only, into `out` (the group's length; a
+  // sharded run initializes one group at a time).
+  void init_group(int g, float* out, uint64_t seed) const;
   // The unit (slot index) of the parameter at flat offset `offset`.
   int unit_at(int64_t offset) const;
   int64_t lnf_b() const { return lnf_b_; }
@@ -71,6 +74,8 @@ class ParamLayout {
 
  private:
   std::vector<Range> groups_;
+  // Slots starting in [begin, end), into out[0, end - begin).
+  void init_slots(float* out, int64_t begin, int64_t end, uint64_t seed) const;
   std::vector<ParamSlot> slots_;
   std::vector<BlockParams> blocks_;
   int64_t total_ = 0, count_ = 0, wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = -1;

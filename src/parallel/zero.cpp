@@ -65,7 +65,8 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
     param_shard_ = Array<float>(shard_size_, MemCategory::Params);
     int64_t block_max = 0;
     for (int g = 1; g < layout.num_groups(); ++g) block_max = std::max(block_max, group_len(g));
-    pwins_.resize(layout.num_groups() > 1 ? 2 + static_cast<size_t>(std::max(prefetch, 1)) : 1);  // E, then blocks
+    // The embeddings' window, then the block being computed and the prefetched ones.
+    pwins_.resize(layout.num_groups() > 1 ? 2 + static_cast<size_t>(prefetch) : 1);
     for (size_t w = 0; w < pwins_.size(); ++w)
       pwins_[w].buf = Array<float>(w == 0 ? group_len(0) : block_max, MemCategory::Params);
   }
@@ -136,12 +137,18 @@ void Zero::release_params(int g, model::Pass) {
   if (ParamWindow* w = param_window_of(g)) w->pinned = false;
 }
 
-void Zero::load_params(const float* full) {
-  PARALLM_CHECK(stage_ == 3, InternalError, "zero", "load_params is for stage 3");
-  for (int g = 0; g < layout_.num_groups(); ++g)
-    std::memcpy(param_shard_.data() + local_[g], full + layout_.group(g).begin + piece_[g].offset,
-                sizeof(float) * static_cast<size_t>(piece_[g].count));
-  for (ParamWindow& w : pwins_) w.group = -1;
+void Zero::load_group(int g, const float* group) {
+  PARALLM_CHECK(stage_ == 3, InternalError, "zero", "load_group is for stage 3");
+  std::memcpy(param_shard_.data() + local_[g], group + piece_[g].offset,
+              sizeof(float) * static_cast<size_t>(piece_[g].count));
+  for (ParamWindow& w : pwins_)
+    if (w.group == g) w.group = -1;
+}
+
+size_t Zero::window_bytes() const {
+  size_t b = 0;
+  for (const ParamWindow& w : pwins_) b += w.buf.size() * sizeof(float);
+  return b;
 }
 
 void Zero::complete(Window& w) {

@@ -29,7 +29,7 @@
 // Stage 3 (FSDP): the model keeps no parameters either. Each rank holds its
 // pieces of the parameters (the optimizer updates them there); when the
 // model asks for a group, it is all-gathered into a parameter window, and
-// the next zero.prefetch groups in the direction of the pass (forward: up,
+// the next zero.prefetch blocks in the direction of the pass (forward: up,
 // backward: down) are gathered asynchronously while the group computes. A
 // released window keeps its group until it is needed for another (least
 // recently used first), so the last block is not gathered twice between
@@ -37,6 +37,7 @@
 // ends) stay gathered from their first use until the optimizer step.
 // Gradients as at stage 2. Per rank: 16/N bytes per parameter plus the
 // windows (1 + prefetch blocks and the embeddings, accounted as parameters).
+// Initial weights are drawn group by group, so no rank holds them all.
 //
 // The optimizer stays in optim/ (a layer above): it is built over runs() with
 // shard_size() elements of state, steps on grad_base(), and gather_params()
@@ -103,8 +104,10 @@ class Zero : public model::ParamStore {
   // After the optimizer updated this rank's pieces: every rank gets all
   // parameters (stages 1, 2), or the gathered windows are stale (stage 3).
   void gather_params();
-  // Stage 3: takes this rank's pieces of a full flat parameter buffer.
-  void load_params(const float* full);
+  // Stage 3: takes this rank's piece of group g's parameters (all of them, from `group`).
+  void load_group(int g, const float* group);
+  // Bytes of parameter windows (stage 3: the gathered blocks and embeddings).
+  size_t window_bytes() const;
   const ZeroStats& stats() const { return stats_; }
 
   // Checkpoints (collective): a shard-sized buffer (e.g. an optimizer moment)
@@ -149,7 +152,7 @@ class Zero : public model::ParamStore {
   int64_t seq_ = 0;
   int prefetch_ = 1;
   Array<float> param_shard_;        // stage 3: this rank's pieces of the parameters
-  std::vector<ParamWindow> pwins_;  // stage 3: 0 = embeddings, then max(1, prefetch) + 1 for blocks
+  std::vector<ParamWindow> pwins_;  // stage 3: 0 = embeddings, then 1 + prefetch for blocks
   int64_t clock_ = 0;
   ZeroStats stats_;
 };

@@ -197,7 +197,10 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       opt.set_steps_taken(steps);
       zero->scatter_shard(fm.data(), opt.m(), 0);
       zero->scatter_shard(fv.data(), opt.v(), 0);
-      if (zstage == 3) zero->scatter_shard(fp.data(), zero->param_base(), 0);
+      if (zstage == 3) {
+        zero->scatter_shard(fp.data(), zero->param_base(), 0);
+        zero->gather_params();  // no window holds stale parameters
+      }
     } else {
       if (lead) st = load_checkpoint(cfg.out_dir, m, &opt);
       // Every rank continues from rank 0's weights, optimizer state and step.
@@ -207,9 +210,12 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     broadcast_state(world, st, opt);
     log::info("resuming from {} at iter {} (best val loss {:.4f})", cfg.out_dir, st.iter, st.best_val_loss);
   } else if (zstage == 3) {
-    Array<float> fp = full_params(true);  // every rank draws the same values and keeps its pieces
-    m.layout().init(fp.data(), cfg.seed);
-    zero->load_params(fp.data());
+    // Every rank draws the same values group by group and keeps its pieces.
+    Array<float> gp(static_cast<size_t>(m.layout().max_group_size()), MemCategory::Other);
+    for (int g = 0; g < m.layout().num_groups(); ++g) {
+      m.layout().init_group(g, gp.data(), cfg.seed);
+      zero->load_group(g, gp.data());
+    }
   } else {
     m.init_weights(cfg.seed);
   }
@@ -453,6 +459,15 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       const MemStats ms = HostAllocator::instance().stats();
       progress.print(memory_line(ms));
       progress.print(state_table(ms, m.layout().count()));
+      if (zero && zstage == 3)
+        progress.print(
+            fmt::format("zero: of the parameters, {} ({:.2f} B/param) are the gathered windows (embeddings "
+                        "and {} block{}); the shard is {:.2f} B/param",
+                        format_bytes(zero->window_bytes()),
+                        static_cast<double>(zero->window_bytes()) / static_cast<double>(m.layout().count()),
+                        1 + cfg.zero_prefetch, cfg.zero_prefetch > 0 ? "s" : "",
+                        static_cast<double>(ms.peak[static_cast<int>(MemCategory::Params)] - zero->window_bytes()) /
+                            static_cast<double>(m.layout().count())));
       if (!dev.is_cpu()) progress.print("GPU " + memory_line(gpu::device_stats()));
       nlohmann::json mrec{{"kind", "memory"}, {"step", it}};
       for (int c = 0; c < static_cast<int>(MemCategory::kCount); ++c)
