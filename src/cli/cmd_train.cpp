@@ -10,6 +10,23 @@
 
 namespace parallm::cli {
 
+train::RunConfig run_config_from_args(const std::vector<std::string>& args, const char* where) {
+  train::RunConfig cfg;
+  std::vector<std::string> overrides;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.find('=') == std::string::npos) {
+      PARALLM_CHECK(i == 0, ConfigError, where,
+                    "\"{}\" is not key=value (only the first argument may be a config file)", a);
+      cfg.load_file(a);
+    } else {
+      overrides.push_back(a);
+    }
+  }
+  cfg.apply_overrides(overrides);
+  return cfg;
+}
+
 Runner add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a GPT (config file and/or key=value overrides)");
   auto args = std::make_shared<std::vector<std::string>>();
@@ -22,19 +39,7 @@ Runner add_train(CLI::App& app) {
       for (const auto& [k, d] : train::RunConfig::describe()) std::printf("  %-32s %s\n", k.c_str(), d.c_str());
       return 0;
     }
-    train::RunConfig cfg;
-    std::vector<std::string> overrides;
-    for (size_t i = 0; i < args->size(); ++i) {
-      const std::string& a = (*args)[i];
-      if (a.find('=') == std::string::npos) {
-        PARALLM_CHECK(i == 0, ConfigError, "cli.train",
-                      "\"{}\" is not key=value (only the first argument may be a config file)", a);
-        cfg.load_file(a);
-      } else {
-        overrides.push_back(a);
-      }
-    }
-    cfg.apply_overrides(overrides);
+    train::RunConfig cfg = run_config_from_args(*args, "cli.train");
     comm::CommOptions copt;
     copt.timeout_s = cfg.comm_timeout_s;
     World world = start_world(cfg.comm_backend, copt);

@@ -3,6 +3,10 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
+
+#include "train/config.h"
 
 namespace parallm::cli {
 
@@ -14,5 +18,9 @@ Runner add_launch(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_doctor(CLI::App& app);
 Runner add_test_dist(CLI::App& app);
+Runner add_plan(CLI::App& app);
+
+// `[config.yaml] key=value ...` as train takes them; errors name `where`.
+train::RunConfig run_config_from_args(const std::vector<std::string>& args, const char* where);
 
 }  // namespace parallm::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   auto bench = parallm::cli::add_bench(app);
   auto doctor = parallm::cli::add_doctor(app);
   auto test_dist = parallm::cli::add_test_dist(app);
+  auto plan = parallm::cli::add_plan(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("bench")) return bench();
     if (app.got_subcommand("doctor")) return doctor();
     if (app.got_subcommand("test-dist")) return test_dist();
+    if (app.got_subcommand("plan")) return plan();
   } catch (const parallm::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

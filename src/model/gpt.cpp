@@ -38,14 +38,47 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
   if (storage.params) params_ = DeviceArray<float>(layout_.total(), MemCategory::Params, dev);
   if (storage.grads) grads_ = DeviceArray<float>(layout_.total(), MemCategory::Grads, dev);
 
-  const int64_t N = max_B_ * max_T_, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
+  const Carve c = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads());
+  la_ = c.la;
+  encoded_ = c.encoded;
+  lnf_ = c.lnf;
+  lnf_mean_ = c.lnf_mean;
+  lnf_rstd_ = c.lnf_rstd;
+  losses_ = c.losses;
+  dlnf_ = c.dlnf;
+  ws_attn_ = c.ws_attn;
+  ws_cls_ = c.ws_cls;
+  s_dres_ = c.s_dres;
+  s_tmp_ = c.s_tmp;
+  s_dfch_ = c.s_dfch;
+  s_dfch2_ = c.s_dfch2;
+  s_ws_ = c.s_ws;
+  const int64_t N = max_B_ * max_T_;
+  acts_ = DeviceArray<float>(c.sizes.activation_floats, MemCategory::Activations, dev);
+  if (!dev.is_cpu()) {
+    tokens_d_ = DeviceArray<int32_t>(N, MemCategory::Activations, dev);
+    targets_d_ = DeviceArray<int32_t>(N, MemCategory::Activations, dev);
+    losses_host_ = Array<float>(N, MemCategory::Other);
+  }
+  scratch_ = DeviceArray<float>(c.sizes.scratch_floats, MemCategory::Scratch, dev);
+}
+
+GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads) {
+  return carve(cfg, max_batch, max_seq, dev, threads).sizes;
+}
+
+GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads) {
+  // The constructor takes its offsets from here and the planner its totals,
+  // so the prediction and the allocation cannot disagree.
+  const int64_t N = B * T, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
   int64_t off = 0;
   auto take = [&](int64_t n) {
     int64_t o = off;
     off += (n + 15) / 16 * 16;
     return o;
   };
-  encoded_ = take(N * C);
+  Carve o;
+  o.encoded = take(N * C);
   for (int64_t l = 0; l < L; ++l) {
     LayerActs a{};
     a.ln1 = take(N * C);
@@ -53,7 +86,7 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
     a.ln1_rstd = take(N);
     a.qkv = take(N * 3 * C);
     a.atty = take(N * C);
-    a.lse = take(max_B_ * NH * max_T_);
+    a.lse = take(B * NH * T);
     a.res2 = take(N * C);
     a.ln2 = take(N * C);
     a.ln2_mean = take(N);
@@ -61,30 +94,26 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
     a.fch = take(N * 4 * C);
     a.fch_gelu = take(N * 4 * C);
     a.res3 = take(N * C);
-    la_.push_back(a);
+    o.la.push_back(a);
   }
-  lnf_ = take(N * C);
-  lnf_mean_ = take(N);
-  lnf_rstd_ = take(N);
-  losses_ = take(N);
-  dlnf_ = take(N * C);
-  acts_ = DeviceArray<float>(off, MemCategory::Activations, dev);
-  if (!dev.is_cpu()) {
-    tokens_d_ = DeviceArray<int32_t>(N, MemCategory::Activations, dev);
-    targets_d_ = DeviceArray<int32_t>(N, MemCategory::Activations, dev);
-    losses_host_ = Array<float>(N, MemCategory::Other);
-  }
+  o.lnf = take(N * C);
+  o.lnf_mean = take(N);
+  o.lnf_rstd = take(N);
+  o.losses = take(N);
+  o.dlnf = take(N * C);
+  o.sizes.activation_floats = off;
 
-  const int nt = omp_get_max_threads();
-  ws_attn_ = k_->attention_workspace_floats(max_B_, max_T_, C, NH, nt);
-  ws_cls_ = k_->classifier_workspace_floats(N, cfg.vocab_size, nt);
+  const kernels::Ops& k = kernels::ops_for(dev);
+  o.ws_attn = k.attention_workspace_floats(B, T, C, NH, threads);
+  o.ws_cls = k.classifier_workspace_floats(N, cfg.vocab_size, threads);
   off = 0;
-  s_dres_ = take(N * C);
-  s_tmp_ = take(N * C);
-  s_dfch_ = take(N * 4 * C);
-  s_dfch2_ = take(N * 4 * C);
-  s_ws_ = take(std::max(ws_attn_, ws_cls_));
-  scratch_ = DeviceArray<float>(off, MemCategory::Scratch, dev);
+  o.s_dres = take(N * C);
+  o.s_tmp = take(N * C);
+  o.s_dfch = take(N * 4 * C);
+  o.s_dfch2 = take(N * 4 * C);
+  o.s_ws = take(std::max(o.ws_attn, o.ws_cls));
+  o.sizes.scratch_floats = off;
+  return o;
 }
 
 int64_t GPT::num_params_nanogpt() const {

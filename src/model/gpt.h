@@ -92,6 +92,13 @@ class GPT {
 
   // FLOPs per token for a training step (nanoGPT's 6N + 12*L*H*Q*T estimate).
   double flops_per_token(int64_t T) const;
+  // The activation and scratch buffers a model of this shape allocates (in
+  // floats, accounted as activations and scratch), without building it: what
+  // `parallm plan` predicts from. Kernel workspaces depend on the threads.
+  struct Buffers {
+    int64_t activation_floats = 0, scratch_floats = 0;
+  };
+  static Buffers buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads);
 
  private:
   GPTConfig cfg_;
@@ -117,6 +124,14 @@ class GPT {
   struct LayerActs {
     int64_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
   };
+  // Every buffer offset for a (B, T), and the totals.
+  struct Carve {
+    std::vector<LayerActs> la;
+    int64_t encoded = 0, lnf = 0, lnf_mean = 0, lnf_rstd = 0, losses = 0, dlnf = 0;
+    int64_t ws_attn = 0, ws_cls = 0, s_dres = 0, s_tmp = 0, s_dfch = 0, s_dfch2 = 0, s_ws = 0;
+    Buffers sizes;
+  };
+  static Carve carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads);
   std::vector<LayerActs> la_;
   int64_t encoded_ = 0, lnf_ = 0, lnf_mean_ = 0, lnf_rstd_ = 0, losses_ = 0, dlnf_ = 0;
   // Scratch offsets

@@ -70,6 +70,39 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
     for (size_t w = 0; w < pwins_.size(); ++w)
       pwins_[w].buf = Array<float>(w == 0 ? group_len(0) : block_max, MemCategory::Params);
   }
+  // What was allocated is what the planner predicts.
+  ZeroSizes got;
+  got.shard = shard_size_;
+  got.params = static_cast<int64_t>(param_shard_.size());
+  for (const ParamWindow& w : pwins_) got.params += static_cast<int64_t>(w.buf.size());
+  got.grads = static_cast<int64_t>(shard_grads_.size());
+  got.comm = static_cast<int64_t>(rs_out_.size());
+  for (const Window& w : windows_) got.comm += static_cast<int64_t>(w.buf.size() + w.piece.size());
+  const ZeroSizes want = sizes(layout, stage, n, me, prefetch);
+  PARALLM_CHECK(
+      got.shard == want.shard && got.params == want.params && got.grads == want.grads && got.comm == want.comm,
+      InternalError, "zero", "allocated buffers differ from Zero::sizes (a planner bug)");
+}
+
+ZeroSizes Zero::sizes(const model::ParamLayout& layout, int stage, int nranks, int rank, int prefetch) {
+  ZeroSizes z;
+  int64_t max_piece = 0, block_max = 0;
+  for (int g = 0; g < layout.num_groups(); ++g) {
+    const int64_t len = layout.group(g).end - layout.group(g).begin;
+    const int64_t piece = comm::shard_of(len, nranks, rank).count;
+    z.shard += piece;
+    max_piece = std::max(max_piece, piece);
+    if (g > 0) block_max = std::max(block_max, len);
+  }
+  const int64_t embed = layout.num_groups() > 0 ? layout.group(0).end - layout.group(0).begin : 0;
+  const bool blocks = layout.num_groups() > 1;
+  if (stage == 1) z.comm = max_piece;  // a reduce-scatter's output
+  if (stage >= 2) {
+    z.grads = z.shard;
+    z.comm = embed + max_piece + (blocks ? 2 * (block_max + max_piece) : 0);  // gradient windows and their pieces
+  }
+  if (stage == 3) z.params = z.shard + embed + (blocks ? (1 + prefetch) * block_max : 0);
+  return z;
 }
 
 Zero::ParamWindow* Zero::param_window_of(int g) {

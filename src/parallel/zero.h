@@ -67,6 +67,14 @@ struct ShardRun {
   bool decay = false;
 };
 
+// Floats a rank's Zero allocates, per category (the model's own buffers and
+// the optimizer's state, shard_size() x 2, not included): what `parallm plan`
+// predicts from, and what the constructor checks its allocations against.
+struct ZeroSizes {
+  int64_t shard = 0;                        // this rank's elements of the flat buffer
+  int64_t params = 0, grads = 0, comm = 0;  // parameter shard + windows, gradient shard, comm buffers
+};
+
 // One optimizer step's communication.
 struct ZeroStats {
   double comm_s = 0;     // time the collectives ran on the communication thread
@@ -81,6 +89,7 @@ class Zero : public model::ParamStore {
   // groups gathered ahead.
   Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads,
        int prefetch = 1);
+  static ZeroSizes sizes(const model::ParamLayout& layout, int stage, int nranks, int rank, int prefetch);
   int stage() const { return stage_; }
   int64_t shard_size() const { return shard_size_; }
 

@@ -11,9 +11,13 @@
 #include <numeric>
 
 #include "comm/communicator.h"
+#include "core/threads.h"
+#include "model/gpt.h"
 #include "model/params.h"
+#include "optim/adamw.h"
 #include "parallel/dist_run.h"
 #include "parallel/zero.h"
+#include "train/plan.h"
 #include "train/tiny_run.h"
 #include "train/trainer.h"
 
@@ -183,6 +187,75 @@ TEST(ZeroShards, UnevenGroupsAreCoveredOnceAndGatherBack) {
       EXPECT_NEAR(z.grad_norm(), std::sqrt(static_cast<double>(layout.count())), 1e-9);
     }
   }
+}
+
+TEST(ZeroPlan, PredictsWhatRankZeroAllocates) {
+  // The planner's bytes per category are what the model, ZeRO and the
+  // optimizer allocate on rank 0 (which holds the largest shards).
+  model::GPTConfig c;
+  c.n_layer = 3;
+  c.n_head = 3;
+  c.n_embd = 30;
+  c.block_size = 9;
+  c.vocab_size = 53;
+  const int64_t B = 3;
+  const int n = world->size();
+  for (int stage : {0, 1, 2, 3}) {
+    for (int prefetch : {0, 2}) {
+      if (stage < 3 && prefetch > 0) continue;
+      auto& alloc = HostAllocator::instance();
+      const MemStats before = alloc.stats();
+      {
+        model::GPT m(c, B, c.block_size, Device::cpu(), {stage < 3, stage < 2});
+        std::unique_ptr<parallel::Zero> z;
+        if (stage > 0) z = std::make_unique<parallel::Zero>(*world, m.layout(), stage, m.params(), m.grads(), prefetch);
+        const int64_t state = z ? z->shard_size() : m.layout().total();
+        optim::AdamW opt(std::vector<optim::AdamWRun>{}, state, {});
+        const MemStats after = alloc.stats();
+        train::PlanInput in;
+        in.model = c;
+        in.world = n;
+        in.prefetch = prefetch;
+        in.micro_batch = B;
+        in.seq_len = c.block_size;
+        in.threads = num_threads();
+        const auto want = train::plan_memory(in, stage);
+        auto got = [&](MemCategory k) {
+          const int i = static_cast<int>(k);
+          return static_cast<double>(after.current[i] - before.current[i]);
+        };
+        if (world->rank() == 0) {
+          SCOPED_TRACE(fmt::format("stage {} prefetch {} on {} ranks", stage, prefetch, n));
+          EXPECT_EQ(got(MemCategory::Params), want.params);
+          EXPECT_EQ(got(MemCategory::Grads), want.grads);
+          EXPECT_EQ(got(MemCategory::OptState), want.optimizer);
+          EXPECT_EQ(got(MemCategory::Activations), want.activations);
+          EXPECT_EQ(got(MemCategory::Comm), want.comm);
+          EXPECT_EQ(got(MemCategory::Scratch), want.scratch);
+        }
+      }
+      world->barrier();
+    }
+  }
+}
+
+TEST(ZeroPlan, QuickRulesGiveTheSeedsNumbers) {
+  EXPECT_DOUBLE_EQ(train::state_bytes_per_param("bf16", 0, 1), 18.0);
+  EXPECT_DOUBLE_EQ(train::state_bytes_per_param("fp32", 0, 4), 16.0);
+  EXPECT_DOUBLE_EQ(train::state_bytes_per_param("fp32", 1, 4), 10.0);
+  EXPECT_DOUBLE_EQ(train::state_bytes_per_param("fp32", 2, 4), 7.0);
+  EXPECT_DOUBLE_EQ(train::state_bytes_per_param("fp32", 3, 4), 4.0);
+  EXPECT_EQ(train::gpus_needed(train::parse_count("80B", "params"), train::parse_bytes("80GB", "mem") / 1e9), 23);
+  train::PlanInput in;
+  in.params = train::parse_count("2B", "params");
+  in.dtype = "bf16";
+  EXPECT_DOUBLE_EQ(train::plan_memory(in, 0).total(), 36e9);  // 2B parameters need 36 GB
+  EXPECT_EQ(train::stage_that_fits(in, 40e9), 0);
+  in.world = 4;
+  EXPECT_EQ(train::stage_that_fits(in, 20e9), 1);  // 2 + 4 + 12/4 = 9 B/param
+  EXPECT_EQ(train::stage_that_fits(in, 10e9), 3);  // stage 2 needs 2 + 16/4 = 6 B/param = 12 GB
+  EXPECT_THROW(train::parse_count("2X", "params"), ConfigError);
+  EXPECT_THROW(train::parse_bytes("-1GB", "mem"), ConfigError);
 }
 
 }  // namespace

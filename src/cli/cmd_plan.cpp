@@ -1,0 +1,112 @@
+// `parallm plan [config.yaml] [key=value ...] [-n RANKS] [--params COUNT] [--dtype fp32|bf16] [--device-mem BYTES]`
+// Per-rank memory of a training run at every ZeRO stage, predicted from the
+// model's and ZeRO's own sizing (train/plan.h), the seeds' quick rules, and
+// the stage that fits with the least communication.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/allocator.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "model/params.h"
+#include "train/config.h"
+#include "train/plan.h"
+
+namespace parallm::cli {
+
+namespace {
+std::string gb(double bytes) {
+  return format_bytes(static_cast<size_t>(std::llround(bytes)));
+}
+}  // namespace
+
+Runner add_plan(CLI::App& app) {
+  auto* cmd = app.add_subcommand("plan", "Predict per-rank memory for each ZeRO stage, and what fits");
+  struct Opts {
+    std::vector<std::string> args;
+    int world = 1;
+    std::string params, dtype = "fp32", device_mem;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("args", o->args, "[config.yaml] key=value ... (the keys of parallm train)");
+  cmd->add_option("-n,--world", o->world, "data-parallel ranks")->check(CLI::PositiveNumber);
+  cmd->add_option("--params", o->params, "a parameter count instead of a model shape (e.g. 80B, 124M)");
+  cmd->add_option("--dtype", o->dtype, "fp32, or bf16 (mixed-precision AdamW, 18 B/param)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_option("--device-mem", o->device_mem, "memory of one device (e.g. 80GB, 24GiB): which stage fits");
+  cmd->footer(
+      "Examples: parallm plan configs/baby_gpt.yaml -n 4 model.batch_size=16\n"
+      "          parallm plan --params 80B --dtype bf16 --device-mem 80GB");
+  return [o]() {
+    train::RunConfig cfg = run_config_from_args(o->args, "cli.plan");
+    train::PlanInput in;
+    in.dtype = o->dtype;
+    in.world = o->world;
+    in.prefetch = static_cast<int>(cfg.zero_prefetch);
+    in.micro_batch = cfg.batch_size;
+    in.seq_len = cfg.model.block_size;
+    in.threads = cfg.threads > 0 ? static_cast<int>(cfg.threads) : num_threads();
+    std::string what;
+    if (!o->params.empty()) {
+      in.params = train::parse_count(o->params, "--params");
+      what = fmt::format("{:.4g}B parameters", in.params / 1e9);
+    } else {
+      if (!cfg.vocab_size_set) {
+        const auto meta = std::filesystem::path(cfg.data_dir) / "meta.json";
+        std::ifstream f(meta);
+        PARALLM_CHECK(f.good(), ConfigError, "cli.plan",
+                      "no vocabulary size: set model.vocab_size=V or data.dir to a prepared dataset ({} not found)",
+                      meta.string());
+        cfg.model.vocab_size = nlohmann::json::parse(f).at("vocab_size").get<int64_t>();
+      }
+      cfg.model.validate();
+      in.model = cfg.model;
+      in.params = static_cast<double>(model::ParamLayout(cfg.model).count());
+      what = fmt::format("{} | {:.2f}M parameters | micro batch {} x {} | {} thread{}", cfg.model.summary(),
+                         in.params / 1e6, in.micro_batch, in.seq_len, in.threads, in.threads > 1 ? "s" : "");
+    }
+    std::printf("parallm plan: %s | %s | %d rank%s\n", what.c_str(), in.dtype.c_str(), in.world,
+                in.world > 1 ? "s" : "");
+    const bool exact = train::plan_memory(in, 0).exact;
+    std::printf("per-rank peak bytes (rank 0 holds the largest shards)%s:\n",
+                exact ? "" : "; training state only (no model shape, or a dtype parallm does not train yet)");
+    std::printf("  %-13s %11s %11s %11s %11s %11s %11s %11s %9s\n", "zero.stage", "params", "grads", "optimizer",
+                "activations", "comm", "scratch", "total", "state/p");
+    for (int s = 0; s <= 3; ++s) {
+      const auto b = train::plan_memory(in, s);
+      const std::string name =
+          fmt::format("{}{}{}", s, s == 3 ? fmt::format(" (pf {})", in.prefetch) : "", s == cfg.zero_stage ? " *" : "");
+      std::printf("  %-13s %11s %11s %11s %11s %11s %11s %11s %7.2f B\n", name.c_str(), gb(b.params).c_str(),
+                  gb(b.grads).c_str(), gb(b.optimizer).c_str(), exact ? gb(b.activations).c_str() : "-",
+                  exact ? gb(b.comm).c_str() : "-", exact ? gb(b.scratch).c_str() : "-", gb(b.total()).c_str(),
+                  b.state() / in.params);
+    }
+    std::printf("  (* zero.stage as configured; state/p: params + grads + optimizer per parameter)\n");
+    std::printf(
+        "quick rules: mixed-precision AdamW keeps 18 B/param (2 bf16 weights + 4 fp32 grads + 12 fp32 master and "
+        "moments; fp32 training 16), so %.4g parameters need %.1f GB (%s) of training state before sharding\n",
+        in.params, in.params * (in.dtype == "bf16" ? 18.0 : 16.0) / 1e9,
+        gb(in.params * (in.dtype == "bf16" ? 18.0 : 16.0)).c_str());
+    if (!o->device_mem.empty()) {
+      const double dev = train::parse_bytes(o->device_mem, "--device-mem");
+      std::printf("GPUs needed (the seeds' rule, params_in_billions x 18 x 1.25 / GPU_GB): %lld of %s\n",
+                  static_cast<long long>(train::gpus_needed(in.params, dev / 1e9)), o->device_mem.c_str());
+      const int fit = train::stage_that_fits(in, dev);
+      if (fit < 0)
+        std::printf("fits in %s: no stage on %d rank%s; add ranks\n", o->device_mem.c_str(), in.world,
+                    in.world > 1 ? "s" : "");
+      else
+        std::printf(
+            "fits in %s: zero.stage=%d (the least communication that fits: stages 0-2 move about 2x the "
+            "gradient bytes per step, stage 3 about 3x)\n",
+            o->device_mem.c_str(), fit);
+    }
+    return 0;
+  };
+}
+
+}  // namespace parallm::cli

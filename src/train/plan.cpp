@@ -1,0 +1,115 @@
+#include "train/plan.h"
+
+#include <cctype>
+#include <cmath>
+
+#include "core/error.h"
+#include "model/gpt.h"
+#include "model/params.h"
+#include "parallel/zero.h"
+
+namespace parallm::train {
+
+double state_bytes_per_param(const std::string& dtype, int stage, int world) {
+  const double n = world;
+  const bool bf16 = dtype == "bf16";
+  const double p = bf16 ? 2 : 4, g = 4, o = bf16 ? 12 : 8;
+  switch (stage) {
+    case 0:
+      return p + g + o;
+    case 1:
+      return p + g + o / n;
+    case 2:
+      return p + (g + o) / n;
+    default:
+      return (p + g + o) / n;
+  }
+}
+
+PlanBytes plan_memory(const PlanInput& in, int stage) {
+  PARALLM_CHECK(stage >= 0 && stage <= 3, ConfigError, "plan", "zero.stage must be 0..3, got {}", stage);
+  PARALLM_CHECK(in.world >= 1, ConfigError, "plan", "the world size must be >= 1, got {}", in.world);
+  PARALLM_CHECK(in.dtype == "fp32" || in.dtype == "bf16", ConfigError, "plan", "dtype must be fp32 or bf16, got {}",
+                in.dtype);
+  PlanBytes b;
+  if (!in.model || in.dtype != "fp32") {
+    // The quick rules: the state only (no shape, or a precision parallm does not train yet).
+    const double n = in.model ? static_cast<double>(model::ParamLayout(*in.model).count()) : in.params;
+    const bool bf16 = in.dtype == "bf16";
+    const double w = in.world;
+    const double p = bf16 ? 2 : 4, g = 4, o = bf16 ? 12 : 8;
+    b.params = n * (stage == 3 ? p / w : p);
+    b.grads = n * (stage >= 2 ? g / w : g);
+    b.optimizer = n * (stage >= 1 ? o / w : o);
+    return b;
+  }
+  // fp32 with a shape: the model's and ZeRO's own sizing, in bytes.
+  const model::ParamLayout layout(*in.model);
+  const auto total = static_cast<double>(layout.total());
+  const auto z = stage > 0 ? parallel::Zero::sizes(layout, stage, in.world, 0, in.prefetch) : parallel::ZeroSizes{};
+  const double f = sizeof(float);
+  b.params = f * ((stage < 3 ? total : 0) + static_cast<double>(z.params));
+  b.grads = f * ((stage < 2 ? total : 0) + static_cast<double>(z.grads));
+  b.optimizer = f * 2 * (stage > 0 ? static_cast<double>(z.shard) : total);
+  b.comm = f * static_cast<double>(z.comm);
+  const auto buf = model::GPT::buffers(*in.model, in.micro_batch, in.seq_len, Device::cpu(), in.threads);
+  b.activations = f * static_cast<double>(buf.activation_floats);
+  b.scratch = f * static_cast<double>(buf.scratch_floats);
+  b.exact = true;
+  return b;
+}
+
+int64_t gpus_needed(double params, double gpu_gb) {
+  PARALLM_CHECK(gpu_gb > 0, ConfigError, "plan", "device memory must be > 0");
+  return static_cast<int64_t>(std::ceil(params / 1e9 * 18.0 * 1.25 / gpu_gb - 1e-9));
+}
+
+int stage_that_fits(const PlanInput& in, double device_bytes) {
+  for (int s = 0; s <= 3; ++s)
+    if (plan_memory(in, s).total() <= device_bytes) return s;
+  return -1;
+}
+
+namespace {
+double parse_scaled(const std::string& s, const std::string& what, bool bytes) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (const std::exception&) {
+    throw ConfigError("plan", fmt::format("{}: \"{}\" is not a number", what, s));
+  }
+  std::string unit = s.substr(pos);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double scale = 0;
+  if (unit.empty()) scale = 1;
+  if (bytes) {
+    if (unit == "B") scale = 1;
+    if (unit == "KB") scale = 1e3;
+    if (unit == "MB") scale = 1e6;
+    if (unit == "GB" || unit == "G") scale = 1e9;
+    if (unit == "TB") scale = 1e12;
+    if (unit == "KIB") scale = 1024.0;
+    if (unit == "MIB") scale = 1024.0 * 1024;
+    if (unit == "GIB") scale = 1024.0 * 1024 * 1024;
+  } else {
+    if (unit == "K") scale = 1e3;
+    if (unit == "M") scale = 1e6;
+    if (unit == "B" || unit == "G") scale = 1e9;
+    if (unit == "T") scale = 1e12;
+  }
+  PARALLM_CHECK(scale > 0, ConfigError, "plan", "{}: unknown unit \"{}\" in \"{}\" (use {})", what, s.substr(pos), s,
+                bytes ? "B, KB, MB, GB, TB, KiB, MiB or GiB" : "K, M, B or T");
+  PARALLM_CHECK(v > 0 && std::isfinite(v), ConfigError, "plan", "{} must be positive, got \"{}\"", what, s);
+  return v * scale;
+}
+}  // namespace
+
+double parse_count(const std::string& s, const std::string& what) {
+  return parse_scaled(s, what, false);
+}
+double parse_bytes(const std::string& s, const std::string& what) {
+  return parse_scaled(s, what, true);
+}
+
+}  // namespace parallm::train
