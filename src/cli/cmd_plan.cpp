@@ -47,6 +47,7 @@ Runner add_plan(CLI::App& app) {
     in.dtype = o->dtype;
     in.world = o->world;
     in.prefetch = static_cast<int>(cfg.zero_prefetch);
+    in.offload = cfg.zero_offload;
     in.micro_batch = cfg.batch_size;
     in.seq_len = cfg.model.block_size;
     in.threads = cfg.threads > 0 ? static_cast<int>(cfg.threads) : num_threads();
@@ -74,18 +75,21 @@ Runner add_plan(CLI::App& app) {
     const bool exact = train::plan_memory(in, 0).exact;
     std::printf("per-rank peak bytes (rank 0 holds the largest shards)%s:\n",
                 exact ? "" : "; training state only (no model shape, or a dtype parallm does not train yet)");
-    std::printf("  %-13s %11s %11s %11s %11s %11s %11s %11s %9s\n", "zero.stage", "params", "grads", "optimizer",
-                "activations", "comm", "scratch", "total", "state/p");
+    std::printf("  %-13s %11s %11s %11s %11s %11s %11s %11s %9s %11s\n", "zero.stage", "params", "grads", "optimizer",
+                "activations", "comm", "scratch", "total", "state/p", "host pool");
     for (int s = 0; s <= 3; ++s) {
       const auto b = train::plan_memory(in, s);
       const std::string name =
           fmt::format("{}{}{}", s, s == 3 ? fmt::format(" (pf {})", in.prefetch) : "", s == cfg.zero_stage ? " *" : "");
-      std::printf("  %-13s %11s %11s %11s %11s %11s %11s %11s %7.2f B\n", name.c_str(), gb(b.params).c_str(),
+      std::printf("  %-13s %11s %11s %11s %11s %11s %11s %11s %7.2f B %11s\n", name.c_str(), gb(b.params).c_str(),
                   gb(b.grads).c_str(), gb(b.optimizer).c_str(), exact ? gb(b.activations).c_str() : "-",
                   exact ? gb(b.comm).c_str() : "-", exact ? gb(b.scratch).c_str() : "-", gb(b.total()).c_str(),
-                  b.state() / in.params);
+                  b.state() / in.params, gb(b.offloaded).c_str());
     }
-    std::printf("  (* zero.stage as configured; state/p: params + grads + optimizer per parameter)\n");
+    std::printf(
+        "  (* zero.stage as configured; total: device memory; state/p: params + grads + optimizer per parameter on "
+        "the device; host pool: zero.offload=%s)\n",
+        in.offload.c_str());
     std::printf(
         "quick rules: mixed-precision AdamW keeps 18 B/param (2 bf16 weights + 4 fp32 grads + 12 fp32 master and "
         "moments; fp32 training 16), so %.4g parameters need %.1f GB (%s) of training state before sharding\n",

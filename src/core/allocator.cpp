@@ -23,6 +23,8 @@ const char* mem_category_name(MemCategory c) {
       return "comm";
     case MemCategory::Scratch:
       return "scratch";
+    case MemCategory::Offloaded:
+      return "offloaded";
     case MemCategory::Other:
       return "other";
     default:

@@ -13,7 +13,9 @@
 
 namespace parallm {
 
-enum class MemCategory : int { Params = 0, Grads, OptState, Activations, Comm, Scratch, Other, kCount };
+// Offloaded: training state kept in the host pool instead of the device
+// (ZeRO offload); on a CPU-only machine the same memory, accounted apart.
+enum class MemCategory : int { Params = 0, Grads, OptState, Activations, Comm, Scratch, Offloaded, Other, kCount };
 const char* mem_category_name(MemCategory c);
 
 struct MemStats {

@@ -34,7 +34,9 @@ class AdamW {
   // The whole model: one state element per flat-buffer element.
   AdamW(const model::ParamLayout& layout, const AdamWConfig& cfg, Device dev = Device::cpu());
   // A shard (ZeRO): moments for state_size elements, reached through `runs`.
-  AdamW(std::vector<AdamWRun> runs, int64_t state_size, const AdamWConfig& cfg, Device dev = Device::cpu());
+  // `cat`: where the moments are accounted (MemCategory::Offloaded for ZeRO offload).
+  AdamW(std::vector<AdamWRun> runs, int64_t state_size, const AdamWConfig& cfg, Device dev = Device::cpu(),
+        MemCategory cat = MemCategory::OptState);
   // One update with learning rate `lr`; gradients are multiplied by grad_scale first.
   // params and grads live on the optimizer's device; the runs' offsets apply to them.
   void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);

@@ -15,9 +15,24 @@ Tensor f32_view(float* p, int64_t n) {
 }
 }  // namespace
 
+Offload parse_offload(const std::string& s) {
+  if (s == "none") return Offload::None;
+  if (s == "optimizer") return Offload::Optimizer;
+  if (s == "params") return Offload::Params;
+  throw ConfigError("config", fmt::format("zero.offload: expected none, optimizer or params, got \"{}\"", s));
+}
+
 Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads,
-           int prefetch)
-    : comm_(comm), layout_(layout), stage_(stage), params_(params), grads_(grads), prefetch_(prefetch) {
+           int prefetch, Offload offload)
+    : comm_(comm),
+      layout_(layout),
+      stage_(stage),
+      params_(params),
+      grads_(grads),
+      prefetch_(prefetch),
+      offload_(offload) {
+  PARALLM_CHECK(offload != Offload::Params || stage == 3, ConfigError, "config",
+                "zero.offload=params needs zero.stage=3 (sharded parameters), got stage {}", stage);
   PARALLM_CHECK(stage >= 1 && stage <= 3, ConfigError, "config", "zero.stage={} is not a sharded stage (1, 2 or 3)",
                 stage);
   PARALLM_CHECK(prefetch >= 0, ConfigError, "config", "zero.prefetch must be >= 0, got {}", prefetch);
@@ -38,7 +53,9 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
       const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
       if (a >= b) continue;
       const int64_t state = local_[g] + (a - lo);
-      const int64_t grad = stage == 1 ? a : state, param = stage == 3 ? state : a;
+      // Offloaded, the optimizer steps on contiguous host shards.
+      const bool host = offload != Offload::None;
+      const int64_t grad = host || stage > 1 ? state : a, param = host || stage == 3 ? state : a;
       if (!runs.empty() && runs.back().decay == s.decay && runs.back().state + runs.back().length == state &&
           runs.back().param + runs.back().length == param && runs.back().grad + runs.back().length == grad)
         runs.back().length += b - a;
@@ -62,7 +79,7 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
     }
   }
   if (stage == 3) {
-    param_shard_ = Array<float>(shard_size_, MemCategory::Params);
+    param_shard_ = Array<float>(shard_size_, offload == Offload::Params ? MemCategory::Offloaded : MemCategory::Params);
     int64_t block_max = 0;
     for (int g = 1; g < layout.num_groups(); ++g) block_max = std::max(block_max, group_len(g));
     // The embeddings' window, then the block being computed and the prefetched ones.
@@ -70,21 +87,47 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
     for (size_t w = 0; w < pwins_.size(); ++w)
       pwins_[w].buf = Array<float>(w == 0 ? group_len(0) : block_max, MemCategory::Params);
   }
+  if (offload != Offload::None) host_grads_ = Array<float>(shard_size_, MemCategory::Offloaded);
+  if (offload == Offload::Optimizer) host_params_ = Array<float>(shard_size_, MemCategory::Offloaded);
   // What was allocated is what the planner predicts.
   ZeroSizes got;
   got.shard = shard_size_;
-  got.params = static_cast<int64_t>(param_shard_.size());
+  got.offloaded = static_cast<int64_t>(host_grads_.size() + host_params_.size());
+  got.params = offload == Offload::Params ? 0 : static_cast<int64_t>(param_shard_.size());
+  if (offload == Offload::Params) got.offloaded += static_cast<int64_t>(param_shard_.size());
   for (const ParamWindow& w : pwins_) got.params += static_cast<int64_t>(w.buf.size());
   got.grads = static_cast<int64_t>(shard_grads_.size());
   got.comm = static_cast<int64_t>(rs_out_.size());
   for (const Window& w : windows_) got.comm += static_cast<int64_t>(w.buf.size() + w.piece.size());
-  const ZeroSizes want = sizes(layout, stage, n, me, prefetch);
-  PARALLM_CHECK(
-      got.shard == want.shard && got.params == want.params && got.grads == want.grads && got.comm == want.comm,
-      InternalError, "zero", "allocated buffers differ from Zero::sizes (a planner bug)");
+  const ZeroSizes want = sizes(layout, stage, n, me, prefetch, offload);
+  PARALLM_CHECK(got.shard == want.shard && got.params == want.params && got.grads == want.grads &&
+                    got.comm == want.comm && got.offloaded == want.offloaded,
+                InternalError, "zero", "allocated buffers differ from Zero::sizes (a planner bug)");
 }
 
-ZeroSizes Zero::sizes(const model::ParamLayout& layout, int stage, int nranks, int rank, int prefetch) {
+void Zero::copy_pieces(float* device_base, bool contiguous, float* host, bool to_host) {
+  for (int g = 0; g < layout_.num_groups(); ++g) {
+    float* d = contiguous ? device_base + local_[g] : device_base + layout_.group(g).begin + piece_[g].offset;
+    float* h = host + local_[g];
+    const size_t bytes = sizeof(float) * static_cast<size_t>(piece_[g].count);
+    if (to_host)
+      std::memcpy(h, d, bytes);
+    else
+      std::memcpy(d, h, bytes);
+  }
+}
+
+void Zero::params_changed() {
+  if (offload_ == Offload::Optimizer) copy_pieces(param_base(), stage_ == 3, host_params_.data(), true);
+  for (ParamWindow& w : pwins_) {
+    if (w.work) w.work->wait();
+    w.work.reset();
+    w.group = -1;
+  }
+}
+
+ZeroSizes Zero::sizes(const model::ParamLayout& layout, int stage, int nranks, int rank, int prefetch,
+                      Offload offload) {
   ZeroSizes z;
   int64_t max_piece = 0, block_max = 0;
   for (int g = 0; g < layout.num_groups(); ++g) {
@@ -102,6 +145,9 @@ ZeroSizes Zero::sizes(const model::ParamLayout& layout, int stage, int nranks, i
     z.comm = embed + max_piece + (blocks ? 2 * (block_max + max_piece) : 0);  // gradient windows and their pieces
   }
   if (stage == 3) z.params = z.shard + embed + (blocks ? (1 + prefetch) * block_max : 0);
+  if (offload != Offload::None) z.offloaded = z.shard;                          // the gradient pieces
+  if (offload == Offload::Optimizer) z.offloaded += z.shard;                    // the master parameter pieces
+  if (offload == Offload::Params) z.params -= z.shard, z.offloaded += z.shard;  // the shard itself
   return z;
 }
 
@@ -243,6 +289,11 @@ void Zero::begin_step() {
 }
 
 void Zero::finish_grads() {
+  reduce_grads();
+  if (offload_ != Offload::None) copy_pieces(grad_base(), stage_ >= 2, host_grads_.data(), true);
+}
+
+void Zero::reduce_grads() {
   if (stage_ >= 2) {
     for (Window& w : windows_) {
       PARALLM_CHECK(w.group < 0 || w.work, InternalError, "zero",
@@ -267,7 +318,9 @@ void Zero::finish_grads() {
 double Zero::grad_norm() {
   double local = 0;
   const auto& k = kernels::ops_for(Device::cpu());
-  if (stage_ >= 2)
+  if (offload_ != Offload::None)
+    local = k.sum_squares(host_grads_.data(), shard_size_);
+  else if (stage_ >= 2)
     local = k.sum_squares(shard_grads_.data(), shard_size_);
   else
     for (int g = 0; g < layout_.num_groups(); ++g) local += k.sum_squares(grad_shard(g), piece_[g].count);
@@ -289,6 +342,7 @@ double Zero::grad_norm() {
 }
 
 void Zero::gather_params() {
+  if (offload_ == Offload::Optimizer) copy_pieces(param_base(), stage_ == 3, host_params_.data(), false);
   if (stage_ == 3) {  // the windows hold the old parameters
     for (ParamWindow& w : pwins_) {
       PARALLM_CHECK(!w.pinned, InternalError, "zero", "group {} still in use at the optimizer step", w.group);

@@ -39,6 +39,15 @@
 // windows (1 + prefetch blocks and the embeddings, accounted as parameters).
 // Initial weights are drawn group by group, so no rank holds them all.
 //
+// Offload (zero.offload): the optimizer's state lives in the host pool
+// (MemCategory::Offloaded) and the optimizer steps there. `optimizer`: the
+// pool holds a master copy of this rank's parameter pieces, its gradient
+// pieces and the moments; after backward the gradient pieces are copied in,
+// after the step the parameter pieces are copied back and gathered. `params`
+// (stage 3): the parameter shard itself lives in the pool (gathers read it
+// there), so no master copy is needed. On a GPU the copies are the PCIe
+// transfers; on a CPU-only machine they are memcpy between two accounted pools.
+//
 // The optimizer stays in optim/ (a layer above): it is built over runs() with
 // shard_size() elements of state, steps on grad_base(), and gather_params()
 // then gives every rank the updated parameters.
@@ -50,6 +59,7 @@
 // any stage and world size.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -73,7 +83,11 @@ struct ShardRun {
 struct ZeroSizes {
   int64_t shard = 0;                        // this rank's elements of the flat buffer
   int64_t params = 0, grads = 0, comm = 0;  // parameter shard + windows, gradient shard, comm buffers
+  int64_t offloaded = 0;                    // host pool: master parameters, gradient copy (moments not included)
 };
+
+enum class Offload { None, Optimizer, Params };
+Offload parse_offload(const std::string& s);  // none | optimizer | params (ConfigError otherwise)
 
 // One optimizer step's communication.
 struct ZeroStats {
@@ -88,8 +102,10 @@ class Zero : public model::ParamStore {
   // grads: its full gradient buffer (stage 1 only). prefetch: stage 3's
   // groups gathered ahead.
   Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads,
-       int prefetch = 1);
-  static ZeroSizes sizes(const model::ParamLayout& layout, int stage, int nranks, int rank, int prefetch);
+       int prefetch = 1, Offload offload = Offload::None);
+  static ZeroSizes sizes(const model::ParamLayout& layout, int stage, int nranks, int rank, int prefetch,
+                         Offload offload = Offload::None);
+  Offload offload() const { return offload_; }
   int stage() const { return stage_; }
   int64_t shard_size() const { return shard_size_; }
 
@@ -106,10 +122,17 @@ class Zero : public model::ParamStore {
   void finish_grads();
   // L2 norm of the whole gradient (collective).
   double grad_norm();
-  // This rank's shard, for the optimizer.
+  // This rank's shard, for the optimizer: it steps on opt_params() and
+  // opt_grads() through runs() (in the host pool when offloaded).
   const std::vector<ShardRun>& runs() const { return runs_; }
+  float* opt_params() const { return offload_ == Offload::Optimizer ? host_params_.data() : param_base(); }
+  float* opt_grads() const { return offload_ != Offload::None ? host_grads_.data() : grad_base(); }
+  // The parameters the model sees: the full buffer (stages 1, 2) or the shard (stage 3).
   float* param_base() const { return stage_ == 3 ? param_shard_.data() : params_; }
   float* grad_base() const { return stage_ == 1 ? grads_ : shard_grads_.data(); }
+  // After the parameters were set from outside (init, resume): refresh the
+  // master copy and drop gathered windows.
+  void params_changed();
   // After the optimizer updated this rank's pieces: every rank gets all
   // parameters (stages 1, 2), or the gathered windows are stale (stage 3).
   void gather_params();
@@ -160,6 +183,12 @@ class Zero : public model::ParamStore {
   std::vector<Window> windows_;
   int64_t seq_ = 0;
   int prefetch_ = 1;
+  Offload offload_ = Offload::None;
+  Array<float> host_params_, host_grads_;  // offload: the master parameter pieces, the gradient pieces
+  // Between this rank's pieces in the device layout and the contiguous host shard.
+  // contiguous: device_base is a shard (stage 3 parameters, stage 2-3 gradients), else a full buffer.
+  void copy_pieces(float* device_base, bool contiguous, float* host, bool to_host);
+  void reduce_grads();
   Array<float> param_shard_;        // stage 3: this rank's pieces of the parameters
   std::vector<ParamWindow> pwins_;  // stage 3: 0 = embeddings, then 1 + prefetch for blocks
   int64_t clock_ = 0;

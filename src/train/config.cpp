@@ -185,6 +185,16 @@ const std::map<std::string, Key>& keys() {
               "ZeRO: 0 = plain data parallel, 1 = shard optimizer state, 2 = also gradients (overlapped "
               "reduce-scatter), 3 = also parameters (gathered per block, FSDP)"),
       INT_KEY("zero.prefetch", zero_prefetch, "ZeRO stage 3: blocks gathered ahead of the one computing"),
+      {"zero.offload",
+       {"string",
+        "none | optimizer (moments, master weights, optimizer step in the host pool) | params (stage 3: "
+        "also the parameter shard)",
+        [](RunConfig& c, const std::string& k, const std::string& v) {
+          PARALLM_CHECK(v == "none" || v == "optimizer" || v == "params", ConfigError, "config",
+                        "{}: expected none, optimizer or params, got \"{}\"", k, v);
+          c.zero_offload = v;
+        },
+        [](const RunConfig& c) { return nlohmann::json(c.zero_offload); }}},
   };
   return table;
 }
@@ -269,6 +279,10 @@ void RunConfig::validate() const {
   PARALLM_CHECK(zero_stage >= 0 && zero_stage <= 3, ConfigError, "config", "zero.stage must be 0, 1, 2 or 3, got {}",
                 zero_stage);
   PARALLM_CHECK(zero_prefetch >= 0, ConfigError, "config", "zero.prefetch must be >= 0, got {}", zero_prefetch);
+  PARALLM_CHECK(zero_offload == "none" || zero_stage > 0, ConfigError, "config",
+                "zero.offload={} needs a sharded stage (zero.stage=1, 2 or 3)", zero_offload);
+  PARALLM_CHECK(zero_offload != "params" || zero_stage == 3, ConfigError, "config",
+                "zero.offload=params needs zero.stage=3 (sharded parameters), got zero.stage={}", zero_stage);
   PARALLM_CHECK(zero_stage == 0 || !ddp_deterministic, ConfigError, "config",
                 "zero.stage={} with ddp.deterministic=true: the deterministic reduction is for plain data parallel "
                 "(zero.stage=0)",

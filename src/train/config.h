@@ -56,6 +56,7 @@ struct RunConfig {
   int64_t ddp_shards = 0;             // deterministic: shards per global micro-batch (0 = one per rank)
   int64_t zero_stage = 0;             // 0 = DDP, 1 = sharded optimizer state, 2 = + gradients, 3 = + parameters
   int64_t zero_prefetch = 1;          // stage 3: blocks gathered ahead
+  std::string zero_offload = "none";  // none | optimizer | params (stage 3): state in the host pool
 
   // Sets one key from its string form; throws ConfigError naming the key.
   void set(const std::string& key, const std::string& value);

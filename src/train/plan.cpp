@@ -41,16 +41,29 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
     b.params = n * (stage == 3 ? p / w : p);
     b.grads = n * (stage >= 2 ? g / w : g);
     b.optimizer = n * (stage >= 1 ? o / w : o);
+    if (stage > 0 && in.offload != "none") {  // the optimizer state on the host
+      b.offloaded = b.optimizer;
+      b.optimizer = 0;
+    }
+    if (stage == 3 && in.offload == "params") {  // and the parameter shard
+      b.offloaded += b.params;
+      b.params = 0;
+    }
     return b;
   }
   // fp32 with a shape: the model's and ZeRO's own sizing, in bytes.
   const model::ParamLayout layout(*in.model);
   const auto total = static_cast<double>(layout.total());
-  const auto z = stage > 0 ? parallel::Zero::sizes(layout, stage, in.world, 0, in.prefetch) : parallel::ZeroSizes{};
+  parallel::Offload off = parallel::parse_offload(in.offload);
+  if (stage == 0 || (off == parallel::Offload::Params && stage < 3)) off = parallel::Offload::None;
+  const auto z =
+      stage > 0 ? parallel::Zero::sizes(layout, stage, in.world, 0, in.prefetch, off) : parallel::ZeroSizes{};
   const double f = sizeof(float);
   b.params = f * ((stage < 3 ? total : 0) + static_cast<double>(z.params));
   b.grads = f * ((stage < 2 ? total : 0) + static_cast<double>(z.grads));
-  b.optimizer = f * 2 * (stage > 0 ? static_cast<double>(z.shard) : total);
+  const double moments = f * 2 * (stage > 0 ? static_cast<double>(z.shard) : total);
+  (off == parallel::Offload::None ? b.optimizer : b.offloaded) = moments;
+  b.offloaded += f * static_cast<double>(z.offloaded);
   b.comm = f * static_cast<double>(z.comm);
   const auto buf = model::GPT::buffers(*in.model, in.micro_batch, in.seq_len, Device::cpu(), in.threads);
   b.activations = f * static_cast<double>(buf.activation_floats);

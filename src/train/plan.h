@@ -23,6 +23,7 @@ struct PlanInput {
   std::string dtype = "fp32";             // fp32 | bf16 (mixed-precision AdamW)
   int world = 1;                          // data-parallel ranks
   int prefetch = 1;                       // ZeRO stage 3 blocks gathered ahead
+  std::string offload = "none";           // ZeRO offload: none | optimizer | params (stage 3 only)
   int64_t micro_batch = 1, seq_len = 1;   // per rank
   int threads = 1;                        // kernel workspaces depend on it
 };
@@ -30,11 +31,13 @@ struct PlanInput {
 // Predicted peak bytes of one rank (rank 0, which holds the largest shards).
 struct PlanBytes {
   double params = 0, grads = 0, optimizer = 0, activations = 0, comm = 0, scratch = 0;
-  bool exact = false;  // from the model's own sizing (fp32 with a shape), not a rule of thumb
+  double offloaded = 0;  // in the host pool (not device memory)
+  bool exact = false;    // from the model's own sizing (fp32 with a shape), not a rule of thumb
   double state() const { return params + grads + optimizer; }
-  double total() const { return state() + activations + comm + scratch; }
+  double total() const { return state() + activations + comm + scratch; }  // device memory
 };
 
+// A stage the offload setting does not apply to (offload at stage 0, params below 3) plans without offload.
 PlanBytes plan_memory(const PlanInput& in, int stage);
 // Training-state bytes per parameter by the quick rule (16 fp32, 18 bf16, sharded by stage).
 double state_bytes_per_param(const std::string& dtype, int stage, int world);

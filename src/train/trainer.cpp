@@ -75,10 +75,11 @@ std::string state_table(const MemStats& s, int64_t nparams) {
   const auto n = static_cast<double>(nparams);
   return fmt::format(
       "training state per rank (peak): params {} ({:.2f} B/param) + grads {} ({:.2f}) + optimizer {} ({:.2f}) = {} "
-      "({:.2f} B/param); communication buffers {} ({:.2f})",
+      "({:.2f} B/param); communication buffers {} ({:.2f}); offloaded to the host pool {} ({:.2f})",
       format_bytes(p), static_cast<double>(p) / n, format_bytes(g), static_cast<double>(g) / n, format_bytes(o),
       static_cast<double>(o) / n, format_bytes(p + g + o), static_cast<double>(p + g + o) / n,
-      format_bytes(cat(MemCategory::Comm)), static_cast<double>(cat(MemCategory::Comm)) / n);
+      format_bytes(cat(MemCategory::Comm)), static_cast<double>(cat(MemCategory::Comm)) / n,
+      format_bytes(cat(MemCategory::Offloaded)), static_cast<double>(cat(MemCategory::Offloaded)) / n);
 }
 
 std::vector<optim::AdamWRun> adamw_runs(const std::vector<parallel::ShardRun>& runs) {
@@ -174,15 +175,18 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   std::unique_ptr<parallel::Zero> zero;
   if (zstage > 0)
     zero = std::make_unique<parallel::Zero>(world, m.layout(), zstage, m.params(), m.grads(),
-                                            static_cast<int>(cfg.zero_prefetch));
+                                            static_cast<int>(cfg.zero_prefetch),
+                                            parallel::parse_offload(cfg.zero_offload));
   if (zstage >= 2) m.set_store(zero.get());
   // A full host copy of the parameters where the model has none (stage 3: init, checkpoints).
   auto full_params = [&](bool want) {
     return Array<float>(want ? static_cast<size_t>(m.flat_size()) : 0, MemCategory::Other);
   };
   const optim::AdamWConfig acfg{cfg.learning_rate, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
-  optim::AdamW opt = zero ? optim::AdamW(adamw_runs(zero->runs()), zero->shard_size(), acfg, dev)
-                          : optim::AdamW(m.layout(), acfg, dev);
+  optim::AdamW opt =
+      zero ? optim::AdamW(adamw_runs(zero->runs()), zero->shard_size(), acfg, dev,
+                          zero->offload() != parallel::Offload::None ? MemCategory::Offloaded : MemCategory::OptState)
+           : optim::AdamW(m.layout(), acfg, dev);
   const auto flat = static_cast<size_t>(m.flat_size());
   TrainState st;
   if (resume) {
@@ -197,10 +201,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       opt.set_steps_taken(steps);
       zero->scatter_shard(fm.data(), opt.m(), 0);
       zero->scatter_shard(fv.data(), opt.v(), 0);
-      if (zstage == 3) {
-        zero->scatter_shard(fp.data(), zero->param_base(), 0);
-        zero->gather_params();  // no window holds stale parameters
-      }
+      if (zstage == 3) zero->scatter_shard(fp.data(), zero->param_base(), 0);
     } else {
       if (lead) st = load_checkpoint(cfg.out_dir, m, &opt);
       // Every rank continues from rank 0's weights, optimizer state and step.
@@ -220,6 +221,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     m.init_weights(cfg.seed);
   }
   if (zstage < 3) broadcast_floats(world, m.params(), m.flat_size());  // identical replicas, whatever each rank did
+  if (zero) zero->params_changed();  // the master copy (offload) and the windows follow
   // ddp.deterministic: each shard's gradient alone, summed in a fixed order
   // (a single rank may cut its batch into shards to reproduce N ranks).
   std::unique_ptr<parallel::DeterministicGrads> det;
@@ -264,9 +266,10 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   if (zero)
     log::info("zero: stage {}, this rank's shard {} of {} elements ({} groups){}", zstage, zero->shard_size(),
               m.flat_size(), m.layout().num_groups(),
-              zstage == 3   ? fmt::format(", parameters gathered per block ({} ahead)", cfg.zero_prefetch)
-              : zstage == 2 ? ", gradients reduce-scattered during backward"
-                            : "");
+              (zstage == 3   ? fmt::format(", parameters gathered per block ({} ahead)", cfg.zero_prefetch)
+               : zstage == 2 ? std::string(", gradients reduce-scattered during backward")
+                             : std::string()) +
+                  (cfg.zero_offload != "none" ? ", offload " + cfg.zero_offload : std::string()));
   if (!dev.is_cpu()) log::info("device: {} {} | {}", dev.str(), gpu::describe(dev.index), gpu::version());
   log::info("MFU peak: {:.1f} GFLOP/s ({})", peak / 1e9,
             cfg.peak_flops > 0 ? "train.peak_flops"
@@ -406,7 +409,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       throw NumericError("train", fmt::format("non-finite loss ({}) or gradient norm ({}) at iter {}; lower "
                                               "optimizer.learning_rate or set optimizer.grad_clip",
                                               loss, norm, it));
-    opt.step(zero ? zero->param_base() : m.params(), zero ? zero->grad_base() : m.grads(), lr,
+    opt.step(zero ? zero->opt_params() : m.params(), zero ? zero->opt_grads() : m.grads(), lr,
              optim::clip_factor(norm, cfg.grad_clip));
     if (zero) zero->gather_params();
     dtb += to.seconds();

@@ -42,19 +42,27 @@ TEST_F(ZeroTest, StagesFollowDdpAndOneRank) {
   auto one = tiny("one" + std::to_string(world->rank()), 2 * n);
   one.max_iters = 12;
   const auto r1 = train::run_training(one);
-  for (auto [stage, prefetch] : {std::pair{1, 1}, {2, 1}, {3, 1}, {3, 0}, {3, 2}}) {
-    auto z = tiny("zero" + std::to_string(stage) + std::to_string(prefetch), 2);
+  struct Case {
+    int stage, prefetch;
+    const char* offload;
+  };
+  for (const Case& k :
+       {Case{1, 1, "none"}, Case{2, 1, "none"}, Case{3, 1, "none"}, Case{3, 0, "none"}, Case{3, 2, "none"},
+        Case{1, 1, "optimizer"}, Case{2, 1, "optimizer"}, Case{3, 1, "optimizer"}, Case{3, 1, "params"}}) {
+    const int stage = k.stage, prefetch = k.prefetch;
+    auto z = tiny("zero" + std::to_string(stage) + std::to_string(prefetch) + k.offload, 2);
     z.max_iters = 12;
-    z.apply_overrides({"zero.stage=" + std::to_string(stage), "zero.prefetch=" + std::to_string(prefetch)});
+    z.apply_overrides({"zero.stage=" + std::to_string(stage), "zero.prefetch=" + std::to_string(prefetch),
+                       std::string("zero.offload=") + k.offload});
     const auto rz = train::run_training(z, world);
     ASSERT_EQ(rz.train_losses.size(), rd.train_losses.size());
     const double vs_ddp = max_rel_diff(rz.train_losses, rd.train_losses);
     const double vs_one = max_rel_diff(rz.train_losses, r1.train_losses);
     if (world->rank() == 0)
       std::printf(
-          "zero.stage=%d (prefetch %d) on %d ranks: max relative loss difference %.3g vs DDP, %.3g vs 1 rank x batch "
-          "%d\n",
-          stage, prefetch, n, vs_ddp, vs_one, 2 * n);
+          "zero.stage=%d (prefetch %d, offload %s) on %d ranks: max relative loss difference %.3g vs DDP, %.3g vs 1 "
+          "rank x batch %d\n",
+          stage, prefetch, k.offload, n, vs_ddp, vs_one, 2 * n);
     EXPECT_LT(vs_ddp, 2e-5) << "stage " << stage;
     EXPECT_LT(vs_one, 2e-5) << "stage " << stage;
     EXPECT_NEAR(rz.last_val_loss, rd.last_val_loss, 2e-5 * rd.last_val_loss);
@@ -201,21 +209,27 @@ TEST(ZeroPlan, PredictsWhatRankZeroAllocates) {
   const int64_t B = 3;
   const int n = world->size();
   for (int stage : {0, 1, 2, 3}) {
-    for (int prefetch : {0, 2}) {
-      if (stage < 3 && prefetch > 0) continue;
+    for (auto [prefetch, offload] : {std::pair{0, "none"}, {2, "none"}, {0, "optimizer"}, {0, "params"}}) {
+      if ((stage < 3 && prefetch > 0) || (stage == 0 && std::string(offload) != "none") ||
+          (stage < 3 && std::string(offload) == "params"))
+        continue;
+      const auto off = parallel::parse_offload(offload);
       auto& alloc = HostAllocator::instance();
       const MemStats before = alloc.stats();
       {
         model::GPT m(c, B, c.block_size, Device::cpu(), {stage < 3, stage < 2});
         std::unique_ptr<parallel::Zero> z;
-        if (stage > 0) z = std::make_unique<parallel::Zero>(*world, m.layout(), stage, m.params(), m.grads(), prefetch);
+        if (stage > 0)
+          z = std::make_unique<parallel::Zero>(*world, m.layout(), stage, m.params(), m.grads(), prefetch, off);
         const int64_t state = z ? z->shard_size() : m.layout().total();
-        optim::AdamW opt(std::vector<optim::AdamWRun>{}, state, {});
+        optim::AdamW opt(std::vector<optim::AdamWRun>{}, state, {}, Device::cpu(),
+                         off == parallel::Offload::None ? MemCategory::OptState : MemCategory::Offloaded);
         const MemStats after = alloc.stats();
         train::PlanInput in;
         in.model = c;
         in.world = n;
         in.prefetch = prefetch;
+        in.offload = offload;
         in.micro_batch = B;
         in.seq_len = c.block_size;
         in.threads = num_threads();
@@ -225,13 +239,14 @@ TEST(ZeroPlan, PredictsWhatRankZeroAllocates) {
           return static_cast<double>(after.current[i] - before.current[i]);
         };
         if (world->rank() == 0) {
-          SCOPED_TRACE(fmt::format("stage {} prefetch {} on {} ranks", stage, prefetch, n));
+          SCOPED_TRACE(fmt::format("stage {} prefetch {} offload {} on {} ranks", stage, prefetch, offload, n));
           EXPECT_EQ(got(MemCategory::Params), want.params);
           EXPECT_EQ(got(MemCategory::Grads), want.grads);
           EXPECT_EQ(got(MemCategory::OptState), want.optimizer);
           EXPECT_EQ(got(MemCategory::Activations), want.activations);
           EXPECT_EQ(got(MemCategory::Comm), want.comm);
           EXPECT_EQ(got(MemCategory::Scratch), want.scratch);
+          EXPECT_EQ(got(MemCategory::Offloaded), want.offloaded);
         }
       }
       world->barrier();
