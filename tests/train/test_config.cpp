@@ -52,6 +52,21 @@ TEST(Config, ErrorsNameTheKey) {
   EXPECT_NE(error_of([&] { e.validate(); }).find("ddp.deterministic"), std::string::npos);
 }
 
+TEST(Config, ZeroKeysAreCheckedTogether) {
+  auto validate_error = [](std::vector<std::string> kv) {
+    train::RunConfig c;
+    c.apply_overrides(kv);
+    return error_of([&] { c.validate(); });
+  };
+  EXPECT_NE(validate_error({"zero.stage=4"}).find("zero.stage"), std::string::npos);
+  EXPECT_NE(validate_error({"zero.stage=1", "ddp.deterministic=true"}).find("ddp.deterministic"), std::string::npos);
+  EXPECT_NE(validate_error({"zero.offload=optimizer"}).find("needs a sharded stage"), std::string::npos);
+  EXPECT_NE(validate_error({"zero.stage=2", "zero.offload=params"}).find("zero.stage=3"), std::string::npos);
+  EXPECT_NE(validate_error({"zero.stage=3", "zero.prefetch=-1"}).find("zero.prefetch"), std::string::npos);
+  EXPECT_NE(error_of([] { train::RunConfig().set("zero.offload", "disk"); }).find("zero.offload"), std::string::npos);
+  EXPECT_EQ(validate_error({"zero.stage=3", "zero.offload=params", "zero.prefetch=2"}), "");
+}
+
 TEST(Config, DeviceKeyParsesAndExplainsWhatIsMissing) {
   train::RunConfig c;
   EXPECT_NE(error_of([&] { c.set("train.device", "tpu"); }).find("train.device"), std::string::npos);
