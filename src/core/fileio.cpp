@@ -69,6 +69,25 @@ void read_file(const std::string& path, std::initializer_list<FilePiece> pieces)
   ::close(fd);
 }
 
+void read_file_range(const std::string& path, size_t file_size, size_t offset, void* out, size_t bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  PARALLM_CHECK(fd >= 0, IoError, "io.read", "cannot read {}: {}", path, std::strerror(errno));
+  struct stat st {};
+  ::fstat(fd, &st);
+  if (static_cast<size_t>(st.st_size) != file_size || offset + bytes > file_size) {
+    ::close(fd);
+    throw IoError("io.read", fmt::format("{} has {} bytes, expected {} (truncated or another model?)", path,
+                                         static_cast<size_t>(st.st_size), file_size));
+  }
+  if (::lseek(fd, static_cast<off_t>(offset), SEEK_SET) < 0) {
+    ::close(fd);
+    throw IoError("io.read", fmt::format("cannot seek in {}: {}", path, std::strerror(errno)));
+  }
+  const int e = transfer(fd, static_cast<char*>(out), bytes, false);
+  ::close(fd);
+  PARALLM_CHECK(e == 0, IoError, "io.read", "read of {} failed: {}", path, std::strerror(e));
+}
+
 std::string read_text_file(const std::string& path, const std::string& where) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   PARALLM_CHECK(f, IoError, where, "cannot read {}: {}", path, std::strerror(errno));

@@ -24,6 +24,9 @@ void write_file_atomic(const std::string& path, std::initializer_list<ConstFileP
 // Reads exactly the pieces' total size; throws IoError naming the file if its
 // size differs (truncated, or written for another model).
 void read_file(const std::string& path, std::initializer_list<FilePiece> pieces);
+// `bytes` at `offset` of a file that must be exactly `file_size` bytes long
+// (IoError naming the file otherwise): a slice of a checkpoint shard.
+void read_file_range(const std::string& path, size_t file_size, size_t offset, void* out, size_t bytes);
 // A whole (small) text file; IoError "[where] cannot read <path>: <reason>".
 std::string read_text_file(const std::string& path, const std::string& where);
 

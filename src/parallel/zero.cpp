@@ -117,6 +117,13 @@ void Zero::copy_pieces(float* device_base, bool contiguous, float* host, bool to
   }
 }
 
+std::vector<Zero::Piece> Zero::pieces() const {
+  std::vector<Piece> out;
+  for (int g = 0; g < layout_.num_groups(); ++g)
+    out.push_back({layout_.group(g).begin + piece_[g].offset, piece_[g].count, local_[g]});
+  return out;
+}
+
 void Zero::params_changed() {
   if (offload_ == Offload::Optimizer) copy_pieces(param_base(), stage_ == 3, host_params_.data(), true);
   for (ParamWindow& w : pwins_) {

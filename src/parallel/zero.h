@@ -54,9 +54,7 @@
 //
 // The global gradient norm is the sum of every rank's squared shard norm
 // (doubles, gathered and added in rank order), so clipping sees the whole
-// model. Checkpoints gather the shards of the optimizer state to one rank and
-// scatter them back, so the files are those of an unsharded run and load at
-// any stage and world size.
+// model. Checkpoints are written shard by shard (train/checkpoint.h).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -122,6 +120,11 @@ class Zero : public model::ParamStore {
   void finish_grads();
   // L2 norm of the whole gradient (collective).
   double grad_norm();
+  // This rank's piece of each group: where it sits in the flat layout and in the shard.
+  struct Piece {
+    int64_t flat = 0, count = 0, local = 0;
+  };
+  std::vector<Piece> pieces() const;
   // This rank's shard, for the optimizer: it steps on opt_params() and
   // opt_grads() through runs() (in the host pool when offloaded).
   const std::vector<ShardRun>& runs() const { return runs_; }
@@ -142,8 +145,9 @@ class Zero : public model::ParamStore {
   size_t window_bytes() const;
   const ZeroStats& stats() const { return stats_; }
 
-  // Checkpoints (collective): a shard-sized buffer (e.g. an optimizer moment)
-  // assembled in the flat layout on `root` (others pass nullptr), and back.
+  // Collective: a shard-sized buffer (e.g. an optimizer moment) assembled in
+  // the flat layout on `root` (others pass nullptr), and back. (Checkpoints
+  // do not need it: every rank writes and reads its own ranges.)
   void gather_shard(const float* local, float* full, int root);
   void scatter_shard(const float* full, float* local, int root);
 

@@ -1,5 +1,6 @@
 #include "train/checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -13,7 +14,7 @@ namespace parallm::train {
 namespace fs = std::filesystem;
 
 namespace {
-constexpr int kFormat = 1;
+constexpr int kFormat = 1, kFormatSharded = 2;
 
 nlohmann::json layout_json(const model::ParamLayout& l) {
   nlohmann::json a = nlohmann::json::array();
@@ -79,26 +80,142 @@ nlohmann::json read_checkpoint_meta(const std::string& out_dir) {
   } catch (const std::exception& e) {
     throw IoError("checkpoint.load", fmt::format("{}/state.json is corrupt: {}", dir.string(), e.what()));
   }
-  PARALLM_CHECK(s.value("format", 0) == kFormat, IoError, "checkpoint.load", "{}: unsupported checkpoint format {}",
-                dir.string(), s.value("format", 0));
+  const int format = s.value("format", 0);
+  PARALLM_CHECK(format == kFormat || format == kFormatSharded, IoError, "checkpoint.load",
+                "{}: unsupported checkpoint format {}", dir.string(), format);
   s["_dir"] = dir.string();
   return s;
+}
+
+void check_checkpoint_layout(const nlohmann::json& meta, const model::ParamLayout& layout) {
+  PARALLM_CHECK(meta["params"] == layout_json(layout) && meta["flat_size"] == layout.total(), IoError,
+                "checkpoint.load", "{} holds a different model layout than the configured model",
+                meta["_dir"].get<std::string>());
+}
+
+TrainState checkpoint_state(const nlohmann::json& meta, int64_t* optimizer_steps) {
+  if (optimizer_steps) *optimizer_steps = meta["optimizer_steps"].get<int64_t>();
+  TrainState st;
+  st.iter = meta["iter"];
+  st.best_val_loss = meta["best_val_loss"];
+  return st;
+}
+
+void read_checkpoint_range(const nlohmann::json& meta, CkptPart part, int64_t begin, int64_t count, float* out) {
+  const fs::path dir = meta["_dir"].get<std::string>();
+  const int64_t total = meta["flat_size"].get<int64_t>();
+  PARALLM_CHECK(begin >= 0 && count >= 0 && begin + count <= total, InternalError, "checkpoint.load",
+                "range [{}, {}) outside the {} elements", begin, begin + count, total);
+  constexpr size_t f = sizeof(float);
+  const auto k = static_cast<int64_t>(part);  // 0 params, 1 m, 2 v
+  if (meta["format"] == kFormat) {
+    const bool model = part == CkptPart::Params;
+    const auto bytes = static_cast<size_t>(total) * f;
+    read_file_range((dir / (model ? "model.bin" : "optim.bin")).string(), model ? bytes : 2 * bytes,
+                    static_cast<size_t>((model ? 0 : (k - 1) * total) + begin) * f, out,
+                    static_cast<size_t>(count) * f);
+    return;
+  }
+  int64_t covered = 0;
+  for (const auto& sh : meta["shards"]) {
+    const int64_t S = sh["shard_size"];
+    const std::string file = (dir / sh["file"].get<std::string>()).string();
+    for (const auto& p : sh["pieces"]) {
+      const int64_t flat = p[0], n = p[1], local = p[2];
+      const int64_t a = std::max(begin, flat), b = std::min(begin + count, flat + n);
+      if (a >= b) continue;
+      read_file_range(file, static_cast<size_t>(3 * S) * f, static_cast<size_t>(k * S + local + (a - flat)) * f,
+                      out + (a - begin), static_cast<size_t>(b - a) * f);
+      covered += b - a;
+    }
+  }
+  PARALLM_CHECK(covered == count, IoError, "checkpoint.load",
+                "{}: the shards cover {} of the {} elements asked for (incomplete manifest)", dir.string(), covered,
+                count);
 }
 
 TrainState load_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, float* params, float* om,
                            float* ov, int64_t* optimizer_steps) {
   nlohmann::json s = read_checkpoint_meta(out_dir);
-  const fs::path dir = s["_dir"].get<std::string>();
-  PARALLM_CHECK(s["params"] == layout_json(layout) && s["flat_size"] == layout.total(), IoError, "checkpoint.load",
-                "{} holds a different model layout than the configured model", dir.string());
-  const size_t pbytes = static_cast<size_t>(layout.total()) * sizeof(float);
-  read_file((dir / "model.bin").string(), {{params, pbytes}});
-  if (om && ov) read_file((dir / "optim.bin").string(), {{om, pbytes}, {ov, pbytes}});
-  if (optimizer_steps) *optimizer_steps = s["optimizer_steps"].get<int64_t>();
-  TrainState st;
-  st.iter = s["iter"];
-  st.best_val_loss = s["best_val_loss"];
-  return st;
+  check_checkpoint_layout(s, layout);
+  read_checkpoint_range(s, CkptPart::Params, 0, layout.total(), params);
+  if (om && ov) {
+    read_checkpoint_range(s, CkptPart::M, 0, layout.total(), om);
+    read_checkpoint_range(s, CkptPart::V, 0, layout.total(), ov);
+  }
+  return checkpoint_state(s, optimizer_steps);
+}
+
+void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_dir, const model::ParamLayout& layout,
+                             const float* params, const float* om, const float* ov, int64_t optimizer_steps,
+                             const TrainState& st, const nlohmann::json& config) {
+  const fs::path final_dir = fs::path(out_dir) / "ckpt";
+  const fs::path tmp_dir = fs::path(out_dir) / "ckpt.tmp";
+  const fs::path old_dir = fs::path(out_dir) / "ckpt.old";
+  const int n = world.size(), me = world.rank();
+  auto file_of = [&](int r) { return fmt::format("shard-{:05d}-of-{:05d}.bin", r, n); };
+  auto shard_of_rank = [&](int r) {
+    nlohmann::json pieces = nlohmann::json::array();
+    int64_t size = 0;
+    for (int g = 0; g < layout.num_groups(); ++g) {
+      const auto p = comm::shard_of(layout.group(g).end - layout.group(g).begin, n, r);
+      pieces.push_back({layout.group(g).begin + p.offset, p.count, size});
+      size += p.count;
+    }
+    return std::pair{pieces, size};
+  };
+  // Every rank must know whether every other one managed its part.
+  Tensor ok = Tensor::empty({1}, DType::I32);
+  auto agree = [&](bool mine, const std::string& what) {
+    ok.data<int32_t>()[0] = mine ? 1 : 0;
+    world.all_reduce(ok, comm::ReduceOp::Min);
+    PARALLM_CHECK(ok.data<int32_t>()[0] == 1, IoError, "checkpoint.save", "{} failed on at least one rank ({})", what,
+                  out_dir);
+  };
+  std::string err;
+  if (me == 0) {
+    try {
+      fs::remove_all(tmp_dir);
+      fs::create_directories(tmp_dir);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  agree(err.empty(), "creating " + tmp_dir.string() + (err.empty() ? "" : ": " + err));
+  const auto bytes = static_cast<size_t>(shard_of_rank(me).second) * sizeof(float);
+  try {
+    write_file((tmp_dir / file_of(me)).string(), {{params, bytes}, {om, bytes}, {ov, bytes}});
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  agree(err.empty(), "writing the shard files" + (err.empty() ? "" : ": " + err));
+  if (me == 0) {
+    try {
+      nlohmann::json s;
+      s["format"] = kFormatSharded;
+      s["iter"] = st.iter;
+      s["best_val_loss"] = st.best_val_loss;
+      s["optimizer_steps"] = optimizer_steps;
+      s["config"] = config;
+      s["params"] = layout_json(layout);
+      s["flat_size"] = layout.total();
+      s["world"] = n;
+      s["shards"] = nlohmann::json::array();
+      for (int r = 0; r < n; ++r) {
+        auto [pieces, size] = shard_of_rank(r);
+        s["shards"].push_back({{"file", file_of(r)}, {"shard_size", size}, {"pieces", pieces}});
+      }
+      const std::string js = s.dump(1);
+      write_file((tmp_dir / "state.json").string(), {{js.data(), js.size()}});
+      fs::remove_all(old_dir);
+      if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
+      fs::rename(tmp_dir, final_dir);
+      fs::remove_all(old_dir);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  agree(err.empty(), "writing the manifest" + (err.empty() ? "" : ": " + err));
 }
 
 TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::AdamW* opt) {

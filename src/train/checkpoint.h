@@ -4,6 +4,15 @@
 //   state.json format version, iteration, best val loss, optimizer step count,
 //              the resolved config, the parameter table (names, shapes,
 //              offsets) and each file's size, checked on load.
+// A sharded run (ZeRO) writes format 2 instead: every rank writes its own
+//   shard-RRRRR-of-NNNNN.bin  its parameter pieces, then its m, then its v
+// (rank r's piece of each layout group is comm::shard_of(group length, N, r),
+// concatenated in group order), and state.json holds the manifest: per file,
+// which flat ranges [flat, flat + count) it holds at which offset. Any run
+// reads the ranges it needs from either format (read_checkpoint_range), so a
+// checkpoint saved at one stage and world size resumes at any other and no
+// rank ever holds more than it trains with. The directory must be visible to
+// every rank (a shared filesystem on clusters).
 // Saving is atomic: everything is written into a fresh sibling directory,
 // flushed, then swapped in by rename, so a crash at any point leaves either
 // the old or the new checkpoint, never a mix. Data order and dropout masks are
@@ -14,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "comm/communicator.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 
@@ -38,5 +48,20 @@ TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::Ada
 // Into host buffers of layout.total() floats (m and v may both be null).
 TrainState load_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, float* params, float* m,
                            float* v, int64_t* optimizer_steps);
+
+// Sharded save (collective over `world`, which is the data-parallel group):
+// params, m, v are this rank's shards (see above). Throws IoError on every
+// rank if any rank could not write.
+void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_dir, const model::ParamLayout& layout,
+                             const float* params, const float* m, const float* v, int64_t optimizer_steps,
+                             const TrainState& st, const nlohmann::json& config);
+enum class CkptPart { Params, M, V };
+// Flat elements [begin, begin + count) of one part, from a checkpoint of
+// either format (meta from read_checkpoint_meta).
+void read_checkpoint_range(const nlohmann::json& meta, CkptPart part, int64_t begin, int64_t count, float* out);
+// IoError unless the checkpoint was saved for this layout.
+void check_checkpoint_layout(const nlohmann::json& meta, const model::ParamLayout& layout);
+// Iteration, best val loss and optimizer steps of a checkpoint.
+TrainState checkpoint_state(const nlohmann::json& meta, int64_t* optimizer_steps);
 
 }  // namespace parallm::train

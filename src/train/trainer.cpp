@@ -178,30 +178,26 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
                                             static_cast<int>(cfg.zero_prefetch),
                                             parallel::parse_offload(cfg.zero_offload));
   if (zstage >= 2) m.set_store(zero.get());
-  // A full host copy of the parameters where the model has none (stage 3: init, checkpoints).
-  auto full_params = [&](bool want) {
-    return Array<float>(want ? static_cast<size_t>(m.flat_size()) : 0, MemCategory::Other);
-  };
   const optim::AdamWConfig acfg{cfg.learning_rate, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
   optim::AdamW opt =
       zero ? optim::AdamW(adamw_runs(zero->runs()), zero->shard_size(), acfg, dev,
                           zero->offload() != parallel::Offload::None ? MemCategory::Offloaded : MemCategory::OptState)
            : optim::AdamW(m.layout(), acfg, dev);
-  const auto flat = static_cast<size_t>(m.flat_size());
   TrainState st;
   if (resume) {
     if (zero) {
-      // Rank 0 reads the unsharded files; each rank receives its shard of the moments.
-      Array<float> fm(lead ? flat : 0, MemCategory::Other), fv(lead ? flat : 0, MemCategory::Other);
-      Array<float> fp = full_params(lead && zstage == 3);
+      // Each rank reads the ranges it holds, from a checkpoint of any stage and world size.
+      check_checkpoint_layout(ck_meta, m.layout());
       int64_t steps = 0;
-      if (lead)
-        st = load_checkpoint(cfg.out_dir, m.layout(), zstage == 3 ? fp.data() : m.params(), fm.data(), fv.data(),
-                             &steps);
+      st = checkpoint_state(ck_meta, &steps);
       opt.set_steps_taken(steps);
-      zero->scatter_shard(fm.data(), opt.m(), 0);
-      zero->scatter_shard(fv.data(), opt.v(), 0);
-      if (zstage == 3) zero->scatter_shard(fp.data(), zero->param_base(), 0);
+      for (const auto& p : zero->pieces()) {
+        read_checkpoint_range(ck_meta, CkptPart::M, p.flat, p.count, opt.m() + p.local);
+        read_checkpoint_range(ck_meta, CkptPart::V, p.flat, p.count, opt.v() + p.local);
+        if (zstage == 3)
+          read_checkpoint_range(ck_meta, CkptPart::Params, p.flat, p.count, zero->param_base() + p.local);
+      }
+      if (zstage < 3) read_checkpoint_range(ck_meta, CkptPart::Params, 0, m.flat_size(), m.params());
     } else {
       if (lead) st = load_checkpoint(cfg.out_dir, m, &opt);
       // Every rank continues from rank 0's weights, optimizer state and step.
@@ -326,15 +322,13 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       if (it > 0 && !cfg.eval_only) {  // an eval-only run never rewrites the checkpoint
         st.iter = it;
         if (zero) {
-          // The shards of the moments are assembled on rank 0 (every rank takes part).
-          Array<float> fm(lead ? flat : 0, MemCategory::Other), fv(lead ? flat : 0, MemCategory::Other);
-          Array<float> fp = full_params(lead && zstage == 3);
-          zero->gather_shard(opt.m(), fm.data(), 0);
-          zero->gather_shard(opt.v(), fv.data(), 0);
-          if (zstage == 3) zero->gather_shard(zero->param_base(), fp.data(), 0);
-          if (lead)
-            save_checkpoint(cfg.out_dir, m.layout(), zstage == 3 ? fp.data() : m.params(), fm.data(), fv.data(),
-                            opt.steps_taken(), st, cfg.to_json());
+          // Every rank writes its shard (stages 1-2: its pieces of the replicated parameters).
+          Array<float> pp(zstage < 3 ? static_cast<size_t>(zero->shard_size()) : 0, MemCategory::Other);
+          if (zstage < 3)
+            for (const auto& p : zero->pieces())
+              std::copy(m.params() + p.flat, m.params() + p.flat + p.count, pp.data() + p.local);
+          save_checkpoint_sharded(world, cfg.out_dir, m.layout(), zstage < 3 ? pp.data() : zero->param_base(), opt.m(),
+                                  opt.v(), opt.steps_taken(), st, cfg.to_json());
         } else if (lead) {
           save_checkpoint(cfg.out_dir, m, opt, st, cfg.to_json());
         }

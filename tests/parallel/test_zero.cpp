@@ -3,8 +3,8 @@
 // stage (stage 3 with 0, 1 and 2 blocks prefetched) follows the DDP run and
 // the one-rank run with the same global batch to fp32 rounding; a layout
 // whose groups do not divide by the ranks shards without error and covers
-// every element once; a stage-3 checkpoint resumes at stage 1, on two ranks
-// and on one rank, continuing the trajectory.
+// every element once; a stage-3 checkpoint (one shard file per rank) resumes
+// at stage 1, on two ranks and on one rank, continuing the trajectory.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -110,6 +110,18 @@ TEST_F(ZeroTest, StageThreeCheckpointResumesAtStageOneOnFewerRanks) {
   }
   // ... and one process without ZeRO, with the whole global batch.
   if (me == 0) {
+    // A shard file that went missing is an error naming it, not a silent partial load.
+    std::filesystem::copy(root_ / "part_one", root_ / "part_broken", std::filesystem::copy_options::recursive);
+    std::filesystem::remove(root_ / "part_broken" / "ckpt" / fmt::format("shard-00000-of-{:05d}.bin", n));
+    auto broken = tiny("part_broken", 2 * n);
+    broken.max_iters = 12;
+    broken.init_from = "resume";
+    try {
+      train::run_training(broken);
+      ADD_FAILURE() << "resumed from a checkpoint with a missing shard";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("shard-00000"), std::string::npos) << e.what();
+    }
     auto one = tiny("part_one", 2 * n);
     one.max_iters = 12;
     one.init_from = "resume";
