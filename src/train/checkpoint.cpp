@@ -21,6 +21,32 @@ nlohmann::json layout_json(const model::ParamLayout& l) {
   for (const auto& s : l.slots()) a.push_back({{"name", s.name}, {"shape", s.shape}, {"offset", s.offset}});
   return a;
 }
+
+// state.json without the format's own file list.
+nlohmann::json state_json(int format, const model::ParamLayout& layout, int64_t optimizer_steps, const TrainState& st,
+                          const nlohmann::json& config) {
+  nlohmann::json s;
+  s["format"] = format;
+  s["iter"] = st.iter;
+  s["best_val_loss"] = st.best_val_loss;
+  s["optimizer_steps"] = optimizer_steps;
+  s["config"] = config;
+  s["params"] = layout_json(layout);
+  s["flat_size"] = layout.total();
+  return s;
+}
+
+// Writes state.json into the finished tmp directory, then swaps it in:
+// ckpt -> ckpt.old, ckpt.tmp -> ckpt, drop ckpt.old.
+void finish_and_swap(const fs::path& out_dir, const nlohmann::json& state) {
+  const fs::path final_dir = out_dir / "ckpt", tmp_dir = out_dir / "ckpt.tmp", old_dir = out_dir / "ckpt.old";
+  const std::string js = state.dump(1);
+  write_file((tmp_dir / "state.json").string(), {{js.data(), js.size()}});
+  fs::remove_all(old_dir);
+  if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
+  fs::rename(tmp_dir, final_dir);
+  fs::remove_all(old_dir);
+}
 }  // namespace
 
 void save_checkpoint(const std::string& out_dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
@@ -40,30 +66,15 @@ void save_checkpoint(const std::string& out_dir, const model::GPT& m, const opti
 
 void save_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, const float* p, const float* om,
                      const float* ov, int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config) {
-  const fs::path final_dir = fs::path(out_dir) / "ckpt";
   const fs::path tmp_dir = fs::path(out_dir) / "ckpt.tmp";
-  const fs::path old_dir = fs::path(out_dir) / "ckpt.old";
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
   const size_t pbytes = static_cast<size_t>(layout.total()) * sizeof(float);
   write_file((tmp_dir / "model.bin").string(), {{p, pbytes}});
   write_file((tmp_dir / "optim.bin").string(), {{om, pbytes}, {ov, pbytes}});  // m then v
-  nlohmann::json s;
-  s["format"] = kFormat;
-  s["iter"] = st.iter;
-  s["best_val_loss"] = st.best_val_loss;
-  s["optimizer_steps"] = optimizer_steps;
-  s["config"] = config;
-  s["params"] = layout_json(layout);
-  s["flat_size"] = layout.total();
+  nlohmann::json s = state_json(kFormat, layout, optimizer_steps, st, config);
   s["files"] = {{"model.bin", pbytes}, {"optim.bin", 2 * pbytes}};
-  const std::string js = s.dump(1);
-  write_file((tmp_dir / "state.json").string(), {{js.data(), js.size()}});
-  // Swap in: ckpt -> ckpt.old, ckpt.tmp -> ckpt, drop ckpt.old.
-  fs::remove_all(old_dir);
-  if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
-  fs::rename(tmp_dir, final_dir);
-  fs::remove_all(old_dir);
+  finish_and_swap(out_dir, s);
 }
 
 nlohmann::json read_checkpoint_meta(const std::string& out_dir) {
@@ -149,9 +160,7 @@ TrainState load_checkpoint(const std::string& out_dir, const model::ParamLayout&
 void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_dir, const model::ParamLayout& layout,
                              const float* params, const float* om, const float* ov, int64_t optimizer_steps,
                              const TrainState& st, const nlohmann::json& config) {
-  const fs::path final_dir = fs::path(out_dir) / "ckpt";
   const fs::path tmp_dir = fs::path(out_dir) / "ckpt.tmp";
-  const fs::path old_dir = fs::path(out_dir) / "ckpt.old";
   const int n = world.size(), me = world.rank();
   auto file_of = [&](int r) { return fmt::format("shard-{:05d}-of-{:05d}.bin", r, n); };
   auto shard_of_rank = [&](int r) {
@@ -191,26 +200,14 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
   agree(err.empty(), "writing the shard files" + (err.empty() ? "" : ": " + err));
   if (me == 0) {
     try {
-      nlohmann::json s;
-      s["format"] = kFormatSharded;
-      s["iter"] = st.iter;
-      s["best_val_loss"] = st.best_val_loss;
-      s["optimizer_steps"] = optimizer_steps;
-      s["config"] = config;
-      s["params"] = layout_json(layout);
-      s["flat_size"] = layout.total();
+      nlohmann::json s = state_json(kFormatSharded, layout, optimizer_steps, st, config);
       s["world"] = n;
       s["shards"] = nlohmann::json::array();
       for (int r = 0; r < n; ++r) {
         auto [pieces, size] = shard_of_rank(r);
         s["shards"].push_back({{"file", file_of(r)}, {"shard_size", size}, {"pieces", pieces}});
       }
-      const std::string js = s.dump(1);
-      write_file((tmp_dir / "state.json").string(), {{js.data(), js.size()}});
-      fs::remove_all(old_dir);
-      if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
-      fs::rename(tmp_dir, final_dir);
-      fs::remove_all(old_dir);
+      finish_and_swap(out_dir, s);
     } catch (const std::exception& e) {
       err = e.what();
     }

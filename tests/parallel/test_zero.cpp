@@ -28,6 +28,18 @@ namespace {
 using ZeroTest = test_util::DistRunTest;
 using test_util::world;
 
+// Slots of odd sizes: group lengths that do not divide by 3 or 4 ranks.
+model::GPTConfig odd_gpt(int64_t block_size, bool bias) {
+  model::GPTConfig c;
+  c.n_layer = 3;
+  c.n_head = 3;
+  c.n_embd = 30;
+  c.block_size = block_size;
+  c.vocab_size = 53;
+  c.bias = bias;
+  return c;
+}
+
 TEST_F(ZeroTest, StagesFollowDdpAndOneRank) {
   const int n = world->size();
   // Four blocks: more than stage 3 keeps gathered at once, so forward and backward both gather.
@@ -137,14 +149,7 @@ TEST_F(ZeroTest, StageThreeCheckpointResumesAtStageOneOnFewerRanks) {
 }
 
 TEST(ZeroShards, UnevenGroupsAreCoveredOnceAndGatherBack) {
-  model::GPTConfig c;
-  c.n_layer = 3;
-  c.n_head = 3;
-  c.n_embd = 30;  // slots of odd sizes; group lengths that do not divide by 3 or 4 ranks
-  c.block_size = 7;
-  c.vocab_size = 53;
-  c.bias = true;
-  const model::ParamLayout layout(c);
+  const model::ParamLayout layout(odd_gpt(7, true));
   const int n = world->size(), me = world->rank(), root = n - 1;
   std::vector<float> params(layout.total()), grads(layout.total());
   // The flat buffer with each real element holding its own offset.
@@ -212,12 +217,7 @@ TEST(ZeroShards, UnevenGroupsAreCoveredOnceAndGatherBack) {
 TEST(ZeroPlan, PredictsWhatRankZeroAllocates) {
   // The planner's bytes per category are what the model, ZeRO and the
   // optimizer allocate on rank 0 (which holds the largest shards).
-  model::GPTConfig c;
-  c.n_layer = 3;
-  c.n_head = 3;
-  c.n_embd = 30;
-  c.block_size = 9;
-  c.vocab_size = 53;
+  const model::GPTConfig c = odd_gpt(9, false);
   const int64_t B = 3;
   const int n = world->size();
   for (int stage : {0, 1, 2, 3}) {
