@@ -97,7 +97,7 @@ Runner add_plan(CLI::App& app) {
         gb(in.params * (in.dtype == "bf16" ? 18.0 : 16.0)).c_str());
     if (!o->device_mem.empty()) {
       const double dev = train::parse_bytes(o->device_mem, "--device-mem");
-      std::printf("GPUs needed (the seeds' rule, params_in_billions x 18 x 1.25 / GPU_GB): %lld of %s\n",
+      std::printf("GPUs needed (the seeds' rule, params_in_billions x 18 x 1.25 / GPU_GB): %lld of %s each\n",
                   static_cast<long long>(train::gpus_needed(in.params, dev / 1e9)), o->device_mem.c_str());
       const int fit = train::stage_that_fits(in, dev);
       if (fit < 0)
