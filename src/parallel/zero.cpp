@@ -152,9 +152,12 @@ ZeroSizes Zero::sizes(const model::ParamLayout& layout, int stage, int nranks, i
     z.comm = embed + max_piece + (blocks ? 2 * (block_max + max_piece) : 0);  // gradient windows and their pieces
   }
   if (stage == 3) z.params = z.shard + embed + (blocks ? (1 + prefetch) * block_max : 0);
-  if (offload != Offload::None) z.offloaded = z.shard;                          // the gradient pieces
-  if (offload == Offload::Optimizer) z.offloaded += z.shard;                    // the master parameter pieces
-  if (offload == Offload::Params) z.params -= z.shard, z.offloaded += z.shard;  // the shard itself
+  if (offload != Offload::None) z.offloaded = z.shard;        // the gradient pieces
+  if (offload == Offload::Optimizer) z.offloaded += z.shard;  // the master parameter pieces
+  if (offload == Offload::Params) {                           // the parameter shard itself
+    z.params -= z.shard;
+    z.offloaded += z.shard;
+  }
   return z;
 }
 
