@@ -87,27 +87,6 @@ void MemAccounting::reset_peaks() {
   total_peak_.store(total_cur_.load());
 }
 
-Buffer::Buffer(size_t bytes, MemCategory cat)
-    : ptr_(HostAllocator::instance().allocate(bytes, cat)), bytes_(bytes), cat_(cat) {}
-
-Buffer& Buffer::operator=(Buffer&& o) noexcept {
-  if (this != &o) {
-    release();
-    ptr_ = o.ptr_;
-    bytes_ = o.bytes_;
-    cat_ = o.cat_;
-    o.ptr_ = nullptr;
-    o.bytes_ = 0;
-  }
-  return *this;
-}
-
-void Buffer::release() {
-  if (ptr_) HostAllocator::instance().deallocate(ptr_, bytes_, cat_);
-  ptr_ = nullptr;
-  bytes_ = 0;
-}
-
 std::string format_bytes(size_t b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(b);

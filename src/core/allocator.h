@@ -53,26 +53,51 @@ class HostAllocator {
   MemAccounting acct_;
 };
 
-// Owning RAII buffer of raw bytes from the HostAllocator.
-class Buffer {
+// Owning RAII block of raw bytes from a pool: Pool::allocate(bytes, cat) and
+// Pool::free(ptr, bytes, cat). Host memory (Buffer) and GPU memory
+// (gpu::DeviceBuffer) are the same handle over different pools.
+template <class Pool>
+class OwnedBytes {
  public:
-  Buffer() = default;
-  Buffer(size_t bytes, MemCategory cat);
-  ~Buffer() { release(); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
-  Buffer& operator=(Buffer&& o) noexcept;
+  OwnedBytes() = default;
+  OwnedBytes(size_t bytes, MemCategory cat) : ptr_(Pool::allocate(bytes, cat)), bytes_(bytes), cat_(cat) {}
+  ~OwnedBytes() { release(); }
+  OwnedBytes(const OwnedBytes&) = delete;
+  OwnedBytes& operator=(const OwnedBytes&) = delete;
+  OwnedBytes(OwnedBytes&& o) noexcept { *this = std::move(o); }
+  OwnedBytes& operator=(OwnedBytes&& o) noexcept {
+    if (this != &o) {
+      release();
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+      cat_ = o.cat_;
+    }
+    return *this;
+  }
   void* data() const { return ptr_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   size_t bytes() const { return bytes_; }
   MemCategory category() const { return cat_; }
-  void release();
+  void release() {
+    if (ptr_) Pool::free(ptr_, bytes_, cat_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
 
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
   MemCategory cat_ = MemCategory::Other;
 };
+
+struct HostPool {
+  static void* allocate(size_t bytes, MemCategory cat) { return HostAllocator::instance().allocate(bytes, cat); }
+  static void free(void* p, size_t bytes, MemCategory cat) { HostAllocator::instance().deallocate(p, bytes, cat); }
+};
+using Buffer = OwnedBytes<HostPool>;
 
 // Typed convenience wrapper: a fixed-size array of T.
 template <class T>

@@ -75,42 +75,11 @@ class Event {
   void* ev_ = nullptr;
 };
 
-// Device memory owned RAII, accounted under a category.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(size_t bytes, MemCategory cat) : bytes_(bytes), cat_(cat) { ptr_ = device_alloc(bytes, cat); }
-  ~DeviceBuffer() { release(); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = static_cast<DeviceBuffer&&>(o); }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    if (this != &o) {
-      release();
-      ptr_ = o.ptr_;
-      bytes_ = o.bytes_;
-      cat_ = o.cat_;
-      o.ptr_ = nullptr;
-      o.bytes_ = 0;
-    }
-    return *this;
-  }
-  void* data() const { return ptr_; }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  size_t bytes() const { return bytes_; }
-  void release() {
-    if (ptr_) device_free(ptr_, bytes_, cat_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-  MemCategory cat_ = MemCategory::Other;
+// Device memory owned RAII, accounted under a category (the caching allocator).
+struct DevicePool {
+  static void* allocate(size_t bytes, MemCategory cat) { return device_alloc(bytes, cat); }
+  static void free(void* p, size_t bytes, MemCategory cat) { device_free(p, bytes, cat); }
 };
+using DeviceBuffer = OwnedBytes<DevicePool>;
 
 }  // namespace parallm::gpu

@@ -38,29 +38,15 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
   if (storage.params) params_ = DeviceArray<float>(layout_.total(), MemCategory::Params, dev);
   if (storage.grads) grads_ = DeviceArray<float>(layout_.total(), MemCategory::Grads, dev);
 
-  const Carve c = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads());
-  la_ = c.la;
-  encoded_ = c.encoded;
-  lnf_ = c.lnf;
-  lnf_mean_ = c.lnf_mean;
-  lnf_rstd_ = c.lnf_rstd;
-  losses_ = c.losses;
-  dlnf_ = c.dlnf;
-  ws_attn_ = c.ws_attn;
-  ws_cls_ = c.ws_cls;
-  s_dres_ = c.s_dres;
-  s_tmp_ = c.s_tmp;
-  s_dfch_ = c.s_dfch;
-  s_dfch2_ = c.s_dfch2;
-  s_ws_ = c.s_ws;
+  off_ = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads());
   const int64_t N = max_B_ * max_T_;
-  acts_ = DeviceArray<float>(c.sizes.activation_floats, MemCategory::Activations, dev);
+  acts_ = DeviceArray<float>(off_.sizes.activation_floats, MemCategory::Activations, dev);
   if (!dev.is_cpu()) {
     tokens_d_ = DeviceArray<int32_t>(N, MemCategory::Activations, dev);
     targets_d_ = DeviceArray<int32_t>(N, MemCategory::Activations, dev);
     losses_host_ = Array<float>(N, MemCategory::Other);
   }
-  scratch_ = DeviceArray<float>(c.sizes.scratch_floats, MemCategory::Scratch, dev);
+  scratch_ = DeviceArray<float>(off_.sizes.scratch_floats, MemCategory::Scratch, dev);
 }
 
 GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads) {
@@ -190,17 +176,17 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   auto W = [&](int64_t o) -> const float* { return o < 0 ? nullptr : P + (o - p0); };
   const float p = ctx.train ? cfg_.dropout : 0.0f;
   const auto drop_base = static_cast<uint64_t>(ctx.sample_offset * T * C);  // global index of element 0
-  float* ws = scratch_.data() + s_ws_;
-  float* tmp = scratch_.data() + s_tmp_;
+  float* ws = scratch_.data() + off_.s_ws;
+  float* tmp = scratch_.data() + off_.s_tmp;
 
-  float* x = act(encoded_);
+  float* x = act(off_.encoded);
   k_->embedding_forward(x, tokens, PE + (layout_.wte() - e0), PE + (layout_.wpe() - e0), B, T, C);
   if (p > 0)
     k_->dropout_forward(x, x, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
                         drop_base);
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
-    const auto& a = la_[l];
+    const auto& a = off_.la[l];
     const auto& bp = layout_.block(l);
     const int g = layout_.group_of_block(l);
     P = group_params(g, Pass::Forward);
@@ -225,7 +211,8 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
     x = act(a.res3);
     if (l + 1 < cfg_.n_layer) release_group(g, Pass::Forward);  // the last group also holds ln_f
   }
-  k_->layernorm_forward(act(lnf_), act(lnf_mean_), act(lnf_rstd_), x, W(layout_.lnf_w()), W(layout_.lnf_b()), N, C);
+  k_->layernorm_forward(act(off_.lnf), act(off_.lnf_mean), act(off_.lnf_rstd), x, W(layout_.lnf_w()),
+                        W(layout_.lnf_b()), N, C);
   release_group(layout_.num_groups() - 1, Pass::Forward);
   grads_ready_ = false;
   if (!targets) {
@@ -239,16 +226,16 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
     targets_d_.copy_from_host(targets, N);
     targets = targets_d_.data();
   }
-  float* losses = act(losses_);
+  float* losses = act(off_.losses);
   // The tied head adds its wte gradient here; backward adds the embedding's.
   float* dwte = ctx.need_grad ? group_grads(0) + (layout_.wte() - e0) : nullptr;
-  k_->classifier_forward_backward(losses, ctx.need_grad ? act(dlnf_) : nullptr, dwte, act(lnf_),
+  k_->classifier_forward_backward(losses, ctx.need_grad ? act(off_.dlnf) : nullptr, dwte, act(off_.lnf),
                                   PE + (layout_.wte() - e0), targets, N, C, V, ctx.loss_scale / static_cast<float>(N),
                                   ws);
   release_group(0, Pass::Forward);  // backward does not read the embedding weights
   grads_ready_ = ctx.need_grad;
   if (!dev_.is_cpu()) {
-    acts_.copy_to_host(losses_host_.data(), N, losses_);
+    acts_.copy_to_host(losses_host_.data(), N, off_.losses);
     losses = losses_host_.data();
   }
   double sum = 0;
@@ -277,20 +264,20 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
   enter(last);
   const float p = ctx.train ? cfg_.dropout : 0.0f;
   const auto drop_base = static_cast<uint64_t>(ctx.sample_offset * T * C);  // global index of element 0
-  float* dres = scratch_.data() + s_dres_;
-  float* dtmp = scratch_.data() + s_tmp_;
-  float* dbig1 = scratch_.data() + s_dfch_;
-  float* dbig2 = scratch_.data() + s_dfch2_;
-  float* ws = scratch_.data() + s_ws_;
+  float* dres = scratch_.data() + off_.s_dres;
+  float* dtmp = scratch_.data() + off_.s_tmp;
+  float* dbig1 = scratch_.data() + off_.s_dfch;
+  float* dbig2 = scratch_.data() + off_.s_dfch2;
+  float* ws = scratch_.data() + off_.s_ws;
   if (!dev_.is_cpu()) tokens = tokens_d_.data();  // uploaded by forward
   // d(residual stream) from the final LayerNorm.
   if (dev_.is_cpu())
     std::memset(dres, 0, sizeof(float) * N * C);
   else
     gpu::memset_zero(dres, sizeof(float) * N * C);
-  const float* xlast = act(cfg_.n_layer > 0 ? la_.back().res3 : encoded_);
-  k_->layernorm_backward(dres, D(layout_.lnf_w()), D(layout_.lnf_b()), act(dlnf_), xlast, W(layout_.lnf_w()),
-                         act(lnf_mean_), act(lnf_rstd_), N, C);
+  const float* xlast = act(cfg_.n_layer > 0 ? off_.la.back().res3 : off_.encoded);
+  k_->layernorm_backward(dres, D(layout_.lnf_w()), D(layout_.lnf_b()), act(off_.dlnf), xlast, W(layout_.lnf_w()),
+                         act(off_.lnf_mean), act(off_.lnf_rstd), N, C);
   // Reports parameters (by flat offset; -1 = absent bias) whose gradients are final.
   auto ready = [&](std::initializer_list<int64_t> offsets) {
     if (!ctx.grads_ready) return;
@@ -305,11 +292,11 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
     return dtmp;
   };
   for (int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
-    const auto& a = la_[l];
+    const auto& a = off_.la[l];
     const auto& bp = layout_.block(l);
     const int g = layout_.group_of_block(l);
     if (g != last) enter(g);
-    const float* x_in = l == 0 ? act(encoded_) : act(la_[l - 1].res3);
+    const float* x_in = l == 0 ? act(off_.encoded) : act(off_.la[l - 1].res3);
     // MLP branch: res3 = res2 + drop(fcproj(gelu(fc(ln2(res2)))))
     const float* dmlp = through_dropout(l, kMlpResid);
     k_->matmul_backward(dbig2, D(bp.fcproj_w), D(bp.fcproj_b), dmlp, act(a.fch_gelu), W(bp.fcproj_w), N, 4 * C, C);
@@ -357,7 +344,7 @@ void GPT::last_logits(float* out, int64_t B, int64_t T) {
     o = dev_out.data();
   }
   const float* wte = group_params(0, Pass::Forward) + (layout_.wte() - layout_.group(0).begin);
-  for (int64_t b = 0; b < B; ++b) k_->classifier_logits(o + b * V, act(lnf_) + (b * T + T - 1) * C, wte, 1, C, V);
+  for (int64_t b = 0; b < B; ++b) k_->classifier_logits(o + b * V, act(off_.lnf) + (b * T + T - 1) * C, wte, 1, C, V);
   release_group(0, Pass::Forward);
   if (!dev_.is_cpu()) dev_out.copy_to_host(out, B * V);
 }
@@ -367,10 +354,10 @@ void GPT::all_logits(float* out, int64_t B, int64_t T) {
   const int64_t n = B * T * cfg_.vocab_size;
   const float* wte = group_params(0, Pass::Forward) + (layout_.wte() - layout_.group(0).begin);
   if (dev_.is_cpu()) {
-    k_->classifier_logits(out, act(lnf_), wte, B * T, cfg_.n_embd, cfg_.vocab_size);
+    k_->classifier_logits(out, act(off_.lnf), wte, B * T, cfg_.n_embd, cfg_.vocab_size);
   } else {
     DeviceArray<float> dev_out(n, MemCategory::Scratch, dev_);
-    k_->classifier_logits(dev_out.data(), act(lnf_), wte, B * T, cfg_.n_embd, cfg_.vocab_size);
+    k_->classifier_logits(dev_out.data(), act(off_.lnf), wte, B * T, cfg_.n_embd, cfg_.vocab_size);
     dev_out.copy_to_host(out, n);
   }
   release_group(0, Pass::Forward);

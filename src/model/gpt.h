@@ -118,7 +118,6 @@ class GPT {
   DeviceArray<float> scratch_;                 // backward temporaries + kernel workspaces
   DeviceArray<int32_t> tokens_d_, targets_d_;  // GPU only: this batch's tokens and targets
   Array<float> losses_host_;                   // GPU only: per-position losses copied back
-  int64_t ws_attn_ = 0, ws_cls_ = 0;
   float* act(int64_t off) const { return acts_.data() + off; }
   // Layout of activations for a given (B, T): computed for max sizes, reused.
   struct LayerActs {
@@ -132,10 +131,7 @@ class GPT {
     Buffers sizes;
   };
   static Carve carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads);
-  std::vector<LayerActs> la_;
-  int64_t encoded_ = 0, lnf_ = 0, lnf_mean_ = 0, lnf_rstd_ = 0, losses_ = 0, dlnf_ = 0;
-  // Scratch offsets
-  int64_t s_dres_ = 0, s_tmp_ = 0, s_dqkv_ = 0, s_dfch_ = 0, s_dfch2_ = 0, s_ws_ = 0;
+  Carve off_;  // offsets into acts_ and scratch_ for the allocated (max) B, T
   int64_t cur_B_ = 0, cur_T_ = 0;
   bool grads_ready_ = false;
 };

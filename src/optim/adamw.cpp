@@ -20,7 +20,8 @@ AdamW::AdamW(const model::ParamLayout& layout, const AdamWConfig& cfg, Device de
   }
 }
 
-AdamW::AdamW(std::vector<AdamWRun> runs, int64_t state_size, const AdamWConfig& cfg, Device dev, MemCategory cat)
+AdamW::AdamW(std::vector<model::UpdateRun> runs, int64_t state_size, const AdamWConfig& cfg, Device dev,
+             MemCategory cat)
     : cfg_(cfg), runs_(std::move(runs)), m_(state_size, cat, dev), v_(state_size, cat, dev) {
   for (const auto& r : runs_)
     PARALLM_CHECK(r.state >= 0 && r.length >= 0 && r.state + r.length <= state_size, InternalError, "optim.adamw",

@@ -21,21 +21,13 @@ struct AdamWConfig {
   float weight_decay = 0.1f;
 };
 
-// A stretch of elements updated alike: parameters at params + param, their
-// gradients at grads + grad, their moments at offset `state` of the
-// optimizer's own buffers.
-struct AdamWRun {
-  int64_t param = 0, grad = 0, state = 0, length = 0;
-  bool decay = false;
-};
-
 class AdamW {
  public:
   // The whole model: one state element per flat-buffer element.
   AdamW(const model::ParamLayout& layout, const AdamWConfig& cfg, Device dev = Device::cpu());
   // A shard (ZeRO): moments for state_size elements, reached through `runs`.
   // `cat`: where the moments are accounted (MemCategory::Offloaded for ZeRO offload).
-  AdamW(std::vector<AdamWRun> runs, int64_t state_size, const AdamWConfig& cfg, Device dev = Device::cpu(),
+  AdamW(std::vector<model::UpdateRun> runs, int64_t state_size, const AdamWConfig& cfg, Device dev = Device::cpu(),
         MemCategory cat = MemCategory::OptState);
   // One update with learning rate `lr`; gradients are multiplied by grad_scale first.
   // params and grads live on the optimizer's device; the runs' offsets apply to them.
@@ -50,7 +42,7 @@ class AdamW {
 
  private:
   AdamWConfig cfg_;
-  std::vector<AdamWRun> runs_;
+  std::vector<model::UpdateRun> runs_;
   DeviceArray<float> m_, v_;
   int64_t t_ = 0;
 };

@@ -63,30 +63,37 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
         runs.push_back({param, grad, state, b - a, s.decay});
     }
   }
-  int64_t max_piece = 0;
-  for (const auto& p : piece_) max_piece = std::max(max_piece, p.count);
+  const ZeroSizes want = sizes(layout, stage, n, me, prefetch, offload);
   if (stage == 1) {
-    rs_out_ = Array<float>(max_piece, MemCategory::Comm);
+    rs_out_ = Array<float>(want.max_piece, MemCategory::Comm);
   } else {
     shard_grads_ = Array<float>(shard_size_, MemCategory::Grads);
     // Window 0: the embeddings (held from the head to the end of backward); 1, 2: the blocks, alternating.
-    int64_t block_max = 0;
-    for (int g = 1; g < layout.num_groups(); ++g) block_max = std::max(block_max, group_len(g));
     windows_.resize(layout.num_groups() > 1 ? 3 : 1);
     for (size_t w = 0; w < windows_.size(); ++w) {
-      windows_[w].buf = Array<float>(w == 0 ? group_len(0) : block_max, MemCategory::Comm);
-      windows_[w].piece = Array<float>(max_piece, MemCategory::Comm);
+      windows_[w].buf = Array<float>(w == 0 ? group_len(0) : want.block_max, MemCategory::Comm);
+      windows_[w].piece = Array<float>(want.max_piece, MemCategory::Comm);
     }
   }
   if (stage == 3) {
     param_shard_ = Array<float>(shard_size_, offload == Offload::Params ? MemCategory::Offloaded : MemCategory::Params);
-    int64_t block_max = 0;
-    for (int g = 1; g < layout.num_groups(); ++g) block_max = std::max(block_max, group_len(g));
     // The embeddings' window, then the block being computed and the prefetched ones.
     pwins_.resize(layout.num_groups() > 1 ? 2 + static_cast<size_t>(prefetch) : 1);
     for (size_t w = 0; w < pwins_.size(); ++w)
-      pwins_[w].buf = Array<float>(w == 0 ? group_len(0) : block_max, MemCategory::Params);
+      pwins_[w].buf = Array<float>(w == 0 ? group_len(0) : want.block_max, MemCategory::Params);
   }
+  for (int g = 0; g < layout.num_groups(); ++g) {
+    const int64_t begin = layout.group(g).begin, off = piece_[g].offset, cnt = piece_[g].count;
+    if (stage == 1) {
+      rs_in_.push_back(f32_view(grads_ + begin, group_len(g)));
+      rs_out_views_.push_back(f32_view(rs_out_.data(), cnt));
+    }
+    gather_in_.push_back(f32_view(stage == 3 ? param_shard_.data() + local_[g] : params_ + begin + off, cnt));
+    if (stage < 3) gather_out_.push_back(f32_view(params_ + begin, group_len(g)));
+  }
+  norm_mine_ = Tensor::empty({2}, DType::I32);
+  norm_all_ = Tensor::empty({2 * n}, DType::I32);
+  gathers_.reserve(static_cast<size_t>(layout.num_groups()));
   if (offload != Offload::None) host_grads_ = Array<float>(shard_size_, MemCategory::Offloaded);
   if (offload == Offload::Optimizer) host_params_ = Array<float>(shard_size_, MemCategory::Offloaded);
   // What was allocated is what the planner predicts.
@@ -99,7 +106,6 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
   got.grads = static_cast<int64_t>(shard_grads_.size());
   got.comm = static_cast<int64_t>(rs_out_.size());
   for (const Window& w : windows_) got.comm += static_cast<int64_t>(w.buf.size() + w.piece.size());
-  const ZeroSizes want = sizes(layout, stage, n, me, prefetch, offload);
   PARALLM_CHECK(got.shard == want.shard && got.params == want.params && got.grads == want.grads &&
                     got.comm == want.comm && got.offloaded == want.offloaded,
                 InternalError, "zero", "allocated buffers differ from Zero::sizes (a planner bug)");
@@ -124,26 +130,31 @@ std::vector<Zero::Piece> Zero::pieces() const {
   return out;
 }
 
-void Zero::params_changed() {
-  if (offload_ == Offload::Optimizer) copy_pieces(param_base(), stage_ == 3, host_params_.data(), true);
+void Zero::drop_windows() {
   for (ParamWindow& w : pwins_) {
+    PARALLM_CHECK(!w.pinned, InternalError, "zero", "group {} is still being read", w.group);
     if (w.work) w.work->wait();
     w.work.reset();
     w.group = -1;
   }
 }
 
+void Zero::params_changed() {
+  if (offload_ == Offload::Optimizer) copy_pieces(param_base(), stage_ == 3, host_params_.data(), true);
+  drop_windows();
+}
+
 ZeroSizes Zero::sizes(const model::ParamLayout& layout, int stage, int nranks, int rank, int prefetch,
                       Offload offload) {
   ZeroSizes z;
-  int64_t max_piece = 0, block_max = 0;
   for (int g = 0; g < layout.num_groups(); ++g) {
     const int64_t len = layout.group(g).end - layout.group(g).begin;
     const int64_t piece = comm::shard_of(len, nranks, rank).count;
     z.shard += piece;
-    max_piece = std::max(max_piece, piece);
-    if (g > 0) block_max = std::max(block_max, len);
+    z.max_piece = std::max(z.max_piece, piece);
+    if (g > 0) z.block_max = std::max(z.block_max, len);
   }
+  const int64_t max_piece = z.max_piece, block_max = z.block_max;
   const int64_t embed = layout.num_groups() > 0 ? layout.group(0).end - layout.group(0).begin : 0;
   const bool blocks = layout.num_groups() > 1;
   if (stage == 1) z.comm = max_piece;  // a reduce-scatter's output
@@ -182,8 +193,7 @@ Zero::ParamWindow* Zero::free_param_window(int g) {
 
 void Zero::gather_into(ParamWindow& w, int g) {
   w.group = g;
-  w.work = comm_.all_gather_async(f32_view(param_shard_.data() + local_[g], piece_[g].count),
-                                  f32_view(w.buf.data(), group_len(g)));
+  w.work = comm_.all_gather_async(gather_in_[g], f32_view(w.buf.data(), group_len(g)));
   stats_.all_gather_bytes += group_len(g) * static_cast<int64_t>(sizeof(float));
 }
 
@@ -248,10 +258,7 @@ void Zero::complete(Window& w) {
   stats_.comm_s += w.work->seconds();
   w.work.reset();
   float* dst = grad_shard(w.group);
-  const float* src = w.piece.data();
-  const int64_t n = piece_[w.group].count;
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  kernels::ops_for(Device::cpu()).add_inplace(dst, w.piece.data(), piece_[w.group].count);
   w.group = -1;
 }
 
@@ -316,7 +323,7 @@ void Zero::reduce_grads() {
   for (int g = 0; g < layout_.num_groups(); ++g) {
     float* full = grads_ + layout_.group(g).begin;
     Timer t;
-    comm_.reduce_scatter(f32_view(full, group_len(g)), f32_view(rs_out_.data(), piece_[g].count), comm::ReduceOp::Avg);
+    comm_.reduce_scatter(rs_in_[g], rs_out_views_[g], comm::ReduceOp::Avg);
     const double s = t.seconds();
     stats_.comm_s += s;
     stats_.exposed_s += s;
@@ -336,16 +343,15 @@ double Zero::grad_norm() {
     for (int g = 0; g < layout_.num_groups(); ++g) local += k.sum_squares(grad_shard(g), piece_[g].count);
   // Every rank's double, bit for bit (as two int32 words), added in rank order.
   const int n = comm_.size();
-  Tensor mine = Tensor::empty({2}, DType::I32), all = Tensor::empty({2 * n}, DType::I32);
-  std::memcpy(mine.raw(), &local, sizeof(double));
+  std::memcpy(norm_mine_.raw(), &local, sizeof(double));
   Timer t;
-  comm_.all_gather(mine, all);
+  comm_.all_gather(norm_mine_, norm_all_);
   stats_.exposed_s += t.seconds();
   stats_.comm_s += t.seconds();
   double sum = 0;
   for (int r = 0; r < n; ++r) {
     double v = 0;
-    std::memcpy(&v, all.data<int32_t>() + 2 * r, sizeof(double));
+    std::memcpy(&v, norm_all_.data<int32_t>() + 2 * r, sizeof(double));
     sum += v;
   }
   return std::sqrt(sum);
@@ -354,27 +360,21 @@ double Zero::grad_norm() {
 void Zero::gather_params() {
   if (offload_ == Offload::Optimizer) copy_pieces(param_base(), stage_ == 3, host_params_.data(), false);
   if (stage_ == 3) {  // the windows hold the old parameters
-    for (ParamWindow& w : pwins_) {
-      PARALLM_CHECK(!w.pinned, InternalError, "zero", "group {} still in use at the optimizer step", w.group);
-      if (w.work) w.work->wait();
-      w.work.reset();
-      w.group = -1;
-    }
+    drop_windows();
     return;
   }
   // Every group gathered in place: this rank's piece is already where it belongs.
   Timer t;
-  std::vector<comm::WorkPtr> works;
+  gathers_.clear();
   for (int g = 0; g < layout_.num_groups(); ++g) {
-    float* full = params_ + layout_.group(g).begin;
-    works.push_back(
-        comm_.all_gather_async(f32_view(full + piece_[g].offset, piece_[g].count), f32_view(full, group_len(g))));
+    gathers_.push_back(comm_.all_gather_async(gather_in_[g], gather_out_[g]));
     stats_.all_gather_bytes += group_len(g) * static_cast<int64_t>(sizeof(float));
   }
-  for (auto& w : works) {
+  for (auto& w : gathers_) {
     w->wait();
     stats_.comm_s += w->seconds();
   }
+  gathers_.clear();
   stats_.exposed_s += t.seconds();
 }
 

@@ -67,14 +67,6 @@
 
 namespace parallm::parallel {
 
-// A stretch of this rank's shard: parameters at offset `param` of the full
-// parameter buffer, gradients at `grad` of grad_base(), and the optimizer's
-// state for them at `state` of a shard-sized buffer; decay as the slot says.
-struct ShardRun {
-  int64_t param = 0, grad = 0, state = 0, length = 0;
-  bool decay = false;
-};
-
 // Floats a rank's Zero allocates, per category (the model's own buffers and
 // the optimizer's state, shard_size() x 2, not included): what `parallm plan`
 // predicts from, and what the constructor checks its allocations against.
@@ -82,6 +74,7 @@ struct ZeroSizes {
   int64_t shard = 0;                        // this rank's elements of the flat buffer
   int64_t params = 0, grads = 0, comm = 0;  // parameter shard + windows, gradient shard, comm buffers
   int64_t offloaded = 0;                    // host pool: master parameters, gradient copy (moments not included)
+  int64_t max_piece = 0, block_max = 0;     // the largest piece and the largest block group: window sizes
 };
 
 enum class Offload { None, Optimizer, Params };
@@ -127,7 +120,7 @@ class Zero : public model::ParamStore {
   std::vector<Piece> pieces() const;
   // This rank's shard, for the optimizer: it steps on opt_params() and
   // opt_grads() through runs() (in the host pool when offloaded).
-  const std::vector<ShardRun>& runs() const { return runs_; }
+  const std::vector<model::UpdateRun>& runs() const { return runs_; }
   float* opt_params() const { return offload_ == Offload::Optimizer ? host_params_.data() : param_base(); }
   float* opt_grads() const { return offload_ != Offload::None ? host_grads_.data() : grad_base(); }
   // The parameters the model sees: the full buffer (stages 1, 2) or the shard (stage 3).
@@ -181,7 +174,7 @@ class Zero : public model::ParamStore {
   std::vector<comm::Shard> piece_;  // per group, offset relative to the group's start
   std::vector<int64_t> local_;      // per group, offset of its piece in this rank's shard
   int64_t shard_size_ = 0;
-  std::vector<ShardRun> runs_;
+  std::vector<model::UpdateRun> runs_;
   Array<float> shard_grads_;  // stage 2: the reduced gradient shard
   Array<float> rs_out_;       // stage 1: a piece's reduce-scatter output
   std::vector<Window> windows_;
@@ -196,6 +189,12 @@ class Zero : public model::ParamStore {
   Array<float> param_shard_;        // stage 3: this rank's pieces of the parameters
   std::vector<ParamWindow> pwins_;  // stage 3: 0 = embeddings, then 1 + prefetch for blocks
   int64_t clock_ = 0;
+  // Made once, used every step: per-group views for the stage 1 reduce-scatter
+  // and the all-gathers, the norm's exchange buffers, the pending gathers.
+  std::vector<Tensor> rs_in_, rs_out_views_, gather_in_, gather_out_;
+  Tensor norm_mine_, norm_all_;
+  std::vector<comm::WorkPtr> gathers_;
+  void drop_windows();  // stage 3: no window holds a group any more
   ZeroStats stats_;
 };
 

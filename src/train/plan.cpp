@@ -10,20 +10,21 @@
 
 namespace parallm::train {
 
-double state_bytes_per_param(const std::string& dtype, int stage, int world) {
-  const double n = world;
+namespace {
+// Bytes per parameter of the training state one rank holds, by the quick rule.
+PlanBytes state_per_param(const std::string& dtype, int stage, int world) {
   const bool bf16 = dtype == "bf16";
-  const double p = bf16 ? 2 : 4, g = 4, o = bf16 ? 12 : 8;
-  switch (stage) {
-    case 0:
-      return p + g + o;
-    case 1:
-      return p + g + o / n;
-    case 2:
-      return p + (g + o) / n;
-    default:
-      return (p + g + o) / n;
-  }
+  const double w = world, p = bf16 ? 2 : 4, g = 4, o = bf16 ? 12 : 8;
+  PlanBytes b;
+  b.params = stage == 3 ? p / w : p;
+  b.grads = stage >= 2 ? g / w : g;
+  b.optimizer = stage >= 1 ? o / w : o;
+  return b;
+}
+}  // namespace
+
+double state_bytes_per_param(const std::string& dtype, int stage, int world) {
+  return state_per_param(dtype, stage, world).state();
 }
 
 PlanBytes plan_memory(const PlanInput& in, int stage) {
@@ -35,12 +36,10 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
   if (!in.model || in.dtype != "fp32") {
     // The quick rules: the state only (no shape, or a precision parallm does not train yet).
     const double n = in.model ? static_cast<double>(model::ParamLayout(*in.model).count()) : in.params;
-    const bool bf16 = in.dtype == "bf16";
-    const double w = in.world;
-    const double p = bf16 ? 2 : 4, g = 4, o = bf16 ? 12 : 8;
-    b.params = n * (stage == 3 ? p / w : p);
-    b.grads = n * (stage >= 2 ? g / w : g);
-    b.optimizer = n * (stage >= 1 ? o / w : o);
+    const PlanBytes q = state_per_param(in.dtype, stage, in.world);
+    b.params = n * q.params;
+    b.grads = n * q.grads;
+    b.optimizer = n * q.optimizer;
     if (stage > 0 && in.offload != "none") {  // the optimizer state on the host
       b.offloaded = b.optimizer;
       b.optimizer = 0;

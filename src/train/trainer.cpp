@@ -82,12 +82,6 @@ std::string state_table(const MemStats& s, int64_t nparams) {
       format_bytes(cat(MemCategory::Offloaded)), static_cast<double>(cat(MemCategory::Offloaded)) / n);
 }
 
-std::vector<optim::AdamWRun> adamw_runs(const std::vector<parallel::ShardRun>& runs) {
-  std::vector<optim::AdamWRun> out;
-  for (const auto& r : runs) out.push_back({r.param, r.grad, r.state, r.length, r.decay});
-  return out;
-}
-
 // Rank 0's values of the few scalars a resumed run continues from.
 void broadcast_state(comm::Communicator& w, TrainState& st, optim::AdamW& opt) {
   if (w.size() == 1) return;
@@ -180,7 +174,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   if (zstage >= 2) m.set_store(zero.get());
   const optim::AdamWConfig acfg{cfg.learning_rate, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
   optim::AdamW opt =
-      zero ? optim::AdamW(adamw_runs(zero->runs()), zero->shard_size(), acfg, dev,
+      zero ? optim::AdamW(zero->runs(), zero->shard_size(), acfg, dev,
                           zero->offload() != parallel::Offload::None ? MemCategory::Offloaded : MemCategory::OptState)
            : optim::AdamW(m.layout(), acfg, dev);
   TrainState st;

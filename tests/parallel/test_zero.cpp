@@ -234,7 +234,7 @@ TEST(ZeroPlan, PredictsWhatRankZeroAllocates) {
         if (stage > 0)
           z = std::make_unique<parallel::Zero>(*world, m.layout(), stage, m.params(), m.grads(), prefetch, off);
         const int64_t state = z ? z->shard_size() : m.layout().total();
-        optim::AdamW opt(std::vector<optim::AdamWRun>{}, state, {}, Device::cpu(),
+        optim::AdamW opt(std::vector<model::UpdateRun>{}, state, {}, Device::cpu(),
                          off == parallel::Offload::None ? MemCategory::OptState : MemCategory::Offloaded);
         const MemStats after = alloc.stats();
         train::PlanInput in;
