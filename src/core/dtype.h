@@ -10,6 +10,12 @@ namespace parallm {
 
 enum class DType : uint8_t { F32, BF16, I32, U16 };
 
+// A bf16 value as stored in bf16 buffers (mixed precision on the GPU): the
+// raw bits, with no arithmetic; kernels convert to float and back.
+struct bfloat16 {
+  uint16_t bits;
+};
+
 inline size_t dtype_size(DType t) {
   switch (t) {
     case DType::F32:

@@ -8,6 +8,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace parallm::kernels {
 
 struct AttnDropout {
@@ -34,7 +36,14 @@ PARALLM_ATTENTION_DECLS
 // kernels::cuda: the same contract on device pointers, run on gpu::stream().
 namespace cuda {
 PARALLM_ATTENTION_DECLS
-}
+// bf16 q, k, v and output; scores, lse and softmax in fp32.
+void attention_forward(bfloat16* out, float* lse, const bfloat16* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                       AttnDropout drop, float* workspace);
+void attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qkv, const bfloat16* out,
+                        const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, AttnDropout drop,
+                        float* workspace);
+int64_t attention_workspace_floats_bf16(int64_t B, int64_t T, int64_t C, int64_t NH, int nthreads);
+}  // namespace cuda
 #undef PARALLM_ATTENTION_DECLS
 
 }  // namespace parallm::kernels

@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace parallm::kernels {
 
 #define PARALLM_CLASSIFIER_DECLS                                                                            \
@@ -27,7 +29,14 @@ PARALLM_CLASSIFIER_DECLS
 // kernels::cuda: the same contract on device pointers, run on gpu::stream().
 namespace cuda {
 PARALLM_CLASSIFIER_DECLS
-}
+// bf16 x and wte; logits, softmax and losses in fp32, d(logits) in bf16 for
+// the two gradient GEMMs; dwte accumulates in fp32.
+void classifier_forward_backward(float* losses, bfloat16* dx, float* dwte, const bfloat16* x, const bfloat16* wte,
+                                 const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
+                                 float* workspace);
+int64_t classifier_workspace_floats_bf16(int64_t N, int64_t V, int nthreads);
+void classifier_logits(float* logits, const bfloat16* x, const bfloat16* wte, int64_t N, int64_t C, int64_t V);
+}  // namespace cuda
 #undef PARALLM_CLASSIFIER_DECLS
 
 }  // namespace parallm::kernels

@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace parallm::kernels {
 
 #define PARALLM_ELEMENTWISE_DECLS                                                                           \
@@ -25,7 +27,15 @@ PARALLM_ELEMENTWISE_DECLS
 // kernels::cuda: the same contract on device pointers, run on gpu::stream().
 namespace cuda {
 PARALLM_ELEMENTWISE_DECLS
-}
+// bf16 variants (fp32 arithmetic inside), and conversions (round to nearest even).
+void residual_forward(bfloat16* out, const bfloat16* a, const bfloat16* b, int64_t n);
+void dropout_forward(bfloat16* out, const bfloat16* inp, int64_t n, float p, uint64_t seed, uint64_t stream,
+                     uint64_t base);
+void dropout_backward(bfloat16* dinp, const bfloat16* dout, int64_t n, float p, uint64_t seed, uint64_t stream,
+                      uint64_t base);
+void convert(bfloat16* out, const float* in, int64_t n);
+void convert(float* out, const bfloat16* in, int64_t n);
+}  // namespace cuda
 #undef PARALLM_ELEMENTWISE_DECLS
 
 // Keep probability for element `index`: true when the element survives.

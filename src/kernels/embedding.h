@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace parallm::kernels {
 
 #define PARALLM_EMBEDDING_DECLS                                                                                       \
@@ -21,7 +23,12 @@ PARALLM_EMBEDDING_DECLS
 // kernels::cuda: the same contract on device pointers, run on gpu::stream().
 namespace cuda {
 PARALLM_EMBEDDING_DECLS
-}
+// bf16 tables and activations; dwte and dwpe accumulate in fp32.
+void embedding_forward(bfloat16* out, const int32_t* tokens, const bfloat16* wte, const bfloat16* wpe, int64_t B,
+                       int64_t T, int64_t C);
+void embedding_backward(float* dwte, float* dwpe, const bfloat16* dout, const int32_t* tokens, int64_t B, int64_t T,
+                        int64_t C);
+}  // namespace cuda
 #undef PARALLM_EMBEDDING_DECLS
 
 }  // namespace parallm::kernels

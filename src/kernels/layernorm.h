@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace parallm::kernels {
 
 constexpr float kLayerNormEps = 1e-5f;
@@ -23,7 +25,12 @@ PARALLM_LAYERNORM_DECLS
 // kernels::cuda: the same contract on device pointers, run on gpu::stream().
 namespace cuda {
 PARALLM_LAYERNORM_DECLS
-}
+// bf16 activations and weights; statistics and dweight/dbias in fp32.
+void layernorm_forward(bfloat16* out, float* mean, float* rstd, const bfloat16* inp, const bfloat16* weight,
+                       const bfloat16* bias, int64_t N, int64_t C);
+void layernorm_backward(bfloat16* dinp, float* dweight, float* dbias, const bfloat16* dout, const bfloat16* inp,
+                        const bfloat16* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
+}  // namespace cuda
 #undef PARALLM_LAYERNORM_DECLS
 
 }  // namespace parallm::kernels

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/dtype.h"
+
 namespace parallm::kernels {
 
 // The GEMM library underneath, with its version ("oneDNN 3.0.0"), for diagnostics.
@@ -42,6 +44,23 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                            int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
                            float* C, int64_t ldc, int64_t stride_c, int64_t batch);
+// bf16 mixed precision: activations and weights in bf16, tensor-core products
+// with fp32 accumulation; dweight and dbias accumulate (+=) in fp32.
+void matmul_forward(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
+                    int64_t IN, int64_t OUT);
+void matmul_backward(bfloat16* dinp, float* dweight, float* dbias, const bfloat16* dout, const bfloat16* inp,
+                     const bfloat16* weight, int64_t N, int64_t IN, int64_t OUT);
+// Row-major GEMMs with bf16 inputs and fp32 accumulation, C in fp32 or bf16.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+          const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+          const bfloat16* B, int64_t ldb, float beta, bfloat16* C, int64_t ldc);
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A,
+                          int64_t lda, int64_t stride_a, const bfloat16* B, int64_t ldb, int64_t stride_b, float beta,
+                          float* C, int64_t ldc, int64_t stride_c, int64_t batch);
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A,
+                          int64_t lda, int64_t stride_a, const bfloat16* B, int64_t ldb, int64_t stride_b, float beta,
+                          bfloat16* C, int64_t ldc, int64_t stride_c, int64_t batch);
 // fp32 GEMMs may use TF32 tensor cores (about 10 bits of mantissa): off by default.
 void allow_tf32(bool on);
 // cuBLAS version, for diagnostics ("cuBLAS 13.0.0").

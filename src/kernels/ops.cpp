@@ -1,24 +1,62 @@
-// The per-device kernel tables (see ops.h).
+// The per-device kernel tables (see ops.h). Each entry is assigned from an
+// overload set, so the table's type picks the fp32 or the bf16 kernel.
 #include "kernels/ops.h"
+
+#include "core/error.h"
 
 namespace parallm::kernels {
 
 namespace {
-#define PARALLM_OPS_TABLE(ns)                                                                                      \
-  Ops {                                                                                                            \
-    &ns::matmul_forward, &ns::matmul_backward, &ns::layernorm_forward, &ns::layernorm_backward, &ns::gelu_forward, \
-        &ns::gelu_backward, &ns::attention_forward, &ns::attention_backward, &ns::attention_workspace_floats,      \
-        &ns::classifier_forward_backward, &ns::classifier_workspace_floats, &ns::classifier_logits,                \
-        &ns::embedding_forward, &ns::embedding_backward, &ns::residual_forward, &ns::add_inplace,                  \
-        &ns::dropout_forward, &ns::dropout_backward, &ns::adamw_step, &ns::sum_squares                             \
-  }
-const Ops kCpu = PARALLM_OPS_TABLE(cpu);
-const Ops kCuda = PARALLM_OPS_TABLE(cuda);
-#undef PARALLM_OPS_TABLE
+#define PARALLM_MODEL_OPS(t, ns)                                    \
+  t.matmul_forward = &ns::matmul_forward;                           \
+  t.matmul_backward = &ns::matmul_backward;                         \
+  t.layernorm_forward = &ns::layernorm_forward;                     \
+  t.layernorm_backward = &ns::layernorm_backward;                   \
+  t.gelu_forward = &ns::gelu_forward;                               \
+  t.gelu_backward = &ns::gelu_backward;                             \
+  t.attention_forward = &ns::attention_forward;                     \
+  t.attention_backward = &ns::attention_backward;                   \
+  t.classifier_forward_backward = &ns::classifier_forward_backward; \
+  t.classifier_logits = &ns::classifier_logits;                     \
+  t.embedding_forward = &ns::embedding_forward;                     \
+  t.embedding_backward = &ns::embedding_backward;                   \
+  t.residual_forward = &ns::residual_forward;                       \
+  t.dropout_forward = &ns::dropout_forward;                         \
+  t.dropout_backward = &ns::dropout_backward
+
+#define PARALLM_FP32_OPS(ns)                                          \
+  [] {                                                                \
+    Ops t{};                                                          \
+    PARALLM_MODEL_OPS(t, ns);                                         \
+    t.attention_workspace_floats = &ns::attention_workspace_floats;   \
+    t.classifier_workspace_floats = &ns::classifier_workspace_floats; \
+    t.add_inplace = &ns::add_inplace;                                 \
+    t.adamw_step = &ns::adamw_step;                                   \
+    t.sum_squares = &ns::sum_squares;                                 \
+    return t;                                                         \
+  }()
+const Ops kCpu = PARALLM_FP32_OPS(cpu);
+const Ops kCuda = PARALLM_FP32_OPS(cuda);
+const ModelOps<bfloat16> kCudaBf16 = [] {
+  ModelOps<bfloat16> t{};
+  PARALLM_MODEL_OPS(t, cuda);
+  t.attention_workspace_floats = &cuda::attention_workspace_floats_bf16;
+  t.classifier_workspace_floats = &cuda::classifier_workspace_floats_bf16;
+  return t;
+}();
+#undef PARALLM_FP32_OPS
+#undef PARALLM_MODEL_OPS
 }  // namespace
 
 const Ops& ops_for(Device dev) {
   return dev.is_cpu() ? kCpu : kCuda;
+}
+
+const ModelOps<bfloat16>& bf16_ops_for(Device dev) {
+  PARALLM_CHECK(!dev.is_cpu(), ConfigError, "kernels",
+                "bf16 mixed precision runs on a GPU (train.device=cuda); "
+                "on the CPU use train.dtype=fp32");
+  return kCudaBf16;
 }
 
 }  // namespace parallm::kernels

@@ -4,6 +4,7 @@
 // k.layernorm_forward(...). The signatures are the contract headers'.
 #pragma once
 #include "core/device.h"
+#include "core/dtype.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/classifier.h"
@@ -15,25 +16,38 @@
 
 namespace parallm::kernels {
 
-struct Ops {
-  decltype(&cpu::matmul_forward) matmul_forward;
-  decltype(&cpu::matmul_backward) matmul_backward;
-  decltype(&cpu::layernorm_forward) layernorm_forward;
-  decltype(&cpu::layernorm_backward) layernorm_backward;
-  decltype(&cpu::gelu_forward) gelu_forward;
-  decltype(&cpu::gelu_backward) gelu_backward;
-  decltype(&cpu::attention_forward) attention_forward;
-  decltype(&cpu::attention_backward) attention_backward;
-  decltype(&cpu::attention_workspace_floats) attention_workspace_floats;
-  decltype(&cpu::classifier_forward_backward) classifier_forward_backward;
-  decltype(&cpu::classifier_workspace_floats) classifier_workspace_floats;
-  decltype(&cpu::classifier_logits) classifier_logits;
-  decltype(&cpu::embedding_forward) embedding_forward;
-  decltype(&cpu::embedding_backward) embedding_backward;
-  decltype(&cpu::residual_forward) residual_forward;
+// The kernels a model calls, for activations (and compute weights) of type A:
+// float on either device, or bfloat16 on the GPU (mixed precision: weight
+// gradients, statistics, losses and workspaces stay fp32).
+template <class A>
+struct ModelOps {
+  using I = int64_t;
+  void (*matmul_forward)(A* out, const A* inp, const A* weight, const A* bias, I N, I IN, I OUT);
+  void (*matmul_backward)(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp, const A* weight, I N,
+                          I IN, I OUT);
+  void (*layernorm_forward)(A* out, float* mean, float* rstd, const A* inp, const A* w, const A* b, I N, I C);
+  void (*layernorm_backward)(A* dinp, float* dw, float* db, const A* dout, const A* inp, const A* w, const float* mean,
+                             const float* rstd, I N, I C);
+  void (*gelu_forward)(A* out, const A* inp, I n, GeluKind kind);
+  void (*gelu_backward)(A* dinp, const A* inp, const A* dout, I n, GeluKind kind);
+  void (*attention_forward)(A* out, float* lse, const A* qkv, I B, I T, I C, I NH, AttnDropout drop, float* ws);
+  void (*attention_backward)(A* dqkv, const A* dout, const A* qkv, const A* out, const float* lse, I B, I T, I C, I NH,
+                             AttnDropout drop, float* ws);
+  I (*attention_workspace_floats)(I B, I T, I C, I NH, int nthreads);
+  void (*classifier_forward_backward)(float* losses, A* dx, float* dwte, const A* x, const A* wte,
+                                      const int32_t* targets, I N, I C, I V, float dloss, float* ws);
+  I (*classifier_workspace_floats)(I N, I V, int nthreads);
+  void (*classifier_logits)(float* logits, const A* x, const A* wte, I N, I C, I V);
+  void (*embedding_forward)(A* out, const int32_t* tokens, const A* wte, const A* wpe, I B, I T, I C);
+  void (*embedding_backward)(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, I B, I T, I C);
+  void (*residual_forward)(A* out, const A* a, const A* b, I n);
+  void (*dropout_forward)(A* out, const A* inp, I n, float p, uint64_t seed, uint64_t stream, uint64_t base);
+  void (*dropout_backward)(A* dinp, const A* dout, I n, float p, uint64_t seed, uint64_t stream, uint64_t base);
+};
+
+// Everything of one device in fp32: the model's kernels and the optimizer's.
+struct Ops : ModelOps<float> {
   decltype(&cpu::add_inplace) add_inplace;
-  decltype(&cpu::dropout_forward) dropout_forward;
-  decltype(&cpu::dropout_backward) dropout_backward;
   decltype(&cpu::adamw_step) adamw_step;
   decltype(&cpu::sum_squares) sum_squares;
 };
@@ -41,5 +55,7 @@ struct Ops {
 // The table for a device; a CUDA device in a CPU-only build gets the stubs,
 // which throw CudaError("CUDA was not built") when called.
 const Ops& ops_for(Device dev);
+// The bf16 model kernels (GPU only: ConfigError on the CPU).
+const ModelOps<bfloat16>& bf16_ops_for(Device dev);
 
 }  // namespace parallm::kernels

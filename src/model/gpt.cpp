@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -30,37 +31,62 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
       max_B_(max_batch),
       max_T_(max_seq),
       dev_(dev),
+      compute_(storage.compute),
       k_(&kernels::ops_for(dev)) {
   PARALLM_CHECK(max_batch > 0, ConfigError, "model", "batch size must be positive, got {}", max_batch);
   PARALLM_CHECK(max_seq > 0 && max_seq <= cfg.block_size, ConfigError, "model",
                 "sequence length {} must be in [1, model.block_size={}]", max_seq, cfg.block_size);
+  PARALLM_CHECK(compute_ == DType::F32 || compute_ == DType::BF16, ConfigError, "model",
+                "compute dtype {} is not supported (fp32 or bf16)", dtype_name(compute_));
+  const bool lowp = compute_ == DType::BF16;
+  if (lowp) {
+    kb_ = &kernels::bf16_ops_for(dev);  // ConfigError on the CPU
+    PARALLM_CHECK(storage.params && storage.grads, ConfigError, "model",
+                  "bf16 mixed precision keeps whole parameter and gradient buffers (not with ZeRO stage 2 or 3 yet)");
+  }
   if (!dev.is_cpu()) gpu::set_device(dev.index);
   if (storage.params) params_ = DeviceArray<float>(layout_.total(), MemCategory::Params, dev);
   if (storage.grads) grads_ = DeviceArray<float>(layout_.total(), MemCategory::Grads, dev);
+  if (lowp) params_lp_ = DeviceArray<bfloat16>(layout_.total(), MemCategory::Params, dev);
 
-  off_ = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads());
+  off_ = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads(), compute_);
   const int64_t N = max_B_ * max_T_;
-  acts_ = DeviceArray<float>(off_.sizes.activation_floats, MemCategory::Activations, dev);
+  if (lowp) {
+    acts_lp_ = DeviceArray<bfloat16>(off_.acts, MemCategory::Activations, dev);
+    scratch_lp_ = DeviceArray<bfloat16>(off_.scratch, MemCategory::Scratch, dev);
+  } else {
+    acts_ = DeviceArray<float>(off_.acts, MemCategory::Activations, dev);
+    scratch_ = DeviceArray<float>(off_.scratch, MemCategory::Scratch, dev);
+  }
+  stats_ = DeviceArray<float>(off_.stats, MemCategory::Activations, dev);
+  ws_ = DeviceArray<float>(off_.ws, MemCategory::Scratch, dev);
   if (!dev.is_cpu()) {
     tokens_d_ = DeviceArray<int32_t>(N, MemCategory::Activations, dev);
     targets_d_ = DeviceArray<int32_t>(N, MemCategory::Activations, dev);
     losses_host_ = Array<float>(N, MemCategory::Other);
   }
-  scratch_ = DeviceArray<float>(off_.sizes.scratch_floats, MemCategory::Scratch, dev);
 }
 
-GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads) {
-  return carve(cfg, max_batch, max_seq, dev, threads).sizes;
+GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
+                          DType compute) {
+  return carve(cfg, max_batch, max_seq, dev, threads, compute).sizes;
 }
 
-GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads) {
+GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute) {
   // The constructor takes its offsets from here and the planner its totals,
-  // so the prediction and the allocation cannot disagree.
+  // so the prediction and the allocation cannot disagree. Activations (and
+  // backward's temporaries) are in the compute type; LayerNorm statistics,
+  // log-sum-exps, losses and kernel workspaces are fp32.
   const int64_t N = B * T, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
-  int64_t off = 0;
+  int64_t off = 0, soff = 0;
   auto take = [&](int64_t n) {
     int64_t o = off;
     off += (n + 15) / 16 * 16;
+    return o;
+  };
+  auto stat = [&](int64_t n) {
+    int64_t o = soff;
+    soff += (n + 15) / 16 * 16;
     return o;
   };
   Carve o;
@@ -68,37 +94,43 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
   for (int64_t l = 0; l < L; ++l) {
     LayerActs a{};
     a.ln1 = take(N * C);
-    a.ln1_mean = take(N);
-    a.ln1_rstd = take(N);
+    a.ln1_mean = stat(N);
+    a.ln1_rstd = stat(N);
     a.qkv = take(N * 3 * C);
     a.atty = take(N * C);
-    a.lse = take(B * NH * T);
+    a.lse = stat(B * NH * T);
     a.res2 = take(N * C);
     a.ln2 = take(N * C);
-    a.ln2_mean = take(N);
-    a.ln2_rstd = take(N);
+    a.ln2_mean = stat(N);
+    a.ln2_rstd = stat(N);
     a.fch = take(N * 4 * C);
     a.fch_gelu = take(N * 4 * C);
     a.res3 = take(N * C);
     o.la.push_back(a);
   }
   o.lnf = take(N * C);
-  o.lnf_mean = take(N);
-  o.lnf_rstd = take(N);
-  o.losses = take(N);
+  o.lnf_mean = stat(N);
+  o.lnf_rstd = stat(N);
+  o.losses = stat(N);
   o.dlnf = take(N * C);
-  o.sizes.activation_floats = off;
+  o.acts = off;
+  o.stats = soff;
 
-  const kernels::Ops& k = kernels::ops_for(dev);
-  o.ws_attn = k.attention_workspace_floats(B, T, C, NH, threads);
-  o.ws_cls = k.classifier_workspace_floats(N, cfg.vocab_size, threads);
+  const bool lowp = compute == DType::BF16;
+  const auto attn_ws =
+      lowp ? kernels::bf16_ops_for(dev).attention_workspace_floats : kernels::ops_for(dev).attention_workspace_floats;
+  const auto cls_ws =
+      lowp ? kernels::bf16_ops_for(dev).classifier_workspace_floats : kernels::ops_for(dev).classifier_workspace_floats;
+  o.ws = std::max(attn_ws(B, T, C, NH, threads), cls_ws(N, cfg.vocab_size, threads));
   off = 0;
   o.s_dres = take(N * C);
   o.s_tmp = take(N * C);
   o.s_dfch = take(N * 4 * C);
   o.s_dfch2 = take(N * 4 * C);
-  o.s_ws = take(std::max(o.ws_attn, o.ws_cls));
-  o.sizes.scratch_floats = off;
+  o.scratch = off;
+  const int64_t es = static_cast<int64_t>(dtype_size(compute));
+  o.sizes.activation_bytes = o.acts * es + o.stats * 4;
+  o.sizes.scratch_bytes = o.scratch * es + o.ws * 4;
   return o;
 }
 
@@ -123,6 +155,20 @@ void GPT::group_grads_done(int g) const {
   if (store_) store_->grads_done(g);
 }
 
+template <class A>
+const A* GPT::params_of(int g, Pass pass) {
+  if constexpr (std::is_same_v<A, float>) {
+    return group_params(g, pass);
+  } else {
+    if (lp_stale_) {
+      PARALLM_CHECK(params_.data(), InternalError, "gpt", "bf16 compute weights need the fp32 parameters");
+      kernels::cuda::convert(params_lp_.data(), params_.data(), layout_.total());
+      lp_stale_ = false;
+    }
+    return params_lp_.data() + layout_.group(g).begin;
+  }
+}
+
 Tensor GPT::param(const std::string& name) const {
   PARALLM_CHECK(params_.data(), InternalError, "gpt.param", "the parameters live in a store (sharded)");
   const auto& s = layout_.find(name);
@@ -136,6 +182,7 @@ Tensor GPT::grad(const std::string& name) const {
 
 void GPT::init_weights(uint64_t seed) {
   PARALLM_CHECK(params_.data(), InternalError, "gpt.init_weights", "the parameters live in a store (sharded)");
+  params_changed();
   if (dev_.is_cpu()) {
     layout_.init(params_.data(), seed);
     return;
@@ -155,6 +202,13 @@ double GPT::flops_per_token(int64_t T) const {
 }
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, const StepContext& ctx) {
+  if (compute_ == DType::BF16) return forward_impl(*kb_, tokens, targets, B, T, ctx);
+  return forward_impl<float>(*k_, tokens, targets, B, T, ctx);
+}
+
+template <class A>
+float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, const int32_t* targets, int64_t B,
+                        int64_t T, const StepContext& ctx) {
   PARALLM_CHECK(B > 0 && B <= max_B_ && T > 0 && T <= max_T_, ShapeError, "gpt.forward",
                 "batch {}x{} exceeds the model's allocated {}x{}", B, T, max_B_, max_T_);
   PARALLM_CHECK(!ctx.need_grad || targets, ShapeError, "gpt.forward", "gradients need targets");
@@ -169,50 +223,49 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
     tokens = tokens_d_.data();
   }
   // Parameters come group by group; W(o) is the parameter at flat offset o of the current group.
-  const float* PE = group_params(0, Pass::Forward);  // embeddings, also the tied head
+  const A* PE = params_of<A>(0, Pass::Forward);  // embeddings, also the tied head
   const int64_t e0 = layout_.group(0).begin;
-  const float* P = nullptr;
+  const A* P = nullptr;
   int64_t p0 = 0;
-  auto W = [&](int64_t o) -> const float* { return o < 0 ? nullptr : P + (o - p0); };
+  auto W = [&](int64_t o) -> const A* { return o < 0 ? nullptr : P + (o - p0); };
   const float p = ctx.train ? cfg_.dropout : 0.0f;
   const auto drop_base = static_cast<uint64_t>(ctx.sample_offset * T * C);  // global index of element 0
-  float* ws = scratch_.data() + off_.s_ws;
-  float* tmp = scratch_.data() + off_.s_tmp;
+  float* ws = ws_.data();
+  A* tmp = scr<A>(off_.s_tmp);
 
-  float* x = act(off_.encoded);
-  k_->embedding_forward(x, tokens, PE + (layout_.wte() - e0), PE + (layout_.wpe() - e0), B, T, C);
+  A* x = act<A>(off_.encoded);
+  k.embedding_forward(x, tokens, PE + (layout_.wte() - e0), PE + (layout_.wpe() - e0), B, T, C);
   if (p > 0)
-    k_->dropout_forward(x, x, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
-                        drop_base);
+    k.dropout_forward(x, x, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
+                      drop_base);
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const auto& a = off_.la[l];
     const auto& bp = layout_.block(l);
     const int g = layout_.group_of_block(l);
-    P = group_params(g, Pass::Forward);
+    P = params_of<A>(g, Pass::Forward);
     p0 = layout_.group(g).begin;
-    k_->layernorm_forward(act(a.ln1), act(a.ln1_mean), act(a.ln1_rstd), x, W(bp.ln1_w), W(bp.ln1_b), N, C);
-    k_->matmul_forward(act(a.qkv), act(a.ln1), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * C);
+    k.layernorm_forward(act<A>(a.ln1), stat(a.ln1_mean), stat(a.ln1_rstd), x, W(bp.ln1_w), W(bp.ln1_b), N, C);
+    k.matmul_forward(act<A>(a.qkv), act<A>(a.ln1), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * C);
     kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs), ctx.sample_offset * NH};
-    k_->attention_forward(act(a.atty), act(a.lse), act(a.qkv), B, T, C, NH, ad, ws);
-    k_->matmul_forward(tmp, act(a.atty), W(bp.proj_w), W(bp.proj_b), N, C, C);
+    k.attention_forward(act<A>(a.atty), stat(a.lse), act<A>(a.qkv), B, T, C, NH, ad, ws);
+    k.matmul_forward(tmp, act<A>(a.atty), W(bp.proj_w), W(bp.proj_b), N, C, C);
     if (p > 0)
-      k_->dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnResid),
-                          drop_base);
-    k_->residual_forward(act(a.res2), x, tmp, N * C);
-    k_->layernorm_forward(act(a.ln2), act(a.ln2_mean), act(a.ln2_rstd), act(a.res2), W(bp.ln2_w), W(bp.ln2_b), N, C);
-    k_->matmul_forward(act(a.fch), act(a.ln2), W(bp.fc_w), W(bp.fc_b), N, C, 4 * C);
-    k_->gelu_forward(act(a.fch_gelu), act(a.fch), N * 4 * C, cfg_.gelu);
-    k_->matmul_forward(tmp, act(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), N, 4 * C, C);
+      k.dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnResid), drop_base);
+    k.residual_forward(act<A>(a.res2), x, tmp, N * C);
+    k.layernorm_forward(act<A>(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), act<A>(a.res2), W(bp.ln2_w), W(bp.ln2_b), N,
+                        C);
+    k.matmul_forward(act<A>(a.fch), act<A>(a.ln2), W(bp.fc_w), W(bp.fc_b), N, C, 4 * C);
+    k.gelu_forward(act<A>(a.fch_gelu), act<A>(a.fch), N * 4 * C, cfg_.gelu);
+    k.matmul_forward(tmp, act<A>(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), N, 4 * C, C);
     if (p > 0)
-      k_->dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kMlpResid),
-                          drop_base);
-    k_->residual_forward(act(a.res3), act(a.res2), tmp, N * C);
-    x = act(a.res3);
+      k.dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kMlpResid), drop_base);
+    k.residual_forward(act<A>(a.res3), act<A>(a.res2), tmp, N * C);
+    x = act<A>(a.res3);
     if (l + 1 < cfg_.n_layer) release_group(g, Pass::Forward);  // the last group also holds ln_f
   }
-  k_->layernorm_forward(act(off_.lnf), act(off_.lnf_mean), act(off_.lnf_rstd), x, W(layout_.lnf_w()),
-                        W(layout_.lnf_b()), N, C);
+  k.layernorm_forward(act<A>(off_.lnf), stat(off_.lnf_mean), stat(off_.lnf_rstd), x, W(layout_.lnf_w()),
+                      W(layout_.lnf_b()), N, C);
   release_group(layout_.num_groups() - 1, Pass::Forward);
   grads_ready_ = false;
   if (!targets) {
@@ -226,16 +279,16 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
     targets_d_.copy_from_host(targets, N);
     targets = targets_d_.data();
   }
-  float* losses = act(off_.losses);
+  float* losses = stat(off_.losses);
   // The tied head adds its wte gradient here; backward adds the embedding's.
   float* dwte = ctx.need_grad ? group_grads(0) + (layout_.wte() - e0) : nullptr;
-  k_->classifier_forward_backward(losses, ctx.need_grad ? act(off_.dlnf) : nullptr, dwte, act(off_.lnf),
-                                  PE + (layout_.wte() - e0), targets, N, C, V, ctx.loss_scale / static_cast<float>(N),
-                                  ws);
+  k.classifier_forward_backward(losses, ctx.need_grad ? act<A>(off_.dlnf) : nullptr, dwte, act<A>(off_.lnf),
+                                PE + (layout_.wte() - e0), targets, N, C, V, ctx.loss_scale / static_cast<float>(N),
+                                ws);
   release_group(0, Pass::Forward);  // backward does not read the embedding weights
   grads_ready_ = ctx.need_grad;
   if (!dev_.is_cpu()) {
-    acts_.copy_to_host(losses_host_.data(), N, off_.losses);
+    stats_.copy_to_host(losses_host_.data(), N, off_.losses);
     losses = losses_host_.data();
   }
   double sum = 0;
@@ -244,40 +297,49 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
 }
 
 void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx) {
+  if (compute_ == DType::BF16)
+    backward_impl(*kb_, tokens, B, T, ctx);
+  else
+    backward_impl<float>(*k_, tokens, B, T, ctx);
+}
+
+template <class A>
+void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, int64_t B, int64_t T,
+                        const StepContext& ctx) {
   PARALLM_CHECK(grads_ready_ && B == cur_B_ && T == cur_T_, InternalError, "gpt.backward",
                 "backward needs a preceding forward with targets and need_grad on the same batch");
   grads_ready_ = false;
   const int64_t N = B * T, C = cfg_.n_embd, NH = cfg_.n_head;
   // Group by group, from the last block down: W(o) / D(o) are the parameter
   // and gradient at flat offset o of the current group.
-  const float* P = nullptr;
+  const A* P = nullptr;
   float* G = nullptr;
   int64_t p0 = 0;
   auto enter = [&](int g) {
-    P = group_params(g, Pass::Backward);
+    P = params_of<A>(g, Pass::Backward);
     G = group_grads(g);
     p0 = layout_.group(g).begin;
   };
-  auto W = [&](int64_t o) -> const float* { return o < 0 ? nullptr : P + (o - p0); };
+  auto W = [&](int64_t o) -> const A* { return o < 0 ? nullptr : P + (o - p0); };
   auto D = [&](int64_t o) -> float* { return o < 0 ? nullptr : G + (o - p0); };
   const int last = layout_.num_groups() - 1;
   enter(last);
   const float p = ctx.train ? cfg_.dropout : 0.0f;
   const auto drop_base = static_cast<uint64_t>(ctx.sample_offset * T * C);  // global index of element 0
-  float* dres = scratch_.data() + off_.s_dres;
-  float* dtmp = scratch_.data() + off_.s_tmp;
-  float* dbig1 = scratch_.data() + off_.s_dfch;
-  float* dbig2 = scratch_.data() + off_.s_dfch2;
-  float* ws = scratch_.data() + off_.s_ws;
+  A* dres = scr<A>(off_.s_dres);
+  A* dtmp = scr<A>(off_.s_tmp);
+  A* dbig1 = scr<A>(off_.s_dfch);
+  A* dbig2 = scr<A>(off_.s_dfch2);
+  float* ws = ws_.data();
   if (!dev_.is_cpu()) tokens = tokens_d_.data();  // uploaded by forward
   // d(residual stream) from the final LayerNorm.
   if (dev_.is_cpu())
-    std::memset(dres, 0, sizeof(float) * N * C);
+    std::memset(static_cast<void*>(dres), 0, sizeof(A) * N * C);
   else
-    gpu::memset_zero(dres, sizeof(float) * N * C);
-  const float* xlast = act(cfg_.n_layer > 0 ? off_.la.back().res3 : off_.encoded);
-  k_->layernorm_backward(dres, D(layout_.lnf_w()), D(layout_.lnf_b()), act(off_.dlnf), xlast, W(layout_.lnf_w()),
-                         act(off_.lnf_mean), act(off_.lnf_rstd), N, C);
+    gpu::memset_zero(dres, sizeof(A) * N * C);
+  const A* xlast = act<A>(cfg_.n_layer > 0 ? off_.la.back().res3 : off_.encoded);
+  k.layernorm_backward(dres, D(layout_.lnf_w()), D(layout_.lnf_b()), act<A>(off_.dlnf), xlast, W(layout_.lnf_w()),
+                       stat(off_.lnf_mean), stat(off_.lnf_rstd), N, C);
   // Reports parameters (by flat offset; -1 = absent bias) whose gradients are final.
   auto ready = [&](std::initializer_list<int64_t> offsets) {
     if (!ctx.grads_ready) return;
@@ -286,9 +348,9 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
   };
   ready({layout_.lnf_w(), layout_.lnf_b()});
   // Gradient through a residual branch's dropout: a fresh buffer, or dres itself.
-  auto through_dropout = [&](int64_t l, uint64_t site) -> const float* {
+  auto through_dropout = [&](int64_t l, uint64_t site) -> const A* {
     if (p <= 0) return dres;
-    k_->dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site), drop_base);
+    k.dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site), drop_base);
     return dtmp;
   };
   for (int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
@@ -296,71 +358,77 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
     const auto& bp = layout_.block(l);
     const int g = layout_.group_of_block(l);
     if (g != last) enter(g);
-    const float* x_in = l == 0 ? act(off_.encoded) : act(off_.la[l - 1].res3);
+    const A* x_in = l == 0 ? act<A>(off_.encoded) : act<A>(off_.la[l - 1].res3);
     // MLP branch: res3 = res2 + drop(fcproj(gelu(fc(ln2(res2)))))
-    const float* dmlp = through_dropout(l, kMlpResid);
-    k_->matmul_backward(dbig2, D(bp.fcproj_w), D(bp.fcproj_b), dmlp, act(a.fch_gelu), W(bp.fcproj_w), N, 4 * C, C);
+    const A* dmlp = through_dropout(l, kMlpResid);
+    k.matmul_backward(dbig2, D(bp.fcproj_w), D(bp.fcproj_b), dmlp, act<A>(a.fch_gelu), W(bp.fcproj_w), N, 4 * C, C);
     ready({bp.fcproj_w, bp.fcproj_b});
-    k_->gelu_backward(dbig1, act(a.fch), dbig2, N * 4 * C, cfg_.gelu);
-    k_->matmul_backward(dtmp, D(bp.fc_w), D(bp.fc_b), dbig1, act(a.ln2), W(bp.fc_w), N, C, 4 * C);
+    k.gelu_backward(dbig1, act<A>(a.fch), dbig2, N * 4 * C, cfg_.gelu);
+    k.matmul_backward(dtmp, D(bp.fc_w), D(bp.fc_b), dbig1, act<A>(a.ln2), W(bp.fc_w), N, C, 4 * C);
     ready({bp.fc_w, bp.fc_b});
-    k_->layernorm_backward(dres, D(bp.ln2_w), D(bp.ln2_b), dtmp, act(a.res2), W(bp.ln2_w), act(a.ln2_mean),
-                           act(a.ln2_rstd), N, C);
+    k.layernorm_backward(dres, D(bp.ln2_w), D(bp.ln2_b), dtmp, act<A>(a.res2), W(bp.ln2_w), stat(a.ln2_mean),
+                         stat(a.ln2_rstd), N, C);
     ready({bp.ln2_w, bp.ln2_b});
     // Attention branch: res2 = x + drop(proj(attn(qkv(ln1(x)))))
-    const float* dattn = through_dropout(l, kAttnResid);
-    k_->matmul_backward(dbig1, D(bp.proj_w), D(bp.proj_b), dattn, act(a.atty), W(bp.proj_w), N, C, C);
+    const A* dattn = through_dropout(l, kAttnResid);
+    k.matmul_backward(dbig1, D(bp.proj_w), D(bp.proj_b), dattn, act<A>(a.atty), W(bp.proj_w), N, C, C);
     ready({bp.proj_w, bp.proj_b});
     kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs), ctx.sample_offset * NH};
-    k_->attention_backward(dbig2, dbig1, act(a.qkv), act(a.atty), act(a.lse), B, T, C, NH, ad, ws);
-    k_->matmul_backward(dtmp, D(bp.qkv_w), D(bp.qkv_b), dbig2, act(a.ln1), W(bp.qkv_w), N, C, 3 * C);
+    k.attention_backward(dbig2, dbig1, act<A>(a.qkv), act<A>(a.atty), stat(a.lse), B, T, C, NH, ad, ws);
+    k.matmul_backward(dtmp, D(bp.qkv_w), D(bp.qkv_b), dbig2, act<A>(a.ln1), W(bp.qkv_w), N, C, 3 * C);
     ready({bp.qkv_w, bp.qkv_b});
-    k_->layernorm_backward(dres, D(bp.ln1_w), D(bp.ln1_b), dtmp, x_in, W(bp.ln1_w), act(a.ln1_mean), act(a.ln1_rstd), N,
-                           C);
+    k.layernorm_backward(dres, D(bp.ln1_w), D(bp.ln1_b), dtmp, x_in, W(bp.ln1_w), stat(a.ln1_mean), stat(a.ln1_rstd), N,
+                         C);
     ready({bp.ln1_w, bp.ln1_b});
     group_grads_done(g);
     release_group(g, Pass::Backward);
   }
-  const float* demb = dres;
+  const A* demb = dres;
   if (p > 0) {
-    k_->dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
-                         drop_base);
+    k.dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
+                       drop_base);
     demb = dtmp;
   }
   float* GE = group_grads(0);
   const int64_t e0 = layout_.group(0).begin;
-  k_->embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0), demb, tokens, B, T, C);
+  k.embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0), demb, tokens, B, T, C);
   ready({layout_.wpe(), layout_.wte()});
   group_grads_done(0);
 }
 
 void GPT::last_logits(float* out, int64_t B, int64_t T) {
-  PARALLM_CHECK(B == cur_B_ && T == cur_T_, InternalError, "gpt.last_logits", "call after forward on the same batch");
-  const int64_t C = cfg_.n_embd, V = cfg_.vocab_size;
-  DeviceArray<float> dev_out;
-  float* o = out;
-  if (!dev_.is_cpu()) {
-    dev_out = DeviceArray<float>(B * V, MemCategory::Scratch, dev_);
-    o = dev_out.data();
-  }
-  const float* wte = group_params(0, Pass::Forward) + (layout_.wte() - layout_.group(0).begin);
-  for (int64_t b = 0; b < B; ++b) k_->classifier_logits(o + b * V, act(off_.lnf) + (b * T + T - 1) * C, wte, 1, C, V);
-  release_group(0, Pass::Forward);
-  if (!dev_.is_cpu()) dev_out.copy_to_host(out, B * V);
+  if (compute_ == DType::BF16)
+    logits_impl(*kb_, out, B, T, true);
+  else
+    logits_impl<float>(*k_, out, B, T, true);
 }
 
 void GPT::all_logits(float* out, int64_t B, int64_t T) {
-  PARALLM_CHECK(B == cur_B_ && T == cur_T_, InternalError, "gpt.all_logits", "call after forward on the same batch");
-  const int64_t n = B * T * cfg_.vocab_size;
-  const float* wte = group_params(0, Pass::Forward) + (layout_.wte() - layout_.group(0).begin);
-  if (dev_.is_cpu()) {
-    k_->classifier_logits(out, act(off_.lnf), wte, B * T, cfg_.n_embd, cfg_.vocab_size);
-  } else {
-    DeviceArray<float> dev_out(n, MemCategory::Scratch, dev_);
-    k_->classifier_logits(dev_out.data(), act(off_.lnf), wte, B * T, cfg_.n_embd, cfg_.vocab_size);
-    dev_out.copy_to_host(out, n);
+  if (compute_ == DType::BF16)
+    logits_impl(*kb_, out, B, T, false);
+  else
+    logits_impl<float>(*k_, out, B, T, false);
+}
+
+template <class A>
+void GPT::logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int64_t T, bool last_only) {
+  PARALLM_CHECK(B == cur_B_ && T == cur_T_, InternalError, last_only ? "gpt.last_logits" : "gpt.all_logits",
+                "call after forward on the same batch");
+  const int64_t C = cfg_.n_embd, V = cfg_.vocab_size, rows = last_only ? B : B * T;
+  DeviceArray<float> dev_out;
+  float* o = out;
+  if (!dev_.is_cpu()) {
+    dev_out = DeviceArray<float>(rows * V, MemCategory::Scratch, dev_);
+    o = dev_out.data();
   }
+  const A* wte = params_of<A>(0, Pass::Forward) + (layout_.wte() - layout_.group(0).begin);
+  if (last_only)
+    for (int64_t b = 0; b < B; ++b)
+      k.classifier_logits(o + b * V, act<A>(off_.lnf) + (b * T + T - 1) * C, wte, 1, C, V);
+  else
+    k.classifier_logits(o, act<A>(off_.lnf), wte, rows, C, V);
   release_group(0, Pass::Forward);
+  if (!dev_.is_cpu()) dev_out.copy_to_host(out, rows * V);
 }
 
 }  // namespace parallm::model

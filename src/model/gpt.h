@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 #include "core/allocator.h"
@@ -24,7 +25,9 @@
 
 namespace parallm::kernels {
 struct Ops;
-}
+template <class A>
+struct ModelOps;
+}  // namespace parallm::kernels
 
 namespace parallm::model {
 
@@ -48,9 +51,14 @@ struct StepContext {
 // Which flat buffers the model allocates itself. A sharded run (ZeRO stage 2
 // drops the gradients, stage 3 the parameters too) gives the model a
 // ParamStore instead; params()/grads() are then null.
+// `compute` is the type of activations and of the weights the kernels read:
+// fp32, or bf16 (mixed precision, GPU only): then the model also keeps a bf16
+// copy of the fp32 parameters, refreshed on the next forward after
+// params_changed(); gradients stay fp32 and accumulate across micro-steps.
 struct GPTStorage {
   bool params = true;
   bool grads = true;
+  DType compute = DType::F32;
 };
 
 class GPT {
@@ -66,7 +74,14 @@ class GPT {
   float* params() const { return params_.data(); }  // on device()
   float* grads() const { return grads_.data(); }    // on device()
   // Host copies in and out of the flat buffers (flat_size() floats).
-  void load_params(const float* host) { params_.copy_from_host(host, params_.size()); }
+  void load_params(const float* host) {
+    params_.copy_from_host(host, params_.size());
+    params_changed();
+  }
+  // Call after anything writes params() (the optimizer, a checkpoint, a
+  // broadcast): the bf16 compute copy is redrawn before the next forward.
+  void params_changed() { lp_stale_ = true; }
+  DType compute_dtype() const { return compute_; }
   void store_params(float* host) const { params_.copy_to_host(host, params_.size()); }
   void store_grads(float* host) const { grads_.copy_to_host(host, grads_.size()); }
   int64_t flat_size() const { return layout_.total(); }
@@ -96,41 +111,76 @@ class GPT {
   // floats, accounted as activations and scratch), without building it: what
   // `parallm plan` predicts from. Kernel workspaces depend on the threads.
   struct Buffers {
-    int64_t activation_floats = 0, scratch_floats = 0;
+    int64_t activation_bytes = 0, scratch_bytes = 0;
   };
-  static Buffers buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads);
+  static Buffers buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
+                         DType compute = DType::F32);
 
  private:
   GPTConfig cfg_;
   ParamLayout layout_;
   int64_t max_B_, max_T_;
   Device dev_;
+  DType compute_;
   const kernels::Ops* k_;
-  DeviceArray<float> params_, grads_;  // empty where GPTStorage says so
+  const kernels::ModelOps<bfloat16>* kb_ = nullptr;  // bf16 compute only
+  DeviceArray<float> params_, grads_;                // empty where GPTStorage says so
+  DeviceArray<bfloat16> params_lp_;                  // bf16 compute copy of params_
+  bool lp_stale_ = true;
   ParamStore* store_ = nullptr;
   // Group g's parameters / gradient buffer (the store's, or the own buffers').
   const float* group_params(int g, Pass pass) const;
   void release_group(int g, Pass pass) const;
   float* group_grads(int g) const;
   void group_grads_done(int g) const;
-  // Activations: one flat buffer, with offsets per layer.
-  DeviceArray<float> acts_;
-  DeviceArray<float> scratch_;                 // backward temporaries + kernel workspaces
+  // Group g's parameters in the compute type A (bf16: the refreshed copy).
+  template <class A>
+  const A* params_of(int g, Pass pass);
+  template <class A>
+  float forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                     const StepContext& ctx);
+  template <class A>
+  void backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, int64_t B, int64_t T,
+                     const StepContext& ctx);
+  template <class A>
+  void logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int64_t T, bool last_only);
+  // Activations in the compute type (acts_ or acts_lp_) with offsets per
+  // layer, fp32 statistics beside them; backward's temporaries likewise
+  // (scratch_ or scratch_lp_); fp32 kernel workspaces.
+  DeviceArray<float> acts_, scratch_;
+  DeviceArray<bfloat16> acts_lp_, scratch_lp_;
+  DeviceArray<float> stats_, ws_;
   DeviceArray<int32_t> tokens_d_, targets_d_;  // GPU only: this batch's tokens and targets
   Array<float> losses_host_;                   // GPU only: per-position losses copied back
-  float* act(int64_t off) const { return acts_.data() + off; }
+  template <class A>
+  A* act(int64_t off) const {
+    if constexpr (std::is_same_v<A, float>)
+      return acts_.data() + off;
+    else
+      return acts_lp_.data() + off;
+  }
+  template <class A>
+  A* scr(int64_t off) const {
+    if constexpr (std::is_same_v<A, float>)
+      return scratch_.data() + off;
+    else
+      return scratch_lp_.data() + off;
+  }
+  float* stat(int64_t off) const { return stats_.data() + off; }
   // Layout of activations for a given (B, T): computed for max sizes, reused.
   struct LayerActs {
     int64_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
   };
-  // Every buffer offset for a (B, T), and the totals.
+  // Every buffer offset for a (B, T), and the totals: means, rstds, lse and
+  // losses index stats_, the rest acts_ (s_* index scratch_).
   struct Carve {
     std::vector<LayerActs> la;
     int64_t encoded = 0, lnf = 0, lnf_mean = 0, lnf_rstd = 0, losses = 0, dlnf = 0;
-    int64_t ws_attn = 0, ws_cls = 0, s_dres = 0, s_tmp = 0, s_dfch = 0, s_dfch2 = 0, s_ws = 0;
+    int64_t s_dres = 0, s_tmp = 0, s_dfch = 0, s_dfch2 = 0;
+    int64_t acts = 0, stats = 0, scratch = 0, ws = 0;  // element counts
     Buffers sizes;
   };
-  static Carve carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads);
+  static Carve carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute);
   Carve off_;  // offsets into acts_ and scratch_ for the allocated (max) B, T
   int64_t cur_B_ = 0, cur_T_ = 0;
   bool grads_ready_ = false;

@@ -145,7 +145,7 @@ const std::map<std::string, Key>& keys() {
       INT_KEY("train.top_k", top_k, "sampling top-k (0 = all)"),
       BOOL_KEY("train.progress", progress, "progress bar on a terminal"),
       {"train.device",
-       {"string", "cpu | cuda | cuda:N (fp32 on the GPU; one process for now)",
+       {"string", "cpu | cuda | cuda:N (one process on the GPU for now)",
         [](RunConfig& c, const std::string& k, const std::string& v) {
           try {
             parse_device(lower(v));
@@ -155,6 +155,20 @@ const std::map<std::string, Key>& keys() {
           c.device = lower(v);
         },
         [](const RunConfig& c) { return nlohmann::json(c.device); }}},
+      {"train.dtype",
+       {"string", "fp32 | bf16 (mixed precision on the GPU: bf16 compute, fp32 master weights, gradients, optimizer)",
+        [](RunConfig& c, const std::string& k, const std::string& v) {
+          const std::string l = lower(v);
+          if (l == "fp32" || l == "float32" || l == "float")
+            c.dtype = "fp32";
+          else if (l == "bf16" || l == "bfloat16")
+            c.dtype = "bf16";
+          else if (l == "fp16" || l == "float16" || l == "half")
+            c.dtype = "fp16";
+          else
+            throw ConfigError("config", fmt::format("{}: unknown dtype \"{}\" (fp32, bf16 or fp16)", k, v));
+        },
+        [](const RunConfig& c) { return nlohmann::json(c.dtype); }}},
       FLOAT_KEY("optimizer.learning_rate", learning_rate, "peak learning rate"),
       FLOAT_KEY("optimizer.min_lr", min_lr, "final learning rate of the cosine decay"),
       INT_KEY("optimizer.warmup_iters", warmup_iters, "linear warmup iterations"),
@@ -287,6 +301,11 @@ void RunConfig::validate() const {
                 "zero.stage={} with ddp.deterministic=true: the deterministic reduction is for plain data parallel "
                 "(zero.stage=0)",
                 zero_stage);
+  PARALLM_CHECK(dtype != "fp16", ConfigError, "config",
+                "train.dtype=fp16 (dynamic loss scaling) is not implemented yet; use bf16 on the GPU or fp32");
+  PARALLM_CHECK(dtype == "fp32" || !parse_device(device).is_cpu(), ConfigError, "config",
+                "train.dtype={} is mixed precision on the GPU: set train.device=cuda, or train.dtype=fp32 on the CPU",
+                dtype);
   if (!parse_device(device).is_cpu()) {
     PARALLM_CHECK(zero_stage == 0, ConfigError, "config", "zero.stage={} is CPU-only for now (train.device={})",
                   zero_stage, device);

@@ -65,8 +65,8 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
   b.offloaded += f * static_cast<double>(z.offloaded);
   b.comm = f * static_cast<double>(z.comm);
   const auto buf = model::GPT::buffers(*in.model, in.micro_batch, in.seq_len, Device::cpu(), in.threads);
-  b.activations = f * static_cast<double>(buf.activation_floats);
-  b.scratch = f * static_cast<double>(buf.scratch_floats);
+  b.activations = static_cast<double>(buf.activation_bytes);
+  b.scratch = static_cast<double>(buf.scratch_bytes);
   b.exact = true;
   return b;
 }

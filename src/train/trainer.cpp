@@ -165,7 +165,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   // ZeRO: from stage 2 the model keeps no full gradient buffer, from stage 3
   // no parameters either: the Zero store holds shards and windows.
   const int zstage = static_cast<int>(cfg.zero_stage);
-  model::GPT m(cfg.model, B, T, dev, {zstage < 3, zstage < 2});
+  model::GPT m(cfg.model, B, T, dev, {zstage < 3, zstage < 2, parse_dtype(cfg.dtype)});
   std::unique_ptr<parallel::Zero> zero;
   if (zstage > 0)
     zero = std::make_unique<parallel::Zero>(world, m.layout(), zstage, m.params(), m.grads(),
@@ -212,6 +212,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   }
   if (zstage < 3) broadcast_floats(world, m.params(), m.flat_size());  // identical replicas, whatever each rank did
   if (zero) zero->params_changed();  // the master copy (offload) and the windows follow
+  m.params_changed();                // and the bf16 compute copy
   // ddp.deterministic: each shard's gradient alone, summed in a fixed order
   // (a single rank may cut its batch into shards to reproduce N ranks).
   std::unique_ptr<parallel::DeterministicGrads> det;
@@ -260,7 +261,10 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
                : zstage == 2 ? std::string(", gradients reduce-scattered during backward")
                              : std::string()) +
                   (cfg.zero_offload != "none" ? ", offload " + cfg.zero_offload : std::string()));
-  if (!dev.is_cpu()) log::info("device: {} {} | {}", dev.str(), gpu::describe(dev.index), gpu::version());
+  if (!dev.is_cpu())
+    log::info(
+        "device: {} {} | {} | {}", dev.str(), gpu::describe(dev.index), gpu::version(),
+        cfg.dtype == "bf16" ? "bf16 mixed precision (fp32 master weights, gradients and optimizer state)" : "fp32");
   log::info("MFU peak: {:.1f} GFLOP/s ({})", peak / 1e9,
             cfg.peak_flops > 0 ? "train.peak_flops"
             : dev.is_cpu()     ? "measured fp32 GEMM"
@@ -400,6 +404,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     opt.step(zero ? zero->opt_params() : m.params(), zero ? zero->opt_grads() : m.grads(), lr,
              optim::clip_factor(norm, cfg.grad_clip));
     if (zero) zero->gather_params();
+    m.params_changed();
     dtb += to.seconds();
     const double dt = t_iter.seconds();
     const double tok_s = static_cast<double>(tokens_per_iter) / dt;

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/gpu.h"
+#include "cuda_test_util.h"
 #include "kernel_test_util.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
@@ -23,6 +24,8 @@
 namespace parallm {
 namespace {
 
+using test::Cuda;
+using test::Dev;
 using test::expect_close;
 using test::randv;
 namespace kc = kernels::cuda;
@@ -32,35 +35,11 @@ namespace kr = kernels::ref;
 // sums in another order than the double-precision reference, and the error of
 // a float sum scales with its largest terms.
 
-// A device copy of a host vector; back() returns its current contents.
-template <class T>
-struct Dev {
-  gpu::DeviceBuffer buf;
-  size_t n = 0;
-  explicit Dev(const std::vector<T>& h) : buf(h.size() * sizeof(T) + 1, MemCategory::Other), n(h.size()) {
-    gpu::memcpy_h2d(buf.data(), h.data(), n * sizeof(T));
-  }
-  T* p() const { return buf.as<T>(); }
-  std::vector<T> back() const {
-    std::vector<T> h(n);
-    gpu::memcpy_d2h(h.data(), buf.data(), n * sizeof(T));
-    return h;
-  }
-};
-
-class Cuda : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!gpu::built()) GTEST_SKIP() << "CUDA not built (configure with -DPARALLM_CUDA=ON)";
-    if (!gpu::available()) GTEST_SKIP() << "no GPU on this machine: CUDA kernel tests skipped";
-  }
-};
-
 TEST(CudaStubs, SayCudaWasNotBuilt) {
   if (gpu::built()) GTEST_SKIP() << "CUDA is built";
   EXPECT_EQ(gpu::device_count(), 0);
   try {
-    kc::gelu_forward(nullptr, nullptr, 1, kernels::GeluKind::Exact);
+    kc::gelu_forward(static_cast<float*>(nullptr), nullptr, 1, kernels::GeluKind::Exact);
     FAIL() << "no error";
   } catch (const CudaError& e) {
     EXPECT_NE(std::string(e.what()).find("CUDA was not built"), std::string::npos) << e.what();

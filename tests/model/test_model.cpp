@@ -77,6 +77,9 @@ TEST(GPT, RejectsBadConfigAndTokens) {
   ok.n_head = 2;
   ok.block_size = 8;
   EXPECT_THROW(model::GPT(ok, 1, 9), ConfigError);  // longer than block_size
+  // bf16 mixed precision is GPU-only; integer compute types are not compute types.
+  EXPECT_THROW(model::GPT(ok, 1, 4, Device::cpu(), {true, true, DType::BF16}), ConfigError);
+  EXPECT_THROW(model::GPT(ok, 1, 4, Device::cpu(), {true, true, DType::I32}), ConfigError);
   model::GPT m(ok, 1, 4);
   std::vector<int32_t> x{1, 2, 65, 3};
   EXPECT_THROW(m.forward(x.data(), nullptr, 1, 4, {}), ShapeError);

@@ -85,6 +85,30 @@ TEST(Config, DeviceKeyParsesAndExplainsWhatIsMissing) {
   EXPECT_NO_THROW(e.validate());
 }
 
+TEST(Config, DtypeSpellingsMapAndMixedPrecisionNeedsAGpu) {
+  for (const auto& [in, want] : std::vector<std::pair<std::string, std::string>>{{"fp32", "fp32"},
+                                                                                 {"float32", "fp32"},
+                                                                                 {"FP32", "fp32"},
+                                                                                 {"bf16", "bf16"},
+                                                                                 {"bfloat16", "bf16"},
+                                                                                 {"BF16", "bf16"},
+                                                                                 {"fp16", "fp16"},
+                                                                                 {"float16", "fp16"}}) {
+    train::RunConfig c;
+    c.set("train.dtype", in);
+    EXPECT_EQ(c.dtype, want) << in;
+  }
+  train::RunConfig c;
+  const std::string bad = error_of([&] { c.set("train.dtype", "fp8"); });
+  EXPECT_NE(bad.find("train.dtype"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("fp8"), std::string::npos) << bad;
+  c.set("train.dtype", "bf16");
+  EXPECT_NE(error_of([&] { c.validate(); }).find("train.device=cuda"), std::string::npos);
+  c.set("train.dtype", "fp16");
+  c.set("train.device", "cuda");
+  EXPECT_NE(error_of([&] { c.validate(); }).find("fp16"), std::string::npos);
+}
+
 TEST(Config, YamlNestedAndDottedKeysAndJsonRoundTrip) {
   auto p = std::filesystem::temp_directory_path() / "parallm_test_cfg.yaml";
   std::ofstream(p) << "model:\n  n_layer: 3\n  n_embd: 96\ntrain.max_iters: 77\noptimizer:\n  beta2: 0.99\n";

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine from the repository root (see pack.sh):
-# the CUDA kernel tests, the GPU golden tests, baby GPT fp32 training on the
-# GPU, GPT-2 124M fp32 throughput, and PyTorch nanoGPT peers. Logs go to $OUT.
+# the CUDA kernel tests, the GPU golden tests, baby GPT training on the GPU,
+# GPT-2 124M throughput, and PyTorch nanoGPT peers. Logs go to $OUT.
 # Arguments pick the parts (default: tests gpt2 peer); each part has a time
-# limit so one call stays inside the device tool's 10 minutes:
-#   bash .devcarry/gpu_check.sh tests baby
+# limit so one call stays inside the device tool's 10 minutes. DTYPES picks
+# the precisions of baby and gpt2 (default "fp32 bf16"):
+#   DTYPES=bf16 bash .devcarry/gpu_check.sh tests baby
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 W=/tmp/pl && mkdir -p $W && tar -C $W -xzf .devcarry/bundle.tar.gz
@@ -13,21 +14,31 @@ export LD_LIBRARY_PATH="$W/lib:$CUBLAS_DIR:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 ldd $W/bin/parallm | grep "not found" && exit 1
 step() { echo "=== $*"; }
-: "${GPT2_B:=16}" "${GPT2_ITERS:=12}" "${BABY_ITERS:=2000}"
+: "${GPT2_B:=16}" "${GPT2_ITERS:=12}" "${BABY_ITERS:=2000}" "${DTYPES:=fp32 bf16}"
 PARTS=" ${*:-tests gpt2 peer} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 if want tests; then
   step "CUDA kernel tests"
-  $W/bin/test_cuda_kernels 2>&1 | tee $OUT/kernels.log | grep -E "PASSED|FAILED|SKIPPED|Failure" | head -20
-  step "golden GPT tests (CPU and GPU, fp32)"
+  $W/bin/test_cuda_kernels 2>&1 | tee $OUT/kernels.log | grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -60
+  step "golden GPT tests (CPU; GPU fp32 and bf16)"
   $W/bin/test_model --gtest_filter='*Golden*' 2>&1 | tee $OUT/golden.log | grep -E "PASSED|FAILED|Failure|OK \]" | head -20
 fi
+if want ops; then
+  for dt in $DTYPES; do
+    step "where a GPT-2 124M step goes, $dt (bench_gpu_ops)"
+    timeout 120 $W/bin/bench_gpu_ops --dtype $dt -B $GPT2_B 2>&1 | tee $OUT/ops_$dt.log
+  done
+fi
 cd $W
-want baby && step "baby GPT, fp32 on the GPU: ${BABY_ITERS:=2000} iterations"
-want baby && timeout 500 ./bin/parallm train "${OLDPWD}/configs/baby_gpt.yaml" train.device=cuda train.max_iters=$BABY_ITERS \
-  train.eval_interval=${BABY_EVAL:-500} train.eval_iters=100 train.log_interval=100 train.sample_tokens=200 \
-  train.out_dir=$W/out/baby data.dir=$W/data/shakespeare_char train.progress=false 2>&1 | tee $OUT/baby_gpu.log | tail -25
-want baby && cp $W/out/baby/metrics.jsonl $OUT/baby_gpu_metrics.jsonl 2>/dev/null
+for dt in $DTYPES; do
+  want baby || break
+  step "baby GPT, $dt on the GPU: $BABY_ITERS iterations"
+  timeout 400 ./bin/parallm train "${OLDPWD}/configs/baby_gpt.yaml" train.device=cuda train.dtype=$dt \
+    train.max_iters=$BABY_ITERS train.eval_interval=${BABY_EVAL:-500} train.eval_iters=100 train.log_interval=100 \
+    train.sample_tokens=200 train.out_dir=$W/out/baby_$dt data.dir=$W/data/shakespeare_char train.progress=false \
+    2>&1 | tee $OUT/baby_$dt.log | grep -E "step|iter.*(500|1000|1500|2000):|error" | tail -8
+  cp $W/out/baby_$dt/metrics.jsonl $OUT/baby_${dt}_metrics.jsonl 2>/dev/null
+done
 if want det; then
   step "determinism and resume on the GPU (baby GPT, 40 iterations, dropout 0.2)"
   D="${OLDPWD}/configs/baby_gpt.yaml train.device=cuda train.eval_interval=20 train.eval_iters=5 train.sample_tokens=0
@@ -40,14 +51,19 @@ if want det; then
   python3 "${OLDPWD}/bench/compare_runs.py" $W/out/detA $W/out/detB | tail -3
   python3 "${OLDPWD}/bench/compare_runs.py" $W/out/detA $W/out/detC | tail -3
 fi
-want gpt2 && step "GPT-2 124M shape, fp32 on the GPU, batch ${GPT2_B:=16} x 1024"
-want gpt2 && timeout 150 ./bin/parallm train model.n_layer=12 model.n_head=12 model.n_embd=768 model.block_size=1024 model.vocab_size=50304 \
-  model.batch_size=$GPT2_B model.dropout=0 train.device=cuda train.max_iters=${GPT2_ITERS:=12} train.eval_interval=100000 \
-  train.eval_iters=1 train.log_interval=1 train.sample_tokens=0 train.out_dir=$W/out/gpt2 \
-  data.dir=$W/data/shakespeare_char train.progress=false 2>&1 | tee $OUT/gpt2_gpu.log | tail -8
+for dt in $DTYPES; do
+  want gpt2 || break
+  step "GPT-2 124M shape, $dt on the GPU, batch $GPT2_B x 1024"
+  timeout 150 ./bin/parallm train model.n_layer=12 model.n_head=12 model.n_embd=768 model.block_size=1024 \
+    model.vocab_size=50304 model.batch_size=$GPT2_B model.dropout=0 train.device=cuda train.dtype=$dt \
+    train.max_iters=$GPT2_ITERS train.eval_interval=100000 train.eval_iters=1 train.log_interval=1 \
+    train.sample_tokens=0 train.out_dir=$W/out/gpt2_$dt data.dir=$W/data/shakespeare_char train.progress=false \
+    2>&1 | tee $OUT/gpt2_$dt.log | tail -5
+done
 cd "$OLDPWD"
 want peer && step "PyTorch nanoGPT peer, GPT-2 124M, batch $GPT2_B x 1024 (fp32 = TF32 matmuls, as nanoGPT)"
-want peer && for mode in "fp32 0 0" "bf16 1 1"; do
+IFS=, read -ra MODES <<< "${PEER_MODES:-fp32 0 0,bf16 1 1}"  # "dtype compile flash", comma-separated
+want peer && for mode in "${MODES[@]}"; do
   set -- $mode
   PYTHONUNBUFFERED=1 timeout 200 python3 tools/torch_ref/bench_peer.py --device cuda --n_layer 12 --n_head 12 \
     --n_embd 768 --block_size 1024 --vocab_size 50304 --batch_size $GPT2_B --iters 10 --warmup 3 \

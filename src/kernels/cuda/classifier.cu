@@ -2,7 +2,9 @@
 // so the full [N, V] logits never exist: per chunk, logits by cuBLAS, then one
 // block per row computes the log-sum-exp, the loss and (with gradients)
 // d(logits) in place, then dx (overwritten) and dwte (+=) by two more GEMMs.
-// The chunk holds at most kChunkFloats logits (256 MiB).
+// The chunk holds at most kChunkFloats logits (256 MiB). bf16 (mixed
+// precision): x and wte in bf16, logits and the softmax in fp32, d(logits)
+// written as bf16 beside them for the two gradient GEMMs (dwte in fp32).
 #include <cfloat>
 
 #include "kernels/classifier.h"
@@ -21,10 +23,13 @@ int64_t chunk_rows(int64_t N, int64_t V) {
   return r < N ? r : N;
 }
 
-__global__ void softmax_xent(float* losses, float* logits, const int32_t* targets, int64_t V, float dloss,
-                             bool want_grad) {
+// d(logits) goes to dlogits (may alias logits).
+template <class TD>
+__global__ void softmax_xent(float* losses, const float* logits, TD* dlogits, const int32_t* targets, int64_t V,
+                             float dloss, bool want_grad) {
   __shared__ float sh[32];
-  float* l = logits + blockIdx.x * V;
+  const float* l = logits + blockIdx.x * V;
+  TD* dl = dlogits + blockIdx.x * V;
   float mx = -FLT_MAX;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, l[v]);
   mx = block_max(mx, sh);
@@ -37,7 +42,8 @@ __global__ void softmax_xent(float* losses, float* logits, const int32_t* target
   if (threadIdx.x == 0) losses[blockIdx.x] = lse - l[t];
   __syncthreads();  // the loss reads l[t] before it is overwritten
   if (want_grad)
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) l[v] = (expf(l[v] - lse) - (v == t ? 1.0f : 0.0f)) * dloss;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+      dl[v] = from_f<TD>((expf(l[v] - lse) - (v == t ? 1.0f : 0.0f)) * dloss);
 }
 }  // namespace
 
@@ -52,8 +58,8 @@ void classifier_forward_backward(float* losses, float* dx, float* dwte, const fl
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = r0 + rows < N ? rows : N - r0;
     sgemm(false, true, n, V, C, 1.0f, x + r0 * C, C, wte, C, 0.0f, workspace, V);
-    softmax_xent<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(losses + r0, workspace, targets + r0, V, dloss,
-                                                                      dx != nullptr);
+    softmax_xent<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(losses + r0, workspace, workspace, targets + r0,
+                                                                      V, dloss, dx != nullptr);
     PARALLM_CUDA_LAUNCHED("kernels.cuda.classifier");
     if (dx) {
       sgemm(false, false, n, C, V, 1.0f, workspace, V, wte, C, 0.0f, dx + r0 * C, C);
@@ -64,6 +70,33 @@ void classifier_forward_backward(float* losses, float* dx, float* dwte, const fl
 
 void classifier_logits(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
   sgemm(false, true, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
+}
+
+int64_t classifier_workspace_floats_bf16(int64_t N, int64_t V, int) {
+  const int64_t n = chunk_rows(N, V) * V;
+  return n + (n + 1) / 2;  // fp32 logits, then bf16 d(logits)
+}
+
+void classifier_forward_backward(float* losses, bfloat16* dx, float* dwte, const bfloat16* x, const bfloat16* wte,
+                                 const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
+                                 float* workspace) {
+  const int64_t rows = chunk_rows(N, V);
+  bfloat16* dlogits = reinterpret_cast<bfloat16*>(workspace + rows * V);
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int64_t n = r0 + rows < N ? rows : N - r0;
+    gemm(false, true, n, V, C, 1.0f, x + r0 * C, C, wte, C, 0.0f, workspace, V);
+    softmax_xent<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(losses + r0, workspace, dlogits, targets + r0, V,
+                                                                      dloss, dx != nullptr);
+    PARALLM_CUDA_LAUNCHED("kernels.cuda.classifier");
+    if (dx) {
+      gemm(false, false, n, C, V, 1.0f, dlogits, V, wte, C, 0.0f, dx + r0 * C, C);
+      gemm(true, false, V, C, n, 1.0f, dlogits, V, x + r0 * C, C, 1.0f, dwte, C);
+    }
+  }
+}
+
+void classifier_logits(float* logits, const bfloat16* x, const bfloat16* wte, int64_t N, int64_t C, int64_t V) {
+  gemm(false, true, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
 }
 
 }  // namespace parallm::kernels::cuda

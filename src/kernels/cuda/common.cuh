@@ -1,12 +1,14 @@
-// Shared pieces of the CUDA kernels: the compute stream, launch helpers, warp
-// and block reductions, and dropout's keep decision from the Philox shared
-// with the CPU (core/philox.h), so GPU masks equal the CPU's.
+// Shared pieces of the CUDA kernels: the compute stream, launch helpers, fp32
+// loads and stores of float or bf16 elements, warp and block reductions, and dropout's keep decision from the Philox
+// shared with the CPU (core/philox.h), so GPU masks equal the CPU's.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "core/cuda_check.h"
+#include "core/dtype.h"
 #include "core/gpu.h"
 #include "core/philox.h"
 
@@ -24,6 +26,25 @@ inline unsigned blocks_for(int64_t n, int threads) {
 inline unsigned capped_blocks(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;
   return static_cast<unsigned>(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
+}
+
+// Element loads and stores in fp32 arithmetic: kernels templated on the
+// storage type (float or bfloat16) read with to_f and write with from_f<T>.
+__device__ __forceinline__ float to_f(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f(bfloat16 x) {
+  return __uint_as_float(static_cast<uint32_t>(x.bits) << 16);
+}
+template <class T>
+__device__ __forceinline__ T from_f(float x);
+template <>
+__device__ __forceinline__ float from_f<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ bfloat16 from_f<bfloat16>(float x) {
+  return bfloat16{__bfloat16_as_ushort(__float2bfloat16_rn(x))};
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

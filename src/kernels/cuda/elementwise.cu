@@ -1,6 +1,7 @@
 // Residual add, in-place add and dropout on the GPU: grid-stride elementwise
 // kernels. Dropout draws the same Philox numbers as the CPU (common.cuh), so a
 // mask depends only on (seed, stream, base + i), never on the launch shape.
+// Each works on float or bf16 elements in fp32 arithmetic; convert casts.
 #include "kernels/cuda/common.cuh"
 #include "kernels/elementwise.h"
 
@@ -9,9 +10,16 @@ namespace parallm::kernels::cuda {
 namespace {
 constexpr int kThreads = 256;
 
-__global__ void residual_kernel(float* out, const float* a, const float* b, int64_t n) {
+template <class T>
+__global__ void residual_kernel(T* out, const T* a, const T* b, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    out[i] = a[i] + b[i];
+    out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+}
+
+template <class TO, class TI>
+__global__ void convert_kernel(TO* out, const TI* in, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = from_f<TO>(to_f(in[i]));
 }
 
 __global__ void add_kernel(float* acc, const float* x, int64_t n) {
@@ -19,18 +27,48 @@ __global__ void add_kernel(float* acc, const float* x, int64_t n) {
     acc[i] += x[i];
 }
 
-__global__ void dropout_kernel(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t rng_stream,
+template <class T>
+__global__ void dropout_kernel(T* out, const T* inp, int64_t n, float p, uint64_t seed, uint64_t rng_stream,
                                uint64_t base) {
   const float scale = 1.0f / (1.0f - p);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    out[i] = dropout_keep(p, seed, rng_stream, base + static_cast<uint64_t>(i)) ? inp[i] * scale : 0.0f;
+    out[i] =
+        from_f<T>(dropout_keep(p, seed, rng_stream, base + static_cast<uint64_t>(i)) ? to_f(inp[i]) * scale : 0.0f);
+}
+
+template <class T>
+void residual(T* out, const T* a, const T* b, int64_t n) {
+  if (n <= 0) return;
+  residual_kernel<<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(out, a, b, n);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.residual_forward");
+}
+
+template <class T>
+void dropout(T* out, const T* inp, int64_t n, float p, uint64_t seed, uint64_t rng_stream, uint64_t base) {
+  if (n <= 0) return;
+  dropout_kernel<<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(out, inp, n, p, seed, rng_stream, base);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.dropout_forward");
+}
+
+template <class TO, class TI>
+void convert_to(TO* out, const TI* in, int64_t n) {
+  if (n <= 0) return;
+  convert_kernel<<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(out, in, n);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.convert");
 }
 }  // namespace
 
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
-  if (n <= 0) return;
-  residual_kernel<<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(out, a, b, n);
-  PARALLM_CUDA_LAUNCHED("kernels.cuda.residual_forward");
+  residual(out, a, b, n);
+}
+void residual_forward(bfloat16* out, const bfloat16* a, const bfloat16* b, int64_t n) {
+  residual(out, a, b, n);
+}
+void convert(bfloat16* out, const float* in, int64_t n) {
+  convert_to(out, in, n);
+}
+void convert(float* out, const bfloat16* in, int64_t n) {
+  convert_to(out, in, n);
 }
 
 void add_inplace(float* acc, const float* x, int64_t n) {
@@ -41,15 +79,21 @@ void add_inplace(float* acc, const float* x, int64_t n) {
 
 void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t rng_stream,
                      uint64_t base) {
-  if (n <= 0) return;
-  dropout_kernel<<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(out, inp, n, p, seed, rng_stream, base);
-  PARALLM_CUDA_LAUNCHED("kernels.cuda.dropout_forward");
+  dropout(out, inp, n, p, seed, rng_stream, base);
+}
+void dropout_forward(bfloat16* out, const bfloat16* inp, int64_t n, float p, uint64_t seed, uint64_t rng_stream,
+                     uint64_t base) {
+  dropout(out, inp, n, p, seed, rng_stream, base);
 }
 
 void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed, uint64_t rng_stream,
                       uint64_t base) {
   // The same mask and scale applied to the incoming gradient.
-  dropout_forward(dinp, dout, n, p, seed, rng_stream, base);
+  dropout(dinp, dout, n, p, seed, rng_stream, base);
+}
+void dropout_backward(bfloat16* dinp, const bfloat16* dout, int64_t n, float p, uint64_t seed, uint64_t rng_stream,
+                      uint64_t base) {
+  dropout(dinp, dout, n, p, seed, rng_stream, base);
 }
 
 }  // namespace parallm::kernels::cuda

@@ -1,7 +1,8 @@
 // Token + position embedding on the GPU. Backward without atomics: the
 // positions are sorted by token (CUB's radix sort, stable), then one block
 // per run of equal tokens adds its rows in position order into dwte. dwpe sums
-// over the batch in order. Both are the same bits on every run.
+// over the batch in order. Both are the same bits on every run. Tables and
+// activations are float or bf16; the gradients are always fp32.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "core/allocator.h"
@@ -11,31 +12,35 @@
 namespace parallm::kernels::cuda {
 
 namespace {
-__global__ void emb_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t BT,
-                            int64_t T, int64_t C) {
+template <class T>
+__global__ void emb_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t BT, int64_t Tn,
+                            int64_t C) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < BT * C; i += int64_t{gridDim.x} * blockDim.x) {
     int64_t bt = i / C, c = i % C;
-    out[i] = wte[static_cast<int64_t>(tokens[bt]) * C + c] + wpe[(bt % T) * C + c];
+    out[i] = from_f<T>(to_f(wte[static_cast<int64_t>(tokens[bt]) * C + c]) + to_f(wpe[(bt % Tn) * C + c]));
   }
 }
 
 // Block s handles sorted position s if it starts a run of equal tokens.
-__global__ void emb_backward_wte(float* dwte, const float* dout, const int32_t* sorted_tok, const int32_t* sorted_pos,
+template <class T>
+__global__ void emb_backward_wte(float* dwte, const T* dout, const int32_t* sorted_tok, const int32_t* sorted_pos,
                                  int64_t BT, int64_t C) {
   int64_t s = blockIdx.x;
   int32_t tok = sorted_tok[s];
   if (s > 0 && sorted_tok[s - 1] == tok) return;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     float acc = 0;
-    for (int64_t k = s; k < BT && sorted_tok[k] == tok; ++k) acc += dout[static_cast<int64_t>(sorted_pos[k]) * C + c];
+    for (int64_t k = s; k < BT && sorted_tok[k] == tok; ++k)
+      acc += to_f(dout[static_cast<int64_t>(sorted_pos[k]) * C + c]);
     dwte[static_cast<int64_t>(tok) * C + c] += acc;
   }
 }
 
-__global__ void emb_backward_wpe(float* dwpe, const float* dout, int64_t B, int64_t T, int64_t C) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * C; i += int64_t{gridDim.x} * blockDim.x) {
+template <class T>
+__global__ void emb_backward_wpe(float* dwpe, const T* dout, int64_t B, int64_t Tn, int64_t C) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < Tn * C; i += int64_t{gridDim.x} * blockDim.x) {
     float acc = 0;
-    for (int64_t b = 0; b < B; ++b) acc += dout[b * T * C + i];
+    for (int64_t b = 0; b < B; ++b) acc += to_f(dout[b * Tn * C + i]);
     dwpe[i] += acc;
   }
 }
@@ -44,17 +49,16 @@ __global__ void iota(int32_t* v, int64_t n) {
   int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i < n) v[i] = static_cast<int32_t>(i);
 }
-}  // namespace
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
-                       int64_t C) {
+template <class E>
+void fwd(E* out, const int32_t* tokens, const E* wte, const E* wpe, int64_t B, int64_t T, int64_t C) {
   if (B * T * C <= 0) return;
   emb_forward<<<capped_blocks(B * T * C, 256), 256, 0, stream()>>>(out, tokens, wte, wpe, B * T, T, C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.embedding_forward");
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
-                        int64_t C) {
+template <class E>
+void bwd(float* dwte, float* dwpe, const E* dout, const int32_t* tokens, int64_t B, int64_t T, int64_t C) {
   const int64_t BT = B * T;
   if (BT * C <= 0) return;
   PARALLM_CHECK(BT < (int64_t{1} << 31), ShapeError, "kernels.cuda.embedding_backward", "B*T = {} too large", BT);
@@ -81,6 +85,25 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   PARALLM_CUDA_LAUNCHED("kernels.cuda.embedding_backward");
   emb_backward_wpe<<<capped_blocks(T * C, 256), 256, 0, stream()>>>(dwpe, dout, B, T, C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.embedding_backward");
+}
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
+                       int64_t C) {
+  fwd(out, tokens, wte, wpe, B, T, C);
+}
+void embedding_forward(bfloat16* out, const int32_t* tokens, const bfloat16* wte, const bfloat16* wpe, int64_t B,
+                       int64_t T, int64_t C) {
+  fwd(out, tokens, wte, wpe, B, T, C);
+}
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
+                        int64_t C) {
+  bwd(dwte, dwpe, dout, tokens, B, T, C);
+}
+void embedding_backward(float* dwte, float* dwpe, const bfloat16* dout, const int32_t* tokens, int64_t B, int64_t T,
+                        int64_t C) {
+  bwd(dwte, dwpe, dout, tokens, B, T, C);
 }
 
 }  // namespace parallm::kernels::cuda

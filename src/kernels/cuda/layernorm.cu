@@ -1,7 +1,9 @@
 // LayerNorm on the GPU. Forward: one warp per row (mean, then variance from
 // the centred values, as the CPU does). Backward: one warp per row for dinp;
 // dweight and dbias by deterministic column sums of dout * xhat and dout
-// (row chunks, then chunks in order: the same bits on every run).
+// (row chunks, then chunks in order: the same bits on every run). Kernels are
+// templated on the element type (float, or bf16 with fp32 statistics and
+// fp32 weight gradients).
 #include "core/allocator.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/layernorm.h"
@@ -13,55 +15,58 @@ constexpr int kWarpsPerBlock = 8;
 constexpr int kRowsPerChunk = 256;
 constexpr int kTy = 8;
 
-__global__ void ln_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
-                           int64_t N, int64_t C) {
+template <class T>
+__global__ void ln_forward(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int64_t N,
+                           int64_t C) {
   int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float* x = inp + row * C;
+  const T* x = inp + row * C;
   float s = 0;
-  for (int64_t c = lane; c < C; c += 32) s += x[c];
+  for (int64_t c = lane; c < C; c += 32) s += to_f(x[c]);
   float m = warp_sum(s) / static_cast<float>(C);
   float v = 0;
   for (int64_t c = lane; c < C; c += 32) {
-    float d = x[c] - m;
+    float d = to_f(x[c]) - m;
     v += d * d;
   }
   float r = rsqrtf(warp_sum(v) / static_cast<float>(C) + kLayerNormEps);
-  float* o = out + row * C;
-  for (int64_t c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + (b ? b[c] : 0.0f);
+  T* o = out + row * C;
+  for (int64_t c = lane; c < C; c += 32) o[c] = from_f<T>((to_f(x[c]) - m) * r * to_f(w[c]) + (b ? to_f(b[c]) : 0.0f));
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
   }
 }
 
-__global__ void ln_backward_dinp(float* dinp, const float* dout, const float* inp, const float* w, const float* mean,
-                                 const float* rstd, int64_t N, int64_t C) {
+template <class T>
+__global__ void ln_backward_dinp(T* dinp, const T* dout, const T* inp, const T* w, const float* mean, const float* rstd,
+                                 int64_t N, int64_t C) {
   int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float* x = inp + row * C;
-  const float* dy = dout + row * C;
+  const T* x = inp + row * C;
+  const T* dy = dout + row * C;
   float m = mean[row], r = rstd[row];
   float sd = 0, sdx = 0;
   for (int64_t c = lane; c < C; c += 32) {
-    float dn = dy[c] * w[c];
+    float dn = to_f(dy[c]) * to_f(w[c]);
     sd += dn;
-    sdx += dn * (x[c] - m) * r;
+    sdx += dn * (to_f(x[c]) - m) * r;
   }
   sd = warp_sum(sd) / static_cast<float>(C);
   sdx = warp_sum(sdx) / static_cast<float>(C);
-  float* dx = dinp + row * C;
+  T* dx = dinp + row * C;
   for (int64_t c = lane; c < C; c += 32) {
-    float xh = (x[c] - m) * r;
-    dx[c] += r * (dy[c] * w[c] - sd - xh * sdx);
+    float xh = (to_f(x[c]) - m) * r;
+    dx[c] = from_f<T>(to_f(dx[c]) + r * (to_f(dy[c]) * to_f(w[c]) - sd - xh * sdx));
   }
 }
 
 // partial[0][chunk][c] = sum dout * xhat, partial[1][chunk][c] = sum dout over the chunk's rows.
-__global__ void ln_backward_partial(float* partial, const float* dout, const float* inp, const float* mean,
-                                    const float* rstd, int64_t N, int64_t C, int64_t chunks) {
+template <class T>
+__global__ void ln_backward_partial(float* partial, const T* dout, const T* inp, const float* mean, const float* rstd,
+                                    int64_t N, int64_t C, int64_t chunks) {
   __shared__ float sw[kTy][33], sb[kTy][33];
   int64_t c = blockIdx.x * 32 + threadIdx.x;
   int64_t r0 = blockIdx.y * int64_t{kRowsPerChunk};
@@ -69,8 +74,8 @@ __global__ void ln_backward_partial(float* partial, const float* dout, const flo
   float a = 0, b = 0;
   if (c < C)
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kTy) {
-      float dy = dout[r * C + c];
-      a += dy * (inp[r * C + c] - mean[r]) * rstd[r];
+      float dy = to_f(dout[r * C + c]);
+      a += dy * (to_f(inp[r * C + c]) - mean[r]) * rstd[r];
       b += dy;
     }
   sw[threadIdx.y][threadIdx.x] = a;
@@ -98,18 +103,18 @@ __global__ void ln_backward_final(float* dw, float* db, const float* partial, in
   dw[c] += a;
   if (db) db[c] += b;
 }
-}  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
-                       int64_t N, int64_t C) {
+template <class T>
+void ln_fwd(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C) {
   if (N <= 0) return;
   ln_forward<<<blocks_for(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream()>>>(out, mean, rstd, inp, weight, bias, N,
                                                                                   C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.layernorm_forward");
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+template <class T>
+void ln_bwd(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, const T* weight, const float* mean,
+            const float* rstd, int64_t N, int64_t C) {
   if (N <= 0) return;
   ln_backward_dinp<<<blocks_for(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream()>>>(dinp, dout, inp, weight, mean,
                                                                                         rstd, N, C);
@@ -121,6 +126,25 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   PARALLM_CUDA_LAUNCHED("kernels.cuda.layernorm_backward");
   ln_backward_final<<<blocks_for(C, 256), 256, 0, stream()>>>(dweight, dbias, partial.as<float>(), chunks, C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.layernorm_backward");
+}
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int64_t N, int64_t C) {
+  ln_fwd(out, mean, rstd, inp, weight, bias, N, C);
+}
+void layernorm_forward(bfloat16* out, float* mean, float* rstd, const bfloat16* inp, const bfloat16* weight,
+                       const bfloat16* bias, int64_t N, int64_t C) {
+  ln_fwd(out, mean, rstd, inp, weight, bias, N, C);
+}
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  ln_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+void layernorm_backward(bfloat16* dinp, float* dweight, float* dbias, const bfloat16* dout, const bfloat16* inp,
+                        const bfloat16* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  ln_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
 }  // namespace parallm::kernels::cuda

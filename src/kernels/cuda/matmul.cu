@@ -3,11 +3,14 @@
 // data is ever transposed. fp32 arithmetic by default; allow_tf32(true) lets
 // cuBLAS use TF32 tensor cores. Bias gradients go through the deterministic
 // column sum (reduce.h). One cuBLAS handle per process, bound to the compute
-// stream. (The bf16 path will use cuBLASLt with fused bias/GELU epilogues.)
+// stream. bf16 products (mixed precision) go through cublasGemmEx on tensor
+// cores with fp32 accumulation, their C in fp32 (weight gradients, scores,
+// logits) or bf16 (activations). (cuBLASLt's fused bias/GELU epilogues next.)
 #include <cublas_v2.h>
 #include <fmt/format.h>
 
 #include <mutex>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/reduce.h"
@@ -44,9 +47,42 @@ int as_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-__global__ void add_bias(float* out, const float* bias, int64_t N, int64_t OUT) {
+template <class T>
+__global__ void add_bias(T* out, const T* bias, int64_t N, int64_t OUT) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * OUT; i += int64_t{gridDim.x} * blockDim.x)
-    out[i] += bias[i % OUT];
+    out[i] = from_f<T>(to_f(out[i]) + to_f(bias[i % OUT]));
+}
+
+template <class T>
+void bias_add(T* out, const T* bias, int64_t N, int64_t OUT) {
+  if (!bias || N * OUT <= 0) return;
+  add_bias<<<capped_blocks(N * OUT, 256), 256, 0, stream()>>>(out, bias, N, OUT);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.matmul_forward");
+}
+
+template <class TC>
+constexpr cudaDataType_t type_of() {
+  return std::is_same_v<TC, float> ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+// bf16 A and B, C of type TC, fp32 accumulation; batch 1 is a plain GEMM.
+template <class TC>
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+               int64_t stride_a, const bfloat16* B, int64_t ldb, int64_t stride_b, float beta, TC* C, int64_t ldc,
+               int64_t stride_c, int64_t batch) {
+  if (M <= 0 || N <= 0 || batch <= 0) return;
+  const cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (batch == 1)
+    check_cublas(cublasGemmEx(handle(), opb, opa, as_int(N, "N"), as_int(M, "M"), as_int(K, "K"), &alpha, B,
+                              CUDA_R_16BF, as_int(ldb, "ldb"), A, CUDA_R_16BF, as_int(lda, "lda"), &beta, C,
+                              type_of<TC>(), as_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "kernels.cuda.gemm", "cublasGemmEx");
+  else
+    check_cublas(cublasGemmStridedBatchedEx(handle(), opb, opa, as_int(N, "N"), as_int(M, "M"), as_int(K, "K"), &alpha,
+                                            B, CUDA_R_16BF, as_int(ldb, "ldb"), stride_b, A, CUDA_R_16BF,
+                                            as_int(lda, "lda"), stride_a, &beta, C, type_of<TC>(), as_int(ldc, "ldc"),
+                                            stride_c, as_int(batch, "batch"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "kernels.cuda.gemm", "cublasGemmStridedBatchedEx");
 }
 }  // namespace
 
@@ -80,13 +116,42 @@ void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int
                "kernels.cuda.sgemm", "cublasSgemmStridedBatched");
 }
 
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+          const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+          const bfloat16* B, int64_t ldb, float beta, bfloat16* C, int64_t ldc) {
+  gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A,
+                          int64_t lda, int64_t stride_a, const bfloat16* B, int64_t ldb, int64_t stride_b, float beta,
+                          float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+  gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c, batch);
+}
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A,
+                          int64_t lda, int64_t stride_a, const bfloat16* B, int64_t ldb, int64_t stride_b, float beta,
+                          bfloat16* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+  gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c, batch);
+}
+
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT) {
   sgemm(false, true, N, OUT, IN, 1.0f, inp, IN, weight, IN, 0.0f, out, OUT);
-  if (bias && N * OUT > 0) {
-    add_bias<<<capped_blocks(N * OUT, 256), 256, 0, stream()>>>(out, bias, N, OUT);
-    PARALLM_CUDA_LAUNCHED("kernels.cuda.matmul_forward");
-  }
+  bias_add(out, bias, N, OUT);
+}
+
+void matmul_forward(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
+                    int64_t IN, int64_t OUT) {
+  gemm(false, true, N, OUT, IN, 1.0f, inp, IN, weight, IN, 0.0f, out, OUT);
+  bias_add(out, bias, N, OUT);
+}
+
+void matmul_backward(bfloat16* dinp, float* dweight, float* dbias, const bfloat16* dout, const bfloat16* inp,
+                     const bfloat16* weight, int64_t N, int64_t IN, int64_t OUT) {
+  if (dinp) gemm(false, false, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 0.0f, dinp, IN);
+  gemm(true, false, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
+  if (dbias) colsum_accumulate(dbias, dout, N, OUT);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

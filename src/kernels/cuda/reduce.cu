@@ -10,14 +10,15 @@ namespace {
 constexpr int kRowsPerChunk = 256;
 constexpr int kTy = 8;  // rows handled at once by a block of 32 x kTy threads
 
-__global__ void colsum_partial(float* partial, const float* x, int64_t N, int64_t C) {
+template <class T>
+__global__ void colsum_partial(float* partial, const T* x, int64_t N, int64_t C) {
   __shared__ float sh[kTy][33];
   int64_t c = blockIdx.x * 32 + threadIdx.x;
   int64_t r0 = blockIdx.y * int64_t{kRowsPerChunk};
   int64_t r1 = r0 + kRowsPerChunk < N ? r0 + kRowsPerChunk : N;
   float s = 0;
   if (c < C)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTy) s += x[r * C + c];
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTy) s += to_f(x[r * C + c]);
   sh[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
@@ -40,7 +41,9 @@ int64_t colsum_chunks(int64_t N) {
   return (N + kRowsPerChunk - 1) / kRowsPerChunk;
 }
 
-void colsum_accumulate(float* acc, const float* x, int64_t N, int64_t C) {
+namespace {
+template <class T>
+void colsum(float* acc, const T* x, int64_t N, int64_t C) {
   if (N <= 0 || C <= 0) return;
   int64_t chunks = colsum_chunks(N);
   gpu::DeviceBuffer partial(static_cast<size_t>(chunks * C) * sizeof(float), MemCategory::Scratch);
@@ -49,6 +52,14 @@ void colsum_accumulate(float* acc, const float* x, int64_t N, int64_t C) {
   PARALLM_CUDA_LAUNCHED("kernels.cuda.colsum");
   colsum_final<<<blocks_for(C, 256), 256, 0, stream()>>>(acc, partial.as<float>(), chunks, C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.colsum");
+}
+}  // namespace
+
+void colsum_accumulate(float* acc, const float* x, int64_t N, int64_t C) {
+  colsum(acc, x, N, C);
+}
+void colsum_accumulate(float* acc, const bfloat16* x, int64_t N, int64_t C) {
+  colsum(acc, x, N, C);
 }
 
 }  // namespace parallm::kernels::cuda

@@ -4,8 +4,11 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace parallm::kernels::cuda {
 void colsum_accumulate(float* acc, const float* x, int64_t N, int64_t C);
+void colsum_accumulate(float* acc, const bfloat16* x, int64_t N, int64_t C);  // fp32 sums of bf16 rows
 // Rows per chunk of the first pass and the number of chunks, for sizing partials.
 int64_t colsum_chunks(int64_t N);
 }  // namespace parallm::kernels::cuda

@@ -95,4 +95,82 @@ double sum_squares(const float*, int64_t) {
   not_built("sum_squares");
 }
 
+// bf16 mixed precision.
+using bf = bfloat16;
+void matmul_forward(bf*, const bf*, const bf*, const bf*, int64_t, int64_t, int64_t) {
+  not_built("matmul_forward");
+}
+void matmul_backward(bf*, float*, float*, const bf*, const bf*, const bf*, int64_t, int64_t, int64_t) {
+  not_built("matmul_backward");
+}
+void gemm(bool, bool, int64_t, int64_t, int64_t, float, const bf*, int64_t, const bf*, int64_t, float, float*,
+          int64_t) {
+  not_built("gemm");
+}
+void gemm(bool, bool, int64_t, int64_t, int64_t, float, const bf*, int64_t, const bf*, int64_t, float, bf*, int64_t) {
+  not_built("gemm");
+}
+void gemm_strided_batched(bool, bool, int64_t, int64_t, int64_t, float, const bf*, int64_t, int64_t, const bf*, int64_t,
+                          int64_t, float, float*, int64_t, int64_t, int64_t) {
+  not_built("gemm_strided_batched");
+}
+void gemm_strided_batched(bool, bool, int64_t, int64_t, int64_t, float, const bf*, int64_t, int64_t, const bf*, int64_t,
+                          int64_t, float, bf*, int64_t, int64_t, int64_t) {
+  not_built("gemm_strided_batched");
+}
+void layernorm_forward(bf*, float*, float*, const bf*, const bf*, const bf*, int64_t, int64_t) {
+  not_built("layernorm_forward");
+}
+void layernorm_backward(bf*, float*, float*, const bf*, const bf*, const bf*, const float*, const float*, int64_t,
+                        int64_t) {
+  not_built("layernorm_backward");
+}
+void gelu_forward(bf*, const bf*, int64_t, GeluKind) {
+  not_built("gelu_forward");
+}
+void gelu_backward(bf*, const bf*, const bf*, int64_t, GeluKind) {
+  not_built("gelu_backward");
+}
+void attention_forward(bf*, float*, const bf*, int64_t, int64_t, int64_t, int64_t, AttnDropout, float*) {
+  not_built("attention_forward");
+}
+void attention_backward(bf*, const bf*, const bf*, const bf*, const float*, int64_t, int64_t, int64_t, int64_t,
+                        AttnDropout, float*) {
+  not_built("attention_backward");
+}
+int64_t attention_workspace_floats_bf16(int64_t, int64_t, int64_t, int64_t, int) {
+  return 0;
+}
+void classifier_forward_backward(float*, bf*, float*, const bf*, const bf*, const int32_t*, int64_t, int64_t, int64_t,
+                                 float, float*) {
+  not_built("classifier_forward_backward");
+}
+int64_t classifier_workspace_floats_bf16(int64_t, int64_t, int) {
+  return 0;
+}
+void classifier_logits(float*, const bf*, const bf*, int64_t, int64_t, int64_t) {
+  not_built("classifier_logits");
+}
+void embedding_forward(bf*, const int32_t*, const bf*, const bf*, int64_t, int64_t, int64_t) {
+  not_built("embedding_forward");
+}
+void embedding_backward(float*, float*, const bf*, const int32_t*, int64_t, int64_t, int64_t) {
+  not_built("embedding_backward");
+}
+void residual_forward(bf*, const bf*, const bf*, int64_t) {
+  not_built("residual_forward");
+}
+void dropout_forward(bf*, const bf*, int64_t, float, uint64_t, uint64_t, uint64_t) {
+  not_built("dropout_forward");
+}
+void dropout_backward(bf*, const bf*, int64_t, float, uint64_t, uint64_t, uint64_t) {
+  not_built("dropout_backward");
+}
+void convert(bf*, const float*, int64_t) {
+  not_built("convert");
+}
+void convert(float*, const bf*, int64_t) {
+  not_built("convert");
+}
+
 }  // namespace parallm::kernels::cuda
