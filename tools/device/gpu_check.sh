@@ -40,8 +40,8 @@ for dt in $DTYPES; do
   cp $W/out/baby_$dt/metrics.jsonl $OUT/baby_${dt}_metrics.jsonl 2>/dev/null
 done
 if want det; then
-  step "determinism and resume on the GPU (baby GPT, 40 iterations, dropout 0.2)"
-  D="${OLDPWD}/configs/baby_gpt.yaml train.device=cuda train.eval_interval=20 train.eval_iters=5 train.sample_tokens=0
+  step "determinism and resume on the GPU (baby GPT, ${DET_DTYPE:-fp32}, 40 iterations, dropout 0.2)"
+  D="${OLDPWD}/configs/baby_gpt.yaml train.device=cuda train.dtype=${DET_DTYPE:-fp32} train.eval_interval=20 train.eval_iters=5 train.sample_tokens=0
      train.log_interval=20 train.always_save_checkpoint=true data.dir=$W/data/shakespeare_char train.progress=false"
   ./bin/parallm train $D train.max_iters=40 train.out_dir=$W/out/detA > $OUT/detA.log 2>&1
   ./bin/parallm train $D train.max_iters=40 train.out_dir=$W/out/detB > $OUT/detB.log 2>&1

@@ -21,19 +21,35 @@ __global__ void emb_forward(T* out, const int32_t* tokens, const T* wte, const T
   }
 }
 
-// Block s handles sorted position s if it starts a run of equal tokens.
+// Block (s, y) handles sorted position s if it starts a run of equal tokens,
+// for columns [y * blockDim.x, (y + 1) * blockDim.x). The run's end comes
+// from a binary search (the tokens are sorted), so the sum over the run has
+// known bounds and its loads do not wait on one another.
 template <class T>
 __global__ void emb_backward_wte(float* dwte, const T* dout, const int32_t* sorted_tok, const int32_t* sorted_pos,
                                  int64_t BT, int64_t C) {
-  int64_t s = blockIdx.x;
-  int32_t tok = sorted_tok[s];
+  __shared__ int64_t end_sh;
+  const int64_t s = blockIdx.x;
+  const int32_t tok = sorted_tok[s];
   if (s > 0 && sorted_tok[s - 1] == tok) return;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    float acc = 0;
-    for (int64_t k = s; k < BT && sorted_tok[k] == tok; ++k)
-      acc += to_f(dout[static_cast<int64_t>(sorted_pos[k]) * C + c]);
-    dwte[static_cast<int64_t>(tok) * C + c] += acc;
+  if (threadIdx.x == 0) {
+    int64_t lo = s + 1, hi = BT;  // first index in [lo, hi) whose token differs
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (sorted_tok[mid] == tok)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    end_sh = lo;
   }
+  __syncthreads();
+  const int64_t end = end_sh, c = blockIdx.y * int64_t{blockDim.x} + threadIdx.x;
+  if (c >= C) return;
+  float acc = 0;
+#pragma unroll 4
+  for (int64_t k = s; k < end; ++k) acc += to_f(dout[static_cast<int64_t>(sorted_pos[k]) * C + c]);
+  dwte[static_cast<int64_t>(tok) * C + c] += acc;
 }
 
 template <class T>
@@ -80,8 +96,9 @@ void bwd(float* dwte, float* dwpe, const E* dout, const int32_t* tokens, int64_t
   PARALLM_CUDA_CHECK(
       cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, sorted_tok, pos_in, sorted_pos, n, 0, 32, stream()),
       "kernels.cuda.embedding_backward");
-  int threads = C < 256 ? static_cast<int>((C + 31) / 32 * 32) : 256;
-  emb_backward_wte<<<static_cast<unsigned>(n), threads, 0, stream()>>>(dwte, dout, sorted_tok, sorted_pos, BT, C);
+  const int threads = C < 128 ? static_cast<int>((C + 31) / 32 * 32) : 128;
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((C + threads - 1) / threads));
+  emb_backward_wte<<<grid, threads, 0, stream()>>>(dwte, dout, sorted_tok, sorted_pos, BT, C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.embedding_backward");
   emb_backward_wpe<<<capped_blocks(T * C, 256), 256, 0, stream()>>>(dwpe, dout, B, T, C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.embedding_backward");
