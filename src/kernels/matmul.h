@@ -50,7 +50,13 @@ void matmul_forward(bfloat16* out, const bfloat16* inp, const bfloat16* weight, 
                     int64_t IN, int64_t OUT);
 void matmul_backward(bfloat16* dinp, float* dweight, float* dbias, const bfloat16* dout, const bfloat16* inp,
                      const bfloat16* weight, int64_t N, int64_t IN, int64_t OUT);
-// Row-major GEMMs with bf16 inputs and fp32 accumulation, C in fp32 or bf16.
+// The same products under one name for kernels templated on the element
+// type: fp32 (sgemm) or bf16 inputs with fp32 accumulation, C in fp32 or bf16.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                          int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
+                          float* C, int64_t ldc, int64_t stride_c, int64_t batch);
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
           const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,

@@ -138,6 +138,12 @@ int64_t GPT::num_params_nanogpt() const {
   return layout_.count() - cfg_.block_size * cfg_.n_embd;  // wpe excluded, as nanoGPT prints it
 }
 
+void GPT::set_store(ParamStore* store) {
+  PARALLM_CHECK(!store || compute_ == DType::F32, ConfigError, "gpt",
+                "bf16 compute reads its own bf16 copy of whole parameters; a sharded store needs fp32 compute");
+  store_ = store;
+}
+
 const float* GPT::group_params(int g, Pass pass) const {
   if (store_) return store_->params(g, pass);
   PARALLM_CHECK(params_.data(), InternalError, "gpt", "the model holds no parameters and has no store");

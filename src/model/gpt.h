@@ -66,7 +66,7 @@ class GPT {
   GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev = Device::cpu(), GPTStorage storage = {});
   // From now on parameters and gradients are reached through `store`, group by
   // group (nullptr: the model's own buffers again). Not owned.
-  void set_store(ParamStore* store) { store_ = store; }
+  void set_store(ParamStore* store);
 
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }

@@ -81,14 +81,10 @@ __global__ void softmax_backward(const float* S, const float* dP, TP* Pd, TP* dS
   }
 }
 
-// Batched products over the heads: fp32 throughout, or bf16 inputs with C of either type.
-void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, int64_t sa, const float* B,
-           int64_t ldb, int64_t sb, float* C, int64_t ldc, int64_t sc, int64_t batch) {
-  sgemm_strided_batched(ta, tb, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f, C, ldc, sc, batch);
-}
-template <class TC>
-void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, int64_t sa,
-           const bfloat16* B, int64_t ldb, int64_t sb, TC* C, int64_t ldc, int64_t sc, int64_t batch) {
+// Batched products over the heads (fp32, or bf16 inputs with C of either type).
+template <class TA, class TC>
+void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const TA* A, int64_t lda, int64_t sa, const TA* B,
+           int64_t ldb, int64_t sb, TC* C, int64_t ldc, int64_t sc, int64_t batch) {
   gemm_strided_batched(ta, tb, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f, C, ldc, sc, batch);
 }
 

@@ -6,6 +6,7 @@
 // precision): x and wte in bf16, logits and the softmax in fp32, d(logits)
 // written as bf16 beside them for the two gradient GEMMs (dwte in fp32).
 #include <cfloat>
+#include <type_traits>
 
 #include "kernels/classifier.h"
 #include "kernels/cuda/common.cuh"
@@ -45,43 +46,18 @@ __global__ void softmax_xent(float* losses, const float* logits, TD* dlogits, co
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
       dl[v] = from_f<TD>((expf(l[v] - lse) - (v == t ? 1.0f : 0.0f)) * dloss);
 }
-}  // namespace
 
-int64_t classifier_workspace_floats(int64_t N, int64_t V, int) {
-  return chunk_rows(N, V) * V;
-}
-
-void classifier_forward_backward(float* losses, float* dx, float* dwte, const float* x, const float* wte,
-                                 const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
-                                 float* workspace) {
+// One chunked loop for both element types: d(logits) is written in place
+// over the fp32 logits (fp32) or as bf16 after them (workspace_floats_bf16).
+template <class E>
+void forward_backward(float* losses, E* dx, float* dwte, const E* x, const E* wte, const int32_t* targets, int64_t N,
+                      int64_t C, int64_t V, float dloss, float* workspace) {
   const int64_t rows = chunk_rows(N, V);
-  for (int64_t r0 = 0; r0 < N; r0 += rows) {
-    const int64_t n = r0 + rows < N ? rows : N - r0;
-    sgemm(false, true, n, V, C, 1.0f, x + r0 * C, C, wte, C, 0.0f, workspace, V);
-    softmax_xent<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(losses + r0, workspace, workspace, targets + r0,
-                                                                      V, dloss, dx != nullptr);
-    PARALLM_CUDA_LAUNCHED("kernels.cuda.classifier");
-    if (dx) {
-      sgemm(false, false, n, C, V, 1.0f, workspace, V, wte, C, 0.0f, dx + r0 * C, C);
-      sgemm(true, false, V, C, n, 1.0f, workspace, V, x + r0 * C, C, 1.0f, dwte, C);
-    }
-  }
-}
-
-void classifier_logits(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
-  sgemm(false, true, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
-}
-
-int64_t classifier_workspace_floats_bf16(int64_t N, int64_t V, int) {
-  const int64_t n = chunk_rows(N, V) * V;
-  return n + (n + 1) / 2;  // fp32 logits, then bf16 d(logits)
-}
-
-void classifier_forward_backward(float* losses, bfloat16* dx, float* dwte, const bfloat16* x, const bfloat16* wte,
-                                 const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
-                                 float* workspace) {
-  const int64_t rows = chunk_rows(N, V);
-  bfloat16* dlogits = reinterpret_cast<bfloat16*>(workspace + rows * V);
+  E* dlogits;
+  if constexpr (std::is_same_v<E, float>)
+    dlogits = workspace;
+  else
+    dlogits = reinterpret_cast<E*>(workspace + rows * V);
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = r0 + rows < N ? rows : N - r0;
     gemm(false, true, n, V, C, 1.0f, x + r0 * C, C, wte, C, 0.0f, workspace, V);
@@ -93,6 +69,30 @@ void classifier_forward_backward(float* losses, bfloat16* dx, float* dwte, const
       gemm(true, false, V, C, n, 1.0f, dlogits, V, x + r0 * C, C, 1.0f, dwte, C);
     }
   }
+}
+}  // namespace
+
+int64_t classifier_workspace_floats(int64_t N, int64_t V, int) {
+  return chunk_rows(N, V) * V;
+}
+int64_t classifier_workspace_floats_bf16(int64_t N, int64_t V, int) {
+  const int64_t n = chunk_rows(N, V) * V;
+  return n + (n + 1) / 2;  // fp32 logits, then bf16 d(logits)
+}
+
+void classifier_forward_backward(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                                 const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
+                                 float* workspace) {
+  forward_backward(losses, dx, dwte, x, wte, targets, N, C, V, dloss, workspace);
+}
+void classifier_forward_backward(float* losses, bfloat16* dx, float* dwte, const bfloat16* x, const bfloat16* wte,
+                                 const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
+                                 float* workspace) {
+  forward_backward(losses, dx, dwte, x, wte, targets, N, C, V, dloss, workspace);
+}
+
+void classifier_logits(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
+  sgemm(false, true, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
 }
 
 void classifier_logits(float* logits, const bfloat16* x, const bfloat16* wte, int64_t N, int64_t C, int64_t V) {

@@ -116,6 +116,16 @@ void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int
                "kernels.cuda.sgemm", "cublasSgemmStridedBatched");
 }
 
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                          int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
+                          float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+  sgemm_strided_batched(trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
+                        batch);
+}
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
           const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);

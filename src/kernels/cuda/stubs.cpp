@@ -95,6 +95,15 @@ double sum_squares(const float*, int64_t) {
   not_built("sum_squares");
 }
 
+void gemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float, float*,
+          int64_t) {
+  not_built("gemm");
+}
+void gemm_strided_batched(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, int64_t, const float*,
+                          int64_t, int64_t, float, float*, int64_t, int64_t, int64_t) {
+  not_built("gemm_strided_batched");
+}
+
 // bf16 mixed precision.
 using bf = bfloat16;
 void matmul_forward(bf*, const bf*, const bf*, const bf*, int64_t, int64_t, int64_t) {
