@@ -37,21 +37,16 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
                     int64_t OUT);
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t IN, int64_t OUT);
-// Row-major GEMM on device pointers (cuBLAS, fp32 arithmetic unless allow_tf32(true)).
-void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-// `batch` GEMMs, the i-th on A + i*stride_a, B + i*stride_b, C + i*stride_c.
-void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                           int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
-                           float* C, int64_t ldc, int64_t stride_c, int64_t batch);
 // bf16 mixed precision: activations and weights in bf16, tensor-core products
 // with fp32 accumulation; dweight and dbias accumulate (+=) in fp32.
 void matmul_forward(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
                     int64_t IN, int64_t OUT);
 void matmul_backward(bfloat16* dinp, float* dweight, float* dbias, const bfloat16* dout, const bfloat16* inp,
                      const bfloat16* weight, int64_t N, int64_t IN, int64_t OUT);
-// The same products under one name for kernels templated on the element
-// type: fp32 (sgemm) or bf16 inputs with fp32 accumulation, C in fp32 or bf16.
+// Row-major GEMMs on device pointers (cuBLAS), one name for kernels templated
+// on the element type: fp32 (fp32 arithmetic unless allow_tf32(true)), or bf16
+// inputs with fp32 accumulation and C in fp32 or bf16. The strided batched form
+// runs `batch` GEMMs, the i-th on A + i*stride_a, B + i*stride_b, C + i*stride_c.
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

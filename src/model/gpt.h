@@ -152,19 +152,21 @@ class GPT {
   DeviceArray<float> stats_, ws_;
   DeviceArray<int32_t> tokens_d_, targets_d_;  // GPU only: this batch's tokens and targets
   Array<float> losses_host_;                   // GPU only: per-position losses copied back
+  // The buffer of a pair (fp32, bf16) that holds the compute type A.
+  template <class A>
+  static A* of_type(const DeviceArray<float>& f32, const DeviceArray<bfloat16>& lp, int64_t off) {
+    if constexpr (std::is_same_v<A, float>)
+      return f32.data() + off;
+    else
+      return lp.data() + off;
+  }
   template <class A>
   A* act(int64_t off) const {
-    if constexpr (std::is_same_v<A, float>)
-      return acts_.data() + off;
-    else
-      return acts_lp_.data() + off;
+    return of_type<A>(acts_, acts_lp_, off);
   }
   template <class A>
   A* scr(int64_t off) const {
-    if constexpr (std::is_same_v<A, float>)
-      return scratch_.data() + off;
-    else
-      return scratch_lp_.data() + off;
+    return of_type<A>(scratch_, scratch_lp_, off);
   }
   float* stat(int64_t off) const { return stats_.data() + off; }
   // Layout of activations for a given (B, T): computed for max sizes, reused.

@@ -92,7 +92,7 @@ void classifier_forward_backward(float* losses, bfloat16* dx, float* dwte, const
 }
 
 void classifier_logits(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
-  sgemm(false, true, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
+  gemm(false, true, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
 }
 
 void classifier_logits(float* logits, const bfloat16* x, const bfloat16* wte, int64_t N, int64_t C, int64_t V) {

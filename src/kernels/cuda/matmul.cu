@@ -42,7 +42,7 @@ cublasHandle_t handle() {
 }
 
 int as_int(int64_t v, const char* what) {
-  PARALLM_CHECK(v >= 0 && v <= 0x7fffffff, ShapeError, "kernels.cuda.sgemm", "{} = {} does not fit cuBLAS's int", what,
+  PARALLM_CHECK(v >= 0 && v <= 0x7fffffff, ShapeError, "kernels.cuda.gemm", "{} = {} does not fit cuBLAS's int", what,
                 v);
   return static_cast<int>(v);
 }
@@ -96,35 +96,24 @@ std::string blas_library() {
   return fmt::format("cuBLAS {}.{}.{}", v / 10000, v / 100 % 100, v % 100);
 }
 
-void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   check_cublas(cublasSgemm(handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                            as_int(N, "N"), as_int(M, "M"), as_int(K, "K"), &alpha, B, as_int(ldb, "ldb"), A,
                            as_int(lda, "lda"), &beta, C, as_int(ldc, "ldc")),
-               "kernels.cuda.sgemm", "cublasSgemm");
+               "kernels.cuda.gemm", "cublasSgemm");
 }
 
-void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                           int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
-                           float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                          int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
+                          float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
   if (M <= 0 || N <= 0 || batch <= 0) return;
   check_cublas(cublasSgemmStridedBatched(handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                          trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, as_int(N, "N"), as_int(M, "M"),
                                          as_int(K, "K"), &alpha, B, as_int(ldb, "ldb"), stride_b, A, as_int(lda, "lda"),
                                          stride_a, &beta, C, as_int(ldc, "ldc"), stride_c, as_int(batch, "batch")),
-               "kernels.cuda.sgemm", "cublasSgemmStridedBatched");
-}
-
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                          int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
-                          float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
-  sgemm_strided_batched(trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
-                        batch);
+               "kernels.cuda.gemm", "cublasSgemmStridedBatched");
 }
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
           const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -147,7 +136,7 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT) {
-  sgemm(false, true, N, OUT, IN, 1.0f, inp, IN, weight, IN, 0.0f, out, OUT);
+  gemm(false, true, N, OUT, IN, 1.0f, inp, IN, weight, IN, 0.0f, out, OUT);
   bias_add(out, bias, N, OUT);
 }
 
@@ -166,8 +155,8 @@ void matmul_backward(bfloat16* dinp, float* dweight, float* dbias, const bfloat1
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t IN, int64_t OUT) {
-  if (dinp) sgemm(false, false, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 0.0f, dinp, IN);
-  sgemm(true, false, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
+  if (dinp) gemm(false, false, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 0.0f, dinp, IN);
+  gemm(true, false, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
   if (dbias) colsum_accumulate(dbias, dout, N, OUT);
 }
 

@@ -24,14 +24,6 @@ void matmul_forward(float*, const float*, const float*, const float*, int64_t, i
 void matmul_backward(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t) {
   not_built("matmul_backward");
 }
-void sgemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float, float*,
-           int64_t) {
-  not_built("sgemm");
-}
-void sgemm_strided_batched(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, int64_t, const float*,
-                           int64_t, int64_t, float, float*, int64_t, int64_t, int64_t) {
-  not_built("sgemm_strided_batched");
-}
 void allow_tf32(bool) {}
 std::string blas_library() {
   return "none (CUDA not built)";
