@@ -2,12 +2,13 @@
 // time, algbw, busbw), with the MPI library's own blocking call measured in
 // the same run as the peer, and an optional correctness check.
 //
-// Method: for each size, `warmup` untimed calls, then `rounds` rounds that
-// each time `iters` back-to-back calls of parallm's collective and of the
-// peer (at least `iters` calls and 10 ms; who goes first alternates). A round's time is the slowest
-// rank's; each side reports its best round, and the ratio is the median over
-// rounds of peer time / parallm time, pairing measurements taken back to
-// back so that drifts in machine speed cancel.
+// Method: for each size, `warmup` untimed calls, then `rounds` rounds of at
+// least `iters` calls (and 10 ms) of parallm's collective and as many of the
+// peer's. Within a round the two sides run in alternating blocks of about
+// 1 ms (who goes first alternates), so that a drift in machine speed (a VM's
+// neighbours, memory bandwidth) hits both alike; each side's time is the sum
+// of its blocks, on the slowest rank. Each side reports its best round, and
+// the ratio is the median over rounds of peer time / parallm time.
 // busbw = algbw x factor, factor 2(n-1)/n for all_reduce, (n-1)/n for
 // all_gather, reduce_scatter and all_to_all, 1 for broadcast; size is the
 // whole buffer (all_gather: the gathered output; reduce_scatter: the input).
@@ -233,32 +234,35 @@ int bench_comm(const BenchOptions& o) {
       const int iters =
           std::max(o.iters, static_cast<int>(std::min(1e5, 0.01 / std::max(1e-9, double(times.data<float>()[0])))));
       if (peer) comm::native_loop(c, kind, k.in, k.out, o.warmup);
+      // Blocks of about 1 ms per side, alternating within the round.
+      const double t_op = std::max(1e-9, static_cast<double>(times.data<float>()[0]));
+      const int block = std::clamp(static_cast<int>(1e-3 / t_op), 1, iters);
       double best = 1e30, best_peer = 1e30;
       std::vector<double> ratios;
       for (int r = 0; r < o.rounds; ++r) {
-        auto ours = [&] {
-          c.barrier();
+        double ours = 0, theirs = 0;
+        auto run_ours = [&](int m) {
           const auto t0 = std::chrono::steady_clock::now();
-          for (int i = 0; i < iters; ++i) k.run(c);
-          times.data<float>()[0] =
-              static_cast<float>(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+          for (int i = 0; i < m; ++i) k.run(c);
+          ours += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         };
-        auto theirs = [&] {
-          c.barrier();
-          times.data<float>()[1] = static_cast<float>(comm::native_loop(c, kind, k.in, k.out, iters) / iters);
-        };
-        times.data<float>()[1] = 0;
-        // Who goes first alternates, so an advantage of going first or second cancels.
-        if (peer && r % 2 == 1) theirs();
-        ours();
-        if (peer && r % 2 == 0) theirs();
+        c.barrier();
+        for (int done = 0, b = 0; done < iters; done += block, ++b) {
+          const int m = std::min(block, iters - done);
+          // Who goes first alternates, so an advantage of going first or second cancels.
+          if (peer && (r + b) % 2 == 1) theirs += comm::native_loop(c, kind, k.in, k.out, m);
+          run_ours(m);
+          if (peer && (r + b) % 2 == 0) theirs += comm::native_loop(c, kind, k.in, k.out, m);
+        }
+        times.data<float>()[0] = static_cast<float>(ours / iters);
+        times.data<float>()[1] = static_cast<float>(theirs / iters);
         c.all_reduce(times, comm::ReduceOp::Max);
         best = std::min(best, static_cast<double>(times.data<float>()[0]));
         best_peer = std::min(best_peer, static_cast<double>(times.data<float>()[1]));
         ratios.push_back(static_cast<double>(times.data<float>()[1]) / times.data<float>()[0]);
       }
-      // The ratio pairs each round's two measurements (taken back to back) and
-      // takes the median, so drifts in machine speed cancel.
+      // The ratio pairs each round's two interleaved measurements and takes
+      // the median, so drifts in machine speed cancel.
       std::nth_element(ratios.begin(), ratios.begin() + ratios.size() / 2, ratios.end());
       const double ratio = ratios[ratios.size() / 2];
       const double bytes = static_cast<double>(cnt) * static_cast<double>(es);
