@@ -113,11 +113,11 @@ class CollPending : public Pending {
   void finish_real();
   [[noreturn]] void report_mismatch();
   int icount(int64_t n) const;
+  void post_check_round();  // one round of the signature dissemination
+  bool check_round_done();  // true once the last round is in
 
   MpiComm& c_;
   Op& op_;
-  bool check_round_done();  // one step of the signature dissemination
-  void post_check_round();
 
   enum { kCheck, kMismatch, kReal, kDone } state_ = kCheck;
   MPI_Request req_ = MPI_REQUEST_NULL;
