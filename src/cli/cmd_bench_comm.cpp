@@ -231,11 +231,10 @@ int bench_comm(const BenchOptions& o) {
       times.data<float>()[0] = static_cast<float>(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() / std::max(1, o.warmup));
       c.all_reduce(times, comm::ReduceOp::Max);
-      const int iters =
-          std::max(o.iters, static_cast<int>(std::min(1e5, 0.01 / std::max(1e-9, double(times.data<float>()[0])))));
+      const double t_op = std::max(1e-9, static_cast<double>(times.data<float>()[0]));  // slowest rank, per call
+      const int iters = std::max(o.iters, static_cast<int>(std::min(1e5, 0.01 / t_op)));
       if (peer) comm::native_loop(c, kind, k.in, k.out, o.warmup);
       // Blocks of about 1 ms per side, alternating within the round.
-      const double t_op = std::max(1e-9, static_cast<double>(times.data<float>()[0]));
       const int block = std::clamp(static_cast<int>(1e-3 / t_op), 1, iters);
       double best = 1e30, best_peer = 1e30;
       std::vector<double> ratios;
