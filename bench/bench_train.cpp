@@ -3,6 +3,7 @@
 //
 //   build/bench/bench_train [--configs a,b,c] [--iters N] [--warmup W]
 //                           [--peer-iters N] [--peer all|quick|none] [--threads T]
+//                           [--dtype fp32|bf16]
 //
 // Configs: (a) nanoGPT's CPU config 4/4/128, block 64, batch 12, vocab 65;
 // (b) baby GPT 6/6/384, block 256, batch 64, vocab 65; (c) GPT-2 124M shape
@@ -17,6 +18,9 @@
 // peer's best setting does), since machine speed drifts over minutes.
 // Printed per config: tokens/s of each, the ratio, achieved GFLOP/s
 // (nanoGPT's 6N + 12LHQT per token) and its fraction of the measured sgemm peak.
+// --dtype bf16 runs both sides in bf16 mixed precision: parallm's bf16
+// products (train.dtype=bf16) against torch.autocast(cpu, bfloat16), and the
+// peak is then the measured bf16 GEMM's.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <spawn.h>
@@ -74,9 +78,9 @@ struct Result {
 };
 
 // parallm: full training steps (forward, backward, clip, AdamW) in this process.
-Result run_parallm(const BenchConfig& bc, const std::string& data_dir, int iters, int warmup) {
+Result run_parallm(const BenchConfig& bc, const std::string& data_dir, int iters, int warmup, DType dtype) {
   const int64_t B = bc.batch, T = bc.m.block_size, V = bc.m.vocab_size;
-  model::GPT m(bc.m, B, T);
+  model::GPT m(bc.m, B, T, Device::cpu(), {true, true, dtype});
   m.init_weights(1337);
   optim::AdamW opt(m.layout(), {1e-3f, 0.9f, 0.99f, 1e-8f, 0.1f});
   std::unique_ptr<data::Loader> loader;
@@ -156,7 +160,7 @@ std::vector<PeerVariant> peer_variants(int threads, bool quick) {
 }
 
 Result run_peer(const BenchConfig& bc, const std::string& data_dir, int iters, int threads, bool quick,
-                const std::string& script) {
+                const std::string& script, const std::string& dtype) {
   Result best;
   for (const auto& var : peer_variants(threads, quick)) {
     std::vector<std::string> argv{"env", "-u", "OPENBLAS_CORETYPE"};
@@ -171,7 +175,8 @@ Result run_peer(const BenchConfig& bc, const std::string& data_dir, int iters, i
                                  std::string("--bias"),           std::string(bc.m.bias ? "1" : "0"),
                                  std::string("--iters"),          std::to_string(iters),
                                  std::string("--warmup"),         std::string("1"),
-                                 std::string("--intra_threads"),  std::to_string(var.intra_threads)})
+                                 std::string("--intra_threads"),  std::to_string(var.intra_threads),
+                                 std::string("--dtype"),          dtype})
       argv.push_back(a);
     if (bc.use_shakespeare && fs::exists(data_dir + "/train.bin")) {
       argv.push_back("--data");
@@ -207,15 +212,21 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"all", "quick", "none"}));
   app.add_option("--threads", threads, "threads for both (default: all cores)");
   app.add_option("--data", data_dir, "prepared tiny Shakespeare");
+  std::string dtype_s = "fp32";
+  app.add_option("--dtype", dtype_s, "fp32, or bf16 mixed precision on both sides")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   std::string script = PARALLM_SOURCE_DIR "/tools/torch_ref/bench_peer.py";
   app.add_option("--peer-script", script, "the PyTorch peer (default: the one in this source tree)");
   CLI11_PARSE(app, argc, argv);
   if (threads <= 0) threads = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   set_num_threads(threads);
 
-  const double peak = train::measure_gemm_flops(threads, 1.0);
-  fmt::print("threads {} | measured fp32 sgemm peak (oneDNN, 1024^3): {:.1f} GFLOP/s | OPENBLAS_CORETYPE={}\n", threads,
-             peak / 1e9, std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)");
+  const DType dtype = parse_dtype(dtype_s);
+  const bool bf16 = dtype == DType::BF16;
+  const double peak = train::measure_gemm_flops(threads, 1.0, bf16);
+  fmt::print("threads {} | dtype {} | measured {} peak (oneDNN, 1024^3): {:.1f} GFLOP/s | OPENBLAS_CORETYPE={}\n",
+             threads, dtype_s, bf16 ? "bf16 GEMM" : "fp32 sgemm", peak / 1e9,
+             std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)");
   nlohmann::json report = nlohmann::json::array();
   for (const auto& bc : all_configs()) {
     if (configs.find(bc.name) == std::string::npos) continue;
@@ -226,29 +237,31 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     const int it = bc.name == "a" ? iters * 5 : iters;
     prof::reset();
-    Result ours = run_parallm(bc, data_dir, it, warmup);
+    Result ours = run_parallm(bc, data_dir, it, warmup, dtype);
     if (prof::enabled()) fmt::print("{}", prof::table());
-    fmt::print("  parallm: {:.0f} tokens/s ({:.3f} s/iter), {:.1f} GFLOP/s = {:.1f}% of sgemm peak\n",
-               ours.tokens_per_s, ours.s_per_iter, ours.tokens_per_s * fpt / 1e9, 100 * ours.tokens_per_s * fpt / peak);
+    fmt::print("  parallm: {:.0f} tokens/s ({:.3f} s/iter), {:.1f} GFLOP/s = {:.1f}% of {} peak\n", ours.tokens_per_s,
+               ours.s_per_iter, ours.tokens_per_s * fpt / 1e9, 100 * ours.tokens_per_s * fpt / peak,
+               bf16 ? "bf16 GEMM" : "sgemm");
     std::fflush(stdout);
     nlohmann::json rec{{"config", bc.name},
                        {"parallm_tokens_per_s", ours.tokens_per_s},
                        {"parallm_gflops", ours.tokens_per_s * fpt / 1e9},
-                       {"peak_gflops", peak / 1e9}};
+                       {"peak_gflops", peak / 1e9},
+                       {"dtype", dtype_s}};
     if (peer != "none") {
       const int pit = peer_iters > 0 ? peer_iters : bc.name == "a" ? 40 : bc.name == "b" ? 3 : 6;
-      Result theirs = run_peer(bc, data_dir, pit, threads, peer == "quick", script);
+      Result theirs = run_peer(bc, data_dir, pit, threads, peer == "quick", script, dtype_s);
       // Machine speed drifts over minutes: time parallm again after the peer
       // and keep its better run, as the peer keeps its best setting.
-      Result again = run_parallm(bc, data_dir, it, warmup);
+      Result again = run_parallm(bc, data_dir, it, warmup, dtype);
       fmt::print("  parallm again after the peer: {:.0f} tokens/s\n", again.tokens_per_s);
       if (again.tokens_per_s > ours.tokens_per_s) ours = again;
       rec["parallm_tokens_per_s"] = ours.tokens_per_s;
       rec["parallm_gflops"] = ours.tokens_per_s * fpt / 1e9;
       if (theirs.tokens_per_s > 0) {
-        fmt::print("  pytorch (best): {:.0f} tokens/s ({:.3f} s/iter), {:.1f} GFLOP/s = {:.1f}% of sgemm peak\n",
+        fmt::print("  pytorch (best): {:.0f} tokens/s ({:.3f} s/iter), {:.1f} GFLOP/s = {:.1f}% of {} peak\n",
                    theirs.tokens_per_s, theirs.s_per_iter, theirs.tokens_per_s * fpt / 1e9,
-                   100 * theirs.tokens_per_s * fpt / peak);
+                   100 * theirs.tokens_per_s * fpt / peak, bf16 ? "bf16 GEMM" : "sgemm");
         fmt::print("  parallm (best of 2): {:.0f} tokens/s | ratio parallm / pytorch: {:.2f}x\n", ours.tokens_per_s,
                    ours.tokens_per_s / theirs.tokens_per_s);
         rec["pytorch_tokens_per_s"] = theirs.tokens_per_s;

@@ -29,6 +29,12 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
                     int64_t OUT);
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t IN, int64_t OUT);
+// The same with bf16 products: fp32 in and out, operands rounded to bf16 and
+// products accumulated in fp32 (see cpu/gemm_bf16.h); dweight and dbias +=.
+void matmul_forward_bf16p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                          int64_t OUT);
+void matmul_backward_bf16p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                           const float* weight, int64_t N, int64_t IN, int64_t OUT);
 }  // namespace cpu
 
 // kernels::cuda: the same contract on device pointers, run on gpu::stream().

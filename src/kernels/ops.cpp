@@ -3,6 +3,7 @@
 #include "kernels/ops.h"
 
 #include "core/error.h"
+#include "kernels/cpu/gemm_bf16.h"
 
 namespace parallm::kernels {
 
@@ -36,6 +37,15 @@ namespace {
     return t;                                                         \
   }()
 const Ops kCpu = PARALLM_FP32_OPS(cpu);
+// bf16 mixed precision on the CPU: fp32 activations, bf16 products.
+const Ops kCpuBf16Products = [] {
+  Ops t = kCpu;
+  t.matmul_forward = &cpu::matmul_forward_bf16p;
+  t.matmul_backward = &cpu::matmul_backward_bf16p;
+  t.classifier_forward_backward = &cpu::classifier_forward_backward_bf16p;
+  t.classifier_logits = &cpu::classifier_logits_bf16p;
+  return t;
+}();
 const Ops kCuda = PARALLM_FP32_OPS(cuda);
 const ModelOps<bfloat16> kCudaBf16 = [] {
   ModelOps<bfloat16> t{};
@@ -54,9 +64,16 @@ const Ops& ops_for(Device dev) {
 
 const ModelOps<bfloat16>& bf16_ops_for(Device dev) {
   PARALLM_CHECK(!dev.is_cpu(), ConfigError, "kernels",
-                "bf16 mixed precision runs on a GPU (train.device=cuda); "
-                "on the CPU use train.dtype=fp32");
+                "bf16 activations are GPU only; on the CPU bf16 mixed precision is cpu_bf16_product_ops()");
   return kCudaBf16;
+}
+
+const Ops& cpu_bf16_product_ops() {
+  PARALLM_CHECK(cpu::bf16_products_supported(), ConfigError, "kernels",
+                "train.dtype=bf16 on the CPU needs bf16 matrix hardware (AMX or AVX-512 BF16), which this CPU lacks "
+                "(oneDNN offers \"{}\"); use train.dtype=fp32",
+                cpu::bf16_products_impl());
+  return kCpuBf16Products;
 }
 
 }  // namespace parallm::kernels

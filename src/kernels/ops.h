@@ -57,5 +57,9 @@ struct Ops : ModelOps<float> {
 const Ops& ops_for(Device dev);
 // The bf16 model kernels (GPU only: ConfigError on the CPU).
 const ModelOps<bfloat16>& bf16_ops_for(Device dev);
+// bf16 mixed precision on the CPU: the fp32 table with bf16 products in the
+// linear layers and the classifier (see cpu/gemm_bf16.h). ConfigError on a
+// CPU without bf16 matrix hardware.
+const Ops& cpu_bf16_product_ops();
 
 }  // namespace parallm::kernels

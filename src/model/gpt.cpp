@@ -38,9 +38,16 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
                 "sequence length {} must be in [1, model.block_size={}]", max_seq, cfg.block_size);
   PARALLM_CHECK(compute_ == DType::F32 || compute_ == DType::BF16, ConfigError, "model",
                 "compute dtype {} is not supported (fp32 or bf16)", dtype_name(compute_));
+  if (compute_ == DType::BF16 && dev.is_cpu()) {
+    // bf16 mixed precision on the CPU: fp32 activations and buffers, bf16
+    // products in the linear layers and the classifier.
+    k_ = &kernels::cpu_bf16_product_ops();  // ConfigError without bf16 hardware
+    compute_ = DType::F32;
+    bf16_products_ = true;
+  }
   const bool lowp = compute_ == DType::BF16;
   if (lowp) {
-    kb_ = &kernels::bf16_ops_for(dev);  // ConfigError on the CPU
+    kb_ = &kernels::bf16_ops_for(dev);
     PARALLM_CHECK(storage.params && storage.grads, ConfigError, "model",
                   "bf16 mixed precision keeps whole parameter and gradient buffers (not with ZeRO stage 2 or 3 yet)");
   }
@@ -116,7 +123,7 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
   o.acts = off;
   o.stats = soff;
 
-  const bool lowp = compute == DType::BF16;
+  const bool lowp = compute == DType::BF16 && !dev.is_cpu();  // CPU bf16 keeps fp32 activations
   const auto attn_ws =
       lowp ? kernels::bf16_ops_for(dev).attention_workspace_floats : kernels::ops_for(dev).attention_workspace_floats;
   const auto cls_ws =
@@ -128,7 +135,7 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
   o.s_dfch = take(N * 4 * C);
   o.s_dfch2 = take(N * 4 * C);
   o.scratch = off;
-  const int64_t es = static_cast<int64_t>(dtype_size(compute));
+  const int64_t es = lowp ? 2 : 4;
   o.sizes.activation_bytes = o.acts * es + o.stats * 4;
   o.sizes.scratch_bytes = o.scratch * es + o.ws * 4;
   return o;

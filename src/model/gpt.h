@@ -52,9 +52,11 @@ struct StepContext {
 // drops the gradients, stage 3 the parameters too) gives the model a
 // ParamStore instead; params()/grads() are then null.
 // `compute` is the type of activations and of the weights the kernels read:
-// fp32, or bf16 (mixed precision, GPU only): then the model also keeps a bf16
+// fp32, or bf16 (mixed precision). On the GPU the model then also keeps a bf16
 // copy of the fp32 parameters, refreshed on the next forward after
-// params_changed(); gradients stay fp32 and accumulate across micro-steps.
+// params_changed(); gradients stay fp32 and accumulate across micro-steps. On
+// the CPU bf16 keeps every buffer fp32 and rounds only the operands of the
+// products (AMX through oneDNN).
 struct GPTStorage {
   bool params = true;
   bool grads = true;
@@ -81,7 +83,11 @@ class GPT {
   // Call after anything writes params() (the optimizer, a checkpoint, a
   // broadcast): the bf16 compute copy is redrawn before the next forward.
   void params_changed() { lp_stale_ = true; }
+  // The type of activations and of the weights the kernels read (fp32 on the
+  // CPU even with bf16 mixed precision, which there only rounds the operands
+  // of the products: bf16_products()).
   DType compute_dtype() const { return compute_; }
+  bool bf16_products() const { return bf16_products_; }
   void store_params(float* host) const { params_.copy_to_host(host, params_.size()); }
   void store_grads(float* host) const { grads_.copy_to_host(host, grads_.size()); }
   int64_t flat_size() const { return layout_.total(); }
@@ -124,6 +130,7 @@ class GPT {
   DType compute_;
   const kernels::Ops* k_;
   const kernels::ModelOps<bfloat16>* kb_ = nullptr;  // bf16 compute only
+  bool bf16_products_ = false;                       // CPU bf16: fp32 activations, bf16 products
   DeviceArray<float> params_, grads_;                // empty where GPTStorage says so
   DeviceArray<bfloat16> params_lp_;                  // bf16 compute copy of params_
   bool lp_stale_ = true;

@@ -156,7 +156,9 @@ const std::map<std::string, Key>& keys() {
         },
         [](const RunConfig& c) { return nlohmann::json(c.device); }}},
       {"train.dtype",
-       {"string", "fp32 | bf16 (mixed precision on the GPU: bf16 compute, fp32 master weights, gradients, optimizer)",
+       {"string",
+        "fp32 | bf16 (mixed precision: bf16 products, fp32 master weights, gradients and optimizer state; on the GPU "
+        "activations in bf16 too, on the CPU in fp32 with AMX products)",
         [](RunConfig& c, const std::string& k, const std::string& v) {
           const std::string l = lower(v);
           if (l == "fp32" || l == "float32" || l == "float")
@@ -302,10 +304,7 @@ void RunConfig::validate() const {
                 "(zero.stage=0)",
                 zero_stage);
   PARALLM_CHECK(dtype != "fp16", ConfigError, "config",
-                "train.dtype=fp16 (dynamic loss scaling) is not implemented yet; use bf16 on the GPU or fp32");
-  PARALLM_CHECK(dtype == "fp32" || !parse_device(device).is_cpu(), ConfigError, "config",
-                "train.dtype={} is mixed precision on the GPU: set train.device=cuda, or train.dtype=fp32 on the CPU",
-                dtype);
+                "train.dtype=fp16 (dynamic loss scaling) is not implemented yet; use bf16 or fp32");
   if (!parse_device(device).is_cpu()) {
     PARALLM_CHECK(zero_stage == 0, ConfigError, "config", "zero.stage={} is CPU-only for now (train.device={})",
                   zero_stage, device);

@@ -11,6 +11,7 @@
 
 #include "core/gpu.h"
 #include "core/timer.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/matmul.h"
 
 namespace parallm::train {
@@ -33,25 +34,32 @@ fs::path cache_file() {
 }
 }  // namespace
 
-double measure_gemm_flops(int threads, double seconds) {
+double measure_gemm_flops(int threads, double seconds, bool bf16) {
   const int saved = omp_get_max_threads();
   omp_set_num_threads(threads);
   const int64_t n = 1024;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  kernels::sgemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm up
+  std::vector<bfloat16> ab(n * n, bfloat16{0x3f00}), bb(n * n, bfloat16{0x3e80});  // 0.5, 0.25
+  auto gemm = [&] {
+    if (bf16)
+      kernels::cpu::gemm_bf16(false, true, n, n, n, ab.data(), bb.data(), 0.0f, c.data(), n);
+    else
+      kernels::sgemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  };
+  gemm();  // warm up
   double best = 0;
   Timer total;
   while (total.seconds() < seconds) {
     Timer t;
-    kernels::sgemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    gemm();
     best = std::max(best, 2.0 * n * n * n / t.seconds());
   }
   omp_set_num_threads(saved);
   return best;
 }
 
-double cpu_gemm_peak_flops(int threads) {
-  const std::string key = cpu_model() + " | threads=" + std::to_string(threads);
+double cpu_gemm_peak_flops(int threads, bool bf16) {
+  const std::string key = cpu_model() + " | threads=" + std::to_string(threads) + (bf16 ? " | bf16" : "");
   const fs::path p = cache_file();
   nlohmann::json j = nlohmann::json::object();
   {
@@ -65,7 +73,7 @@ double cpu_gemm_peak_flops(int threads) {
     }
   }
   if (j.contains(key) && j[key].is_number()) return j[key].get<double>();
-  const double v = measure_gemm_flops(threads);
+  const double v = measure_gemm_flops(threads, 0.4, bf16);
   j[key] = v;
   std::error_code ec;
   fs::create_directories(p.parent_path(), ec);

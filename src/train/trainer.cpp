@@ -14,6 +14,7 @@
 #include "core/timer.h"
 #include "data/loader.h"
 #include "data/vocab.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
@@ -236,7 +237,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   float peak_rank = 0;
   if (lead)
     peak_rank = static_cast<float>(cfg.peak_flops > 0 ? cfg.peak_flops / nranks
-                                   : dev.is_cpu()     ? cpu_gemm_peak_flops(num_threads())
+                                   : dev.is_cpu()     ? cpu_gemm_peak_flops(num_threads(), m.bf16_products())
                                                       : gpu_peak_flops(dev.index));
   broadcast_floats(world, &peak_rank, 1);
   const double peak = static_cast<double>(peak_rank) * nranks;
@@ -265,10 +266,16 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     log::info(
         "device: {} {} | {} | {}", dev.str(), gpu::describe(dev.index), gpu::version(),
         cfg.dtype == "bf16" ? "bf16 mixed precision (fp32 master weights, gradients and optimizer state)" : "fp32");
+  else if (m.bf16_products())
+    log::info(
+        "dtype: bf16 mixed precision on the CPU: bf16 products ({}) with fp32 accumulation; activations, "
+        "weights, gradients and optimizer state fp32",
+        kernels::cpu::bf16_products_impl());
   log::info("MFU peak: {:.1f} GFLOP/s ({})", peak / 1e9,
-            cfg.peak_flops > 0 ? "train.peak_flops"
-            : dev.is_cpu()     ? "measured fp32 GEMM"
-                               : "the GPU's dense bf16 tensor-core peak");
+            cfg.peak_flops > 0  ? "train.peak_flops"
+            : m.bf16_products() ? "measured bf16 GEMM"
+            : dev.is_cpu()      ? "measured fp32 GEMM"
+                                : "the GPU's dense bf16 tensor-core peak");
 
   std::vector<int32_t> x(B * T), y(B * T);
   RunSummary sum;

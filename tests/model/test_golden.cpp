@@ -3,8 +3,10 @@
 // with gradient clipping -> the same losses and final weights. On the CPU and,
 // where a GPU is present in a CUDA build, on the GPU in fp32 and in bf16 mixed
 // precision (bf16 activations and compute weights, fp32 master weights and
-// gradients), the latter at bf16's resolution and without the final weights
-// (Adam's normalized steps turn rounding noise into full steps).
+// gradients); and in bf16 on the CPU (bf16 products, fp32 everything else,
+// skipped without bf16 matrix hardware). bf16 is judged at bf16's resolution
+// and without the final weights (Adam's normalized steps turn rounding noise
+// into full steps).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +14,7 @@
 
 #include "core/gpu.h"
 #include "golden.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 
@@ -55,14 +58,17 @@ class GoldenTest : public ::testing::TestWithParam<std::tuple<std::string, std::
 
 TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
   const std::string where = std::get<1>(GetParam());
-  const bool bf16 = where == "cuda_bf16";
-  const Device dev = parse_device(bf16 ? "cuda" : where);
+  const bool bf16 = where == "cuda_bf16" || where == "cpu_bf16";
+  const Device dev = parse_device(where == "cuda_bf16" ? "cuda" : where == "cpu_bf16" ? "cpu" : where);
   if (!dev.is_cpu() && !gpu::available())
     GTEST_SKIP() << (gpu::built() ? "no GPU on this machine" : "CUDA not built") << ": GPU golden test skipped";
+  if (where == "cpu_bf16" && !kernels::cpu::bf16_products_supported())
+    GTEST_SKIP() << "no bf16 matrix hardware on this CPU";
   test::Golden g(std::string(PARALLM_TEST_DIR) + "/golden/" + std::get<0>(GetParam()));
   auto cfg = config_of(g.config);
   const int64_t B = g.config["batch_size"], T = g.config["seq_len"];
   model::GPT m(cfg, B, T, dev, {true, true, bf16 ? DType::BF16 : DType::F32});
+  EXPECT_EQ(m.bf16_products(), where == "cpu_bf16");
   // Tolerances: loss, logits, gradients, training losses and norms.
   const double tl = bf16 ? 1e-2 : 1e-5, tlog = bf16 ? 3e-2 : 1e-5, tg = bf16 ? 5e-2 : 1e-4, tt = bf16 ? 2e-2 : 1e-4;
   load_params(m, g, "param/");
@@ -131,7 +137,7 @@ TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest,
                          ::testing::Combine(::testing::Values("gpt_tiny_bias", "gpt_tiny_nobias"),
-                                            ::testing::Values("cpu", "cuda", "cuda_bf16")),
+                                            ::testing::Values("cpu", "cpu_bf16", "cuda", "cuda_bf16")),
                          [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "model/gpt.h"
 
 using namespace parallm;
@@ -77,8 +78,15 @@ TEST(GPT, RejectsBadConfigAndTokens) {
   ok.n_head = 2;
   ok.block_size = 8;
   EXPECT_THROW(model::GPT(ok, 1, 9), ConfigError);  // longer than block_size
-  // bf16 mixed precision is GPU-only; integer compute types are not compute types.
-  EXPECT_THROW(model::GPT(ok, 1, 4, Device::cpu(), {true, true, DType::BF16}), ConfigError);
+  // bf16 on the CPU runs bf16 products with fp32 buffers where the CPU has the
+  // hardware, and is refused otherwise; integer types are not compute types.
+  if (kernels::cpu::bf16_products_supported()) {
+    model::GPT b(ok, 1, 4, Device::cpu(), {true, true, DType::BF16});
+    EXPECT_TRUE(b.bf16_products());
+    EXPECT_EQ(b.compute_dtype(), DType::F32);
+  } else {
+    EXPECT_THROW(model::GPT(ok, 1, 4, Device::cpu(), {true, true, DType::BF16}), ConfigError);
+  }
   EXPECT_THROW(model::GPT(ok, 1, 4, Device::cpu(), {true, true, DType::I32}), ConfigError);
   model::GPT m(ok, 1, 4);
   std::vector<int32_t> x{1, 2, 65, 3};

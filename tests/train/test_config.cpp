@@ -85,7 +85,7 @@ TEST(Config, DeviceKeyParsesAndExplainsWhatIsMissing) {
   EXPECT_NO_THROW(e.validate());
 }
 
-TEST(Config, DtypeSpellingsMapAndMixedPrecisionNeedsAGpu) {
+TEST(Config, DtypeSpellingsMapAndFp16IsRefused) {
   for (const auto& [in, want] : std::vector<std::pair<std::string, std::string>>{{"fp32", "fp32"},
                                                                                  {"float32", "fp32"},
                                                                                  {"FP32", "fp32"},
@@ -103,7 +103,7 @@ TEST(Config, DtypeSpellingsMapAndMixedPrecisionNeedsAGpu) {
   EXPECT_NE(bad.find("train.dtype"), std::string::npos) << bad;
   EXPECT_NE(bad.find("fp8"), std::string::npos) << bad;
   c.set("train.dtype", "bf16");
-  EXPECT_NE(error_of([&] { c.validate(); }).find("train.device=cuda"), std::string::npos);
+  EXPECT_NO_THROW(c.validate());  // the CPU runs bf16 products (the model refuses CPUs without bf16 hardware)
   c.set("train.dtype", "fp16");
   c.set("train.device", "cuda");
   EXPECT_NE(error_of([&] { c.validate(); }).find("fp16"), std::string::npos);

@@ -2,13 +2,15 @@
 // chunk of rows, logits come from one GEMM, each row turns into its loss and
 // d(logits) in place (in parallel), and two GEMMs fold the chunk into dx and
 // dwte. The chunk is sized so its logits fit the workspace (at most 16M floats),
-// so a 50k vocabulary never needs the full [N, V] logits.
+// so a 50k vocabulary never needs the full [N, V] logits. The _bf16p variants
+// (train.dtype=bf16 on the CPU) run the three products on bf16 operands.
 #include "kernels/classifier.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/profiler.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/matmul.h"
 
@@ -60,6 +62,43 @@ void classifier_forward_backward(float* losses, float* dx, float* dwte, const fl
     if (grad) {
       sgemm(false, false, rows, C, V, 1.0f, ws, V, wte, C, 0.0f, dx + r0 * C, C);
       sgemm(true, false, V, C, rows, 1.0f, ws, V, x + r0 * C, C, 1.0f, dwte, C);
+    }
+  }
+}
+
+// bf16 products: x and wte are converted once per call, each chunk's
+// d(logits) once for both gradient products; softmax and losses stay fp32.
+void classifier_logits_bf16p(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
+  PARALLM_PROFILE("classifier_logits");
+  sgemm_bf16(false, true, N, V, C, x, C, wte, C, 0.0f, logits, V);
+}
+
+void classifier_forward_backward_bf16p(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                                       const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
+                                       float* ws) {
+  PARALLM_PROFILE("classifier_forward_backward");
+  const int64_t R = chunk_rows(N, V);
+  const bool grad = dx != nullptr;
+  bfloat16* xb = bf16_scratch(0, N * C);
+  bfloat16* wb = bf16_scratch(1, V * C);
+  bfloat16* db = grad ? bf16_scratch(2, std::min(R, N) * V) : nullptr;
+  {
+    PARALLM_PROFILE("to_bf16");
+    to_bf16(xb, x, N, C, C);
+    to_bf16(wb, wte, V, C, C);
+  }
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    const int64_t rows = std::min(R, N - r0);
+    gemm_bf16(false, true, rows, V, C, xb + r0 * C, wb, 0.0f, ws, V);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) losses[r0 + r] = xent_row(ws + r * V, V, targets[r0 + r], grad, dloss);
+    if (grad) {
+      {
+        PARALLM_PROFILE("to_bf16");
+        to_bf16(db, ws, rows, V, V);
+      }
+      gemm_bf16(false, false, rows, C, V, db, wb, 0.0f, dx + r0 * C, C);
+      gemm_bf16(true, false, V, C, rows, db, xb + r0 * C, 1.0f, dwte, C);
     }
   }
 }

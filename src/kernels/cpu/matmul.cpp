@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/profiler.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/simd.h"
 
 namespace parallm::kernels {
@@ -67,17 +68,26 @@ PARALLM_CLONES void colsum_block(float* dbias, const float* dout, int64_t N, int
   }
   for (int64_t j = 0; j < w; ++j) dbias[j0 + j] += acc[j];
 }
+
+// out += bias per row, and dbias += column sums of dout (column blocks of 256
+// per task: each column is summed over rows in order, so the result does not
+// depend on the thread count).
+void add_bias(float* out, const float* bias, int64_t N, int64_t OUT) {
+  const int64_t rows_per = 16;
+#pragma omp parallel for schedule(static)
+  for (int64_t r0 = 0; r0 < N; r0 += rows_per) add_bias_rows(out + r0 * OUT, bias, std::min(rows_per, N - r0), OUT);
+}
+void bias_grad(float* dbias, const float* dout, int64_t N, int64_t OUT) {
+#pragma omp parallel for schedule(static)
+  for (int64_t j0 = 0; j0 < OUT; j0 += 256) colsum_block(dbias, dout, N, OUT, j0, std::min(OUT, j0 + 256));
+}
 }  // namespace
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT) {
   PARALLM_PROFILE("matmul_forward");
   sgemm(false, true, N, OUT, IN, 1.0f, inp, IN, weight, IN, 0.0f, out, OUT);
-  if (bias) {
-    const int64_t rows_per = 16;
-#pragma omp parallel for schedule(static)
-    for (int64_t r0 = 0; r0 < N; r0 += rows_per) add_bias_rows(out + r0 * OUT, bias, std::min(rows_per, N - r0), OUT);
-  }
+  if (bias) add_bias(out, bias, N, OUT);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -85,12 +95,40 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   PARALLM_PROFILE("matmul_backward");
   if (dinp) sgemm(false, false, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 0.0f, dinp, IN);
   sgemm(true, false, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
-  if (dbias) {
-    // Column blocks of 256 per task: each column is summed over rows in order,
-    // so the result does not depend on the thread count.
-#pragma omp parallel for schedule(static)
-    for (int64_t j0 = 0; j0 < OUT; j0 += 256) colsum_block(dbias, dout, N, OUT, j0, std::min(OUT, j0 + 256));
+  if (dbias) bias_grad(dbias, dout, N, OUT);
+}
+
+// bf16 products: each operand is converted once per call into its own scratch
+// slot (dout serves both products of backward).
+void matmul_forward_bf16p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                          int64_t OUT) {
+  PARALLM_PROFILE("matmul_forward");
+  bfloat16* x = bf16_scratch(0, N * IN);
+  bfloat16* w = bf16_scratch(1, OUT * IN);
+  {
+    PARALLM_PROFILE("to_bf16");
+    to_bf16(x, inp, N, IN, IN);
+    to_bf16(w, weight, OUT, IN, IN);
   }
+  gemm_bf16(false, true, N, OUT, IN, x, w, 0.0f, out, OUT);
+  if (bias) add_bias(out, bias, N, OUT);
+}
+
+void matmul_backward_bf16p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                           const float* weight, int64_t N, int64_t IN, int64_t OUT) {
+  PARALLM_PROFILE("matmul_backward");
+  bfloat16* d = bf16_scratch(0, N * OUT);
+  bfloat16* x = bf16_scratch(1, N * IN);
+  bfloat16* w = dinp ? bf16_scratch(2, OUT * IN) : nullptr;
+  {
+    PARALLM_PROFILE("to_bf16");
+    to_bf16(d, dout, N, OUT, OUT);
+    to_bf16(x, inp, N, IN, IN);
+    if (w) to_bf16(w, weight, OUT, IN, IN);
+  }
+  if (dinp) gemm_bf16(false, false, N, IN, OUT, d, w, 0.0f, dinp, IN);
+  gemm_bf16(true, false, OUT, IN, N, d, x, 1.0f, dweight, IN);
+  if (dbias) bias_grad(dbias, dout, N, OUT);
 }
 
 }  // namespace cpu

@@ -1,0 +1,43 @@
+// bf16 products on the CPU, for `train.dtype=bf16` there: GEMMs whose inputs
+// are rounded to bf16 (nearest even) and whose products accumulate in fp32,
+// with fp32 results. oneDNN runs them on AMX tiles (or AVX-512 BF16) where the
+// CPU has them; on a Sapphire Rapids core that is 2-4x the fp32 GEMM's speed.
+// Activations stay fp32: a layer converts its GEMM operands into bf16 scratch
+// buffers just before the product (one pass over memory, small beside the
+// product's K reuse), so every other kernel is the fp32 one.
+// Primitives are created once per shape and cached (creation costs ms).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace parallm::kernels::cpu {
+
+// Whether this CPU runs oneDNN's bf16 matmul on hardware (AMX or AVX-512
+// BF16), not in a reference loop; and the implementation's name for logs.
+bool bf16_products_supported();
+std::string bf16_products_impl();
+
+// dst[r, c] = bf16(src[r * ld + c]) for a rows x cols block; dst is dense
+// (row stride cols). Rounds to nearest even; NaN stays NaN.
+void to_bf16(bfloat16* dst, const float* src, int64_t rows, int64_t cols, int64_t ld);
+
+// Row-major C[M,N] (fp32) = op(A) @ op(B) + beta * C with bf16 A and B
+// stored dense (row stride K or M for A as given by trans_a, likewise B) and
+// fp32 accumulation; beta is 0 or 1. Runs on the OpenMP pool; call it from
+// outside parallel regions.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const bfloat16* A, const bfloat16* B,
+               float beta, float* C, int64_t ldc);
+
+// The same product from fp32 operands (strides as in kernels::sgemm): the
+// operands are converted into scratch buffers first. alpha must be 1.
+void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// Scratch buffer `slot` (0-3) of at least n bf16 values: grown on demand,
+// kept and reused (so a training step allocates nothing after its first).
+// Accounted as scratch memory. Single-threaded use (the model's thread).
+bfloat16* bf16_scratch(int slot, int64_t n);
+
+}  // namespace parallm::kernels::cpu
