@@ -39,4 +39,18 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
   EXPECT_LE(worst, rtol) << what << ": worst at " << wi << " got " << got[wi] << " want " << want[wi];
 }
 
+// C[M,N] (row stride ldc) = beta * C + alpha * op(A) @ op(B), summed in double:
+// the reference for GEMMs on row-major operands with row strides lda, ldb.
+inline void reference_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const std::vector<float>& A,
+                           int64_t lda, const std::vector<float>& B, int64_t ldb, double beta, std::vector<float>& C,
+                           int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k)
+        s += double(ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+      C[i * ldc + j] = static_cast<float>(beta * C[i * ldc + j] + alpha * s);
+    }
+}
+
 }  // namespace parallm::test

@@ -64,13 +64,7 @@ TEST(Bf16Products, GemmEqualsExactProductOfRoundedOperandsForEveryLayout) {
           auto A = randv((ta ? K : M) * lda, 90), B = randv((tb ? N : K) * ldb, 91), C0 = randv(M * ldc, 92);
           const auto Ar = rounded(A), Br = rounded(B);
           std::vector<float> want = C0, got = C0, got_b = C0;
-          for (int64_t i = 0; i < M; ++i)
-            for (int64_t j = 0; j < N; ++j) {
-              double s = 0;
-              for (int64_t k = 0; k < K; ++k)
-                s += double(ta ? Ar[k * lda + i] : Ar[i * lda + k]) * (tb ? Br[j * ldb + k] : Br[k * ldb + j]);
-              want[i * ldc + j] = static_cast<float>(beta * C0[i * ldc + j] + s);
-            }
+          parallm::test::reference_gemm(ta, tb, M, N, K, 1.0, Ar, lda, Br, ldb, beta, want, ldc);
           cpu::sgemm_bf16(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
           expect_close(got, want, 1e-4, 1e-2, "sgemm_bf16");
           // The bf16-operand entry point on dense operands.

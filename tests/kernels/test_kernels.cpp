@@ -231,13 +231,7 @@ TEST(Gemm, PackedGemmMatchesReferenceForEveryLayoutAndOddShapes) {
           const int64_t lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
           auto A = randv((ta ? K : M) * lda, 90), B = randv((tb ? N : K) * ldb, 91), C0 = randv(M * ldc, 92);
           std::vector<float> want = C0, got = C0;
-          for (int64_t i = 0; i < M; ++i)
-            for (int64_t j = 0; j < N; ++j) {
-              double s = 0;
-              for (int64_t k = 0; k < K; ++k)
-                s += double(ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
-              want[i * ldc + j] = static_cast<float>(beta * C0[i * ldc + j] + 0.75 * s);
-            }
+          parallm::test::reference_gemm(ta, tb, M, N, K, 0.75, A, lda, B, ldb, beta, want, ldc);
           cpu::gemm(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
           expect_close(got, want, 1e-4, 1e-2, "gemm");
         }

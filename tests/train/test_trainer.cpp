@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "train/checkpoint.h"
 #include "train/tiny_run.h"
 #include "train/trainer.h"
@@ -75,6 +76,33 @@ TEST_F(TrainerTest, ResumeContinuesTheIdenticalTrajectory) {
   for (size_t i = 0; i < rr.train_losses.size(); ++i)
     EXPECT_EQ(rr.train_losses[i], rf.train_losses[6 + i]) << "iter " << 6 + i;
   EXPECT_EQ(rr.last_val_loss, rf.last_val_loss);
+}
+
+TEST_F(TrainerTest, CpuBf16IsDeterministicResumesBitwiseAndStaysNearFp32) {
+  if (!kernels::cpu::bf16_products_supported()) GTEST_SKIP() << "no bf16 matrix hardware on this CPU";
+  auto f = tiny("f32"), a = tiny("a"), b = tiny("b");
+  f.max_iters = a.max_iters = b.max_iters = 12;
+  a.apply_overrides({"train.dtype=bf16"});
+  b.apply_overrides({"train.dtype=bf16"});
+  auto rf = train::run_training(f), ra = train::run_training(a), rb = train::run_training(b);
+  ASSERT_EQ(ra.train_losses.size(), 13u);
+  EXPECT_EQ(ra.train_losses, rb.train_losses);
+  EXPECT_NE(ra.train_losses, rf.train_losses);  // the products really were rounded
+  for (size_t i = 0; i < ra.train_losses.size(); ++i)
+    EXPECT_NEAR(ra.train_losses[i], rf.train_losses[i], 2e-2 * rf.train_losses[i]) << "iter " << i;
+
+  auto part = tiny("part");
+  part.apply_overrides({"train.dtype=bf16"});
+  part.max_iters = 6;  // checkpoint written at the iter-6 evaluation
+  train::run_training(part);
+  auto resumed = tiny("part");
+  resumed.apply_overrides({"train.dtype=bf16", "train.init_from=resume"});
+  resumed.max_iters = 12;
+  auto rr = train::run_training(resumed);
+  ASSERT_EQ(rr.first_iter, 6);
+  ASSERT_EQ(rr.train_losses.size(), 7u);
+  for (size_t i = 0; i < rr.train_losses.size(); ++i)
+    EXPECT_EQ(rr.train_losses[i], ra.train_losses[6 + i]) << "iter " << 6 + i;
 }
 
 TEST_F(TrainerTest, MetricsHaveTheDocumentedKeys) {
