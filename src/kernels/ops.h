@@ -55,7 +55,8 @@ struct Ops : ModelOps<float> {
 // The table for a device; a CUDA device in a CPU-only build gets the stubs,
 // which throw CudaError("CUDA was not built") when called.
 const Ops& ops_for(Device dev);
-// The bf16 model kernels (GPU only: ConfigError on the CPU).
+// The bf16-activation model kernels (GPU only: ConfigError on the CPU, whose
+// bf16 mixed precision is cpu_bf16_product_ops()).
 const ModelOps<bfloat16>& bf16_ops_for(Device dev);
 // bf16 mixed precision on the CPU: the fp32 table with bf16 products in the
 // linear layers and the classifier (see cpu/gemm_bf16.h). ConfigError on a

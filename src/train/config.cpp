@@ -10,6 +10,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/gpu.h"
+#include "kernels/cpu/gemm_bf16.h"
 
 namespace parallm::train {
 
@@ -305,6 +306,11 @@ void RunConfig::validate() const {
                 zero_stage);
   PARALLM_CHECK(dtype != "fp16", ConfigError, "config",
                 "train.dtype=fp16 (dynamic loss scaling) is not implemented yet; use bf16 or fp32");
+  PARALLM_CHECK(dtype != "bf16" || !parse_device(device).is_cpu() || kernels::cpu::bf16_products_supported(),
+                ConfigError, "config",
+                "train.dtype=bf16 on the CPU needs bf16 matrix hardware (AMX or AVX-512 BF16), which this CPU lacks "
+                "(oneDNN offers \"{}\"); use train.dtype=fp32",
+                kernels::cpu::bf16_products_impl());
   if (!parse_device(device).is_cpu()) {
     PARALLM_CHECK(zero_stage == 0, ConfigError, "config", "zero.stage={} is CPU-only for now (train.device={})",
                   zero_stage, device);

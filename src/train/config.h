@@ -35,7 +35,7 @@ struct RunConfig {
   int64_t top_k = 200;
   bool progress = true;        // progress bar when stdout is a terminal
   std::string device = "cpu";  // cpu | cuda | cuda:N
-  std::string dtype = "fp32";  // fp32 | bf16 (mixed precision, GPU) | fp16 (not yet)
+  std::string dtype = "fp32";  // fp32 | bf16 (mixed precision; on the CPU bf16 products only) | fp16 (not yet)
 
   float learning_rate = 1e-3f;
   float min_lr = 1e-4f;

@@ -1,6 +1,10 @@
 // bf16 products through oneDNN's matmul primitive (see gemm_bf16.h). One
-// primitive per (shape, layout, beta), created on first use and cached under a
-// mutex; operands are bound per call, so the cache holds no pointers.
+// primitive per (shape, layout, beta, threads), created on first use and
+// cached under a mutex; operands are bound per call, so the cache holds no
+// pointers. Sampling runs a new row count per token, so the cache is capped:
+// past kMaxCached primitives it is emptied (one costs 0.3-12 ms to create).
+// A runtime row count would avoid that but costs half the speed (oneDNN 2.6
+// then leaves AMX brgemm for gemm:jit: 199 vs 406 GFLOP/s at 16384x1152x384).
 #include "kernels/cpu/gemm_bf16.h"
 
 #include <omp.h>
@@ -30,7 +34,9 @@ Engine& engine() {
   return e;
 }
 
-using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, int64_t>;  // M N K ta tb accumulate ldc
+// M N K ta tb accumulate ldc threads (a primitive keeps its thread count)
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, int64_t, int>;
+constexpr size_t kMaxCached = 512;
 struct Cached {
   dnnl::matmul prim;
   dnnl::memory::desc a, b, c;
@@ -42,7 +48,8 @@ dnnl::memory::desc operand(int64_t rows, int64_t cols, bool trans, dt type) {
 }
 
 Cached make(const Key& k) {
-  const auto [M, N, K, ta, tb, acc, ldc] = k;
+  const auto [M, N, K, ta, tb, acc, ldc, threads] = k;
+  (void)threads;  // oneDNN reads the thread count itself; it is in the key only
   Cached c;
   c.a = operand(M, K, ta, dt::bf16);
   c.b = operand(K, N, tb, dt::bf16);
@@ -57,12 +64,18 @@ Cached make(const Key& k) {
   return c;
 }
 
-const Cached& cached(const Key& k) {
+// A copy (primitives are shared handles), so emptying the cache cannot pull
+// one from under a caller.
+Cached cached(const Key& k) {
+  (void)engine();  // constructed before the cache, so destroyed after it
   static std::mutex mu;
   static std::map<Key, Cached> cache;
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(k);
-  if (it == cache.end()) it = cache.emplace(k, make(k)).first;
+  if (it == cache.end()) {
+    if (cache.size() >= kMaxCached) cache.clear();
+    it = cache.emplace(k, make(k)).first;
+  }
   return it->second;
 }
 
@@ -85,9 +98,11 @@ struct Scratch {
 }  // namespace
 
 bool bf16_products_supported() {
+  // oneDNN also offers bf16 on plain AVX-512 by emulation ("gemm:jit",
+  // "brg:avx512_core"), slower than fp32: only AMX or AVX-512 BF16 count.
   static const bool ok = [] {
     const std::string impl = bf16_products_impl();
-    return !impl.empty() && impl.find("ref") == std::string::npos;
+    return impl.find("amx") != std::string::npos || impl.find("bf16") != std::string::npos;
   }();
   return ok;
 }
@@ -126,10 +141,10 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
       for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
     return;
   }
-  const Cached& c = cached(Key{M, N, K, trans_a, trans_b, beta == 1.0f, ldc});
-  Engine& e = engine();
-  dnnl::memory am(c.a, e.eng, const_cast<bfloat16*>(A)), bm(c.b, e.eng, const_cast<bfloat16*>(B)), cm(c.c, e.eng, C);
   try {
+    const Cached c = cached(Key{M, N, K, trans_a, trans_b, beta == 1.0f, ldc, omp_get_max_threads()});
+    Engine& e = engine();
+    dnnl::memory am(c.a, e.eng, const_cast<bfloat16*>(A)), bm(c.b, e.eng, const_cast<bfloat16*>(B)), cm(c.c, e.eng, C);
     c.prim.execute(e.strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
     e.strm.wait();
   } catch (const dnnl::error& err) {

@@ -6,6 +6,8 @@
 // buffers just before the product (one pass over memory, small beside the
 // product's K reuse), so every other kernel is the fp32 one.
 // Primitives are created once per shape and cached (creation costs ms).
+// Only AMX or AVX-512 BF16 count as bf16 hardware: oneDNN's emulation on
+// plain AVX-512 would be slower than fp32.
 #pragma once
 #include <cstdint>
 #include <string>
