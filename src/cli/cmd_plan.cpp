@@ -74,7 +74,9 @@ Runner add_plan(CLI::App& app) {
                 in.world > 1 ? "s" : "");
     const bool exact = train::plan_memory(in, 0).exact;
     std::printf("per-rank peak bytes (rank 0 holds the largest shards)%s:\n",
-                exact ? "" : "; training state only (no model shape, or a dtype parallm does not train yet)");
+                exact ? ""
+                      : "; training state only (no model shape, or bf16 by the quick rule; CPU bf16 keeps fp32 state: "
+                        "plan it as fp32)");
     std::printf("  %-13s %11s %11s %11s %11s %11s %11s %11s %9s %11s\n", "zero.stage", "params", "grads", "optimizer",
                 "activations", "comm", "scratch", "total", "state/p", "host pool");
     for (int s = 0; s <= 3; ++s) {
