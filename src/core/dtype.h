@@ -48,12 +48,13 @@ inline const char* dtype_name(DType t) {
 // throws ConfigError naming the value otherwise.
 DType parse_dtype(const std::string& s);
 
+// Branch-free (a select, not a branch), so loops over it vectorize.
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;  // NaN stays NaN
+  return static_cast<uint16_t>(nan ? ((u >> 16) | 0x40u) : rounded);
 }
 inline float bf16_to_f32(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;

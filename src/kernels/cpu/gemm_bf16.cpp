@@ -80,13 +80,7 @@ Cached cached(const Key& k) {
 }
 
 PARALLM_CLONES void to_bf16_run(uint16_t* dst, const float* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, src + i, 4);
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
-    dst[i] = static_cast<uint16_t>(nan ? ((u >> 16) | 0x40u) : rounded);
-  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
 // The scratch slots. The allocator is reached before the slots exist, so it
