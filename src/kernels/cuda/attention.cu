@@ -8,14 +8,17 @@
 // and the row kernels work in place. bf16 (mixed precision): the products run
 // on tensor cores with fp32 accumulation, S and dPd stay fp32, and the row
 // kernels write P (and dS) as bf16 for the next products: three [NH, T, T]
-// fp32 matrices' worth. Only lse is kept between forward and backward. A
-// fused flash-style kernel is the next step for speed.
+// fp32 matrices' worth. Only lse is kept between forward and backward.
+// bf16 with 64-wide heads and no attention dropout (GPT-2's shapes) takes the
+// fused flash-style kernels of flash_attention.cu instead.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <type_traits>
 
 #include "kernels/attention.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/matmul.h"
 
 namespace parallm::kernels::cuda {
@@ -146,8 +149,8 @@ void backward(E* dqkv, const E* dout, const E* qkv, const float* lse, int64_t B,
 int64_t attention_workspace_floats(int64_t, int64_t T, int64_t, int64_t NH, int) {
   return 2 * NH * T * T;
 }
-int64_t attention_workspace_floats_bf16(int64_t, int64_t T, int64_t, int64_t NH, int) {
-  return 3 * NH * T * T;
+int64_t attention_workspace_floats_bf16(int64_t B, int64_t T, int64_t, int64_t NH, int) {
+  return std::max(3 * NH * T * T, flash_attention_workspace_floats(B, T, NH));
 }
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
@@ -156,14 +159,18 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
 }
 void attention_forward(bfloat16* out, float* lse, const bfloat16* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                        AttnDropout drop, float* workspace) {
+  if (flash_attention_applies(C, NH, drop, qkv)) return flash_attention_forward(out, lse, qkv, B, T, C, NH);
   forward(out, lse, qkv, B, T, C, NH, drop, workspace);
 }
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float*, const float* lse, int64_t B,
                         int64_t T, int64_t C, int64_t NH, AttnDropout drop, float* workspace) {
   backward(dqkv, dout, qkv, lse, B, T, C, NH, drop, workspace);
 }
-void attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qkv, const bfloat16*, const float* lse,
-                        int64_t B, int64_t T, int64_t C, int64_t NH, AttnDropout drop, float* workspace) {
+void attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qkv, const bfloat16* out,
+                        const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, AttnDropout drop,
+                        float* workspace) {
+  if (flash_attention_applies(C, NH, drop, qkv))
+    return flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace);
   backward(dqkv, dout, qkv, lse, B, T, C, NH, drop, workspace);
 }
 
