@@ -77,7 +77,7 @@ TEST_F(Cuda, OutOfMemoryIsATypedErrorNamingTheRequest) {
 
 TEST_F(Cuda, MatmulMatchesReferenceOnOddShapes) {
   for (auto [N, IN, OUT] :
-       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{37, 53, 29}, {1, 7, 5}, {130, 96, 257}}) {
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{37, 53, 29}, {1, 7, 5}, {130, 96, 257}, {70, 40, 96}}) {
     for (bool bias : {true, false}) {
       auto x = randv(N * IN, 1), w = randv(OUT * IN, 2), bb = randv(OUT, 3), dy = randv(N * OUT, 4);
       std::vector<float> out(N * OUT), dx(N * IN), dw = randv(OUT * IN, 5), db = randv(OUT, 6);
@@ -97,7 +97,7 @@ TEST_F(Cuda, MatmulMatchesReferenceOnOddShapes) {
 }
 
 TEST_F(Cuda, LayerNormMatchesReferenceAndAccumulates) {
-  for (auto [N, C] : std::vector<std::pair<int64_t, int64_t>>{{19, 77}, {300, 768}, {1, 3}}) {
+  for (auto [N, C] : std::vector<std::pair<int64_t, int64_t>>{{19, 77}, {300, 768}, {1, 3}, {33, 1000}, {37, 40}}) {
     auto x = randv(N * C, 10, 2.0f), w = randv(C, 11), b = randv(C, 12), dy = randv(N * C, 13);
     std::vector<float> out(N * C), mean(N), rstd(N), dx = randv(N * C, 14), dw = randv(C, 15), db = randv(C, 16);
     Dev<float> gx(x), gw(w), gb(b), gdy(dy), gout(out), gmean(mean), grstd(rstd), gdx(dx), gdw(dw), gdb(db);

@@ -2,7 +2,8 @@
 // so the full [N, V] logits never exist: per chunk, logits by cuBLAS, then one
 // block per row computes the log-sum-exp, the loss and (with gradients)
 // d(logits) in place, then dx (overwritten) and dwte (+=) by two more GEMMs.
-// The chunk holds at most kChunkFloats logits (256 MiB). bf16 (mixed
+// The chunk holds at most kChunkFloats logits (256 MiB); the row kernel reads
+// them twice (an online log-sum-exp, then d(logits)). bf16 (mixed
 // precision): x and wte in bf16, logits and the softmax in fp32, d(logits)
 // written as bf16 beside them for the two gradient GEMMs (dwte in fp32).
 #include <cfloat>
@@ -24,27 +25,70 @@ int64_t chunk_rows(int64_t N, int64_t V) {
   return r < N ? r : N;
 }
 
-// d(logits) goes to dlogits (may alias logits).
+// (max, sum of exp(l - max)) of a thread's share of a row, merged online.
+struct MaxSum {
+  float m = -FLT_MAX, s = 0.0f;
+  __device__ __forceinline__ void add(float l) {
+    if (l > m) {
+      s = s * expf(m - l) + 1.0f;
+      m = l;
+    } else {
+      s += expf(l - m);
+    }
+  }
+  __device__ __forceinline__ void merge(float m2, float s2) {
+    const float mn = fmaxf(m, m2);
+    s = s * expf(m - mn) + s2 * expf(m2 - mn);
+    m = mn;
+  }
+};
+
+// One block per row: the log-sum-exp in one pass over the fp32 logits (16-byte
+// loads where V and the pointers allow), the loss, then d(logits) into
+// dlogits (which may alias logits) in a second pass.
 template <class TD>
 __global__ void softmax_xent(float* losses, const float* logits, TD* dlogits, const int32_t* targets, int64_t V,
-                             float dloss, bool want_grad) {
-  __shared__ float sh[32];
+                             float dloss, bool want_grad, bool vec) {
+  __shared__ float shm[32], shs[32];
   const float* l = logits + blockIdx.x * V;
   TD* dl = dlogits + blockIdx.x * V;
-  float mx = -FLT_MAX;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, l[v]);
-  mx = block_max(mx, sh);
-  float s = 0;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += expf(l[v] - mx);
-  s = block_sum(s, sh);
-  const float lse = mx + logf(s);
-  const int32_t t = targets[blockIdx.x];
+  MaxSum ms;
+  if (vec) {
+    for (int64_t v = threadIdx.x * 4; v < V; v += blockDim.x * 4) {
+      const float4 x = *reinterpret_cast<const float4*>(l + v);
+      ms.add(x.x);
+      ms.add(x.y);
+      ms.add(x.z);
+      ms.add(x.w);
+    }
+  } else {
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) ms.add(l[v]);
+  }
+  for (int o = 16; o > 0; o >>= 1)
+    ms.merge(__shfl_xor_sync(0xffffffffu, ms.m, o), __shfl_xor_sync(0xffffffffu, ms.s, o));
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  if (lane == 0) {
+    shm[warp] = ms.m;
+    shs[warp] = ms.s;
+  }
   __syncthreads();
+  MaxSum all;
+  for (int w = 0; w < warps; ++w) all.merge(shm[w], shs[w]);  // the same order in every thread
+  const float lse = all.m + logf(all.s);
+  const int32_t t = targets[blockIdx.x];
   if (threadIdx.x == 0) losses[blockIdx.x] = lse - l[t];
   __syncthreads();  // the loss reads l[t] before it is overwritten
-  if (want_grad)
+  if (!want_grad) return;
+  if (vec) {
+    for (int64_t v = threadIdx.x * 4; v < V; v += blockDim.x * 4) {
+      const float4 x = *reinterpret_cast<const float4*>(l + v);
+      const float xs[4] = {x.x, x.y, x.z, x.w};
+      for (int k = 0; k < 4; ++k) dl[v + k] = from_f<TD>((expf(xs[k] - lse) - (v + k == t ? 1.0f : 0.0f)) * dloss);
+    }
+  } else {
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
       dl[v] = from_f<TD>((expf(l[v] - lse) - (v == t ? 1.0f : 0.0f)) * dloss);
+  }
 }
 
 // One chunked loop for both element types: d(logits) is written in place
@@ -58,11 +102,12 @@ void forward_backward(float* losses, E* dx, float* dwte, const E* x, const E* wt
     dlogits = workspace;
   else
     dlogits = reinterpret_cast<E*>(workspace + rows * V);
+  const bool vec = V % 4 == 0 && aligned16(workspace);  // every row of the chunk starts 16-byte aligned
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = r0 + rows < N ? rows : N - r0;
     gemm(false, true, n, V, C, 1.0f, x + r0 * C, C, wte, C, 0.0f, workspace, V);
     softmax_xent<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(losses + r0, workspace, dlogits, targets + r0, V,
-                                                                      dloss, dx != nullptr);
+                                                                      dloss, dx != nullptr, vec);
     PARALLM_CUDA_LAUNCHED("kernels.cuda.classifier");
     if (dx) {
       gemm(false, false, n, C, V, 1.0f, dlogits, V, wte, C, 0.0f, dx + r0 * C, C);

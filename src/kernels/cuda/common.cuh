@@ -47,6 +47,34 @@ __device__ __forceinline__ bfloat16 from_f<bfloat16>(float x) {
   return bfloat16{__bfloat16_as_ushort(__float2bfloat16_rn(x))};
 }
 
+// 16 bytes of float (4) or bf16 (8) elements, loaded and stored at once: the
+// memory-bound kernels read and write through these where the pointers are
+// 16-byte aligned (aligned16), and element by element for the rest.
+template <class T>
+struct Vec16 {
+  static constexpr int n = 16 / static_cast<int>(sizeof(T));
+  uint4 raw;
+  __device__ __forceinline__ float get(int i) const { return to_f(reinterpret_cast<const T*>(&raw)[i]); }
+  __device__ __forceinline__ void set(int i, float v) { reinterpret_cast<T*>(&raw)[i] = from_f<T>(v); }
+};
+template <class T>
+__device__ __forceinline__ Vec16<T> load16(const T* p) {
+  Vec16<T> v;
+  v.raw = *reinterpret_cast<const uint4*>(p);
+  return v;
+}
+template <class T>
+__device__ __forceinline__ void store16(T* p, const Vec16<T>& v) {
+  *reinterpret_cast<uint4*>(p) = v.raw;
+}
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+template <class... P>
+bool aligned16(const void* p, P... rest) {
+  return aligned16(p) && aligned16(rest...);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

@@ -10,10 +10,17 @@ namespace parallm::kernels::cuda {
 namespace {
 constexpr int kThreads = 256;
 
+// Elements [0, nv * V) as 16-byte vectors, the rest one by one.
 template <class T>
-__global__ void residual_kernel(T* out, const T* a, const T* b, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+__global__ void residual_kernel(T* out, const T* a, const T* b, int64_t n, int64_t nv) {
+  constexpr int V = Vec16<T>::n;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x, start = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  for (int64_t i = start; i < nv; i += stride) {
+    Vec16<T> x = load16(a + i * V), y = load16(b + i * V), z;
+    for (int k = 0; k < V; ++k) z.set(k, x.get(k) + y.get(k));
+    store16(out + i * V, z);
+  }
+  for (int64_t i = nv * V + start; i < n; i += stride) out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
 }
 
 template <class TO, class TI>
@@ -39,7 +46,8 @@ __global__ void dropout_kernel(T* out, const T* inp, int64_t n, float p, uint64_
 template <class T>
 void residual(T* out, const T* a, const T* b, int64_t n) {
   if (n <= 0) return;
-  residual_kernel<<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(out, a, b, n);
+  const int64_t nv = aligned16(out, a, b) ? n / Vec16<T>::n : 0;
+  residual_kernel<<<capped_blocks(nv > 0 ? nv : n, kThreads), kThreads, 0, stream()>>>(out, a, b, n, nv);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.residual_forward");
 }
 

@@ -1,7 +1,9 @@
 // LayerNorm on the GPU. Forward: one warp per row (mean, then variance from
 // the centred values, as the CPU does). Backward: one warp per row for dinp;
 // dweight and dbias by deterministic column sums of dout * xhat and dout
-// (row chunks, then chunks in order: the same bits on every run). Kernels are
+// (row chunks, then chunks in order: the same bits on every run). Where rows
+// are 16-byte aligned, one fused kernel reads each row once for dinp and the
+// chunk's column sums (ln_backward_fused); otherwise three passes. Kernels are
 // templated on the element type (float, or bf16 with fp32 statistics and
 // fp32 weight gradients).
 #include "core/allocator.h"
@@ -92,6 +94,73 @@ __global__ void ln_backward_partial(float* partial, const T* dout, const T* inp,
   }
 }
 
+// The fused backward: a block takes kFusedRows rows, a warp one row at a time
+// (16-byte loads): dinp as ln_backward_dinp, and dout * xhat and dout summed
+// into the warp's own shared-memory row of column sums; the block then adds
+// its warps' sums in order into partial[chunk = block]. No atomics.
+constexpr int kFusedWarps = 8;
+constexpr int kFusedRows = 32;
+
+template <class T>
+__global__ void __launch_bounds__(32 * kFusedWarps)
+    ln_backward_fused(T* dinp, float* partial, const T* dout, const T* inp, const T* w, const float* mean,
+                      const float* rstd, int64_t N, int C, int64_t chunks) {
+  extern __shared__ float4 sums4[];  // [warp][dout * xhat | dout][C]
+  constexpr int V = Vec16<T>::n;
+  float* sums = reinterpret_cast<float*>(sums4);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* sw = sums + warp * 2 * C;
+  float* sb = sw + C;
+  for (int c = lane; c < 2 * C; c += 32) sw[c] = 0.0f;
+  __syncwarp();
+  const int64_t r0 = blockIdx.x * int64_t{kFusedRows}, r1 = r0 + kFusedRows < N ? r0 + kFusedRows : N;
+  for (int64_t row = r0 + warp; row < r1; row += kFusedWarps) {
+    const T* x = inp + row * C;
+    const T* dy = dout + row * C;
+    T* dx = dinp + row * C;
+    const float m = mean[row], r = rstd[row];
+    float sd = 0, sdx = 0;
+    for (int c = lane * V; c < C; c += 32 * V) {
+      const Vec16<T> xv = load16(x + c), gv = load16(dy + c), wv = load16(w + c);
+      for (int k = 0; k < V; ++k) {
+        const float dn = gv.get(k) * wv.get(k);
+        sd += dn;
+        sdx += dn * (xv.get(k) - m) * r;
+      }
+    }
+    sd = warp_sum(sd) / static_cast<float>(C);
+    sdx = warp_sum(sdx) / static_cast<float>(C);
+    for (int c = lane * V; c < C; c += 32 * V) {
+      const Vec16<T> xv = load16(x + c), gv = load16(dy + c), wv = load16(w + c);
+      Vec16<T> o = load16(dx + c);
+      for (int k = 0; k < V; k += 4) {
+        float4 a = *reinterpret_cast<float4*>(sw + c + k), b = *reinterpret_cast<float4*>(sb + c + k);
+        float* ap = &a.x;
+        float* bp = &b.x;
+        for (int j = 0; j < 4; ++j) {
+          const float g = gv.get(k + j), xh = (xv.get(k + j) - m) * r;
+          o.set(k + j, o.get(k + j) + r * (g * wv.get(k + j) - sd - xh * sdx));
+          ap[j] += g * xh;
+          bp[j] += g;
+        }
+        *reinterpret_cast<float4*>(sw + c + k) = a;
+        *reinterpret_cast<float4*>(sb + c + k) = b;
+      }
+      store16(dx + c, o);
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float a = 0, b = 0;
+    for (int i = 0; i < kFusedWarps; ++i) {
+      a += sums[i * 2 * C + c];
+      b += sums[i * 2 * C + C + c];
+    }
+    partial[blockIdx.x * int64_t{C} + c] = a;
+    partial[(chunks + blockIdx.x) * C + c] = b;
+  }
+}
+
 __global__ void ln_backward_final(float* dw, float* db, const float* partial, int64_t chunks, int64_t C) {
   int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (c >= C) return;
@@ -116,6 +185,21 @@ template <class T>
 void ln_bwd(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, const T* weight, const float* mean,
             const float* rstd, int64_t N, int64_t C) {
   if (N <= 0) return;
+  const size_t smem = static_cast<size_t>(kFusedWarps) * 2 * C * sizeof(float);
+  if (C % Vec16<T>::n == 0 && smem <= 160 * 1024 && aligned16(dinp, dout, inp, weight)) {
+    const int64_t chunks = (N + kFusedRows - 1) / kFusedRows;
+    gpu::DeviceBuffer partial(static_cast<size_t>(2 * chunks * C) * sizeof(float), MemCategory::Scratch);
+    if (smem > 48 * 1024)
+      PARALLM_CUDA_CHECK(cudaFuncSetAttribute(ln_backward_fused<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem)),
+                         "kernels.cuda.layernorm_backward");
+    ln_backward_fused<T><<<static_cast<unsigned>(chunks), 32 * kFusedWarps, smem, stream()>>>(
+        dinp, partial.as<float>(), dout, inp, weight, mean, rstd, N, static_cast<int>(C), chunks);
+    PARALLM_CUDA_LAUNCHED("kernels.cuda.layernorm_backward");
+    ln_backward_final<<<blocks_for(C, 256), 256, 0, stream()>>>(dweight, dbias, partial.as<float>(), chunks, C);
+    PARALLM_CUDA_LAUNCHED("kernels.cuda.layernorm_backward");
+    return;
+  }
   ln_backward_dinp<<<blocks_for(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream()>>>(dinp, dout, inp, weight, mean,
                                                                                         rstd, N, C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.layernorm_backward");

@@ -47,16 +47,37 @@ int as_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-template <class T>
+// Rows from blockIdx.y on, in steps of gridDim.y; V columns per thread (V = 1,
+// or a 16-byte vector where OUT and the pointers allow).
+template <class T, int V>
 __global__ void add_bias(T* out, const T* bias, int64_t N, int64_t OUT) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * OUT; i += int64_t{gridDim.x} * blockDim.x)
-    out[i] = from_f<T>(to_f(out[i]) + to_f(bias[i % OUT]));
+  const int64_t c = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) * V;
+  if (c >= OUT) return;
+  if constexpr (V == 1) {
+    const float b = to_f(bias[c]);
+    for (int64_t r = blockIdx.y; r < N; r += gridDim.y) out[r * OUT + c] = from_f<T>(to_f(out[r * OUT + c]) + b);
+  } else {
+    const Vec16<T> b = load16(bias + c);
+    for (int64_t r = blockIdx.y; r < N; r += gridDim.y) {
+      Vec16<T> x = load16(out + r * OUT + c);
+      for (int k = 0; k < V; ++k) x.set(k, x.get(k) + b.get(k));
+      store16(out + r * OUT + c, x);
+    }
+  }
 }
 
 template <class T>
 void bias_add(T* out, const T* bias, int64_t N, int64_t OUT) {
   if (!bias || N * OUT <= 0) return;
-  add_bias<<<capped_blocks(N * OUT, 256), 256, 0, stream()>>>(out, bias, N, OUT);
+  constexpr int V = Vec16<T>::n;
+  const bool vec = OUT % V == 0 && aligned16(out, bias);
+  constexpr int threads = 128;
+  const int64_t cols = vec ? OUT / V : OUT;
+  const dim3 grid(blocks_for(cols, threads), static_cast<unsigned>(N < 4096 ? N : 4096));
+  if (vec)
+    add_bias<T, V><<<grid, threads, 0, stream()>>>(out, bias, N, OUT);
+  else
+    add_bias<T, 1><<<grid, threads, 0, stream()>>>(out, bias, N, OUT);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.matmul_forward");
 }
 
