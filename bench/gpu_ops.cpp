@@ -39,7 +39,7 @@ double time_ms(const std::function<void()>& f, int reps = 5) {
 
 template <class A>
 std::vector<Row> profile_ops(const kernels::ModelOps<A>& k, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t V,
-                             int L, Device dev) {
+                             int L, bool with_bias, Device dev) {
   const int64_t N = B * T;
   auto big = [&](int64_t n) { return DeviceArray<A>(n, MemCategory::Scratch, dev); };
   auto f32 = [&](int64_t n) { return DeviceArray<float>(n, MemCategory::Scratch, dev); };
@@ -54,14 +54,17 @@ std::vector<Row> profile_ops(const kernels::ModelOps<A>& k, int64_t B, int64_t T
   for (int64_t i = 0; i < N; ++i) host_tok[i] = static_cast<int32_t>((i * 7919) % V);
   DeviceArray<int32_t> tok(N, MemCategory::Scratch, dev);
   tok.copy_from_host(host_tok.data(), N);
-  const auto gelu = kernels::GeluKind::Tanh;
+  const auto gelu = model::GPTConfig{}.gelu;  // the model's
   std::vector<Row> r;
   auto mm = [&](const char* name, int64_t IN, int64_t OUT) {
     const double fl = 2.0 * N * IN * OUT;
-    r.push_back({std::string(name) + " fwd", L,
-                 time_ms([&] { k.matmul_forward(y.data(), x.data(), w.data(), bias.data(), N, IN, OUT); }), fl});
+    r.push_back({std::string(name) + " fwd", L, time_ms([&] {
+                   k.matmul_forward(y.data(), x.data(), w.data(), with_bias ? bias.data() : nullptr, N, IN, OUT);
+                 }),
+                 fl});
     r.push_back({std::string(name) + " bwd", L, time_ms([&] {
-                   k.matmul_backward(z.data(), dw.data(), db.data(), y.data(), x.data(), w.data(), N, IN, OUT);
+                   k.matmul_backward(z.data(), dw.data(), with_bias ? db.data() : nullptr, y.data(), x.data(), w.data(),
+                                     N, IN, OUT);
                  }),
                  2 * fl});
   };
@@ -108,6 +111,7 @@ int main(int argc, char** argv) {
   std::string dtype = "bf16";
   int64_t B = 16, T = 1024, C = 768, NH = 12, V = 50304;
   int L = 12;
+  bool bias = false;  // as the gpt2 run of tools/device/gpu_check.sh and the PyTorch peer
   app.add_option("--dtype", dtype, "fp32 or bf16")->capture_default_str();
   app.add_option("-B", B, "batch")->capture_default_str();
   app.add_option("-T", T, "sequence length")->capture_default_str();
@@ -115,6 +119,7 @@ int main(int argc, char** argv) {
   app.add_option("-H", NH, "heads")->capture_default_str();
   app.add_option("-V", V, "vocabulary")->capture_default_str();
   app.add_option("-L", L, "layers")->capture_default_str();
+  app.add_option("--bias", bias, "linear layers and LayerNorms with biases (0 or 1)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     if (!gpu::available()) {
@@ -124,14 +129,14 @@ int main(int argc, char** argv) {
     const Device dev = parse_device("cuda");
     gpu::set_device(0);
     const bool bf = parse_dtype(dtype) == DType::BF16;
-    auto rows = bf ? profile_ops(kernels::bf16_ops_for(dev), B, T, C, NH, V, L, dev)
-                   : profile_ops<float>(kernels::ops_for(dev), B, T, C, NH, V, L, dev);
+    auto rows = bf ? profile_ops(kernels::bf16_ops_for(dev), B, T, C, NH, V, L, bias, dev)
+                   : profile_ops<float>(kernels::ops_for(dev), B, T, C, NH, V, L, bias, dev);
     double total = 0;
     for (const auto& r : rows) total += r.ms * r.per_step;
     std::sort(rows.begin(), rows.end(),
               [](const Row& a, const Row& b) { return a.ms * a.per_step > b.ms * b.per_step; });
-    std::printf("%s, B=%ld T=%ld C=%ld heads=%ld V=%ld layers=%d\n", bf ? "bf16" : "fp32", long(B), long(T), long(C),
-                long(NH), long(V), L);
+    std::printf("%s, B=%ld T=%ld C=%ld heads=%ld V=%ld layers=%d bias=%d\n", bf ? "bf16" : "fp32", long(B), long(T),
+                long(C), long(NH), long(V), L, bias ? 1 : 0);
     std::printf("%-22s %6s %10s %10s %7s %9s\n", "op", "calls", "ms/call", "ms/step", "share", "TFLOP/s");
     for (const auto& r : rows)
       std::printf("%-22s %6d %10.3f %10.2f %6.1f%% %9.1f\n", r.name.c_str(), r.per_step, r.ms, r.ms * r.per_step,
@@ -144,6 +149,7 @@ int main(int argc, char** argv) {
     cfg.block_size = T;
     cfg.vocab_size = V;
     cfg.dropout = 0;
+    cfg.bias = bias;
     model::GPT m(cfg, B, T, dev, {true, true, bf ? DType::BF16 : DType::F32});
     m.init_weights(1);
     std::vector<int32_t> tok(B * T);

@@ -34,8 +34,8 @@ void classifier_logits_bf16p(float* logits, const float* x, const float* wte, in
 // kernels::cuda: the same contract on device pointers, run on gpu::stream().
 namespace cuda {
 PARALLM_CLASSIFIER_DECLS
-// bf16 x and wte; logits, softmax and losses in fp32, d(logits) in bf16 for
-// the two gradient GEMMs; dwte accumulates in fp32.
+// bf16 x and wte; each chunk's logits and d(logits) in bf16 (as autocast),
+// softmax and losses in fp32; dwte accumulates in fp32.
 void classifier_forward_backward(float* losses, bfloat16* dx, float* dwte, const bfloat16* x, const bfloat16* wte,
                                  const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
                                  float* workspace);

@@ -5,6 +5,7 @@
 // losses, weight gradients) at fp32's. Skipped, visibly, without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 #include <vector>
@@ -181,11 +182,21 @@ TEST_F(CudaBf16, ClassifierMatchesReferenceInOneChunkAndMany) {
                                     0.25f, ws.data());
     kc::classifier_forward_backward(glosses.p(), gdx.p(), gdwte.p(), gx.p(), gwte.p(), gtgt.p(), N, C, V, 0.25f,
                                     gws.p());
-    expect_close(glosses.back(), losses, 1e-5, 1e-3, "losses (fp32)");
-    expect_close(from_bf(gdx.back()), dx, 3e-2, 0.25, "dx");
-    expect_close(gdwte.back(), dwte, 1e-2, 0.1, "dwte (fp32)");
+    // The chunk's logits are bf16 (as under autocast): the losses are those of
+    // the reference logits rounded once, in fp32 arithmetic.
     std::vector<float> logits(N * V), want(N * V);
     kr::classifier_logits(want.data(), x.data(), wte.data(), N, C, V);
+    std::vector<float> lossb(N);
+    for (int64_t i = 0; i < N; ++i) {
+      double mx = -1e30, sum = 0;
+      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(bf16_to_f32(f32_to_bf16(want[i * V + v]))));
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(double(bf16_to_f32(f32_to_bf16(want[i * V + v]))) - mx);
+      lossb[i] = static_cast<float>(mx + std::log(sum) - bf16_to_f32(f32_to_bf16(want[i * V + tgt[i]])));
+    }
+    expect_close(glosses.back(), lossb, 2e-4, 1e-3, "losses (fp32, of bf16 logits)");
+    expect_close(glosses.back(), losses, 1e-2, 1e-3, "losses against fp32 logits");
+    expect_close(from_bf(gdx.back()), dx, 3e-2, 0.25, "dx");
+    expect_close(gdwte.back(), dwte, 1e-2, 0.1, "dwte (fp32)");
     Dev<float> glogits(logits);
     kc::classifier_logits(glogits.p(), gx.p(), gwte.p(), N, C, V);
     expect_close(glogits.back(), want, 1e-5, 1e-3, "logits (fp32)");

@@ -4,7 +4,9 @@
 # GPT-2 124M throughput, and PyTorch nanoGPT peers. Logs go to $OUT.
 # Arguments pick the parts (default: tests gpt2 peer); each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
-# the precisions of baby and gpt2 (default "fp32 bf16"):
+# the precisions of baby and gpt2 (default "fp32 bf16"); DET_DTYPE and
+# DET_DROPOUT (default 0.2; 0 takes bf16 attention through the flash kernels)
+# those of det:
 #   DTYPES=bf16 bash .devcarry/gpu_check.sh tests baby
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -40,8 +42,9 @@ for dt in $DTYPES; do
   cp $W/out/baby_$dt/metrics.jsonl $OUT/baby_${dt}_metrics.jsonl 2>/dev/null
 done
 if want det; then
-  step "determinism and resume on the GPU (baby GPT, ${DET_DTYPE:-fp32}, 40 iterations, dropout 0.2)"
-  D="${OLDPWD}/configs/baby_gpt.yaml train.device=cuda train.dtype=${DET_DTYPE:-fp32} train.eval_interval=20 train.eval_iters=5 train.sample_tokens=0
+  step "determinism and resume on the GPU (baby GPT, ${DET_DTYPE:-fp32}, 40 iterations, dropout ${DET_DROPOUT:-0.2})"
+  D="${OLDPWD}/configs/baby_gpt.yaml train.device=cuda train.dtype=${DET_DTYPE:-fp32} model.dropout=${DET_DROPOUT:-0.2}
+     train.eval_interval=20 train.eval_iters=5 train.sample_tokens=0
      train.log_interval=20 train.always_save_checkpoint=true data.dir=$W/data/shakespeare_char train.progress=false"
   ./bin/parallm train $D train.max_iters=40 train.out_dir=$W/out/detA > $OUT/detA.log 2>&1
   ./bin/parallm train $D train.max_iters=40 train.out_dir=$W/out/detB > $OUT/detB.log 2>&1

@@ -2,10 +2,11 @@
 // so the full [N, V] logits never exist: per chunk, logits by cuBLAS, then one
 // block per row computes the log-sum-exp, the loss and (with gradients)
 // d(logits) in place, then dx (overwritten) and dwte (+=) by two more GEMMs.
-// The chunk holds at most kChunkFloats logits (256 MiB); the row kernel reads
-// them twice (an online log-sum-exp, then d(logits)). bf16 (mixed
-// precision): x and wte in bf16, logits and the softmax in fp32, d(logits)
-// written as bf16 beside them for the two gradient GEMMs (dwte in fp32).
+// The chunk holds at most kChunkFloats logits; the row kernel reads them
+// twice (an online log-sum-exp, then d(logits)). bf16 (mixed precision): x,
+// wte and the chunk's logits in bf16 (as PyTorch's autocast has them), the
+// softmax and losses in fp32, d(logits) as bf16 in place for the two gradient
+// GEMMs (dwte in fp32). The sampling path (classifier_logits) stays fp32.
 #include <cfloat>
 #include <type_traits>
 
@@ -43,26 +44,24 @@ struct MaxSum {
   }
 };
 
-// One block per row: the log-sum-exp in one pass over the fp32 logits (16-byte
+// One block per row: the log-sum-exp in one pass over the logits (16-byte
 // loads where V and the pointers allow), the loss, then d(logits) into
 // dlogits (which may alias logits) in a second pass.
-template <class TD>
-__global__ void softmax_xent(float* losses, const float* logits, TD* dlogits, const int32_t* targets, int64_t V,
+template <class TL>
+__global__ void softmax_xent(float* losses, const TL* logits, TL* dlogits, const int32_t* targets, int64_t V,
                              float dloss, bool want_grad, bool vec) {
+  constexpr int W = Vec16<TL>::n;
   __shared__ float shm[32], shs[32];
-  const float* l = logits + blockIdx.x * V;
-  TD* dl = dlogits + blockIdx.x * V;
+  const TL* l = logits + blockIdx.x * V;
+  TL* dl = dlogits + blockIdx.x * V;
   MaxSum ms;
   if (vec) {
-    for (int64_t v = threadIdx.x * 4; v < V; v += blockDim.x * 4) {
-      const float4 x = *reinterpret_cast<const float4*>(l + v);
-      ms.add(x.x);
-      ms.add(x.y);
-      ms.add(x.z);
-      ms.add(x.w);
+    for (int64_t v = threadIdx.x * W; v < V; v += blockDim.x * W) {
+      const Vec16<TL> x = load16(l + v);
+      for (int k = 0; k < W; ++k) ms.add(x.get(k));
     }
   } else {
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) ms.add(l[v]);
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) ms.add(to_f(l[v]));
   }
   for (int o = 16; o > 0; o >>= 1)
     ms.merge(__shfl_xor_sync(0xffffffffu, ms.m, o), __shfl_xor_sync(0xffffffffu, ms.s, o));
@@ -76,42 +75,40 @@ __global__ void softmax_xent(float* losses, const float* logits, TD* dlogits, co
   for (int w = 0; w < warps; ++w) all.merge(shm[w], shs[w]);  // the same order in every thread
   const float lse = all.m + logf(all.s);
   const int32_t t = targets[blockIdx.x];
-  if (threadIdx.x == 0) losses[blockIdx.x] = lse - l[t];
+  if (threadIdx.x == 0) losses[blockIdx.x] = lse - to_f(l[t]);
   __syncthreads();  // the loss reads l[t] before it is overwritten
   if (!want_grad) return;
   if (vec) {
-    for (int64_t v = threadIdx.x * 4; v < V; v += blockDim.x * 4) {
-      const float4 x = *reinterpret_cast<const float4*>(l + v);
-      const float xs[4] = {x.x, x.y, x.z, x.w};
-      for (int k = 0; k < 4; ++k) dl[v + k] = from_f<TD>((expf(xs[k] - lse) - (v + k == t ? 1.0f : 0.0f)) * dloss);
+    for (int64_t v = threadIdx.x * W; v < V; v += blockDim.x * W) {
+      const Vec16<TL> x = load16(l + v);
+      Vec16<TL> d;
+      for (int k = 0; k < W; ++k) d.set(k, (expf(x.get(k) - lse) - (v + k == t ? 1.0f : 0.0f)) * dloss);
+      store16(dl + v, d);
     }
   } else {
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-      dl[v] = from_f<TD>((expf(l[v] - lse) - (v == t ? 1.0f : 0.0f)) * dloss);
+      dl[v] = from_f<TL>((expf(to_f(l[v]) - lse) - (v == t ? 1.0f : 0.0f)) * dloss);
   }
 }
 
-// One chunked loop for both element types: d(logits) is written in place
-// over the fp32 logits (fp32) or as bf16 after them (workspace_floats_bf16).
+// One chunked loop for both element types: the logits of a chunk are E
+// (fp32, or bf16 in mixed precision as autocast makes them) and d(logits)
+// is written over them in place.
 template <class E>
 void forward_backward(float* losses, E* dx, float* dwte, const E* x, const E* wte, const int32_t* targets, int64_t N,
                       int64_t C, int64_t V, float dloss, float* workspace) {
   const int64_t rows = chunk_rows(N, V);
-  E* dlogits;
-  if constexpr (std::is_same_v<E, float>)
-    dlogits = workspace;
-  else
-    dlogits = reinterpret_cast<E*>(workspace + rows * V);
-  const bool vec = V % 4 == 0 && aligned16(workspace);  // every row of the chunk starts 16-byte aligned
+  E* logits = reinterpret_cast<E*>(workspace);
+  const bool vec = V % Vec16<E>::n == 0 && aligned16(workspace);  // every row of the chunk starts 16-byte aligned
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = r0 + rows < N ? rows : N - r0;
-    gemm(false, true, n, V, C, 1.0f, x + r0 * C, C, wte, C, 0.0f, workspace, V);
-    softmax_xent<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(losses + r0, workspace, dlogits, targets + r0, V,
+    gemm(false, true, n, V, C, 1.0f, x + r0 * C, C, wte, C, 0.0f, logits, V);
+    softmax_xent<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(losses + r0, logits, logits, targets + r0, V,
                                                                       dloss, dx != nullptr, vec);
     PARALLM_CUDA_LAUNCHED("kernels.cuda.classifier");
     if (dx) {
-      gemm(false, false, n, C, V, 1.0f, dlogits, V, wte, C, 0.0f, dx + r0 * C, C);
-      gemm(true, false, V, C, n, 1.0f, dlogits, V, x + r0 * C, C, 1.0f, dwte, C);
+      gemm(false, false, n, C, V, 1.0f, logits, V, wte, C, 0.0f, dx + r0 * C, C);
+      gemm(true, false, V, C, n, 1.0f, logits, V, x + r0 * C, C, 1.0f, dwte, C);
     }
   }
 }
@@ -121,8 +118,7 @@ int64_t classifier_workspace_floats(int64_t N, int64_t V, int) {
   return chunk_rows(N, V) * V;
 }
 int64_t classifier_workspace_floats_bf16(int64_t N, int64_t V, int) {
-  const int64_t n = chunk_rows(N, V) * V;
-  return n + (n + 1) / 2;  // fp32 logits, then bf16 d(logits)
+  return (chunk_rows(N, V) * V + 1) / 2;  // bf16 logits, then d(logits) in place
 }
 
 void classifier_forward_backward(float* losses, float* dx, float* dwte, const float* x, const float* wte,

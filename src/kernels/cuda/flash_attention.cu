@@ -240,7 +240,7 @@ constexpr int kQSmem = 6 * kTile * 2;                    // Q, dO, 2 x (K, V)
 
 // dK and dV of one key block. Grid (B*NH, key blocks); key block 0 (the
 // longest loop) first.
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     backward_kv_kernel(u16* dqkv, const u16* dout, const u16* qkv, const float* lse, const float* D, int T, int C,
                        int NH, float sl2, float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -269,7 +269,6 @@ __global__ void __launch_bounds__(kThreads)
   load_tile_async(sV, q + 2 * C, static_cast<int64_t>(kb) * kBlock, T, C3);
   load_q(kb, 0);
   cp_async_commit();
-  AFrag ka, va;
   Acc dk = {}, dv = {};
   for (int qb = kb; qb < nb; ++qb) {
     const int buf = (qb - kb) & 1;
@@ -281,17 +280,16 @@ __global__ void __launch_bounds__(kThreads)
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (qb == kb) {
-      load_a(ka, sK, w * 16);
-      load_a(va, sV, w * 16);
-    }
     const u16* tQ = sQ + buf * 2 * kTile;
     const u16* tdO = tQ + kTile;
     const float* tl = sL + buf * kBlock;
     const float* td = sD + buf * kBlock;
     Acc p = {}, dp = {};
-    mma_abt(p, ka, tQ);    // S^T: rows are keys, columns queries
-    mma_abt(dp, va, tdO);  // dP^T
+    AFrag a;  // K, V, then P^T and dS^T: K and V reloaded from shared memory, not held (3 blocks per SM)
+    load_a(a, sK, w * 16);
+    mma_abt(p, a, tQ);  // S^T: rows are keys, columns queries
+    load_a(a, sV, w * 16);
+    mma_abt(dp, a, tdO);  // dP^T
     for (int nt = 0; nt < 8; ++nt)
       for (int e = 0; e < 4; ++e) {
         const int col = nt * 8 + tig * 2 + (e & 1);
@@ -300,7 +298,6 @@ __global__ void __launch_bounds__(kThreads)
         p[nt][e] = v;
         dp[nt][e] = v * (dp[nt][e] - td[col]);
       }
-    AFrag a;
     acc_to_a(a, p);
     mma_ab(dv, a, tdO);
     acc_to_a(a, dp);

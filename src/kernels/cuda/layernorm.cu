@@ -161,6 +161,32 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
   }
 }
 
+// dw (and db) += the sums of partial's chunks, in a fixed order: a block of
+// 32 x kTy threads takes 32 columns; row ty adds chunks ty, ty + kTy, ...; then
+// the kTy sums are added in order.
+__global__ void ln_backward_final_wide(float* dw, float* db, const float* partial, int64_t chunks, int64_t C) {
+  __shared__ float sw[kTy][33], sb[kTy][33];
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  float a = 0, b = 0;
+  if (c < C)
+    for (int64_t k = threadIdx.y; k < chunks; k += kTy) {
+      a += partial[k * C + c];
+      b += partial[(chunks + k) * C + c];
+    }
+  sw[threadIdx.y][threadIdx.x] = a;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float ta = 0, tb = 0;
+    for (int i = 0; i < kTy; ++i) {
+      ta += sw[i][threadIdx.x];
+      tb += sb[i][threadIdx.x];
+    }
+    dw[c] += ta;
+    if (db) db[c] += tb;
+  }
+}
+
 __global__ void ln_backward_final(float* dw, float* db, const float* partial, int64_t chunks, int64_t C) {
   int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (c >= C) return;
@@ -196,7 +222,8 @@ void ln_bwd(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, 
     ln_backward_fused<T><<<static_cast<unsigned>(chunks), 32 * kFusedWarps, smem, stream()>>>(
         dinp, partial.as<float>(), dout, inp, weight, mean, rstd, N, static_cast<int>(C), chunks);
     PARALLM_CUDA_LAUNCHED("kernels.cuda.layernorm_backward");
-    ln_backward_final<<<blocks_for(C, 256), 256, 0, stream()>>>(dweight, dbias, partial.as<float>(), chunks, C);
+    ln_backward_final_wide<<<static_cast<unsigned>((C + 31) / 32), dim3(32, kTy), 0, stream()>>>(
+        dweight, dbias, partial.as<float>(), chunks, C);
     PARALLM_CUDA_LAUNCHED("kernels.cuda.layernorm_backward");
     return;
   }

@@ -5,21 +5,22 @@
 // column sum (reduce.h). One cuBLAS handle per process, bound to the compute
 // stream. bf16 products (mixed precision) go through cublasGemmEx on tensor
 // cores with fp32 accumulation, their C in fp32 (weight gradients, scores,
-// logits) or bf16 (activations). (cuBLASLt's fused bias/GELU epilogues next.)
+// logits) or bf16 (activations); the bf16 linear layers with a bias run
+// through cuBLASLt with the bias in the epilogue (matmul_lt.cu).
 #include <cublas_v2.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/matmul_lt.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/matmul.h"
 
 namespace parallm::kernels::cuda {
-
-namespace {
-bool g_tf32 = false;
 
 void check_cublas(cublasStatus_t st, const char* where, const char* call) {
   if (st != CUBLAS_STATUS_SUCCESS) {
@@ -28,6 +29,9 @@ void check_cublas(cublasStatus_t st, const char* where, const char* call) {
                     fmt::format("{}: {} (device {}{})", call, cublasGetStatusString(st), gpu::current_device(), who));
   }
 }
+
+namespace {
+bool g_tf32 = false;
 
 cublasHandle_t handle() {
   static cublasHandle_t h = [] {
@@ -163,6 +167,12 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 
 void matmul_forward(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
                     int64_t IN, int64_t OUT) {
+  // PARALLM_CUBLASLT=0 turns the fused path off (to compare, or to rule it out).
+  static const bool use_lt = [] {
+    const char* e = std::getenv("PARALLM_CUBLASLT");
+    return !(e && std::string(e) == "0");
+  }();
+  if (bias && use_lt && lt_linear_bias(out, inp, weight, bias, N, IN, OUT)) return;
   gemm(false, true, N, OUT, IN, 1.0f, inp, IN, weight, IN, 0.0f, out, OUT);
   bias_add(out, bias, N, OUT);
 }

@@ -1,0 +1,94 @@
+// The bf16 linear layer through cuBLASLt, bias in the epilogue: one pass over
+// the output instead of a GEMM and a bias kernel. Row-major out = inp W^T is
+// the column-major out^T = W^T(op T) inp^T, as in matmul.cu. A plan (matmul
+// descriptor, layouts and the heuristic's first algorithm) is built once per
+// shape and kept; only the bias pointer changes between calls. The 32 MiB
+// workspace is allocated once (Scratch) and kept for the process.
+#include <cublasLt.h>
+
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "core/allocator.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/matmul_lt.h"
+
+namespace parallm::kernels::cuda {
+
+namespace {
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+cublasLtHandle_t lt_handle() {
+  static cublasLtHandle_t h = [] {
+    cublasLtHandle_t x = nullptr;
+    check_cublas(cublasLtCreate(&x), "kernels.cuda.cublaslt", "cublasLtCreate");
+    return x;
+  }();
+  return h;
+}
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+const char* kWhere = "kernels.cuda.matmul_forward";
+
+std::unique_ptr<Plan> make_plan(int64_t N, int64_t IN, int64_t OUT) {
+  auto p = std::make_unique<Plan>();
+  check_cublas(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), kWhere, "cublasLtMatmulDescCreate");
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  check_cublas(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), kWhere,
+               "cublasLtMatmulDescSetAttribute(TRANSA)");
+  check_cublas(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), kWhere,
+               "cublasLtMatmulDescSetAttribute(TRANSB)");
+  check_cublas(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), kWhere,
+               "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+  // Column-major views: W as [IN, OUT] (transposed by the op), inp as [IN, N], out as [OUT, N].
+  check_cublas(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, IN, OUT, IN), kWhere, "cublasLtMatrixLayoutCreate");
+  check_cublas(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, IN, N, IN), kWhere, "cublasLtMatrixLayoutCreate");
+  check_cublas(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, OUT, N, OUT), kWhere, "cublasLtMatrixLayoutCreate");
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_cublas(cublasLtMatmulPreferenceCreate(&pref), kWhere, "cublasLtMatmulPreferenceCreate");
+  const size_t ws = kWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(lt_handle(), p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (p->ok) p->algo = result.algo;
+  return p;
+}
+}  // namespace
+
+bool lt_linear_bias(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
+                    int64_t IN, int64_t OUT) {
+  if (N <= 0 || OUT <= 0) return true;
+  static std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans;
+  if (plans.size() >= 256) plans.clear();  // sampling makes one shape per sequence length
+  auto& plan = plans[{N, IN, OUT}];
+  if (!plan) plan = make_plan(N, IN, OUT);
+  if (!plan->ok) return false;
+  check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+               kWhere, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+  static gpu::DeviceBuffer* ws = new gpu::DeviceBuffer(kWorkspaceBytes, MemCategory::Scratch);  // kept for the process
+  const float alpha = 1.0f, beta = 0.0f;
+  check_cublas(cublasLtMatmul(lt_handle(), plan->desc, &alpha, weight, plan->a, inp, plan->b, &beta, out, plan->c, out,
+                              plan->c, &plan->algo, ws->as<void>(), kWorkspaceBytes, stream()),
+               kWhere, "cublasLtMatmul");
+  return true;
+}
+
+}  // namespace parallm::kernels::cuda
