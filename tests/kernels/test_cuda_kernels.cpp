@@ -154,7 +154,9 @@ TEST_F(Cuda, AttentionMatchesReferenceWithAndWithoutDropout) {
 
 TEST_F(Cuda, ClassifierMatchesReferenceInOneChunkAndMany) {
   // The second shape needs more than one chunk of the CUDA workspace.
-  for (auto [N, C, V] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{23, 16, 67}, {260, 8, 270000}}) {
+  // Rows read 16 bytes at a time (V = 5000, 50304, 270000) and one element at a time (V = 67).
+  for (auto [N, C, V] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {23, 16, 67}, {260, 8, 270000}, {70, 24, 5000}, {37, 24, 50304}}) {
     auto x = randv(N * C, 40), wte = randv(V * C, 41, 0.5f);
     std::vector<int32_t> tgt(N);
     for (int64_t i = 0; i < N; ++i) tgt[i] = static_cast<int32_t>((i * 7919) % V);

@@ -17,24 +17,54 @@ constexpr int kWarpsPerBlock = 8;
 constexpr int kRowsPerChunk = 256;
 constexpr int kTy = 8;
 
-template <class T>
+// One warp per row; V elements per load (a 16-byte vector where rows are
+// aligned, else 1). Mean, then the variance of the centred values, then out.
+template <class T, int V>
 __global__ void ln_forward(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int64_t N,
                            int64_t C) {
   int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= N) return;
   const T* x = inp + row * C;
+  auto load = [](const T* p) {
+    if constexpr (V == 1) {
+      Vec16<T> v;
+      v.set(0, to_f(*p));
+      return v;
+    } else {
+      return load16(p);
+    }
+  };
   float s = 0;
-  for (int64_t c = lane; c < C; c += 32) s += to_f(x[c]);
+  for (int64_t c = lane * V; c < C; c += 32 * V) {
+    const Vec16<T> xv = load(x + c);
+    for (int k = 0; k < V; ++k) s += xv.get(k);
+  }
   float m = warp_sum(s) / static_cast<float>(C);
   float v = 0;
-  for (int64_t c = lane; c < C; c += 32) {
-    float d = to_f(x[c]) - m;
-    v += d * d;
+  for (int64_t c = lane * V; c < C; c += 32 * V) {
+    const Vec16<T> xv = load(x + c);
+    for (int k = 0; k < V; ++k) {
+      float d = xv.get(k) - m;
+      v += d * d;
+    }
   }
   float r = rsqrtf(warp_sum(v) / static_cast<float>(C) + kLayerNormEps);
   T* o = out + row * C;
-  for (int64_t c = lane; c < C; c += 32) o[c] = from_f<T>((to_f(x[c]) - m) * r * to_f(w[c]) + (b ? to_f(b[c]) : 0.0f));
+  for (int64_t c = lane * V; c < C; c += 32 * V) {
+    const Vec16<T> xv = load(x + c), wv = load(w + c);
+    Vec16<T> ov;
+    if (b) {
+      const Vec16<T> bv = load(b + c);
+      for (int k = 0; k < V; ++k) ov.set(k, (xv.get(k) - m) * r * wv.get(k) + bv.get(k));
+    } else {
+      for (int k = 0; k < V; ++k) ov.set(k, (xv.get(k) - m) * r * wv.get(k));
+    }
+    if constexpr (V == 1)
+      o[c] = from_f<T>(ov.get(0));
+    else
+      store16(o + c, ov);
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -202,8 +232,13 @@ __global__ void ln_backward_final(float* dw, float* db, const float* partial, in
 template <class T>
 void ln_fwd(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C) {
   if (N <= 0) return;
-  ln_forward<<<blocks_for(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream()>>>(out, mean, rstd, inp, weight, bias, N,
-                                                                                  C);
+  constexpr int V = Vec16<T>::n;
+  if (C % V == 0 && aligned16(out, inp, weight, bias))
+    ln_forward<T, V>
+        <<<blocks_for(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream()>>>(out, mean, rstd, inp, weight, bias, N, C);
+  else
+    ln_forward<T, 1>
+        <<<blocks_for(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream()>>>(out, mean, rstd, inp, weight, bias, N, C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.layernorm_forward");
 }
 
