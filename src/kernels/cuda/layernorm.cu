@@ -95,6 +95,20 @@ __global__ void ln_backward_dinp(T* dinp, const T* dout, const T* inp, const T* 
   }
 }
 
+// In a block of 32 x kTy threads: thread (x, 0) ends with the sums of a and b
+// over its column's kTy threads, added in row order.
+__device__ __forceinline__ void sum_over_rows(float& a, float& b, float (&sw)[kTy][33], float (&sb)[kTy][33]) {
+  sw[threadIdx.y][threadIdx.x] = a;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y != 0) return;
+  a = b = 0.0f;
+  for (int i = 0; i < kTy; ++i) {
+    a += sw[i][threadIdx.x];
+    b += sb[i][threadIdx.x];
+  }
+}
+
 // partial[0][chunk][c] = sum dout * xhat, partial[1][chunk][c] = sum dout over the chunk's rows.
 template <class T>
 __global__ void ln_backward_partial(float* partial, const T* dout, const T* inp, const float* mean, const float* rstd,
@@ -110,17 +124,10 @@ __global__ void ln_backward_partial(float* partial, const T* dout, const T* inp,
       a += dy * (to_f(inp[r * C + c]) - mean[r]) * rstd[r];
       b += dy;
     }
-  sw[threadIdx.y][threadIdx.x] = a;
-  sb[threadIdx.y][threadIdx.x] = b;
-  __syncthreads();
+  sum_over_rows(a, b, sw, sb);
   if (threadIdx.y == 0 && c < C) {
-    float ta = 0, tb = 0;
-    for (int i = 0; i < kTy; ++i) {
-      ta += sw[i][threadIdx.x];
-      tb += sb[i][threadIdx.x];
-    }
-    partial[blockIdx.y * C + c] = ta;
-    partial[(chunks + blockIdx.y) * C + c] = tb;
+    partial[blockIdx.y * C + c] = a;
+    partial[(chunks + blockIdx.y) * C + c] = b;
   }
 }
 
@@ -203,17 +210,10 @@ __global__ void ln_backward_final_wide(float* dw, float* db, const float* partia
       a += partial[k * C + c];
       b += partial[(chunks + k) * C + c];
     }
-  sw[threadIdx.y][threadIdx.x] = a;
-  sb[threadIdx.y][threadIdx.x] = b;
-  __syncthreads();
+  sum_over_rows(a, b, sw, sb);
   if (threadIdx.y == 0 && c < C) {
-    float ta = 0, tb = 0;
-    for (int i = 0; i < kTy; ++i) {
-      ta += sw[i][threadIdx.x];
-      tb += sb[i][threadIdx.x];
-    }
-    dw[c] += ta;
-    if (db) db[c] += tb;
+    dw[c] += a;
+    if (db) db[c] += b;
   }
 }
 
