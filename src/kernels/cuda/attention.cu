@@ -159,7 +159,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
 }
 void attention_forward(bfloat16* out, float* lse, const bfloat16* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                        AttnDropout drop, float* workspace) {
-  if (flash_attention_applies(C, NH, drop, qkv)) return flash_attention_forward(out, lse, qkv, B, T, C, NH);
+  if (flash_attention_applies(C, NH, drop, {qkv, out})) return flash_attention_forward(out, lse, qkv, B, T, C, NH);
   forward(out, lse, qkv, B, T, C, NH, drop, workspace);
 }
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float*, const float* lse, int64_t B,
@@ -169,7 +169,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 void attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qkv, const bfloat16* out,
                         const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, AttnDropout drop,
                         float* workspace) {
-  if (flash_attention_applies(C, NH, drop, qkv))
+  if (flash_attention_applies(C, NH, drop, {qkv, out, dout, dqkv}))
     return flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace);
   backward(dqkv, dout, qkv, lse, B, T, C, NH, drop, workspace);
 }

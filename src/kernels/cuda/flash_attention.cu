@@ -374,8 +374,11 @@ dim3 grid_for(int64_t B, int64_t T, int64_t NH) {
 }
 }  // namespace
 
-bool flash_attention_applies(int64_t C, int64_t NH, const AttnDropout& drop, const void* qkv) {
-  return NH > 0 && C == NH * kD && drop.p == 0.0f && reinterpret_cast<uintptr_t>(qkv) % 16 == 0;
+bool flash_attention_applies(int64_t C, int64_t NH, const AttnDropout& drop, std::initializer_list<const void*> ptrs) {
+  if (NH <= 0 || C != NH * kD || drop.p != 0.0f) return false;
+  for (const void* p : ptrs)
+    if (!aligned16(p)) return false;
+  return true;
 }
 
 int64_t flash_attention_workspace_floats(int64_t B, int64_t T, int64_t NH) {

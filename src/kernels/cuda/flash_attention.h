@@ -4,14 +4,16 @@
 // GEMM + row-kernel path). Same contract as kernels/attention.h.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 
 #include "core/dtype.h"
 #include "kernels/attention.h"
 
 namespace parallm::kernels::cuda {
 
-// Head size 64, no attention dropout, 16-byte aligned rows.
-bool flash_attention_applies(int64_t C, int64_t NH, const AttnDropout& drop, const void* qkv);
+// Head size 64, no attention dropout, and every tensor of the call 16-byte
+// aligned (qkv, out; in backward also dout and dqkv).
+bool flash_attention_applies(int64_t C, int64_t NH, const AttnDropout& drop, std::initializer_list<const void*> ptrs);
 
 // Floats of workspace the backward needs: D = rowsum(dO * O) per (b, h, t).
 int64_t flash_attention_workspace_floats(int64_t B, int64_t T, int64_t NH);
