@@ -5,13 +5,13 @@
 // A chunk's logits take at most 256 MiB (fp32) or 1 GiB (bf16, the path
 // built for speed), and the chunks are made even. Each chunk re-reads and
 // re-writes the fp32 dwte (154 MiB at GPT-2's 50304 x 768), so fewer, larger
-// chunks save traffic: GPT-2 124M at 16 x 1024 tokens takes 2 bf16 chunks. The row kernel reads the logits
-// twice (an online log-sum-exp, then d(logits)). bf16 (mixed precision): x,
-// wte and the chunk's logits in bf16 (as PyTorch's autocast has them), the
-// softmax and losses in fp32, d(logits) as bf16 in place for the two gradient
-// GEMMs (dwte in fp32). The sampling path (classifier_logits) stays fp32.
+// chunks save traffic: GPT-2 124M at 16 x 1024 tokens takes 2 bf16 chunks.
+// The row kernel reads the logits twice (an online log-sum-exp, then
+// d(logits)). bf16 (mixed precision): x, wte and the chunk's logits in bf16
+// (as PyTorch's autocast has them), the softmax and losses in fp32, d(logits)
+// as bf16 in place for the two gradient GEMMs (dwte in fp32). The sampling
+// path (classifier_logits) stays fp32.
 #include <cfloat>
-#include <type_traits>
 
 #include "kernels/classifier.h"
 #include "kernels/cuda/common.cuh"

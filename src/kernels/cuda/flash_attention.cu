@@ -407,10 +407,14 @@ void flash_attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat
                                                                   rows, static_cast<int>(T), static_cast<int>(C),
                                                                   static_cast<int>(NH));
   PARALLM_CUDA_LAUNCHED("kernels.cuda.flash_attention_backward");
-  PARALLM_CUDA_CHECK(cudaFuncSetAttribute(backward_kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kKvSmem),
-                     "kernels.cuda.flash_attention_backward");
-  PARALLM_CUDA_CHECK(cudaFuncSetAttribute(backward_q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kQSmem),
-                     "kernels.cuda.flash_attention_backward");
+  static const bool smem_granted = [] {  // once per process: both kernels need more than the default 48 KiB
+    PARALLM_CUDA_CHECK(cudaFuncSetAttribute(backward_kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kKvSmem),
+                       "kernels.cuda.flash_attention_backward");
+    PARALLM_CUDA_CHECK(cudaFuncSetAttribute(backward_q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kQSmem),
+                       "kernels.cuda.flash_attention_backward");
+    return true;
+  }();
+  (void)smem_granted;
   backward_kv_kernel<<<grid_for(B, T, NH), kThreads, kKvSmem, stream()>>>(
       dq, dy, x, lse, workspace, static_cast<int>(T), static_cast<int>(C), static_cast<int>(NH), sl2, scale);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.flash_attention_backward");

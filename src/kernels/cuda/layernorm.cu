@@ -1,11 +1,13 @@
 // LayerNorm on the GPU. Forward: one warp per row (mean, then variance from
-// the centred values, as the CPU does). Backward: one warp per row for dinp;
-// dweight and dbias by deterministic column sums of dout * xhat and dout
-// (row chunks, then chunks in order: the same bits on every run). Where rows
-// are 16-byte aligned, one fused kernel reads each row once for dinp and the
-// chunk's column sums (ln_backward_fused); otherwise three passes. Kernels are
-// templated on the element type (float, or bf16 with fp32 statistics and
-// fp32 weight gradients).
+// the centred values, as the CPU does), 16-byte loads where rows are aligned.
+// Backward: dinp per row, and dweight and dbias by deterministic column sums
+// of dout * xhat and dout: per-chunk partial sums, then the chunks added in a
+// fixed order (ln_backward_final), so every run gives the same bits. Where
+// rows are 16-byte aligned, one fused kernel reads each row once for dinp and
+// its chunk's partial sums (ln_backward_fused); otherwise two passes
+// (ln_backward_dinp, ln_backward_partial). Kernels are templated on the
+// element type (float, or bf16 with fp32 statistics and fp32 weight
+// gradients).
 #include "core/allocator.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/layernorm.h"
@@ -201,7 +203,7 @@ __global__ void __launch_bounds__(32 * kFusedWarps)
 // dw (and db) += the sums of partial's chunks, in a fixed order: a block of
 // 32 x kTy threads takes 32 columns; row ty adds chunks ty, ty + kTy, ...; then
 // the kTy sums are added in order.
-__global__ void ln_backward_final_wide(float* dw, float* db, const float* partial, int64_t chunks, int64_t C) {
+__global__ void ln_backward_final(float* dw, float* db, const float* partial, int64_t chunks, int64_t C) {
   __shared__ float sw[kTy][33], sb[kTy][33];
   const int64_t c = blockIdx.x * 32 + threadIdx.x;
   float a = 0, b = 0;
@@ -215,18 +217,6 @@ __global__ void ln_backward_final_wide(float* dw, float* db, const float* partia
     dw[c] += a;
     if (db) db[c] += b;
   }
-}
-
-__global__ void ln_backward_final(float* dw, float* db, const float* partial, int64_t chunks, int64_t C) {
-  int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (c >= C) return;
-  float a = 0, b = 0;
-  for (int64_t k = 0; k < chunks; ++k) {
-    a += partial[k * C + c];
-    b += partial[(chunks + k) * C + c];
-  }
-  dw[c] += a;
-  if (db) db[c] += b;
 }
 
 template <class T>
@@ -247,30 +237,29 @@ void ln_bwd(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, 
             const float* rstd, int64_t N, int64_t C) {
   if (N <= 0) return;
   const size_t smem = static_cast<size_t>(kFusedWarps) * 2 * C * sizeof(float);
-  if (C % Vec16<T>::n == 0 && smem <= 160 * 1024 && aligned16(dinp, dout, inp, weight)) {
-    const int64_t chunks = (N + kFusedRows - 1) / kFusedRows;
-    gpu::DeviceBuffer partial(static_cast<size_t>(2 * chunks * C) * sizeof(float), MemCategory::Scratch);
-    if (smem > 48 * 1024)
+  const bool fused = C % Vec16<T>::n == 0 && smem <= 160 * 1024 && aligned16(dinp, dout, inp, weight);
+  const int64_t chunks = fused ? (N + kFusedRows - 1) / kFusedRows : (N + kRowsPerChunk - 1) / kRowsPerChunk;
+  gpu::DeviceBuffer partial(static_cast<size_t>(2 * chunks * C) * sizeof(float), MemCategory::Scratch);
+  if (fused) {
+    static size_t allowed = 48 * 1024;  // dynamic shared memory granted to ln_backward_fused<T> so far
+    if (smem > allowed) {
       PARALLM_CUDA_CHECK(cudaFuncSetAttribute(ln_backward_fused<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               static_cast<int>(smem)),
                          "kernels.cuda.layernorm_backward");
+      allowed = smem;
+    }
     ln_backward_fused<T><<<static_cast<unsigned>(chunks), 32 * kFusedWarps, smem, stream()>>>(
         dinp, partial.as<float>(), dout, inp, weight, mean, rstd, N, static_cast<int>(C), chunks);
+  } else {
+    ln_backward_dinp<<<blocks_for(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream()>>>(dinp, dout, inp, weight, mean,
+                                                                                          rstd, N, C);
     PARALLM_CUDA_LAUNCHED("kernels.cuda.layernorm_backward");
-    ln_backward_final_wide<<<static_cast<unsigned>((C + 31) / 32), dim3(32, kTy), 0, stream()>>>(
-        dweight, dbias, partial.as<float>(), chunks, C);
-    PARALLM_CUDA_LAUNCHED("kernels.cuda.layernorm_backward");
-    return;
+    dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
+    ln_backward_partial<<<grid, dim3(32, kTy), 0, stream()>>>(partial.as<float>(), dout, inp, mean, rstd, N, C, chunks);
   }
-  ln_backward_dinp<<<blocks_for(N, kWarpsPerBlock), 32 * kWarpsPerBlock, 0, stream()>>>(dinp, dout, inp, weight, mean,
-                                                                                        rstd, N, C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.layernorm_backward");
-  int64_t chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
-  gpu::DeviceBuffer partial(static_cast<size_t>(2 * chunks * C) * sizeof(float), MemCategory::Scratch);
-  dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
-  ln_backward_partial<<<grid, dim3(32, kTy), 0, stream()>>>(partial.as<float>(), dout, inp, mean, rstd, N, C, chunks);
-  PARALLM_CUDA_LAUNCHED("kernels.cuda.layernorm_backward");
-  ln_backward_final<<<blocks_for(C, 256), 256, 0, stream()>>>(dweight, dbias, partial.as<float>(), chunks, C);
+  ln_backward_final<<<static_cast<unsigned>((C + 31) / 32), dim3(32, kTy), 0, stream()>>>(
+      dweight, dbias, partial.as<float>(), chunks, C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.layernorm_backward");
 }
 
