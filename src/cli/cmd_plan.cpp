@@ -76,7 +76,7 @@ Runner add_plan(CLI::App& app) {
     std::printf("per-rank peak bytes (rank 0 holds the largest shards)%s:\n",
                 exact ? ""
                       : "; training state only (no model shape, or bf16 by the quick rule; CPU bf16 keeps fp32 state: "
-                        "plan it as fp32)");
+                        "plan it as fp32 plus 2 B/param for its bf16 weight copy)");
     std::printf("  %-13s %11s %11s %11s %11s %11s %11s %11s %9s %11s\n", "zero.stage", "params", "grads", "optimizer",
                 "activations", "comm", "scratch", "total", "state/p", "host pool");
     for (int s = 0; s <= 3; ++s) {

@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "kernels/attention.h"
 #include "kernels/classifier.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gelu.h"
@@ -54,7 +55,10 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
   if (!dev.is_cpu()) gpu::set_device(dev.index);
   if (storage.params) params_ = DeviceArray<float>(layout_.total(), MemCategory::Params, dev);
   if (storage.grads) grads_ = DeviceArray<float>(layout_.total(), MemCategory::Grads, dev);
-  if (lowp) params_lp_ = DeviceArray<bfloat16>(layout_.total(), MemCategory::Params, dev);
+  // bf16 copy of the parameters: GPU bf16 compute reads it; CPU bf16 products
+  // take their weight operands from it instead of rounding them per product.
+  if (lowp || (bf16_products_ && storage.params))
+    params_lp_ = DeviceArray<bfloat16>(layout_.total(), MemCategory::Params, dev);
 
   off_ = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads(), compute_);
   const int64_t N = max_B_ * max_T_;
@@ -214,7 +218,17 @@ double GPT::flops_per_token(int64_t T) const {
   return 6.0 * N + 12.0 * cfg_.n_layer * cfg_.n_embd * static_cast<double>(T);
 }
 
+std::optional<kernels::cpu::Bf16CopyScope> GPT::weight_copy_scope() {
+  if (!bf16_products_ || !params_lp_.data()) return std::nullopt;
+  if (lp_stale_) {
+    kernels::cpu::to_bf16(params_lp_.data(), params_.data(), 1, layout_.total(), layout_.total());
+    lp_stale_ = false;
+  }
+  return std::optional<kernels::cpu::Bf16CopyScope>(std::in_place, params_.data(), params_lp_.data(), layout_.total());
+}
+
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, const StepContext& ctx) {
+  const auto copy = weight_copy_scope();
   if (compute_ == DType::BF16) return forward_impl(*kb_, tokens, targets, B, T, ctx);
   return forward_impl<float>(*k_, tokens, targets, B, T, ctx);
 }
@@ -310,6 +324,7 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
 }
 
 void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx) {
+  const auto copy = weight_copy_scope();
   if (compute_ == DType::BF16)
     backward_impl(*kb_, tokens, B, T, ctx);
   else
@@ -410,6 +425,7 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, in
 }
 
 void GPT::last_logits(float* out, int64_t B, int64_t T) {
+  const auto copy = weight_copy_scope();
   if (compute_ == DType::BF16)
     logits_impl(*kb_, out, B, T, true);
   else
@@ -417,6 +433,7 @@ void GPT::last_logits(float* out, int64_t B, int64_t T) {
 }
 
 void GPT::all_logits(float* out, int64_t B, int64_t T) {
+  const auto copy = weight_copy_scope();
   if (compute_ == DType::BF16)
     logits_impl(*kb_, out, B, T, false);
   else

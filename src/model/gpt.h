@@ -13,12 +13,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
 #include "core/allocator.h"
 #include "core/device_array.h"
 #include "core/tensor.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "model/config.h"
 #include "model/param_store.h"
 #include "model/params.h"
@@ -56,7 +58,8 @@ struct StepContext {
 // copy of the fp32 parameters, refreshed on the next forward after
 // params_changed(); gradients stay fp32 and accumulate across micro-steps. On
 // the CPU bf16 keeps every buffer fp32 and rounds only the operands of the
-// products (AMX through oneDNN).
+// products (AMX through oneDNN); the weight operands come from a bf16 copy of
+// the parameters redrawn the same way (where the model holds them).
 struct GPTStorage {
   bool params = true;
   bool grads = true;
@@ -132,7 +135,7 @@ class GPT {
   const kernels::ModelOps<bfloat16>* kb_ = nullptr;  // bf16 compute only
   bool bf16_products_ = false;                       // CPU bf16: fp32 activations, bf16 products
   DeviceArray<float> params_, grads_;                // empty where GPTStorage says so
-  DeviceArray<bfloat16> params_lp_;                  // bf16 compute copy of params_
+  DeviceArray<bfloat16> params_lp_;                  // bf16 copy of params_ (GPU bf16, CPU bf16 products)
   bool lp_stale_ = true;
   ParamStore* store_ = nullptr;
   // Group g's parameters / gradient buffer (the store's, or the own buffers').
@@ -140,6 +143,9 @@ class GPT {
   void release_group(int g, Pass pass) const;
   float* group_grads(int g) const;
   void group_grads_done(int g) const;
+  // CPU bf16 products with the model's own parameters: the scope under which
+  // the kernels read weights from params_lp_ (redrawn first if stale).
+  std::optional<kernels::cpu::Bf16CopyScope> weight_copy_scope();
   // Group g's parameters in the compute type A (bf16: the refreshed copy).
   template <class A>
   const A* params_of(int g, Pass pass);

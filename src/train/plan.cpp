@@ -35,7 +35,8 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
   PlanBytes b;
   if (!in.model || in.dtype != "fp32") {
     // The quick rules: the state only (no shape, or bf16: the seeds' 18 B/param mixed-precision rule,
-    // which is the GPU's layout; CPU bf16 keeps fp32 state, i.e. plan it as fp32, plus bf16 scratch).
+    // which is the GPU's layout; CPU bf16 keeps fp32 state, i.e. plan it as fp32, plus a 2 B/param
+    // bf16 weight copy and bf16 scratch).
     const double n = in.model ? static_cast<double>(model::ParamLayout(*in.model).count()) : in.params;
     const PlanBytes q = state_per_param(in.dtype, stage, in.world);
     b.params = n * q.params;

@@ -5,6 +5,7 @@
 // CPU without bf16 matrix hardware.
 #include <omp.h>
 
+#include <cstring>
 #include <limits>
 
 #include "core/error.h"
@@ -186,4 +187,77 @@ TEST(Bf16Products, OpsTableSwapsOnlyTheProducts) {
   EXPECT_EQ(b.layernorm_forward, f.layernorm_forward);
   EXPECT_EQ(b.attention_backward, f.attention_backward);
   EXPECT_EQ(b.adamw_step, f.adamw_step);
+}
+
+TEST(Bf16Products, CopyScopeServesCoveredOperandsBitwiseAndOnlyThose) {
+  // Lookup: wholly inside the range, at a float boundary, innermost first.
+  std::vector<float> base(100);
+  std::vector<bfloat16> copy(100), inner(10);
+  EXPECT_EQ(cpu::Bf16CopyScope::find(base.data(), 1), nullptr);
+  {
+    cpu::Bf16CopyScope s(base.data(), copy.data(), 100);
+    EXPECT_EQ(cpu::Bf16CopyScope::find(base.data(), 100), copy.data());
+    EXPECT_EQ(cpu::Bf16CopyScope::find(base.data() + 40, 60), copy.data() + 40);
+    EXPECT_EQ(cpu::Bf16CopyScope::find(base.data() + 40, 61), nullptr);  // runs past the end
+    EXPECT_EQ(cpu::Bf16CopyScope::find(base.data() + 100, 1), nullptr);
+    const float* misaligned = reinterpret_cast<const float*>(reinterpret_cast<const char*>(base.data()) + 2);
+    EXPECT_EQ(cpu::Bf16CopyScope::find(misaligned, 1), nullptr);
+    {
+      cpu::Bf16CopyScope t(base.data() + 10, inner.data(), 10);
+      EXPECT_EQ(cpu::Bf16CopyScope::find(base.data() + 12, 3), inner.data() + 2);
+      EXPECT_EQ(cpu::Bf16CopyScope::find(base.data() + 5, 3), copy.data() + 5);  // the outer one
+    }
+    EXPECT_EQ(cpu::Bf16CopyScope::find(base.data() + 12, 3), copy.data() + 12);
+  }
+  EXPECT_EQ(cpu::Bf16CopyScope::find(base.data(), 1), nullptr);
+
+  SKIP_WITHOUT_BF16();
+  // A linear layer and the classifier whose weights sit in a "parameter"
+  // buffer: with its exact copy installed, bitwise the results of converting;
+  // with a copy of other values, those values are what the products read.
+  const int N = 37, IN = 48, OUT = 80, V = 300;
+  auto params = randv(OUT * IN + V * IN, 50);
+  const float* w = params.data();
+  const float* wte = params.data() + OUT * IN;
+  auto x = randv(N * IN, 51), dy = randv(N * OUT, 52);
+  std::vector<int32_t> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[i] = (i * 5 + 1) % V;
+  std::vector<float> ws(cpu::classifier_workspace_floats(N, V, omp_get_max_threads()));
+  struct Out {
+    std::vector<float> y, dx, dw, loss, cdx, cdw, logits;
+  };
+  auto run = [&] {
+    Out o{std::vector<float>(N * OUT), std::vector<float>(N * IN), std::vector<float>(OUT * IN), std::vector<float>(N),
+          std::vector<float>(N * IN),  std::vector<float>(V * IN), std::vector<float>(N * V)};
+    cpu::matmul_forward_bf16p(o.y.data(), x.data(), w, nullptr, N, IN, OUT);
+    cpu::matmul_backward_bf16p(o.dx.data(), o.dw.data(), nullptr, dy.data(), x.data(), w, N, IN, OUT);
+    cpu::classifier_forward_backward_bf16p(o.loss.data(), o.cdx.data(), o.cdw.data(), x.data(), wte, tgt.data(), N, IN,
+                                           V, 1.0f / N, ws.data());
+    cpu::classifier_logits_bf16p(o.logits.data(), x.data(), wte, N, IN, V);
+    return o;
+  };
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  const Out plain = run();
+  {
+    const std::vector<bfloat16> exact = to_b(params);
+    cpu::Bf16CopyScope s(params.data(), exact.data(), static_cast<int64_t>(params.size()));
+    const Out o = run();
+    EXPECT_TRUE(same(o.y, plain.y) && same(o.dx, plain.dx) && same(o.dw, plain.dw));
+    EXPECT_TRUE(same(o.loss, plain.loss) && same(o.cdx, plain.cdx) && same(o.cdw, plain.cdw));
+    EXPECT_TRUE(same(o.logits, plain.logits));
+  }
+  {
+    // The copy holds the weights halved (exact in bf16): outputs through them halve.
+    auto half = params;
+    for (float& v : half) v = bf16_to_f32(f32_to_bf16(v)) * 0.5f;
+    const std::vector<bfloat16> h = to_b(half);
+    cpu::Bf16CopyScope s(params.data(), h.data(), static_cast<int64_t>(params.size()));
+    const Out o = run();
+    for (size_t i = 0; i < o.y.size(); ++i) ASSERT_EQ(o.y[i], 0.5f * plain.y[i]) << i;
+    for (size_t i = 0; i < o.dx.size(); ++i) ASSERT_EQ(o.dx[i], 0.5f * plain.dx[i]) << i;
+    EXPECT_TRUE(same(o.dw, plain.dw));  // x and dy are not in the buffer
+    for (size_t i = 0; i < o.logits.size(); ++i) ASSERT_EQ(o.logits[i], 0.5f * plain.logits[i]) << i;
+  }
 }

@@ -92,3 +92,53 @@ TEST(GPT, RejectsBadConfigAndTokens) {
   std::vector<int32_t> x{1, 2, 65, 3};
   EXPECT_THROW(m.forward(x.data(), nullptr, 1, 4, {}), ShapeError);
 }
+
+TEST(GPT, CpuBf16WeightCopyFollowsEveryParameterChange) {
+  if (!kernels::cpu::bf16_products_supported()) GTEST_SKIP() << "no bf16 matrix hardware on this CPU";
+  // The products read a bf16 copy of the parameters, redrawn after
+  // params_changed(): a model whose parameters were replaced must give
+  // bitwise what a fresh model with those parameters gives.
+  model::GPTConfig c;
+  c.n_layer = 2;
+  c.n_embd = 48;
+  c.n_head = 3;
+  c.block_size = 16;
+  c.bias = true;
+  const int64_t B = 2, T = 16;
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    x[i] = (i * 11) % 65;
+    y[i] = (i * 5 + 2) % 65;
+  }
+  const model::GPTStorage bf16{true, true, DType::BF16};
+  model::StepContext ctx;
+  ctx.need_grad = true;
+  auto step = [&](model::GPT& m, std::vector<float>& grads, std::vector<float>& logits) {
+    m.zero_grad();
+    const float l = m.forward(x.data(), y.data(), B, T, ctx);
+    m.backward(x.data(), B, T, ctx);
+    grads.assign(m.grads(), m.grads() + m.flat_size());
+    logits.resize(B * 65);
+    m.last_logits(logits.data(), B, T);
+    return l;
+  };
+  model::GPT a(c, B, T, Device::cpu(), bf16), b(c, B, T, Device::cpu(), bf16);
+  a.init_weights(1);
+  b.init_weights(2);
+  std::vector<float> ga, gb, la, lb, p2(a.flat_size());
+  const float l1 = step(a, ga, la);
+  b.store_params(p2.data());
+  a.load_params(p2.data());
+  const float l2 = step(a, ga, la);
+  EXPECT_NE(l1, l2);
+  EXPECT_EQ(l2, step(b, gb, lb));
+  EXPECT_EQ(ga, gb);
+  EXPECT_EQ(la, lb);
+  // Written in place (as the optimizer does), then announced.
+  for (int64_t i = 0; i < a.flat_size(); ++i) a.params()[i] *= 0.5f;
+  a.params_changed();
+  for (int64_t i = 0; i < b.flat_size(); ++i) p2[i] *= 0.5f;
+  b.load_params(p2.data());
+  EXPECT_EQ(step(a, ga, la), step(b, gb, lb));
+  EXPECT_EQ(ga, gb);
+}

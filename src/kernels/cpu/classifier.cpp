@@ -66,11 +66,14 @@ void classifier_forward_backward(float* losses, float* dx, float* dwte, const fl
   }
 }
 
-// bf16 products: x and wte are converted once per call, each chunk's
+// bf16 products: x and wte are converted once per call (wte read from the
+// parameters' bf16 copy where one is installed), each chunk's
 // d(logits) once for both gradient products; softmax and losses stay fp32.
 void classifier_logits_bf16p(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
   PARALLM_PROFILE("classifier_logits");
-  sgemm_bf16(false, true, N, V, C, x, C, wte, C, 0.0f, logits, V);
+  const bfloat16* xb = bf16_operand(0, x, N * C);
+  const bfloat16* wb = bf16_operand(1, wte, V * C);
+  gemm_bf16(false, true, N, V, C, xb, wb, 0.0f, logits, V);
 }
 
 void classifier_forward_backward_bf16p(float* losses, float* dx, float* dwte, const float* x, const float* wte,
@@ -79,14 +82,9 @@ void classifier_forward_backward_bf16p(float* losses, float* dx, float* dwte, co
   PARALLM_PROFILE("classifier_forward_backward");
   const int64_t R = chunk_rows(N, V);
   const bool grad = dx != nullptr;
-  bfloat16* xb = bf16_scratch(0, N * C);
-  bfloat16* wb = bf16_scratch(1, V * C);
+  const bfloat16* xb = bf16_operand(0, x, N * C);
+  const bfloat16* wb = bf16_operand(1, wte, V * C);
   bfloat16* db = grad ? bf16_scratch(2, std::min(R, N) * V) : nullptr;
-  {
-    PARALLM_PROFILE("to_bf16");
-    to_bf16(xb, x, N, C, C);
-    to_bf16(wb, wte, V, C, C);
-  }
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t rows = std::min(R, N - r0);
     gemm_bf16(false, true, rows, V, C, xb + r0 * C, wb, 0.0f, ws, V);

@@ -159,6 +159,37 @@ void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
   gemm_bf16(trans_a, trans_b, M, N, K, a, b, beta, C, ldc);
 }
 
+namespace {
+thread_local const Bf16CopyScope* innermost_scope = nullptr;
+}
+
+Bf16CopyScope::Bf16CopyScope(const float* base, const bfloat16* copy, int64_t n)
+    : base_(base), copy_(copy), n_(n), outer_(innermost_scope) {
+  innermost_scope = this;
+}
+Bf16CopyScope::~Bf16CopyScope() {
+  innermost_scope = outer_;
+}
+
+const bfloat16* Bf16CopyScope::find(const float* src, int64_t n) {
+  const auto p = reinterpret_cast<uintptr_t>(src);
+  for (const Bf16CopyScope* s = innermost_scope; s; s = s->outer_) {
+    const auto b = reinterpret_cast<uintptr_t>(s->base_);
+    if (p >= b && p < b + sizeof(float) * static_cast<size_t>(s->n_) && (p - b) % sizeof(float) == 0 &&
+        static_cast<int64_t>((p - b) / sizeof(float)) + n <= s->n_)
+      return s->copy_ + (p - b) / sizeof(float);
+  }
+  return nullptr;
+}
+
+const bfloat16* bf16_operand(int slot, const float* src, int64_t n) {
+  if (const bfloat16* c = Bf16CopyScope::find(src, n)) return c;
+  bfloat16* d = bf16_scratch(slot, n);
+  PARALLM_PROFILE("to_bf16");
+  to_bf16(d, src, 1, n, n);
+  return d;
+}
+
 bfloat16* bf16_scratch(int slot, int64_t n) {
   static Scratch s;
   PARALLM_CHECK(slot >= 0 && slot < static_cast<int>(s.slot.size()), InternalError, "kernels.bf16_scratch",

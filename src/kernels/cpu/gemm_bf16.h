@@ -37,6 +37,33 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
 void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// A bf16 copy of an fp32 buffer (the model's parameters, redrawn once after
+// each optimizer step) that the bf16-product kernels read instead of rounding
+// the same weights again for every product. While a scope lives on a thread,
+// an operand there that lies wholly inside [base, base + n) is read from the
+// copy at the same offset: the same rounding, so results are bitwise those of
+// converting. The owner keeps the copy current while the scope lives. Scopes
+// nest (the innermost is searched first, then the ones around it).
+class Bf16CopyScope {
+ public:
+  Bf16CopyScope(const float* base, const bfloat16* copy, int64_t n);
+  ~Bf16CopyScope();
+  Bf16CopyScope(const Bf16CopyScope&) = delete;
+  Bf16CopyScope& operator=(const Bf16CopyScope&) = delete;
+  // The copy of src[0, n) under this thread's scopes, or nullptr.
+  static const bfloat16* find(const float* src, int64_t n);
+
+ private:
+  const float* base_;
+  const bfloat16* copy_;
+  int64_t n_;
+  const Bf16CopyScope* outer_;
+};
+
+// The dense fp32 operand src[0, n) in bf16: a scope's copy where one covers
+// it, else rounded into scratch slot `slot`.
+const bfloat16* bf16_operand(int slot, const float* src, int64_t n);
+
 // Scratch buffer `slot` (0-3) of at least n bf16 values: grown on demand,
 // kept and reused (so a training step allocates nothing after its first).
 // Accounted as scratch memory. Single-threaded use (the model's thread).

@@ -99,17 +99,13 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 }
 
 // bf16 products: each operand is converted once per call into its own scratch
-// slot (dout serves both products of backward).
+// slot (dout serves both products of backward), or read from the bf16 copy
+// of the parameters where the model installed one (Bf16CopyScope).
 void matmul_forward_bf16p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
                           int64_t OUT) {
   PARALLM_PROFILE("matmul_forward");
-  bfloat16* x = bf16_scratch(0, N * IN);
-  bfloat16* w = bf16_scratch(1, OUT * IN);
-  {
-    PARALLM_PROFILE("to_bf16");
-    to_bf16(x, inp, N, IN, IN);
-    to_bf16(w, weight, OUT, IN, IN);
-  }
+  const bfloat16* x = bf16_operand(0, inp, N * IN);
+  const bfloat16* w = bf16_operand(1, weight, OUT * IN);
   gemm_bf16(false, true, N, OUT, IN, x, w, 0.0f, out, OUT);
   if (bias) add_bias(out, bias, N, OUT);
 }
@@ -117,15 +113,9 @@ void matmul_forward_bf16p(float* out, const float* inp, const float* weight, con
 void matmul_backward_bf16p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                            const float* weight, int64_t N, int64_t IN, int64_t OUT) {
   PARALLM_PROFILE("matmul_backward");
-  bfloat16* d = bf16_scratch(0, N * OUT);
-  bfloat16* x = bf16_scratch(1, N * IN);
-  bfloat16* w = dinp ? bf16_scratch(2, OUT * IN) : nullptr;
-  {
-    PARALLM_PROFILE("to_bf16");
-    to_bf16(d, dout, N, OUT, OUT);
-    to_bf16(x, inp, N, IN, IN);
-    if (w) to_bf16(w, weight, OUT, IN, IN);
-  }
+  const bfloat16* d = bf16_operand(0, dout, N * OUT);
+  const bfloat16* x = bf16_operand(1, inp, N * IN);
+  const bfloat16* w = dinp ? bf16_operand(2, weight, OUT * IN) : nullptr;
   if (dinp) gemm_bf16(false, false, N, IN, OUT, d, w, 0.0f, dinp, IN);
   gemm_bf16(true, false, OUT, IN, N, d, x, 1.0f, dweight, IN);
   if (dbias) bias_grad(dbias, dout, N, OUT);
