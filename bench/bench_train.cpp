@@ -18,16 +18,20 @@
 // peer's best setting does), since machine speed drifts over minutes.
 // Printed per config: tokens/s of each, the ratio, achieved GFLOP/s
 // (nanoGPT's 6N + 12LHQT per token) and its fraction of the measured sgemm peak.
+// The header also prints the cores' fp32 FMA ceiling (a loop of independent
+// vector FMAs), the bound no GEMM on them can pass.
 // --dtype bf16 runs both sides in bf16 mixed precision: parallm's bf16
 // products (train.dtype=bf16) against torch.autocast(cpu, bfloat16), and the
 // peak is then the measured bf16 GEMM's.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <omp.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -42,6 +46,10 @@
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "train/peak.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 extern char** environ;
 using namespace parallm;
@@ -76,6 +84,59 @@ std::vector<BenchConfig> all_configs() {
 struct Result {
   double tokens_per_s = 0, s_per_iter = 0;
 };
+
+#if defined(__x86_64__)
+// fp32 FLOPs of `iters` rounds of 12 independent FMA chains (enough to cover
+// the latency of two FMA ports), AVX-512 or AVX2; the result keeps the loop alive.
+__attribute__((target("avx512f"))) double fma_chains_512(long iters, float* sink) {
+  __m512 a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(0.001f * static_cast<float>(j));
+  const __m512 b = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-4f);
+  for (long i = 0; i < iters; ++i)
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_fmadd_ps(a[j], b, c);
+  float out[16];
+  for (int j = 1; j < 12; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
+  _mm512_storeu_ps(out, a[0]);
+  *sink = out[0];
+  return 12.0 * 32.0 * static_cast<double>(iters);
+}
+__attribute__((target("avx2,fma"))) double fma_chains_256(long iters, float* sink) {
+  __m256 a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_ps(0.001f * static_cast<float>(j));
+  const __m256 b = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-4f);
+  for (long i = 0; i < iters; ++i)
+    for (int j = 0; j < 12; ++j) a[j] = _mm256_fmadd_ps(a[j], b, c);
+  float out[8];
+  for (int j = 1; j < 12; ++j) a[0] = _mm256_add_ps(a[0], a[j]);
+  _mm256_storeu_ps(out, a[0]);
+  *sink = out[0];
+  return 12.0 * 16.0 * static_cast<double>(iters);
+}
+#endif
+
+// The best of 3 runs of every thread looping at once (0 on CPUs with neither).
+double fma_peak_flops(int threads) {
+#if !defined(__x86_64__)
+  (void)threads;
+  return 0;
+#else
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (!avx512 && !__builtin_cpu_supports("fma")) return 0;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    double flops = 0;
+    Timer t;
+#pragma omp parallel num_threads(threads) reduction(+ : flops)
+    {
+      float sink = 0;
+      flops += avx512 ? fma_chains_512(20000000, &sink) : fma_chains_256(20000000, &sink);
+      if (sink == 12345.0f) flops += 1;  // never; keeps the chains' result used
+    }
+    best = std::max(best, flops / t.seconds());
+  }
+  return best;
+#endif
+}
 
 // parallm: full training steps (forward, backward, clip, AdamW) in this process.
 Result run_parallm(const BenchConfig& bc, const std::string& data_dir, int iters, int warmup, DType dtype) {
@@ -224,9 +285,12 @@ int main(int argc, char** argv) {
   const DType dtype = parse_dtype(dtype_s);
   const bool bf16 = dtype == DType::BF16;
   const double peak = train::measure_gemm_flops(threads, 1.0, bf16);
-  fmt::print("threads {} | dtype {} | measured {} peak (oneDNN, 1024^3): {:.1f} GFLOP/s | OPENBLAS_CORETYPE={}\n",
-             threads, dtype_s, bf16 ? "bf16 GEMM" : "fp32 sgemm", peak / 1e9,
-             std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)");
+  const double fma_peak = fma_peak_flops(threads);
+  fmt::print(
+      "threads {} | dtype {} | measured {} peak (oneDNN, 1024^3): {:.1f} GFLOP/s | fp32 FMA ceiling (loop): "
+      "{:.1f} GFLOP/s | OPENBLAS_CORETYPE={}\n",
+      threads, dtype_s, bf16 ? "bf16 GEMM" : "fp32 sgemm", peak / 1e9, fma_peak / 1e9,
+      std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)");
   nlohmann::json report = nlohmann::json::array();
   for (const auto& bc : all_configs()) {
     if (configs.find(bc.name) == std::string::npos) continue;
@@ -247,6 +311,7 @@ int main(int argc, char** argv) {
                        {"parallm_tokens_per_s", ours.tokens_per_s},
                        {"parallm_gflops", ours.tokens_per_s * fpt / 1e9},
                        {"peak_gflops", peak / 1e9},
+                       {"fma_peak_gflops", fma_peak / 1e9},
                        {"dtype", dtype_s}};
     if (peer != "none") {
       const int pit = peer_iters > 0 ? peer_iters : bc.name == "a" ? 40 : bc.name == "b" ? 3 : 6;
