@@ -220,6 +220,7 @@ TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::Ada
   TrainState st;
   if (m.device().is_cpu()) {
     st = load_checkpoint(out_dir, m.layout(), m.params(), opt ? opt->m() : nullptr, opt ? opt->v() : nullptr, &steps);
+    m.params_changed();  // CPU bf16 products read a bf16 copy of the parameters
   } else {
     const size_t pbytes = static_cast<size_t>(m.flat_size()) * sizeof(float);
     std::vector<float> hp(m.flat_size()), hm(opt ? m.flat_size() : 0), hv(opt ? m.flat_size() : 0);
