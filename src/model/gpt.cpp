@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/profiler.h"
 #include "core/rng.h"
 #include "kernels/attention.h"
 #include "kernels/classifier.h"
@@ -221,6 +222,7 @@ double GPT::flops_per_token(int64_t T) const {
 std::optional<kernels::cpu::Bf16CopyScope> GPT::weight_copy_scope() {
   if (!bf16_products_ || !params_lp_.data()) return std::nullopt;
   if (lp_stale_) {
+    PARALLM_PROFILE("to_bf16");
     kernels::cpu::to_bf16(params_lp_.data(), params_.data(), 1, layout_.total(), layout_.total());
     lp_stale_ = false;
   }
