@@ -175,9 +175,9 @@ const bfloat16* Bf16CopyScope::find(const float* src, int64_t n) {
   const auto p = reinterpret_cast<uintptr_t>(src);
   for (const Bf16CopyScope* s = innermost_scope; s; s = s->outer_) {
     const auto b = reinterpret_cast<uintptr_t>(s->base_);
-    if (p >= b && p < b + sizeof(float) * static_cast<size_t>(s->n_) && (p - b) % sizeof(float) == 0 &&
-        static_cast<int64_t>((p - b) / sizeof(float)) + n <= s->n_)
-      return s->copy_ + (p - b) / sizeof(float);
+    if (p < b || (p - b) % sizeof(float) != 0) continue;
+    const auto off = static_cast<int64_t>((p - b) / sizeof(float));  // in floats
+    if (off < s->n_ && off + n <= s->n_) return s->copy_ + off;
   }
   return nullptr;
 }
