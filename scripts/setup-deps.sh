@@ -5,6 +5,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config
   libdnnl-dev            # oneDNN: GEMM (JIT, dispatches on the CPU's ISA), OpenMP runtime
+  ocl-icd-opencl-dev     # oneDNN's CMake config requires OpenCL (a Recommends, which --no-install-recommends skips)
   libcli11-dev           # command-line parsing
   libyaml-cpp-dev        # config files
   nlohmann-json3-dev     # JSON (metrics, manifests, checkpoints)
