@@ -164,8 +164,10 @@ Result run_parallm(const BenchConfig& bc, const std::string& data_dir, int iters
     m.forward(x.data(), y.data(), B, T, ctx);
     m.backward(x.data(), B, T, ctx);
     const double norm = optim::global_norm(m.grads(), m.flat_size());
-    opt.step(m.params(), m.grads(), 1e-3f, optim::clip_factor(norm, 1.0f));
-    m.params_changed();  // as the trainer: a bf16 model redraws its weight copy
+    // As the trainer: AdamW writes a bf16 model's weight copy, or the model redraws it.
+    bfloat16* copy = m.weight_copy_for_step();
+    opt.step(m.params(), m.grads(), 1e-3f, optim::clip_factor(norm, 1.0f), copy);
+    if (!copy) m.params_changed();
   }
   const double s = total.seconds() / iters;
   return {static_cast<double>(B * T) / s, s};

@@ -1,8 +1,13 @@
 // Contract: AdamW update with torch.optim.AdamW semantics (decoupled weight
 // decay applied first, bias-corrected moments, eps added after the sqrt).
 // grad_scale multiplies the gradient first (global-norm clipping).
+// param_bf16, where given, receives each updated weight rounded to bf16 (to
+// nearest even, as the model's conversions round) in the same pass: the
+// mixed-precision models' weight copy, kept current without a pass of its own.
 #pragma once
 #include <cstdint>
+
+#include "core/dtype.h"
 
 namespace parallm::kernels {
 
@@ -16,18 +21,36 @@ struct AdamWParams {
   float grad_scale = 1.0f;
 };
 
+// Several runs of one set of flat buffers in one call (one launch on the GPU
+// for up to 40 runs): run r updates param[r.param ..], grad[r.grad ..],
+// m and v [r.state ..] and param_bf16 [r.param ..] for r.length elements,
+// with p.weight_decay where r.decay and none elsewhere.
+struct AdamWRun {
+  int64_t param = 0, grad = 0, state = 0, length = 0;
+  bool decay = false;
+};
+
 namespace ref {
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p);
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p,
+                bfloat16* param_bf16 = nullptr);
+void adamw_runs(float* param, const float* grad, float* m, float* v, const AdamWRun* runs, int64_t nruns,
+                const AdamWParams& p, bfloat16* param_bf16 = nullptr);
 double sum_squares(const float* x, int64_t n);
 }  // namespace ref
 namespace cpu {
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p);
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p,
+                bfloat16* param_bf16 = nullptr);
+void adamw_runs(float* param, const float* grad, float* m, float* v, const AdamWRun* runs, int64_t nruns,
+                const AdamWParams& p, bfloat16* param_bf16 = nullptr);
 // Sum of squares, accumulated in double in a fixed blocked order (thread-count independent).
 double sum_squares(const float* x, int64_t n);
 }  // namespace cpu
 // kernels::cuda: the same contract on device pointers, run on gpu::stream().
 namespace cuda {
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p);
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p,
+                bfloat16* param_bf16 = nullptr);
+void adamw_runs(float* param, const float* grad, float* m, float* v, const AdamWRun* runs, int64_t nruns,
+                const AdamWParams& p, bfloat16* param_bf16 = nullptr);
 // Deterministic: fixed blocks summed in double in a fixed order; the result is copied to the host.
 double sum_squares(const float* x, int64_t n);
 }  // namespace cuda

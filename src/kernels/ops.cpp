@@ -32,7 +32,7 @@ namespace {
     t.attention_workspace_floats = &ns::attention_workspace_floats;   \
     t.classifier_workspace_floats = &ns::classifier_workspace_floats; \
     t.add_inplace = &ns::add_inplace;                                 \
-    t.adamw_step = &ns::adamw_step;                                   \
+    t.adamw_runs = &ns::adamw_runs;                                   \
     t.sum_squares = &ns::sum_squares;                                 \
     return t;                                                         \
   }()

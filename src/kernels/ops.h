@@ -48,7 +48,7 @@ struct ModelOps {
 // Everything of one device in fp32: the model's kernels and the optimizer's.
 struct Ops : ModelOps<float> {
   decltype(&cpu::add_inplace) add_inplace;
-  decltype(&cpu::adamw_step) adamw_step;
+  decltype(&cpu::adamw_runs) adamw_runs;
   decltype(&cpu::sum_squares) sum_squares;
 };
 

@@ -86,6 +86,11 @@ class GPT {
   // Call after anything writes params() (the optimizer, a checkpoint, a
   // broadcast): the bf16 compute copy is redrawn before the next forward.
   void params_changed() { lp_stale_ = true; }
+  // For an optimizer that writes the bf16 copy as it updates params() in place
+  // (optim::AdamW::step's params_bf16): the copy, where the model keeps one
+  // and it is current. Then the step keeps it current and params_changed() is
+  // not needed; with nullptr call params_changed() after the step as usual.
+  bfloat16* weight_copy_for_step() const { return !lp_stale_ && params_.data() ? params_lp_.data() : nullptr; }
   // The type of activations and of the weights the kernels read (fp32 on the
   // CPU even with bf16 mixed precision, which there only rounds the operands
   // of the products: bf16_products()).

@@ -22,13 +22,14 @@ AdamW::AdamW(const model::ParamLayout& layout, const AdamWConfig& cfg, Device de
 
 AdamW::AdamW(std::vector<model::UpdateRun> runs, int64_t state_size, const AdamWConfig& cfg, Device dev,
              MemCategory cat)
-    : cfg_(cfg), runs_(std::move(runs)), m_(state_size, cat, dev), v_(state_size, cat, dev) {
+    : cfg_(cfg), m_(state_size, cat, dev), v_(state_size, cat, dev) {
+  for (const auto& r : runs) runs_.push_back({r.param, r.grad, r.state, r.length, r.decay});
   for (const auto& r : runs_)
     PARALLM_CHECK(r.state >= 0 && r.length >= 0 && r.state + r.length <= state_size, InternalError, "optim.adamw",
                   "run [{}, {}) outside the state of {} elements", r.state, r.state + r.length, state_size);
 }
 
-void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
+void AdamW::step(float* params, const float* grads, float lr, float grad_scale, bfloat16* params_bf16) {
   ++t_;
   kernels::AdamWParams p;
   p.lr = lr;
@@ -37,11 +38,10 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
   p.eps = cfg_.eps;
   p.step = t_;
   p.grad_scale = grad_scale;
-  for (const auto& r : runs_) {
-    p.weight_decay = r.decay ? cfg_.weight_decay : 0.0f;
-    kernels::ops_for(m_.device())
-        .adamw_step(params + r.param, grads + r.grad, m_.data() + r.state, v_.data() + r.state, r.length, p);
-  }
+  p.weight_decay = cfg_.weight_decay;  // on the runs with decay set
+  kernels::ops_for(m_.device())
+      .adamw_runs(params, grads, m_.data(), v_.data(), runs_.data(), static_cast<int64_t>(runs_.size()), p,
+                  params_bf16);
 }
 
 double global_norm(const float* grads, int64_t n, Device dev) {

@@ -9,6 +9,7 @@
 
 #include "core/allocator.h"
 #include "core/device_array.h"
+#include "kernels/adamw.h"
 #include "model/params.h"
 
 namespace parallm::optim {
@@ -31,7 +32,9 @@ class AdamW {
         MemCategory cat = MemCategory::OptState);
   // One update with learning rate `lr`; gradients are multiplied by grad_scale first.
   // params and grads live on the optimizer's device; the runs' offsets apply to them.
-  void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
+  // params_bf16 (optional, the runs' offsets apply to it too): receives the
+  // updated weights rounded to bf16 in the same pass (GPT::weight_copy_for_step).
+  void step(float* params, const float* grads, float lr, float grad_scale = 1.0f, bfloat16* params_bf16 = nullptr);
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }
   float* m() const { return m_.data(); }  // on device()
@@ -42,7 +45,7 @@ class AdamW {
 
  private:
   AdamWConfig cfg_;
-  std::vector<model::UpdateRun> runs_;
+  std::vector<kernels::AdamWRun> runs_;
   DeviceArray<float> m_, v_;
   int64_t t_ = 0;
 };

@@ -408,10 +408,12 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       throw NumericError("train", fmt::format("non-finite loss ({}) or gradient norm ({}) at iter {}; lower "
                                               "optimizer.learning_rate or set optimizer.grad_clip",
                                               loss, norm, it));
+    // AdamW writes the model's bf16 weight copy as it updates the weights (where there is one).
+    bfloat16* copy = zero ? nullptr : m.weight_copy_for_step();
     opt.step(zero ? zero->opt_params() : m.params(), zero ? zero->opt_grads() : m.grads(), lr,
-             optim::clip_factor(norm, cfg.grad_clip));
+             optim::clip_factor(norm, cfg.grad_clip), copy);
     if (zero) zero->gather_params();
-    m.params_changed();
+    if (!copy) m.params_changed();
     dtb += to.seconds();
     const double dt = t_iter.seconds();
     const double tok_s = static_cast<double>(tokens_per_iter) / dt;

@@ -186,7 +186,7 @@ TEST(Bf16Products, OpsTableSwapsOnlyTheProducts) {
   EXPECT_NE(b.classifier_logits, f.classifier_logits);
   EXPECT_EQ(b.layernorm_forward, f.layernorm_forward);
   EXPECT_EQ(b.attention_backward, f.attention_backward);
-  EXPECT_EQ(b.adamw_step, f.adamw_step);
+  EXPECT_EQ(b.adamw_runs, f.adamw_runs);
 }
 
 TEST(Bf16Products, CopyScopeServesCoveredOperandsBitwiseAndOnlyThose) {

@@ -236,6 +236,52 @@ TEST_F(Cuda, AdamWAndSumSquaresMatchReference) {
   expect_close(gp.back(), p, 1e-5, 1e-2, "param");
   expect_close(gm.back(), m, 1e-5, 1e-2, "m");
   expect_close(gv.back(), v, 1e-5, 1e-2, "v");
+  // The bf16 copy written in the same pass: the updated weight rounded to nearest even, on the vector path
+  // (offset 0) and the element path (offset 1: misaligned).
+  for (int64_t off : {0, 1}) {
+    auto g = randv(n, 95);
+    Dev<float> gg(g);
+    Dev<bfloat16> gc(std::vector<bfloat16>(n, bfloat16{0}));
+    kernels::AdamWParams ap{1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f, 4, 0.5f};
+    kc::adamw_step(gp.p() + off, gg.p() + off, gm.p() + off, gv.p() + off, n - off, ap, gc.p() + off);
+    const auto w = gp.back();
+    const auto c = gc.back();
+    EXPECT_EQ(c[0].bits, off == 0 ? f32_to_bf16(w[0]) : 0);
+    for (int64_t i = off; i < n; ++i) ASSERT_EQ(c[i].bits, f32_to_bf16(w[i])) << "offset " << off << ", element " << i;
+  }
+  // Many runs in one call (two launches past 40 runs): bitwise what one call per run gives. Runs of odd
+  // lengths and offsets (the element path), one empty, long ones over several blocks; decay on every other one.
+  {
+    std::vector<kernels::AdamWRun> runs;
+    int64_t off = 0;
+    for (int i = 0; i < 45; ++i) {
+      const int64_t len = i == 7 ? 0 : (i % 5 == 0 ? 20001 : 1 + (i * 37) % 300);
+      runs.push_back({off, off, off, len, i % 2 == 0});
+      off += len + (i % 3 == 0 ? 4 : 1);
+    }
+    const int64_t total = off;
+    auto w0 = randv(total, 96), g = randv(total, 97), m0 = randv(total, 98, 0.1f), v0 = randv(total, 99, 0.1f);
+    for (auto& x : v0) x = x * x;
+    Dev<float> wa(w0), ma(m0), va(v0), wb(w0), mb(m0), vb(v0), gg(g);
+    Dev<bfloat16> ca(std::vector<bfloat16>(total, bfloat16{0})), cb(std::vector<bfloat16>(total, bfloat16{0}));
+    kernels::AdamWParams ap{1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f, 2, 0.7f};
+    kc::adamw_runs(wa.p(), gg.p(), ma.p(), va.p(), runs.data(), static_cast<int64_t>(runs.size()), ap, ca.p());
+    for (const auto& r : runs) {
+      auto q = ap;
+      q.weight_decay = r.decay ? ap.weight_decay : 0.0f;
+      kc::adamw_step(wb.p() + r.param, gg.p() + r.grad, mb.p() + r.state, vb.p() + r.state, r.length, q,
+                     cb.p() + r.param);
+    }
+    EXPECT_EQ(wa.back(), wb.back());
+    EXPECT_EQ(ma.back(), mb.back());
+    EXPECT_EQ(va.back(), vb.back());
+    const auto c1 = ca.back(), c2 = cb.back();
+    const auto w1 = wa.back();
+    for (int64_t i = 0; i < total; ++i) ASSERT_EQ(c1[i].bits, c2[i].bits) << "element " << i;
+    for (const auto& r : runs)
+      for (int64_t i = r.param; i < r.param + r.length; ++i) ASSERT_EQ(c1[i].bits, f32_to_bf16(w1[i])) << i;
+    EXPECT_EQ(w1[runs[1].param - 1], w0[runs[1].param - 1]) << "gaps between runs stay untouched";
+  }
   auto x = randv(300007, 90);
   Dev<float> gx(x);
   double want = kr::sum_squares(x.data(), static_cast<int64_t>(x.size()));

@@ -173,6 +173,40 @@ TEST(AdamW, MatchesReferenceAndSumSquaresIsThreadIndependent) {
   expect_close(w2, w1, 1e-5, 1e-2, "param");
   expect_close(m2, m1, 1e-5, 1e-2, "m");
   expect_close(v2, v1, 1e-5, 1e-2, "v");
+  // The bf16 copy written in the same pass is the updated weight rounded to
+  // nearest even, whatever the offset (an odd one leaves the vector lanes' alignment).
+  for (int64_t off : {0, 1}) {
+    auto w3 = w2, m3 = m2, v3 = v2, w4 = w2, m4 = m2, v4 = v2;
+    std::vector<bfloat16> c3(n), c4(n);
+    ref::adamw_step(w3.data() + off, g.data() + off, m3.data() + off, v3.data() + off, n - off, p, c3.data() + off);
+    cpu::adamw_step(w4.data() + off, g.data() + off, m4.data() + off, v4.data() + off, n - off, p, c4.data() + off);
+    for (int64_t i = off; i < n; ++i) {
+      ASSERT_EQ(c3[i].bits, f32_to_bf16(w3[i])) << "ref, element " << i;
+      ASSERT_EQ(c4[i].bits, f32_to_bf16(w4[i])) << "cpu, element " << i;
+    }
+    if (off == 1) {
+      EXPECT_EQ(c4[0].bits, 0) << "nothing before the run is written";
+    }
+    if (off == 0) {
+      auto w5 = w2, m5 = m2, v5 = v2;
+      cpu::adamw_step(w5.data(), g.data(), m5.data(), v5.data(), n, p);
+      EXPECT_EQ(w5, w4) << "the copy does not change the update";
+    }
+  }
+  // Runs: weight decay only where the run asks for it, nothing between runs touched.
+  {
+    const std::vector<AdamWRun> runs{{0, 0, 0, 100, true}, {103, 103, 103, 57, false}, {170, 170, 170, 31, true}};
+    auto w5 = w2, m5 = m2, v5 = v2, w6 = w2, m6 = m2, v6 = v2;
+    cpu::adamw_runs(w5.data(), g.data(), m5.data(), v5.data(), runs.data(), 3, p);
+    for (const auto& r : runs) {
+      auto q = p;
+      q.weight_decay = r.decay ? p.weight_decay : 0.0f;
+      ref::adamw_step(w6.data() + r.param, g.data() + r.grad, m6.data() + r.state, v6.data() + r.state, r.length, q);
+    }
+    expect_close(w5, w6, 1e-5, 1e-2, "param (runs)");
+    EXPECT_EQ(w5[101], w2[101]);
+    EXPECT_EQ(w5[300], w2[300]);
+  }
   omp_set_num_threads(1);
   double s1 = cpu::sum_squares(g.data(), n);
   omp_set_num_threads(2);

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "model/gpt.h"
+#include "optim/adamw.h"
 
 using namespace parallm;
 
@@ -141,4 +142,20 @@ TEST(GPT, CpuBf16WeightCopyFollowsEveryParameterChange) {
   b.load_params(p2.data());
   EXPECT_EQ(step(a, ga, la), step(b, gb, lb));
   EXPECT_EQ(ga, gb);
+  // AdamW writing the copy as it updates the weights keeps it current: the
+  // same trajectory, bitwise, as redrawing it after every step.
+  optim::AdamW oa(a.layout(), {}), ob(b.layout(), {});
+  for (int s = 0; s < 3; ++s) {
+    bfloat16* copy = a.weight_copy_for_step();
+    ASSERT_NE(copy, nullptr);
+    oa.step(a.params(), a.grads(), 1e-2f, 0.9f, copy);
+    ob.step(b.params(), b.grads(), 1e-2f, 0.9f);
+    b.params_changed();
+    EXPECT_EQ(b.weight_copy_for_step(), nullptr) << "a stale copy is not offered";
+    EXPECT_EQ(step(a, ga, la), step(b, gb, lb)) << "step " << s;
+    EXPECT_EQ(ga, gb);
+    EXPECT_EQ(la, lb);
+  }
+  model::GPT f(c, B, T);  // fp32: no copy
+  EXPECT_EQ(f.weight_copy_for_step(), nullptr);
 }

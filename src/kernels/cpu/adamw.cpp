@@ -13,7 +13,7 @@ namespace parallm::kernels::cpu {
 namespace {
 constexpr int64_t kChunk = 16384;
 PARALLM_CLONES void adamw_chunk(float* w, const float* g, float* m, float* v, int64_t n, float decay, float b1,
-                                float b2, float step_size, float inv_bc2_sqrt, float eps, float gs) {
+                                float b2, float step_size, float inv_bc2_sqrt, float eps, float gs, uint16_t* lp) {
   for (int64_t i = 0; i < n; ++i) {
     float gi = g[i] * gs;
     float mi = b1 * m[i] + (1.0f - b1) * gi;
@@ -23,6 +23,9 @@ PARALLM_CLONES void adamw_chunk(float* w, const float* g, float* m, float* v, in
     float denom = std::sqrt(vi) * inv_bc2_sqrt + eps;
     w[i] = w[i] * decay - step_size * mi / denom;
   }
+  // The copy from the chunk just written (64 KiB, still in L1/L2), by the conversion the model uses.
+  if (lp)
+    for (int64_t i = 0; i < n; ++i) lp[i] = f32_to_bf16(w[i]);
 }
 PARALLM_CLONES double sumsq_chunk(const float* x, int64_t n) {
   // float lanes within a chunk, double across chunks: exact enough and fast.
@@ -33,7 +36,8 @@ PARALLM_CLONES double sumsq_chunk(const float* x, int64_t n) {
 }
 }  // namespace
 
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p) {
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p,
+                bfloat16* param_bf16) {
   PARALLM_PROFILE("adamw_step");
   const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
@@ -43,7 +47,18 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i += kChunk)
     adamw_chunk(param + i, grad + i, m + i, v + i, std::min(kChunk, n - i), decay, p.beta1, p.beta2, step_size,
-                inv_bc2_sqrt, p.eps, p.grad_scale);
+                inv_bc2_sqrt, p.eps, p.grad_scale, param_bf16 ? reinterpret_cast<uint16_t*>(param_bf16) + i : nullptr);
+}
+
+void adamw_runs(float* param, const float* grad, float* m, float* v, const AdamWRun* runs, int64_t nruns,
+                const AdamWParams& p, bfloat16* param_bf16) {
+  AdamWParams q = p;
+  for (int64_t i = 0; i < nruns; ++i) {
+    const AdamWRun& r = runs[i];
+    q.weight_decay = r.decay ? p.weight_decay : 0.0f;
+    adamw_step(param + r.param, grad + r.grad, m + r.state, v + r.state, r.length, q,
+               param_bf16 ? param_bf16 + r.param : nullptr);
+  }
 }
 
 double sum_squares(const float* x, int64_t n) {

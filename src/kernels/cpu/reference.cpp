@@ -258,7 +258,8 @@ void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64
     dinp[i] = dropout_keep(p, seed, stream, base + i) ? dout[i] * (1.0f / (1.0f - p)) : 0.0f;
 }
 
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p) {
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p,
+                bfloat16* param_bf16) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
   for (int64_t i = 0; i < n; ++i) {
@@ -268,6 +269,18 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
     v[i] = static_cast<float>(p.beta2 * v[i] + (1.0 - p.beta2) * g * g);
     double denom = std::sqrt(static_cast<double>(v[i])) / std::sqrt(bc2) + p.eps;
     param[i] = static_cast<float>(w - p.lr / bc1 * m[i] / denom);
+    if (param_bf16) param_bf16[i].bits = f32_to_bf16(param[i]);
+  }
+}
+
+void adamw_runs(float* param, const float* grad, float* m, float* v, const AdamWRun* runs, int64_t nruns,
+                const AdamWParams& p, bfloat16* param_bf16) {
+  AdamWParams q = p;
+  for (int64_t i = 0; i < nruns; ++i) {
+    const AdamWRun& r = runs[i];
+    q.weight_decay = r.decay ? p.weight_decay : 0.0f;
+    adamw_step(param + r.param, grad + r.grad, m + r.state, v + r.state, r.length, q,
+               param_bf16 ? param_bf16 + r.param : nullptr);
   }
 }
 

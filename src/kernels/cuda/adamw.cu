@@ -26,8 +26,15 @@ __device__ __forceinline__ void adamw_one(float& w, float g, float& m, float& v,
   w = wd - a.lr * a.inv_bc1 * m / (sqrtf(v) * a.inv_sqrt_bc2 + a.eps);
 }
 
-// Elements [0, 4 nv) as float4 (nv = 0 where a pointer is not 16-byte aligned), the rest one by one.
-__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n, int64_t nv, AdamWArgs a) {
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+  return uint32_t{__bfloat16_as_ushort(__float2bfloat16_rn(lo))} |
+         (uint32_t{__bfloat16_as_ushort(__float2bfloat16_rn(hi))} << 16);
+}
+
+// Elements [0, 4 nv) as float4 (nv = 0 where a pointer is not 16-byte aligned, or lp not 8-byte aligned), the
+// rest one by one. lp (may be null): the bf16 copy of the updated weights.
+__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, bfloat16* lp, int64_t n, int64_t nv,
+                             AdamWArgs a) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x, start = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   for (int64_t i = start; i < nv; i += stride) {
     float4 w = reinterpret_cast<float4*>(param)[i], mi = reinterpret_cast<float4*>(m)[i],
@@ -40,8 +47,64 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
     reinterpret_cast<float4*>(param)[i] = w;
     reinterpret_cast<float4*>(m)[i] = mi;
     reinterpret_cast<float4*>(v)[i] = vi;
+    if (lp) reinterpret_cast<uint2*>(lp)[i] = make_uint2(bf16x2(w.x, w.y), bf16x2(w.z, w.w));
   }
-  for (int64_t i = 4 * nv + start; i < n; i += stride) adamw_one(param[i], grad[i], m[i], v[i], a);
+  for (int64_t i = 4 * nv + start; i < n; i += stride) {
+    adamw_one(param[i], grad[i], m[i], v[i], a);
+    if (lp) lp[i] = from_f<bfloat16>(param[i]);
+  }
+}
+
+// Several runs in one launch: the runs travel in the kernel's parameters;
+// block b works on elements [kPerBlock * (b - first), + kPerBlock) of the run
+// whose blocks start at first. The arithmetic is adamw_kernel's, element for element.
+constexpr int kMaxRuns = 40;
+constexpr int kPerBlock = kThreads * 4 * 8;  // 8 float4 per thread
+struct RunTable {
+  struct Run {
+    int64_t param, grad, state, length;
+    int first_block;
+    float decay;
+    bool vec;
+  } r[kMaxRuns];
+  int n;
+};
+
+__global__ void adamw_runs_kernel(float* param, const float* grad, float* m, float* v, bfloat16* lp, RunTable t,
+                                  AdamWArgs a) {
+  int i = 0;
+  while (i + 1 < t.n && t.r[i + 1].first_block <= static_cast<int>(blockIdx.x)) ++i;
+  const auto& r = t.r[i];
+  a.decay = r.decay;
+  const int64_t lo = int64_t{static_cast<int>(blockIdx.x) - r.first_block} * kPerBlock;
+  const int64_t hi = lo + kPerBlock < r.length ? lo + kPerBlock : r.length;
+  float *w = param + r.param, *mm = m + r.state, *vv = v + r.state;
+  const float* g = grad + r.grad;
+  bfloat16* c = lp ? lp + r.param : nullptr;
+  if (r.vec) {  // lo and hi - (hi % 4) are multiples of 4
+    for (int64_t j = lo / 4 + threadIdx.x; j < hi / 4; j += kThreads) {
+      float4 wi = reinterpret_cast<float4*>(w)[j], mi = reinterpret_cast<float4*>(mm)[j],
+             vi = reinterpret_cast<float4*>(vv)[j];
+      const float4 gi = reinterpret_cast<const float4*>(g)[j];
+      adamw_one(wi.x, gi.x, mi.x, vi.x, a);
+      adamw_one(wi.y, gi.y, mi.y, vi.y, a);
+      adamw_one(wi.z, gi.z, mi.z, vi.z, a);
+      adamw_one(wi.w, gi.w, mi.w, vi.w, a);
+      reinterpret_cast<float4*>(w)[j] = wi;
+      reinterpret_cast<float4*>(mm)[j] = mi;
+      reinterpret_cast<float4*>(vv)[j] = vi;
+      if (c) reinterpret_cast<uint2*>(c)[j] = make_uint2(bf16x2(wi.x, wi.y), bf16x2(wi.z, wi.w));
+    }
+    for (int64_t j = hi / 4 * 4 + threadIdx.x; j < hi; j += kThreads) {
+      adamw_one(w[j], g[j], mm[j], vv[j], a);
+      if (c) c[j] = from_f<bfloat16>(w[j]);
+    }
+  } else {
+    for (int64_t j = lo + threadIdx.x; j < hi; j += kThreads) {
+      adamw_one(w[j], g[j], mm[j], vv[j], a);
+      if (c) c[j] = from_f<bfloat16>(w[j]);
+    }
+  }
 }
 
 __global__ void sumsq_partial(double* partial, const float* x, int64_t n) {
@@ -62,7 +125,8 @@ __global__ void sumsq_final(double* out, const double* partial, int n) {
 }
 }  // namespace
 
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p) {
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p,
+                bfloat16* param_bf16) {
   if (n <= 0) return;
   const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
@@ -74,9 +138,44 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
                     p.grad_scale,
                     static_cast<float>(1.0 / bc1),
                     static_cast<float>(1.0 / std::sqrt(bc2))};
-  const int64_t nv = aligned16(param, grad, m, v) ? n / 4 : 0;
-  adamw_kernel<<<capped_blocks(nv > 0 ? nv : n, kThreads), kThreads, 0, stream()>>>(param, grad, m, v, n, nv, a);
+  const bool lp_ok = !param_bf16 || reinterpret_cast<uintptr_t>(param_bf16) % 8 == 0;
+  const int64_t nv = aligned16(param, grad, m, v) && lp_ok ? n / 4 : 0;
+  adamw_kernel<<<capped_blocks(nv > 0 ? nv : n, kThreads), kThreads, 0, stream()>>>(param, grad, m, v, param_bf16, n,
+                                                                                    nv, a);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.adamw_step");
+}
+
+void adamw_runs(float* param, const float* grad, float* m, float* v, const AdamWRun* runs, int64_t nruns,
+                const AdamWParams& p, bfloat16* param_bf16) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
+  const AdamWArgs a{p.lr,
+                    p.beta1,
+                    p.beta2,
+                    p.eps,
+                    0.0f,  // per run
+                    p.grad_scale,
+                    static_cast<float>(1.0 / bc1),
+                    static_cast<float>(1.0 / std::sqrt(bc2))};
+  for (int64_t i0 = 0; i0 < nruns; i0 += kMaxRuns) {
+    RunTable t{};
+    int blocks = 0;
+    const int64_t i1 = nruns - i0 < kMaxRuns ? nruns : i0 + kMaxRuns;
+    for (int64_t i = i0; i < i1; ++i) {
+      const AdamWRun& r = runs[i];
+      if (r.length <= 0) continue;
+      const bool vec = aligned16(param + r.param, grad + r.grad, m + r.state, v + r.state) &&
+                       (!param_bf16 || reinterpret_cast<uintptr_t>(param_bf16 + r.param) % 8 == 0);
+      t.r[t.n++] = {r.param, r.grad, r.state, r.length, blocks, r.decay ? p.weight_decay : 0.0f, vec};
+      const int64_t nb = (r.length + kPerBlock - 1) / kPerBlock;
+      PARALLM_CHECK(blocks + nb < (int64_t{1} << 30), ShapeError, "kernels.cuda.adamw_runs",
+                    "{} elements in one launch exceed its grid", r.length);
+      blocks += static_cast<int>(nb);
+    }
+    if (t.n == 0) continue;
+    adamw_runs_kernel<<<blocks, kThreads, 0, stream()>>>(param, grad, m, v, param_bf16, t, a);
+    PARALLM_CUDA_LAUNCHED("kernels.cuda.adamw_runs");
+  }
 }
 
 double sum_squares(const float* x, int64_t n) {

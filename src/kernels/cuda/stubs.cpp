@@ -80,8 +80,11 @@ void dropout_forward(float*, const float*, int64_t, float, uint64_t, uint64_t, u
 void dropout_backward(float*, const float*, int64_t, float, uint64_t, uint64_t, uint64_t) {
   not_built("dropout_backward");
 }
-void adamw_step(float*, const float*, float*, float*, int64_t, const AdamWParams&) {
+void adamw_step(float*, const float*, float*, float*, int64_t, const AdamWParams&, bfloat16*) {
   not_built("adamw_step");
+}
+void adamw_runs(float*, const float*, float*, float*, const AdamWRun*, int64_t, const AdamWParams&, bfloat16*) {
+  not_built("adamw_runs");
 }
 double sum_squares(const float*, int64_t) {
   not_built("sum_squares");
