@@ -245,11 +245,21 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
   for (int64_t i = 0; i < N; ++i)
     PARALLM_CHECK(tokens[i] >= 0 && tokens[i] < V, ShapeError, "gpt.forward",
                   "token {} at position {} is outside the vocabulary [0, {})", tokens[i], i, V);
+  if (targets)
+    for (int64_t i = 0; i < N; ++i)
+      PARALLM_CHECK(targets[i] >= 0 && targets[i] < V, ShapeError, "gpt.forward",
+                    "target {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
   cur_B_ = B;
   cur_T_ = T;
   if (!dev_.is_cpu()) {
+    // Both uploads before any kernel is queued: a copy from pageable memory
+    // waits for the stream, which here is (nearly) empty.
     tokens_d_.copy_from_host(tokens, N);
     tokens = tokens_d_.data();
+    if (targets) {
+      targets_d_.copy_from_host(targets, N);
+      targets = targets_d_.data();
+    }
   }
   // Parameters come group by group; W(o) is the parameter at flat offset o of the current group.
   const A* PE = params_of<A>(0, Pass::Forward);  // embeddings, also the tied head
@@ -300,13 +310,6 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
   if (!targets) {
     release_group(0, Pass::Forward);
     return 0.0f;
-  }
-  for (int64_t i = 0; i < N; ++i)
-    PARALLM_CHECK(targets[i] >= 0 && targets[i] < V, ShapeError, "gpt.forward",
-                  "target {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
-  if (!dev_.is_cpu()) {
-    targets_d_.copy_from_host(targets, N);
-    targets = targets_d_.data();
   }
   float* losses = stat(off_.losses);
   // The tied head adds its wte gradient here; backward adds the embedding's.
