@@ -2,7 +2,9 @@
 # Runs on a lent GPU machine from the repository root (see pack.sh):
 # the CUDA kernel tests, the GPU golden tests, baby GPT training on the GPU,
 # GPT-2 124M throughput, and PyTorch nanoGPT peers. Logs go to $OUT.
-# Arguments pick the parts (default: tests gpt2 peer); each part has a time
+# Arguments pick the parts (default: tests gpt2 peer; also ops, baby, det,
+# trace: a CUPTI timeline of 124M steps, summarized; peerprof: the PyTorch
+# peer's kernels by torch.profiler); each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
 # the precisions of baby and gpt2 (default "fp32 bf16"); DET_DTYPE and
 # DET_DROPOUT (default 0.2; 0 takes bf16 attention through the flash kernels)
@@ -53,6 +55,7 @@ if want det; then
   for r in detA detB detC; do cp $W/out/$r/metrics.jsonl $OUT/$r.jsonl; done
   python3 "${OLDPWD}/bench/compare_runs.py" $W/out/detA $W/out/detB | tail -3
   python3 "${OLDPWD}/bench/compare_runs.py" $W/out/detA $W/out/detC | tail -3
+  (cd $OUT && tar -czf det.tar.gz det*.log det*.jsonl && rm -f det*.log det*.jsonl)  # few files come back
 fi
 for dt in $DTYPES; do
   want gpt2 || break
@@ -63,6 +66,25 @@ for dt in $DTYPES; do
     train.sample_tokens=0 train.out_dir=$W/out/gpt2_$dt data.dir=$W/data/shakespeare_char train.progress=false \
     2>&1 | tee $OUT/gpt2_$dt.log | tail -5
 done
+if want trace; then
+  for dt in $DTYPES; do
+    step "GPU timeline of GPT-2 124M, $dt, batch $GPT2_B x 1024 (CUPTI, tools/device/trace_summary.py)"
+    CUDA_INJECTION64_PATH=$W/lib/libcupti_trace.so PARALLM_TRACE=$OUT/trace_$dt.tsv timeout 150 ./bin/parallm train \
+      model.n_layer=12 model.n_head=12 model.n_embd=768 model.block_size=1024 model.vocab_size=50304 \
+      model.batch_size=$GPT2_B model.dropout=0 train.device=cuda train.dtype=$dt train.max_iters=8 \
+      train.eval_interval=100000 train.eval_iters=1 train.log_interval=1 train.sample_tokens=0 \
+      train.out_dir=$W/out/trace_$dt data.dir=$W/data/shakespeare_char train.progress=false 2>&1 | tail -3
+    python3 "${OLDPWD}/tools/device/trace_summary.py" $OUT/trace_$dt.tsv --skip 3 | tee $OUT/trace_$dt.txt | head -70
+    gzip -f $OUT/trace_$dt.tsv
+  done
+fi
+if want peerprof; then
+  step "PyTorch peer's kernels (bf16 autocast, torch.compile, flash; torch.profiler over 3 steps)"
+  (cd "$OLDPWD" && PYTHONUNBUFFERED=1 timeout 200 python3 tools/torch_ref/bench_peer.py --device cuda --n_layer 12 \
+    --n_head 12 --n_embd 768 --block_size 1024 --vocab_size 50304 --batch_size $GPT2_B --iters 5 --warmup 3 \
+    --dtype bf16 --compile 1 --flash 1 --profile 3 2>$OUT/peer_profile.txt)
+  grep -v "^\[" $OUT/peer_profile.txt | cut -c1-200 | head -45
+fi
 cd "$OLDPWD"
 want peer && step "PyTorch nanoGPT peer, GPT-2 124M, batch $GPT2_B x 1024 (fp32 = TF32 matmuls, as nanoGPT)"
 IFS=, read -ra MODES <<< "${PEER_MODES:-fp32 0 0,bf16 1 1}"  # "dtype compile flash", comma-separated

@@ -17,6 +17,10 @@ for lib in $(ldd $B/parallm $B/tests/test_model | awk '/=> \//{print $3}' | sort
     libdnnl* | libyaml-cpp* | libspdlog* | libfmt* | libgomp* | libOpenCL* | libmpi_cxx*) cp -L "$lib" .devcarry/stage/lib/ ;;
   esac
 done
+# The timeline recorder (gpu_check.sh trace) and the CUPTI it loads.
+g++ -O2 -shared -fPIC -I/usr/local/cuda/include tools/device/cupti_trace.cpp -L/usr/local/cuda/lib64 -lcupti \
+  -o .devcarry/stage/lib/libcupti_trace.so
+cp -L /usr/local/cuda/lib64/libcupti.so.13 .devcarry/stage/lib/
 cp -r data/shakespeare_char .devcarry/stage/data/
 cp tools/device/gpu_check.sh .devcarry/
 tar -C .devcarry/stage -czf .devcarry/bundle.tar.gz .

@@ -57,6 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"),
                     help="bf16: autocast to bfloat16 as nanoGPT does on GPUs")
+    ap.add_argument("--profile", type=int, default=0,
+                    help="after timing, profile this many steps and print the GPU kernels' times to stderr")
     ap.add_argument("--compile", type=int, choices=(0, 1), default=0, help="torch.compile the model")
     ap.add_argument("--flash", type=int, choices=(0, 1), default=0,
                     help="attention through F.scaled_dot_product_attention (nanoGPT's flash path)")
@@ -191,6 +193,16 @@ def main(argv=None) -> int:
     sync()
     elapsed = time.perf_counter() - t0
     last_loss = float(loss.item())  # CPU: no async work outstanding
+    if args.profile > 0:
+        from torch.profiler import ProfilerActivity, profile
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+        with profile(activities=acts) as prof:
+            for _ in range(args.profile):
+                train_step()
+            sync()
+        key = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"
+        log(f"profile of {args.profile} steps (times are totals over them):")
+        log(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=70))
 
     result = {
         "peer": "pytorch",
