@@ -224,15 +224,25 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// D[b, h, t] = sum over the head's columns of dO * O; one warp per row.
+// D[b, h, t] = sum over the head's columns of dO * O; eight threads per row,
+// each with 16 bytes of dO and of O (rows are 16-byte aligned: the pointers
+// are, and C is a multiple of 64).
 __global__ void rowdot_kernel(float* D, const u16* dout, const u16* out, int64_t rows, int T, int C, int NH) {
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // (b, t, h)
-  if (idx >= rows) return;
+  const int64_t idx = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 8;  // (b, t, h)
+  const bool live = idx < rows;  // every lane stays for the shuffles
   const int64_t h = idx % NH, bt = idx / NH, b = bt / T, t = bt % T;
-  const int64_t off = bt * C + h * kD + 2 * (threadIdx.x & 31);
-  float d = bf(dout[off]) * bf(out[off]) + bf(dout[off + 1]) * bf(out[off + 1]);
-  d = warp_sum(d);
-  if ((threadIdx.x & 31) == 0) D[(b * NH + h) * T + t] = d;
+  const int part = threadIdx.x & 7;
+  const int64_t off = bt * C + h * kD + part * 8;
+  float d = 0.0f;
+  if (live) {
+    const uint4 x = *reinterpret_cast<const uint4*>(dout + off), y = *reinterpret_cast<const uint4*>(out + off);
+    const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+    for (int k = 0; k < 4; ++k)
+      d += bf(static_cast<u16>(xs[k] & 0xffffu)) * bf(static_cast<u16>(ys[k] & 0xffffu)) +
+           bf(static_cast<u16>(xs[k] >> 16)) * bf(static_cast<u16>(ys[k] >> 16));
+  }
+  for (int o = 4; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+  if (live && part == 0) D[(b * NH + h) * T + t] = d;
 }
 
 constexpr int kKvSmem = 6 * kTile * 2 + 4 * kBlock * 4;  // K, V, 2 x (Q, dO), 2 x (lse, D)
@@ -403,9 +413,9 @@ void flash_attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat
   const auto* dy = reinterpret_cast<const u16*>(dout);
   const auto* x = reinterpret_cast<const u16*>(qkv);
   const int64_t rows = B * T * NH;
-  rowdot_kernel<<<blocks_for(rows * 32, 256), 256, 0, stream()>>>(workspace, dy, reinterpret_cast<const u16*>(out),
-                                                                  rows, static_cast<int>(T), static_cast<int>(C),
-                                                                  static_cast<int>(NH));
+  rowdot_kernel<<<blocks_for(rows * 8, 256), 256, 0, stream()>>>(workspace, dy, reinterpret_cast<const u16*>(out), rows,
+                                                                 static_cast<int>(T), static_cast<int>(C),
+                                                                 static_cast<int>(NH));
   PARALLM_CUDA_LAUNCHED("kernels.cuda.flash_attention_backward");
   static const bool smem_granted = [] {  // once per process: both kernels need more than the default 48 KiB
     PARALLM_CUDA_CHECK(cudaFuncSetAttribute(backward_kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kKvSmem),
