@@ -49,6 +49,13 @@ void matmul_forward(bfloat16* out, const bfloat16* inp, const bfloat16* weight, 
                     int64_t IN, int64_t OUT);
 void matmul_backward(bfloat16* dinp, float* dweight, float* dbias, const bfloat16* dout, const bfloat16* inp,
                      const bfloat16* weight, int64_t N, int64_t IN, int64_t OUT);
+// A linear layer and the residual add after it in one GEMM (cuBLASLt, the
+// residual as C with beta = 1, out as D): out = residual + inp @ weight^T +
+// bias, summed in fp32 and rounded to bf16 once. out must not alias inp or
+// residual. (The model runs this in place of matmul_forward + residual_forward
+// where the table offers it.)
+void matmul_forward_residual(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
+                             const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT);
 // Row-major GEMMs on device pointers (cuBLAS), one name for kernels templated
 // on the element type: fp32 (fp32 arithmetic unless allow_tf32(true)), or bf16
 // inputs with fp32 accumulation and C in fp32 or bf16. The strided batched form

@@ -52,6 +52,7 @@ const ModelOps<bfloat16> kCudaBf16 = [] {
   PARALLM_MODEL_OPS(t, cuda);
   t.attention_workspace_floats = &cuda::attention_workspace_floats_bf16;
   t.classifier_workspace_floats = &cuda::classifier_workspace_floats_bf16;
+  t.matmul_forward_residual = &cuda::matmul_forward_residual;
   return t;
 }();
 #undef PARALLM_FP32_OPS

@@ -23,6 +23,10 @@ template <class A>
 struct ModelOps {
   using I = int64_t;
   void (*matmul_forward)(A* out, const A* inp, const A* weight, const A* bias, I N, I IN, I OUT);
+  // Optional (nullptr: the model runs matmul_forward, then residual_forward):
+  // out = residual + matmul(inp), one pass.
+  void (*matmul_forward_residual)(A* out, const A* inp, const A* weight, const A* bias, const A* residual, I N, I IN,
+                                  I OUT);
   void (*matmul_backward)(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp, const A* weight, I N,
                           I IN, I OUT);
   void (*layernorm_forward)(A* out, float* mean, float* rstd, const A* inp, const A* w, const A* b, I N, I C);

@@ -272,6 +272,19 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
   float* ws = ws_.data();
   A* tmp = scr<A>(off_.s_tmp);
 
+  // out = res + drop(linear(inp)): one GEMM where the kernels offer the fused
+  // form and no dropout sits between; else the GEMM into tmp, dropout, the add.
+  auto linear_residual = [&](A* out, const A* res, const A* inp, const A* w, const A* bias, int64_t IN, int64_t l,
+                             uint64_t site) {
+    if (p <= 0 && k.matmul_forward_residual) {
+      k.matmul_forward_residual(out, inp, w, bias, res, N, IN, C);
+      return;
+    }
+    k.matmul_forward(tmp, inp, w, bias, N, IN, C);
+    if (p > 0)
+      k.dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site), drop_base);
+    k.residual_forward(out, res, tmp, N * C);
+  };
   A* x = act<A>(off_.encoded);
   k.embedding_forward(x, tokens, PE + (layout_.wte() - e0), PE + (layout_.wpe() - e0), B, T, C);
   if (p > 0)
@@ -288,18 +301,13 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
     k.matmul_forward(act<A>(a.qkv), act<A>(a.ln1), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * C);
     kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs), ctx.sample_offset * NH};
     k.attention_forward(act<A>(a.atty), stat(a.lse), act<A>(a.qkv), B, T, C, NH, ad, ws);
-    k.matmul_forward(tmp, act<A>(a.atty), W(bp.proj_w), W(bp.proj_b), N, C, C);
-    if (p > 0)
-      k.dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnResid), drop_base);
-    k.residual_forward(act<A>(a.res2), x, tmp, N * C);
+    linear_residual(act<A>(a.res2), x, act<A>(a.atty), W(bp.proj_w), W(bp.proj_b), C, l, kAttnResid);
     k.layernorm_forward(act<A>(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), act<A>(a.res2), W(bp.ln2_w), W(bp.ln2_b), N,
                         C);
     k.matmul_forward(act<A>(a.fch), act<A>(a.ln2), W(bp.fc_w), W(bp.fc_b), N, C, 4 * C);
     k.gelu_forward(act<A>(a.fch_gelu), act<A>(a.fch), N * 4 * C, cfg_.gelu);
-    k.matmul_forward(tmp, act<A>(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), N, 4 * C, C);
-    if (p > 0)
-      k.dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kMlpResid), drop_base);
-    k.residual_forward(act<A>(a.res3), act<A>(a.res2), tmp, N * C);
+    linear_residual(act<A>(a.res3), act<A>(a.res2), act<A>(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), 4 * C, l,
+                    kMlpResid);
     x = act<A>(a.res3);
     if (l + 1 < cfg_.n_layer) release_group(g, Pass::Forward);  // the last group also holds ln_f
   }

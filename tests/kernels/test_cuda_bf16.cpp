@@ -102,6 +102,24 @@ TEST_F(CudaBf16, MatmulMatchesReferenceOnOddShapes) {
   }
 }
 
+TEST_F(CudaBf16, MatmulWithResidualMatchesReferenceOnOddShapes) {
+  // out = residual + x W^T (+ b) in one GEMM (cuBLASLt, C = residual): the reference's sum, rounded once.
+  for (auto [N, IN, OUT] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{37, 53, 29}, {1, 7, 5}, {130, 96, 257}, {64, 256, 64}}) {
+    for (bool bias : {true, false}) {
+      auto x = randb(N * IN, 21), w = randb(OUT * IN, 22), bb = randb(OUT, 23), r = randb(N * OUT, 24, 4.0f);
+      std::vector<float> out(N * OUT);
+      kr::matmul_forward(out.data(), x.data(), w.data(), bias ? bb.data() : nullptr, N, IN, OUT);
+      for (int64_t i = 0; i < N * OUT; ++i) out[i] += r[i];
+      auto gx = dev_bf(x), gw = dev_bf(w), gb = dev_bf(bb), gr = dev_bf(r), gout = dev_bf_nan(N * OUT);
+      kc::matmul_forward_residual(gout.p(), gx.p(), gw.p(), bias ? gb.p() : nullptr, gr.p(), N, IN, OUT);
+      expect_close(from_bf(gout.back()), out, kBf, bias ? 0.5 : 1e-2, "out");
+      const auto rb = from_bf(gr.back());
+      for (int64_t i = 0; i < N * OUT; ++i) ASSERT_EQ(rb[i], r[i]) << "the residual is read, not written";
+    }
+  }
+}
+
 TEST_F(CudaBf16, LayerNormMatchesReferenceAndAccumulates) {
   for (auto [N, C] : std::vector<std::pair<int64_t, int64_t>>{{19, 77}, {300, 768}, {1, 3}, {33, 1000}, {37, 40}}) {
     auto x = randb(N * C, 10, 2.0f), w = randb(C, 11), b = randb(C, 12), dy = randb(N * C, 13), dx = randb(N * C, 14);

@@ -18,6 +18,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/matmul_lt.h"
 #include "kernels/cuda/reduce.h"
+#include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 
 namespace parallm::kernels::cuda {
@@ -165,16 +166,27 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
   bias_add(out, bias, N, OUT);
 }
 
-void matmul_forward(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
-                    int64_t IN, int64_t OUT) {
-  // PARALLM_CUBLASLT=0 turns the fused path off (to compare, or to rule it out).
-  static const bool use_lt = [] {
+// PARALLM_CUBLASLT=0 turns the fused paths (bias, residual) off, to compare or to rule them out.
+bool use_lt() {
+  static const bool on = [] {
     const char* e = std::getenv("PARALLM_CUBLASLT");
     return !(e && std::string(e) == "0");
   }();
-  if (bias && use_lt && lt_linear_bias(out, inp, weight, bias, N, IN, OUT)) return;
+  return on;
+}
+
+void matmul_forward(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
+                    int64_t IN, int64_t OUT) {
+  if (bias && use_lt() && lt_linear_bias(out, inp, weight, bias, N, IN, OUT)) return;
   gemm(false, true, N, OUT, IN, 1.0f, inp, IN, weight, IN, 0.0f, out, OUT);
   bias_add(out, bias, N, OUT);
+}
+
+void matmul_forward_residual(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
+                             const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT) {
+  if (use_lt() && lt_linear(out, inp, weight, bias, residual, N, IN, OUT)) return;
+  matmul_forward(out, inp, weight, bias, N, IN, OUT);
+  residual_forward(out, residual, out, N * OUT);
 }
 
 void matmul_backward(bfloat16* dinp, float* dweight, float* dbias, const bfloat16* dout, const bfloat16* inp,

@@ -1,5 +1,6 @@
-// The bf16 linear layer through cuBLASLt, bias in the epilogue: one pass over
-// the output instead of a GEMM and a bias kernel. Row-major out = inp W^T is
+// The bf16 linear layer through cuBLASLt, bias in the epilogue (and a
+// residual added as C with beta = 1 where asked): one pass over the output
+// instead of a GEMM and a bias (and residual) kernel. Row-major out = inp W^T is
 // the column-major out^T = W^T(op T) inp^T, as in matmul.cu. A plan (matmul
 // descriptor, layouts and the heuristic's first algorithm) is built once per
 // shape and kept; only the bias pointer changes between calls. The 32 MiB
@@ -43,11 +44,11 @@ struct Plan {
 
 const char* kWhere = "kernels.cuda.matmul_forward";
 
-std::unique_ptr<Plan> make_plan(int64_t N, int64_t IN, int64_t OUT) {
+std::unique_ptr<Plan> make_plan(int64_t N, int64_t IN, int64_t OUT, bool bias) {
   auto p = std::make_unique<Plan>();
   check_cublas(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), kWhere, "cublasLtMatmulDescCreate");
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   check_cublas(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), kWhere,
                "cublasLtMatmulDescSetAttribute(TRANSA)");
   check_cublas(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), kWhere,
@@ -73,22 +74,29 @@ std::unique_ptr<Plan> make_plan(int64_t N, int64_t IN, int64_t OUT) {
 }
 }  // namespace
 
-bool lt_linear_bias(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
-                    int64_t IN, int64_t OUT) {
+bool lt_linear(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
+               const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT) {
   if (N <= 0 || OUT <= 0) return true;
-  static std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, bool>, std::unique_ptr<Plan>> plans;
   if (plans.size() >= 256) plans.clear();  // sampling makes one shape per sequence length
-  auto& plan = plans[{N, IN, OUT}];
-  if (!plan) plan = make_plan(N, IN, OUT);
+  auto& plan = plans[{N, IN, OUT, bias != nullptr}];
+  if (!plan) plan = make_plan(N, IN, OUT, bias != nullptr);
   if (!plan->ok) return false;
-  check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
-               kWhere, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+  if (bias)
+    check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+                 kWhere, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
   static gpu::DeviceBuffer* ws = new gpu::DeviceBuffer(kWorkspaceBytes, MemCategory::Scratch);  // kept for the process
-  const float alpha = 1.0f, beta = 0.0f;
-  check_cublas(cublasLtMatmul(lt_handle(), plan->desc, &alpha, weight, plan->a, inp, plan->b, &beta, out, plan->c, out,
+  const float alpha = 1.0f, beta = residual ? 1.0f : 0.0f;
+  const void* c = residual ? static_cast<const void*>(residual) : static_cast<const void*>(out);
+  check_cublas(cublasLtMatmul(lt_handle(), plan->desc, &alpha, weight, plan->a, inp, plan->b, &beta, c, plan->c, out,
                               plan->c, &plan->algo, ws->as<void>(), kWorkspaceBytes, stream()),
                kWhere, "cublasLtMatmul");
   return true;
+}
+
+bool lt_linear_bias(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
+                    int64_t IN, int64_t OUT) {
+  return lt_linear(out, inp, weight, bias, nullptr, N, IN, OUT);
 }
 
 }  // namespace parallm::kernels::cuda

@@ -19,5 +19,10 @@ void check_cublas(cublasStatus_t st, const char* where, const char* call);
 // GEMM and a separate bias pass.
 bool lt_linear_bias(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
                     int64_t IN, int64_t OUT);
+// The same with a residual (may be null) added in the GEMM (C = residual,
+// beta = 1, D = out) and the bias optional: out = residual + inp @ weight^T +
+// bias, one rounding.
+bool lt_linear(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
+               const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT);
 
 }  // namespace parallm::kernels::cuda

@@ -107,6 +107,9 @@ void matmul_forward(bf*, const bf*, const bf*, const bf*, int64_t, int64_t, int6
 void matmul_backward(bf*, float*, float*, const bf*, const bf*, const bf*, int64_t, int64_t, int64_t) {
   not_built("matmul_backward");
 }
+void matmul_forward_residual(bf*, const bf*, const bf*, const bf*, const bf*, int64_t, int64_t, int64_t) {
+  not_built("matmul_forward_residual");
+}
 void gemm(bool, bool, int64_t, int64_t, int64_t, float, const bf*, int64_t, const bf*, int64_t, float, float*,
           int64_t) {
   not_built("gemm");
