@@ -30,6 +30,19 @@ struct AdamWRun {
   bool decay = false;
 };
 
+// adamw_runs by one adamw_step call per run (the CPU implementations).
+template <class Step>
+void adamw_each_run(Step step, float* param, const float* grad, float* m, float* v, const AdamWRun* runs, int64_t nruns,
+                    const AdamWParams& p, bfloat16* param_bf16) {
+  AdamWParams q = p;
+  for (int64_t i = 0; i < nruns; ++i) {
+    const AdamWRun& r = runs[i];
+    q.weight_decay = r.decay ? p.weight_decay : 0.0f;
+    step(param + r.param, grad + r.grad, m + r.state, v + r.state, r.length, q,
+         param_bf16 ? param_bf16 + r.param : nullptr);
+  }
+}
+
 namespace ref {
 void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p,
                 bfloat16* param_bf16 = nullptr);

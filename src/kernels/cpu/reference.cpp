@@ -275,13 +275,7 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
 
 void adamw_runs(float* param, const float* grad, float* m, float* v, const AdamWRun* runs, int64_t nruns,
                 const AdamWParams& p, bfloat16* param_bf16) {
-  AdamWParams q = p;
-  for (int64_t i = 0; i < nruns; ++i) {
-    const AdamWRun& r = runs[i];
-    q.weight_decay = r.decay ? p.weight_decay : 0.0f;
-    adamw_step(param + r.param, grad + r.grad, m + r.state, v + r.state, r.length, q,
-               param_bf16 ? param_bf16 + r.param : nullptr);
-  }
+  adamw_each_run(&adamw_step, param, grad, m, v, runs, nruns, p, param_bf16);
 }
 
 double sum_squares(const float* x, int64_t n) {

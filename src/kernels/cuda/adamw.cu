@@ -1,7 +1,8 @@
 // AdamW and the global-norm reduction on the GPU. The update follows the CPU
 // contract (decoupled decay first, bias-corrected moments, eps after the
-// sqrt). sum_squares is deterministic: a fixed grid of blocks each sums a
-// fixed set of elements in double, then one block adds the partials in order.
+// sqrt); every run of a call goes in one launch (adamw_step is one run), and
+// the bf16 weight copy is written beside the weights where asked. sum_squares is deterministic: a fixed grid of blocks
+// each sums a fixed set of elements in double, then one block adds the partials in order.
 #include <cmath>
 
 #include "core/allocator.h"
@@ -29,30 +30,6 @@ __device__ __forceinline__ void adamw_one(float& w, float g, float& m, float& v,
 __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
   return uint32_t{__bfloat16_as_ushort(__float2bfloat16_rn(lo))} |
          (uint32_t{__bfloat16_as_ushort(__float2bfloat16_rn(hi))} << 16);
-}
-
-// Elements [0, 4 nv) as float4 (nv = 0 where a pointer is not 16-byte aligned, or lp not 8-byte aligned), the
-// rest one by one. lp (may be null): the bf16 copy of the updated weights.
-__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, bfloat16* lp, int64_t n, int64_t nv,
-                             AdamWArgs a) {
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x, start = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  for (int64_t i = start; i < nv; i += stride) {
-    float4 w = reinterpret_cast<float4*>(param)[i], mi = reinterpret_cast<float4*>(m)[i],
-           vi = reinterpret_cast<float4*>(v)[i];
-    const float4 g = reinterpret_cast<const float4*>(grad)[i];
-    adamw_one(w.x, g.x, mi.x, vi.x, a);
-    adamw_one(w.y, g.y, mi.y, vi.y, a);
-    adamw_one(w.z, g.z, mi.z, vi.z, a);
-    adamw_one(w.w, g.w, mi.w, vi.w, a);
-    reinterpret_cast<float4*>(param)[i] = w;
-    reinterpret_cast<float4*>(m)[i] = mi;
-    reinterpret_cast<float4*>(v)[i] = vi;
-    if (lp) reinterpret_cast<uint2*>(lp)[i] = make_uint2(bf16x2(w.x, w.y), bf16x2(w.z, w.w));
-  }
-  for (int64_t i = 4 * nv + start; i < n; i += stride) {
-    adamw_one(param[i], grad[i], m[i], v[i], a);
-    if (lp) lp[i] = from_f<bfloat16>(param[i]);
-  }
 }
 
 // Several runs in one launch: the runs travel in the kernel's parameters;
@@ -127,22 +104,8 @@ __global__ void sumsq_final(double* out, const double* partial, int n) {
 
 void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p,
                 bfloat16* param_bf16) {
-  if (n <= 0) return;
-  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
-  const AdamWArgs a{p.lr,
-                    p.beta1,
-                    p.beta2,
-                    p.eps,
-                    p.weight_decay,
-                    p.grad_scale,
-                    static_cast<float>(1.0 / bc1),
-                    static_cast<float>(1.0 / std::sqrt(bc2))};
-  const bool lp_ok = !param_bf16 || reinterpret_cast<uintptr_t>(param_bf16) % 8 == 0;
-  const int64_t nv = aligned16(param, grad, m, v) && lp_ok ? n / 4 : 0;
-  adamw_kernel<<<capped_blocks(nv > 0 ? nv : n, kThreads), kThreads, 0, stream()>>>(param, grad, m, v, param_bf16, n,
-                                                                                    nv, a);
-  PARALLM_CUDA_LAUNCHED("kernels.cuda.adamw_step");
+  const AdamWRun run{0, 0, 0, n, true};  // decay: p.weight_decay as given
+  adamw_runs(param, grad, m, v, &run, 1, p, param_bf16);
 }
 
 void adamw_runs(float* param, const float* grad, float* m, float* v, const AdamWRun* runs, int64_t nruns,
