@@ -216,6 +216,11 @@ std::vector<PeerVariant> peer_variants(int threads, bool quick) {
     v.push_back({"openblas-pthread, intra-op 1",
                  {"LD_LIBRARY_PATH=" + pth_dir, "OPENBLAS_NUM_THREADS=" + std::to_string(threads)},
                  1});
+  if (v.empty())
+    std::fprintf(stderr,
+                 "bench_train: warning: no OpenBLAS (%s, %s); the peer runs on the system BLAS, which may be the slow "
+                 "reference one: apt-get install libopenblas0-pthread libopenblas0-openmp for a fair peer\n",
+                 omp_dir.c_str(), pth_dir.c_str());
   if (v.empty() || !quick) {
     v.push_back({"system BLAS, intra-op " + std::to_string(threads), {}, threads});
     v.push_back({"system BLAS, intra-op 1, OMP passive", {"OMP_WAIT_POLICY=PASSIVE"}, 1});
