@@ -216,6 +216,13 @@ std::vector<PeerVariant> peer_variants(int threads, bool quick) {
     v.push_back({"openblas-pthread, intra-op 1",
                  {"LD_LIBRARY_PATH=" + pth_dir, "OPENBLAS_NUM_THREADS=" + std::to_string(threads)},
                  1});
+  // OpenBLAS picks its kernels from the CPU's model; on CPUs it does not know
+  // (AMD Zen 4 reads as Cooperlake in 0.3.21) a named core type can be faster.
+  if (fs::exists(omp_dir) && !quick)
+    for (const char* core : {"Haswell", "Zen"})
+      v.push_back({std::string("openblas-openmp, intra-op ") + std::to_string(threads) + ", OPENBLAS_CORETYPE=" + core,
+                   {"LD_LIBRARY_PATH=" + omp_dir, std::string("OPENBLAS_CORETYPE=") + core},
+                   threads});
   if (v.empty())
     std::fprintf(stderr,
                  "bench_train: warning: no OpenBLAS (%s, %s); the peer runs on the system BLAS, which may be the slow "
