@@ -34,7 +34,7 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
 
 // Several runs in one launch: the runs travel in the kernel's parameters;
 // block b works on elements [kPerBlock * (b - first), + kPerBlock) of the run
-// whose blocks start at first. The arithmetic is adamw_kernel's, element for element.
+// whose blocks start at first. Each element goes through adamw_one, whichever path.
 constexpr int kMaxRuns = 40;
 constexpr int kPerBlock = kThreads * 4 * 8;  // 8 float4 per thread
 struct RunTable {
