@@ -22,7 +22,7 @@ struct AdamWParams {
 };
 
 // Several runs of one set of flat buffers in one call (one launch on the GPU
-// for up to 40 runs): run r updates param[r.param ..], grad[r.grad ..],
+// for up to 40 runs; model::UpdateRun is this type): run r updates param[r.param ..], grad[r.grad ..],
 // m and v [r.state ..] and param_bf16 [r.param ..] for r.length elements,
 // with p.weight_decay where r.decay and none elsewhere.
 struct AdamWRun {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/adamw.h"
 #include "model/config.h"
 
 namespace parallm::model {
@@ -17,11 +18,9 @@ namespace parallm::model {
 // A stretch of the flat buffer an optimizer updates alike: parameters at
 // offset `param` of a parameter base, gradients at `grad` of a gradient base,
 // optimizer state at `state` of the optimizer's own buffers (the three differ
-// when the buffers are shards, see parallel/zero.h), and whether weight decay applies.
-struct UpdateRun {
-  int64_t param = 0, grad = 0, state = 0, length = 0;
-  bool decay = false;
-};
+// when the buffers are shards, see parallel/zero.h), and whether weight decay
+// applies: the kernels' AdamWRun, so the optimizer hands its runs over as they are.
+using UpdateRun = kernels::AdamWRun;
 
 struct ParamSlot {
   std::string name;  // nanoGPT state_dict name, e.g. transformer.h.0.attn.c_attn.weight

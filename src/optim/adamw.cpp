@@ -22,8 +22,7 @@ AdamW::AdamW(const model::ParamLayout& layout, const AdamWConfig& cfg, Device de
 
 AdamW::AdamW(std::vector<model::UpdateRun> runs, int64_t state_size, const AdamWConfig& cfg, Device dev,
              MemCategory cat)
-    : cfg_(cfg), m_(state_size, cat, dev), v_(state_size, cat, dev) {
-  for (const auto& r : runs) runs_.push_back({r.param, r.grad, r.state, r.length, r.decay});
+    : cfg_(cfg), runs_(std::move(runs)), m_(state_size, cat, dev), v_(state_size, cat, dev) {
   for (const auto& r : runs_)
     PARALLM_CHECK(r.state >= 0 && r.length >= 0 && r.state + r.length <= state_size, InternalError, "optim.adamw",
                   "run [{}, {}) outside the state of {} elements", r.state, r.state + r.length, state_size);

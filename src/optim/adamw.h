@@ -9,7 +9,6 @@
 
 #include "core/allocator.h"
 #include "core/device_array.h"
-#include "kernels/adamw.h"
 #include "model/params.h"
 
 namespace parallm::optim {
@@ -45,7 +44,7 @@ class AdamW {
 
  private:
   AdamWConfig cfg_;
-  std::vector<kernels::AdamWRun> runs_;
+  std::vector<model::UpdateRun> runs_;
   DeviceArray<float> m_, v_;
   int64_t t_ = 0;
 };

@@ -166,6 +166,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
   bias_add(out, bias, N, OUT);
 }
 
+namespace {
 // PARALLM_CUBLASLT=0 turns the fused paths (bias, residual) off, to compare or to rule them out.
 bool use_lt() {
   static const bool on = [] {
@@ -174,10 +175,11 @@ bool use_lt() {
   }();
   return on;
 }
+}  // namespace
 
 void matmul_forward(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
                     int64_t IN, int64_t OUT) {
-  if (bias && use_lt() && lt_linear_bias(out, inp, weight, bias, N, IN, OUT)) return;
+  if (bias && use_lt() && lt_linear(out, inp, weight, bias, nullptr, N, IN, OUT)) return;
   gemm(false, true, N, OUT, IN, 1.0f, inp, IN, weight, IN, 0.0f, out, OUT);
   bias_add(out, bias, N, OUT);
 }

@@ -94,9 +94,4 @@ bool lt_linear(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const
   return true;
 }
 
-bool lt_linear_bias(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
-                    int64_t IN, int64_t OUT) {
-  return lt_linear(out, inp, weight, bias, nullptr, N, IN, OUT);
-}
-
 }  // namespace parallm::kernels::cuda

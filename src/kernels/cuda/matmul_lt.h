@@ -13,15 +13,11 @@ namespace parallm::kernels::cuda {
 // Throws CudaError naming the call, the device and the process.
 void check_cublas(cublasStatus_t st, const char* where, const char* call);
 
-// out[N, OUT] = inp[N, IN] @ weight[OUT, IN]^T + bias, fp32 accumulation, the
-// bias added in fp32 before the one rounding to bf16. False (nothing done)
-// when cuBLASLt offers no algorithm for the shape; the caller then runs the
-// GEMM and a separate bias pass.
-bool lt_linear_bias(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
-                    int64_t IN, int64_t OUT);
-// The same with a residual (may be null) added in the GEMM (C = residual,
-// beta = 1, D = out) and the bias optional: out = residual + inp @ weight^T +
-// bias, one rounding.
+// out[N, OUT] = residual + inp[N, IN] @ weight[OUT, IN]^T + bias, fp32
+// accumulation, the bias (in the epilogue) and the residual (as C, beta = 1)
+// added in fp32 before the one rounding to bf16; bias and residual may be
+// null. False (nothing done) when cuBLASLt offers no algorithm for the shape;
+// the caller then runs the GEMM and separate passes.
 bool lt_linear(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
                const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT);
 
