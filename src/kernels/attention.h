@@ -43,6 +43,18 @@ void attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qk
                         const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, AttnDropout drop,
                         float* workspace);
 int64_t attention_workspace_floats_bf16(int64_t B, int64_t T, int64_t C, int64_t NH, int nthreads);
+// Which fused kernels bf16 attention without dropout takes: cuDNN's flash
+// attention (the default where parallm was built with cuDNN and cuDNN has an
+// engine for the shape; its backward may sum dQ in a varying order), or
+// parallm's own (bitwise repeatable). PARALLM_ATTENTION=own in the
+// environment starts the process with parallm's own.
+enum class AttentionImpl { Cudnn, Own };
+AttentionImpl set_attention_impl(AttentionImpl impl);  // returns the previous choice
+AttentionImpl attention_impl();
+// Whether parallm was built with cuDNN, and the attention calls cuDNN has
+// served so far (the rest ran parallm's kernels).
+bool cudnn_attention_built();
+int64_t cudnn_attention_calls();
 }  // namespace cuda
 #undef PARALLM_ATTENTION_DECLS
 

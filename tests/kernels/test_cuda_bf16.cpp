@@ -3,6 +3,7 @@
 // reference rounded once to bf16; kernels whose outputs are bf16 are judged
 // at bf16's resolution (8 bits of mantissa), their fp32 outputs (statistics,
 // losses, weight gradients) at fp32's. Skipped, visibly, without a GPU.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -155,34 +156,81 @@ TEST_F(CudaBf16, GeluMatchesReferenceBothKinds) {
   }
 }
 
-// Heads of 64 without dropout take the fused flash kernels (T past one and
-// several 64-row blocks, not a multiple of 64); the others the GEMM path.
+// Heads of 64 without dropout take fused kernels, cuDNN's (where built) or
+// parallm's own flash kernels (T past one and several 64-row blocks, not a
+// multiple of 64); the others the GEMM path. Both fused implementations are
+// checked; the default backward of each is bitwise repeatable.
 TEST_F(CudaBf16, AttentionMatchesReferenceWithAndWithoutDropout) {
-  for (auto [B, T, C, NH] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
-           {2, 13, 24, 3}, {1, 1, 8, 2}, {3, 70, 64, 4}, {1, 64, 64, 1}, {2, 200, 128, 2}, {1, 129, 192, 3}}) {
-    for (float p : {0.0f, 0.1f}) {
-      kernels::AttnDropout drop{p, 77, 5, 3};
-      auto qkv = randb(B * T * 3 * C, 30), dy = randb(B * T * C, 31);
-      std::vector<float> out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C);
-      std::vector<float> ws(kr::attention_workspace_floats(B, T, C, NH, 1));
-      kr::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, drop, ws.data());
-      kr::attention_backward(dqkv.data(), dy.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, drop, ws.data());
-      auto gqkv = dev_bf(qkv), gdy = dev_bf(dy), gout = dev_bf_nan(B * T * C), gdqkv = dev_bf_nan(B * T * 3 * C);
-      Dev<float> glse(std::vector<float>(B * NH * T, NAN)),
-          gws(std::vector<float>(kc::attention_workspace_floats_bf16(B, T, C, NH, 1)));
-      kc::attention_forward(gout.p(), glse.p(), gqkv.p(), B, T, C, NH, drop, gws.p());
-      kc::attention_backward(gdqkv.p(), gdy.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH, drop, gws.p());
-      // P and dS pass through bf16 before their products: a few roundings deep.
-      expect_close(from_bf(gout.back()), out, 3e-2, 0.25, "attention out");
-      expect_close(glse.back(), lse, 1e-5, 1e-2, "attention lse (fp32)");
-      expect_close(from_bf(gdqkv.back()), dqkv, 3e-2, 0.25, "attention dqkv");
-      // No atomics: a second backward gives the same bits.
-      auto first = gdqkv.back();
-      kc::attention_backward(gdqkv.p(), gdy.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH, drop, gws.p());
-      auto second = gdqkv.back();
-      for (size_t i = 0; i < first.size(); ++i) ASSERT_EQ(first[i].bits, second[i].bits) << "dqkv " << i;
+  for (auto impl : {kc::AttentionImpl::Own, kc::AttentionImpl::Cudnn}) {
+    const auto before = kc::set_attention_impl(impl);
+    for (auto [B, T, C, NH] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
+             {2, 13, 24, 3}, {1, 1, 8, 2}, {3, 70, 64, 4}, {1, 64, 64, 1}, {2, 200, 128, 2}, {1, 129, 192, 3}}) {
+      for (float p : {0.0f, 0.1f}) {
+        SCOPED_TRACE(fmt::format("{} B={} T={} C={} NH={} p={}", impl == kc::AttentionImpl::Own ? "own" : "cudnn", B, T,
+                                 C, NH, p));
+        kernels::AttnDropout drop{p, 77, 5, 3};
+        auto qkv = randb(B * T * 3 * C, 30), dy = randb(B * T * C, 31);
+        std::vector<float> out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C);
+        std::vector<float> ws(kr::attention_workspace_floats(B, T, C, NH, 1));
+        kr::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, drop, ws.data());
+        kr::attention_backward(dqkv.data(), dy.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, drop,
+                               ws.data());
+        auto gqkv = dev_bf(qkv), gdy = dev_bf(dy), gout = dev_bf_nan(B * T * C), gdqkv = dev_bf_nan(B * T * 3 * C);
+        Dev<float> glse(std::vector<float>(B * NH * T, NAN)),
+            gws(std::vector<float>(kc::attention_workspace_floats_bf16(B, T, C, NH, 1)));
+        const int64_t calls = kc::cudnn_attention_calls();
+        kc::attention_forward(gout.p(), glse.p(), gqkv.p(), B, T, C, NH, drop, gws.p());
+        kc::attention_backward(gdqkv.p(), gdy.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH, drop, gws.p());
+        // cuDNN serves 64-wide heads without dropout when it is built (T = 1: its backward declines).
+        if (impl == kc::AttentionImpl::Cudnn && kc::cudnn_attention_built() && C == 64 * NH && p == 0.0f && T > 1) {
+          EXPECT_EQ(kc::cudnn_attention_calls() - calls, 2) << "cuDNN declined the shape (see the warning above)";
+        }
+        // P and dS pass through bf16 before their products: a few roundings deep.
+        expect_close(from_bf(gout.back()), out, 3e-2, 0.25, "attention out");
+        expect_close(glse.back(), lse, 1e-5, 1e-2, "attention lse (fp32)");
+        expect_close(from_bf(gdqkv.back()), dqkv, 3e-2, 0.25, "attention dqkv");
+        // No atomics: a second backward gives the same bits.
+        auto first = gdqkv.back();
+        kc::attention_backward(gdqkv.p(), gdy.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH, drop, gws.p());
+        auto second = gdqkv.back();
+        for (size_t i = 0; i < first.size(); ++i) ASSERT_EQ(first[i].bits, second[i].bits) << "dqkv " << i;
+      }
     }
+    kc::set_attention_impl(before);
   }
+}
+
+// GPT-2's attention shape (12 heads of 64, T = 1024): cuDNN's fused attention
+// against parallm's flash kernels, both bf16, forward and backward; each
+// one's forward also feeds the other's backward (the lse is shared).
+TEST_F(CudaBf16, CudnnAttentionMatchesOwnFlashKernelsAtGpt2Shape) {
+  if (!kc::cudnn_attention_built()) GTEST_SKIP() << "parallm was built without cuDNN";
+  const int64_t B = 2, T = 1024, NH = 12, C = 64 * NH;
+  auto qkv = randb(B * T * 3 * C, 40), dy = randb(B * T * C, 41);
+  auto gqkv = dev_bf(qkv), gdy = dev_bf(dy);
+  Dev<float> gws(std::vector<float>(kc::attention_workspace_floats_bf16(B, T, C, NH, 1)));
+  struct Result {
+    std::vector<float> out, lse, dqkv;
+  };
+  auto run = [&](kc::AttentionImpl fwd, kc::AttentionImpl bwd) {
+    auto gout = dev_bf_nan(B * T * C), gdqkv = dev_bf_nan(B * T * 3 * C);
+    Dev<float> glse(std::vector<float>(B * NH * T, NAN));
+    const auto before = kc::set_attention_impl(fwd);
+    kc::attention_forward(gout.p(), glse.p(), gqkv.p(), B, T, C, NH, {}, gws.p());
+    kc::set_attention_impl(bwd);
+    kc::attention_backward(gdqkv.p(), gdy.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH, {}, gws.p());
+    kc::set_attention_impl(before);
+    return Result{from_bf(gout.back()), glse.back(), from_bf(gdqkv.back())};
+  };
+  const int64_t calls = kc::cudnn_attention_calls();
+  const Result own = run(kc::AttentionImpl::Own, kc::AttentionImpl::Own);
+  const Result dnn = run(kc::AttentionImpl::Cudnn, kc::AttentionImpl::Cudnn);
+  ASSERT_EQ(kc::cudnn_attention_calls() - calls, 2) << "cuDNN declined the shape (see the warning above)";
+  expect_close(dnn.out, own.out, 2e-2, 3e-2, "cudnn vs own: out");
+  expect_close(dnn.lse, own.lse, 1e-4, 1e-2, "cudnn vs own: lse");
+  expect_close(dnn.dqkv, own.dqkv, 2e-2, 3e-2, "cudnn vs own: dqkv");
+  const Result mixed = run(kc::AttentionImpl::Own, kc::AttentionImpl::Cudnn);
+  expect_close(mixed.dqkv, own.dqkv, 2e-2, 3e-2, "own forward, cudnn backward: dqkv");
 }
 
 TEST_F(CudaBf16, ClassifierMatchesReferenceInOneChunkAndMany) {

@@ -8,13 +8,18 @@
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
 # the precisions of baby and gpt2 (default "fp32 bf16"); DET_DTYPE and
 # DET_DROPOUT (default 0.2; 0 takes bf16 attention through the flash kernels)
-# those of det:
+# those of det; GPT2_TAG suffixes the gpt2 logs, and PARALLM_ATTENTION (own,
+# cudnn, cudnn-fast) picks the attention kernels:
 #   DTYPES=bf16 bash .devcarry/gpu_check.sh tests baby
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 W=/tmp/pl && mkdir -p $W && tar -C $W -xzf .devcarry/bundle.tar.gz
 CUBLAS_DIR=$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$W/lib:$CUBLAS_DIR:${LD_LIBRARY_PATH:-}"
+# cuDNN: PyTorch's (the peer's own), else the system's; NVRTC for its runtime-compiled engines.
+CUDNN_DIR=$(dirname "$(find / -path '*nvidia/cudnn/lib/libcudnn.so.9' -not -path '/proc/*' 2>/dev/null | head -1)")
+NVRTC_DIR=$(dirname "$(find / -name 'libnvrtc.so.13' -not -path '/proc/*' -not -path '*stubs*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH="$W/lib:$CUBLAS_DIR:$CUDNN_DIR:$NVRTC_DIR:${LD_LIBRARY_PATH:-}"
+echo "cuDNN from $CUDNN_DIR, NVRTC from $NVRTC_DIR"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 ldd $W/bin/parallm | grep "not found" && exit 1
 step() { echo "=== $*"; }
@@ -23,9 +28,10 @@ PARTS=" ${*:-tests gpt2 peer} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 if want tests; then
   step "CUDA kernel tests"
-  $W/bin/test_cuda_kernels 2>&1 | tee $OUT/kernels.log | grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -60
+  CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=$W/cudnn_dbg.log $W/bin/test_cuda_kernels 2>&1 | tee $OUT/kernels.log | grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -60
   step "golden GPT tests (CPU; GPU fp32 and bf16)"
   $W/bin/test_model --gtest_filter='*Golden*' 2>&1 | tee $OUT/golden.log | grep -E "PASSED|FAILED|Failure|OK \]" | head -20
+  [ -s $W/cudnn_dbg.log ] && head -c 400000 $W/cudnn_dbg.log | gzip > $OUT/cudnn_dbg.log.gz
 fi
 if want ops; then
   for dt in $DTYPES; do
@@ -64,7 +70,7 @@ for dt in $DTYPES; do
     model.vocab_size=50304 model.batch_size=$GPT2_B model.dropout=0 train.device=cuda train.dtype=$dt \
     train.max_iters=$GPT2_ITERS train.eval_interval=100000 train.eval_iters=1 train.log_interval=1 \
     train.sample_tokens=0 train.out_dir=$W/out/gpt2_$dt data.dir=$W/data/shakespeare_char train.progress=false \
-    2>&1 | tee $OUT/gpt2_$dt.log | tail -5
+    2>&1 | tee $OUT/gpt2_$dt${GPT2_TAG:-}.log | tail -5
 done
 if want trace; then
   for dt in $DTYPES; do

@@ -9,15 +9,21 @@
 // on tensor cores with fp32 accumulation, S and dPd stay fp32, and the row
 // kernels write P (and dS) as bf16 for the next products: three [NH, T, T]
 // fp32 matrices' worth. Only lse is kept between forward and backward.
-// bf16 with 64-wide heads and no attention dropout (GPT-2's shapes) takes the
-// fused flash-style kernels of flash_attention.cu instead.
+// bf16 with 64-wide heads and no attention dropout (GPT-2's shapes) takes
+// fused kernels instead: cuDNN's flash attention where it is built and has an
+// engine (cudnn_attention.cpp), else the flash-style kernels of
+// flash_attention.cu.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/attention.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/matmul.h"
 
@@ -149,8 +155,47 @@ void backward(E* dqkv, const E* dout, const E* qkv, const float* lse, int64_t B,
 int64_t attention_workspace_floats(int64_t, int64_t T, int64_t, int64_t NH, int) {
   return 2 * NH * T * T;
 }
-int64_t attention_workspace_floats_bf16(int64_t B, int64_t T, int64_t, int64_t NH, int) {
-  return std::max(3 * NH * T * T, flash_attention_workspace_floats(B, T, NH));
+
+namespace {
+AttentionImpl initial_impl() {
+  const char* env = std::getenv("PARALLM_ATTENTION");
+  return env && std::string(env) == "own" ? AttentionImpl::Own : AttentionImpl::Cudnn;
+}
+AttentionImpl g_impl = initial_impl();
+int64_t ws_floats(int64_t B, int64_t T, int64_t C, int64_t NH) {
+  return attention_workspace_floats_bf16(B, T, C, NH, 1);
+}
+}  // namespace
+
+#ifndef PARALLM_CUDNN
+bool cudnn_attention_forward(bfloat16*, float*, const bfloat16*, int64_t, int64_t, int64_t, int64_t, float*, int64_t) {
+  return false;
+}
+bool cudnn_attention_backward(bfloat16*, const bfloat16*, const bfloat16*, const bfloat16*, const float*, int64_t,
+                              int64_t, int64_t, int64_t, float*, int64_t) {
+  return false;
+}
+int64_t cudnn_attention_workspace_floats(int64_t, int64_t, int64_t, int64_t) {
+  return 0;
+}
+bool cudnn_attention_built() {
+  return false;
+}
+int64_t cudnn_attention_calls() {
+  return 0;
+}
+#endif
+
+int64_t attention_workspace_floats_bf16(int64_t B, int64_t T, int64_t C, int64_t NH, int) {
+  return std::max(
+      {3 * NH * T * T, flash_attention_workspace_floats(B, T, NH), cudnn_attention_workspace_floats(B, T, C, NH)});
+}
+
+AttentionImpl set_attention_impl(AttentionImpl impl) {
+  return std::exchange(g_impl, impl);
+}
+AttentionImpl attention_impl() {
+  return g_impl;
 }
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
@@ -159,7 +204,12 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
 }
 void attention_forward(bfloat16* out, float* lse, const bfloat16* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                        AttnDropout drop, float* workspace) {
-  if (flash_attention_applies(C, NH, drop, {qkv, out})) return flash_attention_forward(out, lse, qkv, B, T, C, NH);
+  if (flash_attention_applies(C, NH, drop, {qkv, out})) {
+    if (g_impl == AttentionImpl::Cudnn &&
+        cudnn_attention_forward(out, lse, qkv, B, T, C, NH, workspace, ws_floats(B, T, C, NH)))
+      return;
+    return flash_attention_forward(out, lse, qkv, B, T, C, NH);
+  }
   forward(out, lse, qkv, B, T, C, NH, drop, workspace);
 }
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float*, const float* lse, int64_t B,
@@ -169,8 +219,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 void attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qkv, const bfloat16* out,
                         const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, AttnDropout drop,
                         float* workspace) {
-  if (flash_attention_applies(C, NH, drop, {qkv, out, dout, dqkv}))
+  if (flash_attention_applies(C, NH, drop, {qkv, out, dout, dqkv})) {
+    if (g_impl == AttentionImpl::Cudnn &&
+        cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace, ws_floats(B, T, C, NH)))
+      return;
     return flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace);
+  }
   backward(dqkv, dout, qkv, lse, B, T, C, NH, drop, workspace);
 }
 

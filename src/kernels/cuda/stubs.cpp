@@ -52,6 +52,18 @@ void attention_backward(float*, const float*, const float*, const float*, const 
 int64_t attention_workspace_floats(int64_t, int64_t, int64_t, int64_t, int) {
   return 0;
 }
+AttentionImpl set_attention_impl(AttentionImpl) {
+  return AttentionImpl::Own;
+}
+AttentionImpl attention_impl() {
+  return AttentionImpl::Own;
+}
+bool cudnn_attention_built() {
+  return false;
+}
+int64_t cudnn_attention_calls() {
+  return 0;
+}
 void classifier_forward_backward(float*, float*, float*, const float*, const float*, const int32_t*, int64_t, int64_t,
                                  int64_t, float, float*) {
   not_built("classifier_forward_backward");
