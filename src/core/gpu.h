@@ -55,6 +55,7 @@ void memcpy_h2d(void* dst, const void* src, size_t bytes);
 void memcpy_d2h(void* dst, const void* src, size_t bytes);
 void memcpy_d2d(void* dst, const void* src, size_t bytes);
 void memcpy_h2d_async(void* dst, const void* src, size_t bytes);  // src should be pinned
+void memcpy_d2h_async(void* dst, const void* src, size_t bytes);  // dst should be pinned
 void memset_zero(void* p, size_t bytes);                          // async on the compute stream
 
 void* pinned_alloc(size_t bytes);
@@ -81,5 +82,11 @@ struct DevicePool {
   static void free(void* p, size_t bytes, MemCategory cat) { device_free(p, bytes, cat); }
 };
 using DeviceBuffer = OwnedBytes<DevicePool>;
+// Page-locked host memory (for copies that do not wait for the stream).
+struct PinnedPool {
+  static void* allocate(size_t bytes, MemCategory) { return pinned_alloc(bytes); }
+  static void free(void* p, size_t, MemCategory) { pinned_free(p); }
+};
+using PinnedBuffer = OwnedBytes<PinnedPool>;
 
 }  // namespace parallm::gpu

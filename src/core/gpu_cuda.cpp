@@ -232,6 +232,10 @@ void memcpy_h2d_async(void* dst, const void* src, size_t bytes) {
   if (!bytes) return;
   PARALLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_stream()), "cuda.memcpy");
 }
+void memcpy_d2h_async(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  PARALLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_stream()), "cuda.memcpy");
+}
 void memset_zero(void* p, size_t bytes) {
   if (!bytes) return;
   PARALLM_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, compute_stream()), "cuda.memset");

@@ -74,6 +74,9 @@ void memcpy_d2d(void*, const void*, size_t) {
 void memcpy_h2d_async(void*, const void*, size_t) {
   not_built("cuda.memcpy");
 }
+void memcpy_d2h_async(void*, const void*, size_t) {
+  not_built("cuda.memcpy");
+}
 void memset_zero(void*, size_t) {
   not_built("cuda.memset");
 }

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "core/error.h"
 #include "core/profiler.h"
@@ -75,7 +77,9 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
   if (!dev.is_cpu()) {
     tokens_d_ = DeviceArray<int32_t>(N, MemCategory::Activations, dev);
     targets_d_ = DeviceArray<int32_t>(N, MemCategory::Activations, dev);
-    losses_host_ = Array<float>(N, MemCategory::Other);
+    staging_ = gpu::PinnedBuffer(static_cast<size_t>(3 * N) * 4, MemCategory::Other);
+    uploaded_ = std::make_unique<gpu::Event>();
+    losses_copied_ = std::make_unique<gpu::Event>();
   }
 }
 
@@ -252,14 +256,22 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
   cur_B_ = B;
   cur_T_ = T;
   if (!dev_.is_cpu()) {
-    // Both uploads before any kernel is queued: a copy from pageable memory
-    // waits for the stream, which here is (nearly) empty.
-    tokens_d_.copy_from_host(tokens, N);
+    PARALLM_CHECK(pending_losses_ == 0, InternalError, "gpt.forward",
+                  "the previous forward's deferred loss was not read (deferred_loss())");
+    // Through page-locked staging: the copies queue behind the GPU's work
+    // instead of waiting for it to drain. The staging is reused only once the
+    // previous upload has left it.
+    uploaded_->wait();
+    auto* stage = staging_.as<int32_t>();
+    std::copy(tokens, tokens + N, stage);
+    gpu::memcpy_h2d_async(tokens_d_.data(), stage, N * sizeof(int32_t));
     tokens = tokens_d_.data();
     if (targets) {
-      targets_d_.copy_from_host(targets, N);
+      std::copy(targets, targets + N, stage + max_B_ * max_T_);
+      gpu::memcpy_h2d_async(targets_d_.data(), stage + max_B_ * max_T_, N * sizeof(int32_t));
       targets = targets_d_.data();
     }
+    uploaded_->record();
   }
   // Parameters come group by group; W(o) is the parameter at flat offset o of the current group.
   const A* PE = params_of<A>(0, Pass::Forward);  // embeddings, also the tied head
@@ -328,12 +340,30 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
   release_group(0, Pass::Forward);  // backward does not read the embedding weights
   grads_ready_ = ctx.need_grad;
   if (!dev_.is_cpu()) {
-    stats_.copy_to_host(losses_host_.data(), N, off_.losses);
-    losses = losses_host_.data();
+    gpu::memcpy_d2h_async(host_losses(), losses, N * sizeof(float));
+    losses_copied_->record();
+    pending_losses_ = N;
+    if (ctx.defer_loss) return std::numeric_limits<float>::quiet_NaN();
+    return deferred_loss();
   }
+  return mean_of(losses, N);
+}
+
+float* GPT::host_losses() const {
+  return staging_.as<float>() + 2 * max_B_ * max_T_;
+}
+
+float GPT::mean_of(const float* losses, int64_t n) {
   double sum = 0;
-  for (int64_t i = 0; i < N; ++i) sum += losses[i];
-  return static_cast<float>(sum / static_cast<double>(N));
+  for (int64_t i = 0; i < n; ++i) sum += losses[i];
+  return static_cast<float>(sum / static_cast<double>(n));
+}
+
+float GPT::deferred_loss() {
+  PARALLM_CHECK(pending_losses_ > 0, InternalError, "gpt.deferred_loss", "no forward with a deferred loss on the GPU");
+  losses_copied_->wait();
+  const int64_t n = std::exchange(pending_losses_, 0);
+  return mean_of(host_losses(), n);
 }
 
 void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx) {

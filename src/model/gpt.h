@@ -13,12 +13,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <type_traits>
 #include <vector>
 
 #include "core/allocator.h"
 #include "core/device_array.h"
+#include "core/gpu.h"
 #include "core/tensor.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "model/config.h"
@@ -48,6 +50,9 @@ struct StepContext {
   // (rank * B under data parallelism): dropout masks follow the sample, so
   // any split of a global batch over ranks draws the same masks.
   int64_t sample_offset = 0;
+  // GPU: forward queues the losses' copy and returns NaN instead of waiting
+  // for the GPU; deferred_loss() reads the mean later (before the next forward).
+  bool defer_loss = false;
 };
 
 // Which flat buffers the model allocates itself. A sharded run (ZeRO stage 2
@@ -111,6 +116,9 @@ class GPT {
   // Runs the model on tokens [B, T]. With targets, returns the mean
   // cross-entropy loss (and fills per-position losses); without, returns 0.
   float forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, const StepContext& ctx);
+  // The mean loss of the last forward with ctx.defer_loss; waits for the
+  // forward's end on the GPU, not for later work.
+  float deferred_loss();
   // Accumulates gradients (+=) of loss_scale * mean loss into grads(). Call
   // after forward() with ctx.need_grad and the same B, T, ctx.
   void backward(const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx);
@@ -160,6 +168,8 @@ class GPT {
   template <class A>
   void backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, int64_t B, int64_t T,
                      const StepContext& ctx);
+  float* host_losses() const;  // the losses' part of staging_
+  static float mean_of(const float* losses, int64_t n);
   template <class A>
   void logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int64_t T, bool last_only);
   // Activations in the compute type (acts_ or acts_lp_) with offsets per
@@ -168,8 +178,14 @@ class GPT {
   DeviceArray<float> acts_, scratch_;
   DeviceArray<bfloat16> acts_lp_, scratch_lp_;
   DeviceArray<float> stats_, ws_;
-  DeviceArray<int32_t> tokens_d_, targets_d_;  // GPU only: this batch's tokens and targets
-  Array<float> losses_host_;                   // GPU only: per-position losses copied back
+  // GPU only: this batch's tokens and targets, and their uploads and the
+  // losses' copy back through page-locked staging ([tokens | targets |
+  // losses]), so neither waits for the GPU to go idle. `uploaded_` guards the
+  // staging against an upload still pending, `losses_copied_` the losses.
+  DeviceArray<int32_t> tokens_d_, targets_d_;
+  gpu::PinnedBuffer staging_;
+  std::unique_ptr<gpu::Event> uploaded_, losses_copied_;
+  int64_t pending_losses_ = 0;  // positions of a deferred loss not yet read
   // The buffer of a pair (fp32, bf16) that holds the compute type A.
   template <class A>
   static A* of_type(const DeviceArray<float>& f32, const DeviceArray<bfloat16>& lp, int64_t off) {

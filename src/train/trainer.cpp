@@ -351,6 +351,10 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     }
   };
 
+  // Events marking the GPU's step: its start, then each micro-step's forward and backward end.
+  std::vector<std::unique_ptr<gpu::Event>> marks;
+  if (!dev.is_cpu() && !ddp && !det && !zero)
+    for (int64_t k = 0; k < 1 + 2 * cfg.gas; ++k) marks.push_back(std::make_unique<gpu::Event>());
   for (int64_t it = st.iter; it <= cfg.max_iters; ++it) {
     const float lr = sched.at(it);
     if (it % cfg.eval_interval == 0 || cfg.eval_only) {
@@ -359,6 +363,12 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     }
     Timer t_iter;
     double dtf = 0, dtb = 0, loss_acc = 0;
+    // One process on the GPU: the GPU is never drained inside the step. The
+    // loss of a micro-batch is read once its forward is done (its backward
+    // still running), forward and backward are timed by events, and the first
+    // wait for the GPU is the gradient norm's.
+    const bool gpu_async = !dev.is_cpu() && !ddp && !det && !zero;
+    if (gpu_async) marks.front()->record();
     m.zero_grad();
     if (det) det->begin_step();
     if (zero) zero->begin_step();
@@ -380,16 +390,23 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
         if (ddp && micro == cfg.gas - 1) ctx.grads_ready = ddp_hook;
         if (det) m.zero_grad();  // each shard's gradient alone
         const int32_t* xs = x.data() + j * Bs * T;
+        ctx.defer_loss = gpu_async;
         Timer tf;
-        const float l = m.forward(xs, y.data() + j * Bs * T, Bs, T, ctx);
+        float l = m.forward(xs, y.data() + j * Bs * T, Bs, T, ctx);
+        if (gpu_async) marks[1 + 2 * micro]->record();
         dtf += tf.seconds();
+        Timer tb;
+        m.backward(xs, Bs, T, ctx);
+        if (gpu_async) {
+          marks[2 + 2 * micro]->record();
+          l = m.deferred_loss();
+        } else if (!dev.is_cpu()) {
+          gpu::synchronize();  // dtb times the GPU's work, not its queueing
+        }
         if (det)
           shard_losses.push_back(l);
         else
           loss_acc += l;
-        Timer tb;
-        m.backward(xs, Bs, T, ctx);
-        if (!dev.is_cpu()) gpu::synchronize();  // dtb times the GPU's work, not its queueing
         if (det) det->add_shard(static_cast<int>(j), m.grads());
         dtb += tb.seconds();
       }
@@ -402,6 +419,10 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     if (det) det->finish(m.grads());
     if (zero) zero->finish_grads();
     const double norm = zero ? zero->grad_norm() : optim::global_norm(m.grads(), m.flat_size(), dev);
+    if (gpu_async) {  // the norm's readback waited for the backward: the marks are done
+      dtf = 0;
+      for (int64_t k = 0; k < cfg.gas; ++k) dtf += marks[1 + 2 * k]->elapsed_ms_since(*marks[2 * k]) * 1e-3;
+    }
     const float loss = det ? det->mean_loss(shard_losses, cfg.gas)
                            : world_mean(static_cast<float>(loss_acc / static_cast<double>(cfg.gas)));
     if (!std::isfinite(loss) || !std::isfinite(norm))
@@ -416,6 +437,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     if (!copy) m.params_changed();
     dtb += to.seconds();
     const double dt = t_iter.seconds();
+    if (gpu_async) dtb = dt - dtf;  // the GPU's forwards, then everything else: backward and optimizer
     const double tok_s = static_cast<double>(tokens_per_iter) / dt;
     const double mfu = flops_per_iter / dt / peak;
     sum.train_losses.push_back(loss);

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/gpu.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
@@ -66,6 +67,38 @@ TEST(GPT, ForwardBackwardIsBitwiseDeterministic) {
   }
   EXPECT_EQ(l1, l2);
   EXPECT_EQ(g1, g2);
+}
+
+// On the GPU a forward may leave its loss for later (the trainer reads it
+// while the backward runs): the same value, read once, and not lost to the
+// next forward by accident.
+TEST(GPT, GpuDeferredLossEqualsTheImmediateOne) {
+  if (!gpu::available()) GTEST_SKIP() << (gpu::built() ? "no GPU on this machine" : "CUDA not built");
+  model::GPTConfig c;
+  c.n_layer = 2;
+  c.n_embd = 48;
+  c.n_head = 3;
+  c.block_size = 16;
+  c.dropout = 0.0f;
+  const int64_t B = 2, T = 16;
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    x[i] = (i * 13) % 65;
+    y[i] = (i * 7 + 1) % 65;
+  }
+  for (DType dt : {DType::F32, DType::BF16}) {
+    model::GPT m(c, B, T, parse_device("cuda"), {true, true, dt});
+    m.init_weights(7);
+    model::StepContext ctx{true, true, 99, 3, 1.0f, nullptr, 0};
+    const float now = m.forward(x.data(), y.data(), B, T, ctx);
+    ctx.defer_loss = true;
+    EXPECT_TRUE(std::isnan(m.forward(x.data(), y.data(), B, T, ctx)));
+    m.backward(x.data(), B, T, ctx);
+    EXPECT_EQ(m.deferred_loss(), now);
+    EXPECT_THROW(m.deferred_loss(), InternalError);  // read once
+    m.forward(x.data(), y.data(), B, T, ctx);
+    EXPECT_THROW(m.forward(x.data(), y.data(), B, T, ctx), InternalError);  // the first was never read
+  }
 }
 
 TEST(GPT, RejectsBadConfigAndTokens) {

@@ -30,7 +30,7 @@ if want tests; then
   step "CUDA kernel tests"
   CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=$W/cudnn_dbg.log $W/bin/test_cuda_kernels 2>&1 | tee $OUT/kernels.log | grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -60
   step "golden GPT tests (CPU; GPU fp32 and bf16)"
-  $W/bin/test_model --gtest_filter='*Golden*' 2>&1 | tee $OUT/golden.log | grep -E "PASSED|FAILED|Failure|OK \]" | head -20
+  $W/bin/test_model --gtest_filter='*Golden*:*Gpu*' 2>&1 | tee $OUT/golden.log | grep -E "PASSED|FAILED|Failure|OK \]" | head -20
   [ -s $W/cudnn_dbg.log ] && head -c 400000 $W/cudnn_dbg.log | gzip > $OUT/cudnn_dbg.log.gz
 fi
 if want ops; then
@@ -97,7 +97,7 @@ IFS=, read -ra MODES <<< "${PEER_MODES:-fp32 0 0,bf16 1 1}"  # "dtype compile fl
 want peer && for mode in "${MODES[@]}"; do
   set -- $mode
   PYTHONUNBUFFERED=1 timeout 200 python3 tools/torch_ref/bench_peer.py --device cuda --n_layer 12 --n_head 12 \
-    --n_embd 768 --block_size 1024 --vocab_size 50304 --batch_size $GPT2_B --iters 10 --warmup 3 \
+    --n_embd 768 --block_size 1024 --vocab_size 50304 --batch_size $GPT2_B --iters ${PEER_ITERS:-10} --warmup 3 \
     --dtype $1 --compile $2 --flash $3 2>>$OUT/peer.err | tee -a $OUT/peer.jsonl
 done
 want peer && tail -3 $OUT/peer.err
