@@ -199,6 +199,25 @@ TEST_F(Cuda, EmbeddingMatchesReferenceAndIsDeterministic) {
   EXPECT_EQ(gdwte.back(), gdwte2.back()) << "embedding backward is not bitwise repeatable";
 }
 
+// A token that fills much of the batch (character data's space): one long
+// run of the sorted tokens, summed by several rows of threads.
+TEST_F(Cuda, EmbeddingBackwardSumsALongRunOfOneToken) {
+  const int64_t B = 4, T = 1000, C = 200, V = 5;
+  std::vector<int32_t> tok(B * T);
+  for (int64_t i = 0; i < B * T; ++i) tok[i] = i % 7 == 3 ? static_cast<int32_t>(i % V) : 2;
+  auto dy = randv(B * T * C, 55);
+  std::vector<float> dwte = randv(V * C, 56), dwpe = randv(T * C, 57);
+  Dev<int32_t> gtok(tok);
+  Dev<float> gdy(dy), gdwte(dwte), gdwpe(dwpe), gdwte2(dwte), gdwpe2(dwpe);
+  kr::embedding_backward(dwte.data(), dwpe.data(), dy.data(), tok.data(), B, T, C);
+  kc::embedding_backward(gdwte.p(), gdwpe.p(), gdy.p(), gtok.p(), B, T, C);
+  // fp32 sums of ~3400 terms in another order than the reference's.
+  expect_close(gdwte.back(), dwte, 1e-3, 1e-2, "dwte");
+  expect_close(gdwpe.back(), dwpe, 1e-4, 1e-2, "dwpe");
+  kc::embedding_backward(gdwte2.p(), gdwpe2.p(), gdy.p(), gtok.p(), B, T, C);
+  EXPECT_EQ(gdwte.back(), gdwte2.back()) << "embedding backward is not bitwise repeatable";
+}
+
 TEST_F(Cuda, ElementwiseAndDropoutMatchReferenceExactly) {
   const int64_t n = 4099;
   auto a = randv(n, 60), b = randv(n, 61);

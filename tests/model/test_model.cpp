@@ -40,19 +40,33 @@ TEST(GPT, InitHasGpt2Statistics) {
   EXPECT_EQ(m.param("transformer.h.1.ln_2.weight").data<float>()[5], 1.0f);
 }
 
-TEST(GPT, ForwardBackwardIsBitwiseDeterministic) {
+namespace {
+// Two layers of 3 heads, 16 positions; a fixed batch of 2 x 16 tokens and targets.
+model::GPTConfig tiny_config(float dropout) {
   model::GPTConfig c;
   c.n_layer = 2;
   c.n_embd = 48;
   c.n_head = 3;
   c.block_size = 16;
-  c.dropout = 0.1f;
-  const int64_t B = 2, T = 16;
-  std::vector<int32_t> x(B * T), y(B * T);
-  for (int i = 0; i < B * T; ++i) {
+  c.dropout = dropout;
+  return c;
+}
+constexpr int64_t kB = 2, kT = 16;
+void tiny_batch(std::vector<int32_t>& x, std::vector<int32_t>& y) {
+  x.resize(kB * kT);
+  y.resize(kB * kT);
+  for (int i = 0; i < kB * kT; ++i) {
     x[i] = (i * 13) % 65;
     y[i] = (i * 7 + 1) % 65;
   }
+}
+}  // namespace
+
+TEST(GPT, ForwardBackwardIsBitwiseDeterministic) {
+  const model::GPTConfig c = tiny_config(0.1f);
+  const int64_t B = kB, T = kT;
+  std::vector<int32_t> x, y;
+  tiny_batch(x, y);
   std::vector<float> g1, g2;
   float l1 = 0, l2 = 0;
   for (int rep = 0; rep < 2; ++rep) {
@@ -74,18 +88,10 @@ TEST(GPT, ForwardBackwardIsBitwiseDeterministic) {
 // next forward by accident.
 TEST(GPT, GpuDeferredLossEqualsTheImmediateOne) {
   if (!gpu::available()) GTEST_SKIP() << (gpu::built() ? "no GPU on this machine" : "CUDA not built");
-  model::GPTConfig c;
-  c.n_layer = 2;
-  c.n_embd = 48;
-  c.n_head = 3;
-  c.block_size = 16;
-  c.dropout = 0.0f;
-  const int64_t B = 2, T = 16;
-  std::vector<int32_t> x(B * T), y(B * T);
-  for (int i = 0; i < B * T; ++i) {
-    x[i] = (i * 13) % 65;
-    y[i] = (i * 7 + 1) % 65;
-  }
+  const model::GPTConfig c = tiny_config(0.0f);
+  const int64_t B = kB, T = kT;
+  std::vector<int32_t> x, y;
+  tiny_batch(x, y);
   for (DType dt : {DType::F32, DType::BF16}) {
     model::GPT m(c, B, T, parse_device("cuda"), {true, true, dt});
     m.init_weights(7);

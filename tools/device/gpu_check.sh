@@ -4,7 +4,8 @@
 # GPT-2 124M throughput, and PyTorch nanoGPT peers. Logs go to $OUT.
 # Arguments pick the parts (default: tests gpt2 peer; also ops, baby, det,
 # trace: a CUPTI timeline of 124M steps, summarized; peerprof: the PyTorch
-# peer's kernels by torch.profiler); each part has a time
+# peer's kernels by torch.profiler; probe: which GELU cuBLASLt's epilogue
+# computes); each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
 # the precisions of baby and gpt2 (default "fp32 bf16"); DET_DTYPE and
 # DET_DROPOUT (default 0.2; 0 takes bf16 attention through the flash kernels)
@@ -32,6 +33,10 @@ if want tests; then
   step "golden GPT tests (CPU; GPU fp32 and bf16)"
   $W/bin/test_model --gtest_filter='*Golden*:*Gpu*' 2>&1 | tee $OUT/golden.log | grep -E "PASSED|FAILED|Failure|OK \]" | head -20
   [ -s $W/cudnn_dbg.log ] && head -c 400000 $W/cudnn_dbg.log | gzip > $OUT/cudnn_dbg.log.gz
+fi
+if want probe; then
+  step "cuBLASLt's GELU epilogue: exact or tanh form?"
+  $W/bin/gelu_epilogue_probe
 fi
 if want ops; then
   for dt in $DTYPES; do

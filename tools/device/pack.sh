@@ -21,6 +21,9 @@ done
 g++ -O2 -shared -fPIC -I/usr/local/cuda/include tools/device/cupti_trace.cpp -L/usr/local/cuda/lib64 -lcupti \
   -o .devcarry/stage/lib/libcupti_trace.so
 cp -L /usr/local/cuda/lib64/libcupti.so.13 .devcarry/stage/lib/
+# Which GELU cuBLASLt's epilogue computes (gpu_check.sh probe).
+g++ -O2 -I/usr/local/cuda/include tools/device/gelu_epilogue_probe.cpp -L/usr/local/cuda/lib64 -lcublasLt -lcudart \
+  -o .devcarry/stage/bin/gelu_epilogue_probe
 cp -r data/shakespeare_char .devcarry/stage/data/
 cp tools/device/gpu_check.sh .devcarry/
 tar -C .devcarry/stage -czf .devcarry/bundle.tar.gz .

@@ -24,15 +24,20 @@ __global__ void emb_forward(T* out, const int32_t* tokens, const T* wte, const T
 // Block (s, y) handles sorted position s if it starts a run of equal tokens,
 // for columns [y * blockDim.x, (y + 1) * blockDim.x). The run's end comes
 // from a binary search (the tokens are sorted), so the sum over the run has
-// known bounds and its loads do not wait on one another.
+// known bounds and its loads do not wait on one another. A run can be long
+// (a frequent token: on character data a quarter of the batch), so the
+// block's kSplit rows of threads take every kSplit-th row of it and their
+// partial sums are added in row order: the same order on every call.
+constexpr int kSplit = 8;
 template <class T>
 __global__ void emb_backward_wte(float* dwte, const T* dout, const int32_t* sorted_tok, const int32_t* sorted_pos,
                                  int64_t BT, int64_t C) {
   __shared__ int64_t end_sh;
+  __shared__ float part[kSplit][128];
   const int64_t s = blockIdx.x;
   const int32_t tok = sorted_tok[s];
   if (s > 0 && sorted_tok[s - 1] == tok) return;
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
     int64_t lo = s + 1, hi = BT;  // first index in [lo, hi) whose token differs
     while (lo < hi) {
       const int64_t mid = lo + (hi - lo) / 2;
@@ -45,11 +50,18 @@ __global__ void emb_backward_wte(float* dwte, const T* dout, const int32_t* sort
   }
   __syncthreads();
   const int64_t end = end_sh, c = blockIdx.y * int64_t{blockDim.x} + threadIdx.x;
-  if (c >= C) return;
   float acc = 0;
+  if (c < C) {
 #pragma unroll 4
-  for (int64_t k = s; k < end; ++k) acc += to_f(dout[static_cast<int64_t>(sorted_pos[k]) * C + c]);
-  dwte[static_cast<int64_t>(tok) * C + c] += acc;
+    for (int64_t k = s + threadIdx.y; k < end; k += kSplit)
+      acc += to_f(dout[static_cast<int64_t>(sorted_pos[k]) * C + c]);
+  }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  float sum = part[0][threadIdx.x];
+  for (int y = 1; y < kSplit; ++y) sum += part[y][threadIdx.x];
+  dwte[static_cast<int64_t>(tok) * C + c] += sum;
 }
 
 template <class T>
@@ -98,7 +110,7 @@ void bwd(float* dwte, float* dwpe, const E* dout, const int32_t* tokens, int64_t
       "kernels.cuda.embedding_backward");
   const int threads = C < 128 ? static_cast<int>((C + 31) / 32 * 32) : 128;
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((C + threads - 1) / threads));
-  emb_backward_wte<<<grid, threads, 0, stream()>>>(dwte, dout, sorted_tok, sorted_pos, BT, C);
+  emb_backward_wte<<<grid, dim3(threads, kSplit), 0, stream()>>>(dwte, dout, sorted_tok, sorted_pos, BT, C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.embedding_backward");
   emb_backward_wpe<<<capped_blocks(T * C, 256), 256, 0, stream()>>>(dwpe, dout, B, T, C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.embedding_backward");
