@@ -45,10 +45,11 @@ void attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qk
 int64_t attention_workspace_floats_bf16(int64_t B, int64_t T, int64_t C, int64_t NH, int nthreads);
 // Which fused kernels bf16 attention without dropout takes: cuDNN's flash
 // attention (the default where parallm was built with cuDNN and cuDNN has an
-// engine for the shape; its backward may sum dQ in a varying order), or
-// parallm's own (bitwise repeatable). PARALLM_ATTENTION=own in the
-// environment starts the process with parallm's own.
-enum class AttentionImpl { Cudnn, Own };
+// engine for the shape) with its bitwise-repeatable backward, or CudnnFast:
+// the same with cuDNN's faster backward, which sums dQ in a varying order, or
+// Own: parallm's kernels (repeatable). PARALLM_ATTENTION=cudnn|cudnn-fast|own
+// in the environment sets the process's starting choice.
+enum class AttentionImpl { Cudnn, CudnnFast, Own };
 AttentionImpl set_attention_impl(AttentionImpl impl);  // returns the previous choice
 AttentionImpl attention_impl();
 // Whether parallm was built with cuDNN, and the attention calls cuDNN has

@@ -351,9 +351,14 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     }
   };
 
-  // Events marking the GPU's step: its start, then each micro-step's forward and backward end.
+  // One process on the GPU: the GPU is never drained inside the step. The
+  // loss of a micro-batch is read once its forward is done (its backward
+  // still running), forward and backward are timed by events marking the
+  // step's start and each micro-step's forward and backward end, and the
+  // first wait for the GPU is the gradient norm's.
+  const bool gpu_async = !dev.is_cpu() && !ddp && !det && !zero;
   std::vector<std::unique_ptr<gpu::Event>> marks;
-  if (!dev.is_cpu() && !ddp && !det && !zero)
+  if (gpu_async)
     for (int64_t k = 0; k < 1 + 2 * cfg.gas; ++k) marks.push_back(std::make_unique<gpu::Event>());
   for (int64_t it = st.iter; it <= cfg.max_iters; ++it) {
     const float lr = sched.at(it);
@@ -363,11 +368,6 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     }
     Timer t_iter;
     double dtf = 0, dtb = 0, loss_acc = 0;
-    // One process on the GPU: the GPU is never drained inside the step. The
-    // loss of a micro-batch is read once its forward is done (its backward
-    // still running), forward and backward are timed by events, and the first
-    // wait for the GPU is the gradient norm's.
-    const bool gpu_async = !dev.is_cpu() && !ddp && !det && !zero;
     if (gpu_async) marks.front()->record();
     m.zero_grad();
     if (det) det->begin_step();

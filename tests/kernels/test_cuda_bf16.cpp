@@ -231,6 +231,8 @@ TEST_F(CudaBf16, CudnnAttentionMatchesOwnFlashKernelsAtGpt2Shape) {
   expect_close(dnn.dqkv, own.dqkv, 2e-2, 3e-2, "cudnn vs own: dqkv");
   const Result mixed = run(kc::AttentionImpl::Own, kc::AttentionImpl::Cudnn);
   expect_close(mixed.dqkv, own.dqkv, 2e-2, 3e-2, "own forward, cudnn backward: dqkv");
+  const Result fast = run(kc::AttentionImpl::Cudnn, kc::AttentionImpl::CudnnFast);  // the fp32 dQ accumulator
+  expect_close(fast.dqkv, own.dqkv, 2e-2, 3e-2, "cudnn forward, cudnn-fast backward: dqkv");
 }
 
 TEST_F(CudaBf16, ClassifierMatchesReferenceInOneChunkAndMany) {

@@ -17,10 +17,11 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <type_traits>
-#include <utility>
 
+#include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cudnn_attention.h"
@@ -157,11 +158,18 @@ int64_t attention_workspace_floats(int64_t, int64_t T, int64_t, int64_t NH, int)
 }
 
 namespace {
-AttentionImpl initial_impl() {
-  const char* env = std::getenv("PARALLM_ATTENTION");
-  return env && std::string(env) == "own" ? AttentionImpl::Own : AttentionImpl::Cudnn;
+// The choice: set_attention_impl's, else PARALLM_ATTENTION's on first use.
+std::optional<AttentionImpl> g_impl;
+AttentionImpl impl() {
+  if (!g_impl) {
+    const char* env = std::getenv("PARALLM_ATTENTION");
+    const std::string v = env ? env : "cudnn";
+    PARALLM_CHECK(v == "cudnn" || v == "cudnn-fast" || v == "own", ConfigError, "kernels.cuda.attention",
+                  "PARALLM_ATTENTION={} is none of cudnn, cudnn-fast, own", v);
+    g_impl = v == "own" ? AttentionImpl::Own : v == "cudnn-fast" ? AttentionImpl::CudnnFast : AttentionImpl::Cudnn;
+  }
+  return *g_impl;
 }
-AttentionImpl g_impl = initial_impl();
 int64_t ws_floats(int64_t B, int64_t T, int64_t C, int64_t NH) {
   return attention_workspace_floats_bf16(B, T, C, NH, 1);
 }
@@ -172,7 +180,7 @@ bool cudnn_attention_forward(bfloat16*, float*, const bfloat16*, int64_t, int64_
   return false;
 }
 bool cudnn_attention_backward(bfloat16*, const bfloat16*, const bfloat16*, const bfloat16*, const float*, int64_t,
-                              int64_t, int64_t, int64_t, float*, int64_t) {
+                              int64_t, int64_t, int64_t, bool, float*, int64_t) {
   return false;
 }
 int64_t cudnn_attention_workspace_floats(int64_t, int64_t, int64_t, int64_t) {
@@ -191,11 +199,13 @@ int64_t attention_workspace_floats_bf16(int64_t B, int64_t T, int64_t C, int64_t
       {3 * NH * T * T, flash_attention_workspace_floats(B, T, NH), cudnn_attention_workspace_floats(B, T, C, NH)});
 }
 
-AttentionImpl set_attention_impl(AttentionImpl impl) {
-  return std::exchange(g_impl, impl);
+AttentionImpl set_attention_impl(AttentionImpl choice) {
+  const AttentionImpl before = impl();
+  g_impl = choice;
+  return before;
 }
 AttentionImpl attention_impl() {
-  return g_impl;
+  return impl();
 }
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
@@ -205,7 +215,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
 void attention_forward(bfloat16* out, float* lse, const bfloat16* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                        AttnDropout drop, float* workspace) {
   if (flash_attention_applies(C, NH, drop, {qkv, out})) {
-    if (g_impl == AttentionImpl::Cudnn &&
+    if (impl() != AttentionImpl::Own &&
         cudnn_attention_forward(out, lse, qkv, B, T, C, NH, workspace, ws_floats(B, T, C, NH)))
       return;
     return flash_attention_forward(out, lse, qkv, B, T, C, NH);
@@ -220,8 +230,9 @@ void attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qk
                         const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, AttnDropout drop,
                         float* workspace) {
   if (flash_attention_applies(C, NH, drop, {qkv, out, dout, dqkv})) {
-    if (g_impl == AttentionImpl::Cudnn &&
-        cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace, ws_floats(B, T, C, NH)))
+    if (impl() != AttentionImpl::Own &&
+        cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, impl() == AttentionImpl::Cudnn, workspace,
+                                 ws_floats(B, T, C, NH)))
       return;
     return flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace);
   }

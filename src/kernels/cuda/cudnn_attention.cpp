@@ -13,19 +13,17 @@
 // The backward comes in two shapes: with an fp32 dQ accumulator, which
 // cuDNN's kernel adds into from many blocks in no fixed order (fast, not
 // bitwise repeatable), or with dQ written by the graph's last product from dS
-// spilled to the workspace (repeatable; the default, PARALLM_ATTENTION=cudnn-fast
+// spilled to the workspace (repeatable; the default, AttentionImpl::CudnnFast
 // picks the other). A plan is built once per shape and kept with its workspace;
 // a shape cuDNN has no engine for is remembered, logged once, and left to
 // parallm's own kernels.
 #include "kernels/cuda/cudnn_attention.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
 #include <tuple>
-#include <vector>
 
 #include "core/allocator.h"
 #include "core/error.h"
@@ -58,18 +56,6 @@ enum Uid : int64_t {
   kVirtual = 100  // virtual tensors count up from here
 };
 
-// The graph's choices the sources disagree on; tried in order until cuDNN
-// builds a plan.
-struct Variant {
-  cudnnDataType_t index_prec, compare_prec, k_view;
-};
-constexpr Variant kVariants[] = {
-    {CUDNN_DATA_FLOAT, CUDNN_DATA_BOOLEAN, CUDNN_DATA_FLOAT},
-    {CUDNN_DATA_INT32, CUDNN_DATA_INT32, CUDNN_DATA_BFLOAT16},
-    {CUDNN_DATA_FLOAT, CUDNN_DATA_BOOLEAN, CUDNN_DATA_BFLOAT16},
-    {CUDNN_DATA_INT32, CUDNN_DATA_BOOLEAN, CUDNN_DATA_FLOAT},
-};
-
 struct Shape {
   int64_t B, T, NH, HS;
 };
@@ -77,10 +63,9 @@ struct Shape {
 // Builds one graph; counts virtual tensor uids.
 class Builder {
  public:
-  Builder(const Shape& s, const Variant& v) : s_(s), v_(v) {}
+  explicit Builder(const Shape& s) : s_(s) {}
   Graph g;
   const Shape& s_;
-  const Variant& v_;
   int64_t next_ = kVirtual;
 
   Dims qkv_strides() const {
@@ -120,21 +105,23 @@ class Builder {
     g.pointwise(m, x, &b, nullptr, y, -1, prec);
     return y;
   }
-  // Entries above the diagonal (col > row) become -inf.
+  // Entries above the diagonal (col > row) become -inf. The indices are
+  // int32 computed in fp32 and compared as booleans, as cudnn-frontend has
+  // them (the form measured on cuDNN 9.19).
   const dnn::Desc& causal(const dnn::Desc& x, const dnn::Desc& neg_inf) {
     const auto& row = tmp(CUDNN_DATA_INT32, bhtt());
-    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, row, 2, v_.index_prec);
+    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, row, 2);
     const auto& col = tmp(CUDNN_DATA_INT32, bhtt());
-    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, col, 3, v_.index_prec);
-    const auto& keep = binary(CUDNN_POINTWISE_CMP_GE, row, col, tmp(CUDNN_DATA_BOOLEAN, bhtt()), v_.compare_prec);
+    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, col, 3);
+    const auto& keep = binary(CUDNN_POINTWISE_CMP_GE, row, col, tmp(CUDNN_DATA_BOOLEAN, bhtt()), CUDNN_DATA_BOOLEAN);
     const auto& y = tmp(CUDNN_DATA_FLOAT, bhtt());
     g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, &neg_inf, &keep, y);
     return y;
   }
 };
 
-dnn::Plan build_forward(const Shape& s, const Variant& v, std::string& why) {
-  Builder b(s, v);
+dnn::Plan build_forward(const Shape& s, std::string& why) {
+  Builder b(s);
   const auto& q = b.io(kQ, b.bhtd(), b.qkv_strides());
   const auto& kt = b.io(kK, b.bhdt(), b.transposed(b.qkv_strides()));
   const auto& val = b.io(kV, b.bhtd(), b.qkv_strides());
@@ -161,8 +148,8 @@ dnn::Plan build_forward(const Shape& s, const Variant& v, std::string& why) {
   return plan;
 }
 
-dnn::Plan build_backward(const Shape& s, const Variant& v, bool deterministic, std::string& why) {
-  Builder b(s, v);
+dnn::Plan build_backward(const Shape& s, bool repeatable, std::string& why) {
+  Builder b(s);
   const auto qs = b.qkv_strides();
   const auto& q = b.io(kQ, b.bhtd(), qs);
   const auto& kt = b.io(kK, b.bhdt(), b.transposed(qs));
@@ -203,9 +190,9 @@ dnn::Plan build_backward(const Shape& s, const Variant& v, bool deterministic, s
   b.g.reshape(dS, dSt);
   b.g.matmul(dSt, q, dK);
   // dQ = dS K
-  const auto& kview = b.tmp(v.k_view, b.bhtd(), qs);
+  const auto& kview = b.tmp(CUDNN_DATA_FLOAT, b.bhtd(), qs);
   b.g.reshape(kt, kview);
-  if (deterministic) {
+  if (repeatable) {
     b.g.matmul(dS, kview, dQ);
   } else {
     const auto& acc = b.f32(kDQAccum, b.bhtd());
@@ -247,15 +234,10 @@ Entry* plan_for(Dir dir, const Shape& s) {
   if (cache.size() >= 64) cache.clear();  // sampling makes a shape per sequence length
   auto e = std::make_unique<Entry>();
   std::string why;
-  for (const Variant& v : kVariants) {
-    std::string w;
-    try {
-      e->plan = dir == Dir::Forward ? build_forward(s, v, w) : build_backward(s, v, dir == Dir::Backward, w);
-    } catch (const CudaError& err) {  // an operation cuDNN refuses in this variant
-      w = err.what();
-    }
-    if (e->plan.ok()) break;
-    why += (why.empty() ? "" : " | ") + w;
+  try {
+    e->plan = dir == Dir::Forward ? build_forward(s, why) : build_backward(s, dir == Dir::Backward, why);
+  } catch (const CudaError& err) {  // an operation cuDNN refuses
+    why = err.what();
   }
   const char* what = dir == Dir::Forward ? "forward" : dir == Dir::Backward ? "backward" : "backward (fast)";
   if (!e->plan.ok()) {
@@ -275,14 +257,6 @@ Entry* plan_for(Dir dir, const Shape& s) {
 }
 
 int64_t g_calls = 0;
-
-Dir backward_dir() {
-  static const Dir d = [] {
-    const char* env = std::getenv("PARALLM_ATTENTION");
-    return env && std::string(env) == "cudnn-fast" ? Dir::BackwardFast : Dir::Backward;
-  }();
-  return d;
-}
 }  // namespace
 
 int64_t cudnn_attention_workspace_floats(int64_t B, int64_t T, int64_t C, int64_t NH) {
@@ -300,41 +274,34 @@ bool cudnn_attention_forward(bfloat16* out, float* lse, const bfloat16* qkv, int
   if (!e) return false;
   float scale = 1.0f / std::sqrt(static_cast<float>(s.HS)), neg_inf = -INFINITY;
   auto* base = const_cast<bfloat16*>(qkv);
-  e->plan.execute(
-      {{kQ, base}, {kK, base + C}, {kV, base + 2 * C}, {kO, out}, {kStats, lse}, {kScale, &scale}, {kNegInf, &neg_inf}},
-      e->workspace(workspace, workspace_floats), "kernels.cuda.cudnn_attention_forward");
+  dnn::Bindings bind;
+  bind.add(kQ, base).add(kK, base + C).add(kV, base + 2 * C).add(kO, out).add(kStats, lse);
+  bind.add(kScale, &scale).add(kNegInf, &neg_inf);
+  e->plan.execute(bind, e->workspace(workspace, workspace_floats), "kernels.cuda.cudnn_attention_forward");
   ++g_calls;
   return true;
 }
 
 bool cudnn_attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qkv, const bfloat16* out,
-                              const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, float* workspace,
-                              int64_t workspace_floats) {
+                              const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, bool repeatable,
+                              float* workspace, int64_t workspace_floats) {
   const Shape s{B, T, NH, C / NH};
-  const Dir dir = backward_dir();
+  const Dir dir = repeatable ? Dir::Backward : Dir::BackwardFast;
   Entry* e = plan_for(dir, s);
   if (!e) return false;
   float scale = 1.0f / std::sqrt(static_cast<float>(s.HS)), neg_inf = -INFINITY, one = 1.0f;
   auto* base = const_cast<bfloat16*>(qkv);
   char* ws = e->workspace(workspace, workspace_floats);
-  std::vector<std::pair<int64_t, void*>> bind{{kQ, base},
-                                              {kK, base + C},
-                                              {kV, base + 2 * C},
-                                              {kO, const_cast<bfloat16*>(out)},
-                                              {kDO, const_cast<bfloat16*>(dout)},
-                                              {kStats, const_cast<float*>(lse)},
-                                              {kDQ, dqkv},
-                                              {kDK, dqkv + C},
-                                              {kDV, dqkv + 2 * C},
-                                              {kScale, &scale},
-                                              {kOne, &one},
-                                              {kNegInf, &neg_inf},
-                                              {kSoftmaxSum, ws + e->acc_bytes}};
+  dnn::Bindings bind;
+  bind.add(kQ, base).add(kK, base + C).add(kV, base + 2 * C);
+  bind.add(kO, const_cast<bfloat16*>(out)).add(kDO, const_cast<bfloat16*>(dout)).add(kStats, const_cast<float*>(lse));
+  bind.add(kDQ, dqkv).add(kDK, dqkv + C).add(kDV, dqkv + 2 * C);
+  bind.add(kScale, &scale).add(kOne, &one).add(kNegInf, &neg_inf).add(kSoftmaxSum, ws + e->acc_bytes);
   if (dir == Dir::BackwardFast) {
     // cuDNN >= 9.6 initializes the accumulator itself, by cudnn-frontend's
     // reading; zeroed here all the same until measured otherwise.
     gpu::memset_zero(ws, static_cast<size_t>(e->acc_bytes));
-    bind.push_back({kDQAccum, ws});
+    bind.add(kDQAccum, ws);
   }
   e->plan.execute(bind, ws + e->acc_bytes + e->sum_bytes, "kernels.cuda.cudnn_attention_backward");
   ++g_calls;

@@ -2,7 +2,7 @@
 // cudnn_attention.cpp), for bf16 activations without attention dropout.
 // Internal to kernels/cuda: attention.cu calls it first where it applies and
 // falls back to parallm's own flash kernels when it returns false (cuDNN not
-// built, PARALLM_ATTENTION=own, or no cuDNN engine for the shape). Same
+// built, AttentionImpl::Own, or no cuDNN engine for the shape). Same
 // contract as kernels/attention.h: lse is the natural-log log-sum-exp of the
 // scaled scores, so either implementation's forward feeds either backward.
 #pragma once
@@ -17,8 +17,8 @@ namespace parallm::kernels::cuda {
 bool cudnn_attention_forward(bfloat16* out, float* lse, const bfloat16* qkv, int64_t B, int64_t T, int64_t C,
                              int64_t NH, float* workspace, int64_t workspace_floats);
 bool cudnn_attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qkv, const bfloat16* out,
-                              const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, float* workspace,
-                              int64_t workspace_floats);
+                              const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, bool repeatable,
+                              float* workspace, int64_t workspace_floats);
 // What the repeatable backward asks of the workspace (0 without cuDNN).
 int64_t cudnn_attention_workspace_floats(int64_t B, int64_t T, int64_t C, int64_t NH);
 

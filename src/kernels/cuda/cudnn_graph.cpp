@@ -9,13 +9,19 @@
 
 namespace parallm::kernels::cuda::dnn {
 
-void check(cudnnStatus_t st, const char* where, const char* call) {
-  if (st == CUDNN_STATUS_SUCCESS) return;
+namespace {
+// "status: cuDNN's last message" (the message may be empty).
+std::string describe(cudnnStatus_t st) {
   char msg[512] = {0};
   cudnnGetLastErrorString(msg, sizeof msg);
+  return msg[0] ? fmt::format("{}: {}", cudnnGetErrorString(st), msg) : std::string(cudnnGetErrorString(st));
+}
+}  // namespace
+
+void check(cudnnStatus_t st, const char* where, const char* call) {
+  if (st == CUDNN_STATUS_SUCCESS) return;
   const std::string who = gpu::context().empty() ? "" : ", " + gpu::context();
-  throw CudaError(where, fmt::format("{}: {}{}{} (device {}{})", call, cudnnGetErrorString(st), msg[0] ? ": " : "", msg,
-                                     gpu::current_device(), who));
+  throw CudaError(where, fmt::format("{}: {} (device {}{})", call, describe(st), gpu::current_device(), who));
 }
 
 namespace {
@@ -104,9 +110,7 @@ void Graph::pointwise(cudnnPointwiseMode_t mode, const Desc& x, const Desc* b, c
   op.set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one);
   if (b) op.set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one);
   op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y).finalize("pointwise operation");
-  ops_.push_back(op.get());
-  keep_.push_back(std::move(pw));
-  keep_.push_back(std::move(op));
+  add_op(std::move(op), std::move(pw));
 }
 
 void Graph::reduction(cudnnReduceTensorOp_t mode, const Desc& x, const Desc& y) {
@@ -120,9 +124,7 @@ void Graph::reduction(cudnnReduceTensorOp_t mode, const Desc& x, const Desc& y) 
       .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x)
       .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y)
       .finalize("reduction operation");
-  ops_.push_back(op.get());
-  keep_.push_back(std::move(r));
-  keep_.push_back(std::move(op));
+  add_op(std::move(op), std::move(r));
 }
 
 void Graph::matmul(const Desc& a, const Desc& b, const Desc& c) {
@@ -135,9 +137,7 @@ void Graph::matmul(const Desc& a, const Desc& b, const Desc& c) {
       .set_desc(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b)
       .set_desc(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c)
       .finalize("matmul operation");
-  ops_.push_back(op.get());
-  keep_.push_back(std::move(m));
-  keep_.push_back(std::move(op));
+  add_op(std::move(op), std::move(m));
 }
 
 void Graph::reshape(const Desc& x, const Desc& y) {
@@ -145,8 +145,13 @@ void Graph::reshape(const Desc& x, const Desc& y) {
   op.set_desc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x)
       .set_desc(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y)
       .finalize("reshape operation");
+  add_op(std::move(op));
+}
+
+void Graph::add_op(Desc op, Desc inner) {
   ops_.push_back(op.get());
   keep_.push_back(std::move(op));
+  if (inner.get()) keep_.push_back(std::move(inner));
 }
 
 Plan Graph::build() {
@@ -156,9 +161,7 @@ Plan Graph::build() {
       .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops_.size()),
            ops_.data());
   if (cudnnStatus_t st = cudnnBackendFinalize(graph.get()); st != CUDNN_STATUS_SUCCESS) {
-    char msg[512] = {0};
-    cudnnGetLastErrorString(msg, sizeof msg);
-    why_ = fmt::format("operation graph: {} {}", cudnnGetErrorString(st), msg);
+    why_ = "operation graph: " + describe(st);
     return {};
   }
   // Heuristics, then the instant mode's fallback list.
@@ -190,9 +193,7 @@ Plan Graph::build() {
     plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
         .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg);
     if (cudnnStatus_t st = cudnnBackendFinalize(plan.get()); st != CUDNN_STATUS_SUCCESS) {
-      char msg[512] = {0};
-      cudnnGetLastErrorString(msg, sizeof msg);
-      why_ += fmt::format("{}plan: {} {}", why_.empty() ? "" : "; ", cudnnGetErrorString(st), msg);
+      why_ += (why_.empty() ? "plan: " : "; plan: ") + describe(st);
       continue;
     }
     int64_t ws = 0, count = 0;
@@ -202,16 +203,18 @@ Plan Graph::build() {
   return {};
 }
 
-void Plan::execute(const std::vector<std::pair<int64_t, void*>>& bindings, void* workspace, const char* where) const {
-  std::vector<int64_t> uids;
-  std::vector<void*> ptrs;
-  for (const auto& [uid, p] : bindings) {
-    uids.push_back(uid);
-    ptrs.push_back(p);
-  }
+Bindings& Bindings::add(int64_t uid, void* p) {
+  PARALLM_CHECK(n_ < kMax, InternalError, "kernels.cuda.cudnn", "more than {} tensors bound", kMax);
+  uids_[n_] = uid;
+  ptrs_[n_++] = p;
+  return *this;
+}
+
+void Plan::execute(const Bindings& bindings, void* workspace, const char* where) const {
+  // The variant pack is cuDNN's per-call record of the pointers (as cudnn-frontend builds it per call).
   Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()), uids.data())
-      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(ptrs.size()), ptrs.data())
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, bindings.size(), bindings.uids())
+      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, bindings.size(), bindings.ptrs())
       .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace)
       .finalize("variant pack");
   cudnnHandle_t h = handle();

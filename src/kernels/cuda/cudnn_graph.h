@@ -53,6 +53,22 @@ struct TensorSpec {
 // Row-major strides of dims.
 Dims packed(const Dims& dim);
 
+// The (uid, pointer) pairs of one execution, in fixed storage: no heap
+// allocation per call.
+class Bindings {
+ public:
+  static constexpr int kMax = 16;
+  Bindings& add(int64_t uid, void* p);
+  int size() const { return n_; }
+  const int64_t* uids() const { return uids_; }
+  void* const* ptrs() const { return ptrs_; }
+
+ private:
+  int64_t uids_[kMax] = {};
+  void* ptrs_[kMax] = {};
+  int n_ = 0;
+};
+
 class Plan {
  public:
   Plan() = default;
@@ -61,7 +77,7 @@ class Plan {
   int64_t workspace_bytes() const { return workspace_; }
   // Runs on parallm's stream with the given device (or, for by-value
   // tensors, host) pointers per uid and a workspace of workspace_bytes().
-  void execute(const std::vector<std::pair<int64_t, void*>>& bindings, void* workspace, const char* where) const;
+  void execute(const Bindings& bindings, void* workspace, const char* where) const;
 
  private:
   Desc plan_;
@@ -88,6 +104,8 @@ class Graph {
   const std::string& why() const { return why_; }
 
  private:
+  // Keeps an operation (and the descriptor it refers to) and lists it in the graph.
+  void add_op(Desc op, Desc inner = {});
   std::deque<Desc> keep_;  // tensors and op-level descriptors (references stay valid)
   std::vector<cudnnBackendDescriptor_t> ops_;
   std::string why_;
