@@ -42,7 +42,7 @@ Runner add_train(CLI::App& app) {
     train::RunConfig cfg = run_config_from_args(*args, "cli.train");
     comm::CommOptions copt;
     copt.timeout_s = cfg.comm_timeout_s;
-    World world = start_world(cfg.comm_backend, copt);
+    World world = start_world(comm::resolve_backend(cfg.comm_backend, !parse_device(cfg.device).is_cpu()), copt);
     train::RunSummary s;
     run_guarded(world, [&] {
       s = train::run_training(cfg, world.comm.get());

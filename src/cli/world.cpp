@@ -23,7 +23,9 @@ World start_world(const std::string& backend, const comm::CommOptions& options, 
     return 0;
   });
   if (announce && w.comm->rank() == 0) {
-    const std::string device = fmt::format("cpu ({} thread{} per rank)", num_threads(), num_threads() == 1 ? "" : "s");
+    const std::string device = w.comm->gpu_device() >= 0 ? "cuda (one GPU per rank, by local rank)"
+                                                         : fmt::format("cpu ({} thread{} per rank)", num_threads(),
+                                                                       num_threads() == 1 ? "" : "s");
     std::fputs(comm::dist_info(w.topo, w.comm->backend(), device).c_str(), stdout);
     std::fflush(stdout);
   }
@@ -31,7 +33,7 @@ World start_world(const std::string& backend, const comm::CommOptions& options, 
 }
 
 void add_world_options(CLI::App* cmd, std::string& backend, double& timeout_s, const std::string& timeout_help) {
-  cmd->add_option("--backend", backend, "auto, self or mpi")->capture_default_str();
+  cmd->add_option("--backend", backend, "auto, self, mpi or nccl")->capture_default_str();
   cmd->add_option("--timeout", timeout_s, timeout_help)->capture_default_str();
 }
 

@@ -77,8 +77,14 @@ bool launched_multi_rank() {
 std::unique_ptr<Communicator> make_world(const std::string& backend, const CommOptions& options) {
   if (backend == "self") return make_self_world(options);
   if (backend == "mpi") return make_mpi_world(options);
+  if (backend == "nccl") return make_nccl_world(options);
   if (backend == "auto") return launched_multi_rank() ? make_mpi_world(options) : make_self_world(options);
-  throw ConfigError("config", fmt::format("comm.backend must be auto, self or mpi, got \"{}\"", backend));
+  throw ConfigError("config", fmt::format("comm.backend must be auto, self, mpi or nccl, got \"{}\"", backend));
+}
+
+std::string resolve_backend(const std::string& backend, bool gpu) {
+  if (backend == "auto" && gpu && nccl_built() && launched_multi_rank()) return "nccl";
+  return backend;
 }
 
 }  // namespace parallm::comm

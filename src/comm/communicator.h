@@ -79,6 +79,8 @@ class Communicator {
   virtual const std::string& group_name() const = 0;
   virtual std::string backend() const = 0;
   virtual const CommOptions& options() const = 0;
+  // The GPU this rank's operations run on (nccl), or -1 (host memory only).
+  virtual int gpu_device() const { return -1; }
   // "[rank r/N group]": for error messages.
   std::string where() const;
 
@@ -168,9 +170,14 @@ class Communicator {
   };
 };
 
-// The world communicator of a backend: "self" (one rank, no MPI), "mpi", or
-// "auto" (mpi when a launcher started several ranks, self otherwise).
+// The world communicator of a backend: "self" (one rank, no MPI), "mpi",
+// "nccl" (GPUs), or "auto" (mpi when a launcher started several ranks, self
+// otherwise).
 std::unique_ptr<Communicator> make_world(const std::string& backend, const CommOptions& options = {});
+// What "auto" means for a run on the GPU (`gpu`) or the CPU: nccl for several
+// GPU ranks when parallm has NCCL, else as make_world says. Other names pass.
+std::string resolve_backend(const std::string& backend, bool gpu);
+bool nccl_built();
 
 // The peer a benchmark measures against: `iters` back-to-back calls of the
 // library's own blocking collective (MPI_Allreduce, MPI_Allgather,

@@ -118,6 +118,7 @@ void QueuedComm::start_thread() {
   if (threaded())
     thread_ = std::thread([this] {
       trace::set_thread_name("parallm-comm");
+      thread_started();
       loop();
     });
 }
@@ -147,9 +148,11 @@ void QueuedComm::check_count(const Tensor& t, int64_t want, const char* op, cons
 }
 
 WorkPtr QueuedComm::submit(Op op) {
-  for (const Tensor* t : {&op.a, &op.b})
-    PARALLM_CHECK(t->numel() == 0 || t->device().is_cpu(), ShapeError, fmt::format("comm.{}", op_kind_name(op.kind)),
-                  "backend {} needs host tensors (rank {}/{})", backend(), rank_, size_);
+  if (host_only())
+    for (const Tensor* t : {&op.a, &op.b})
+      PARALLM_CHECK(t->numel() == 0 || t->device().is_cpu(), ShapeError, fmt::format("comm.{}", op_kind_name(op.kind)),
+                    "backend {} needs host tensors (rank {}/{})", backend(), rank_, size_);
+  issued(op);
   op.work = std::make_shared<WorkState>();
   WorkPtr handle = op.work;
   if (!threaded()) {
@@ -188,6 +191,11 @@ CommError QueuedComm::timeout_error(const Op& op) {
   const std::string msg = error_text(op, fmt::format("timed out after {:.1f} s (comm.timeout_s){}", options_.timeout_s,
                                                      diag.empty() ? "" : "; " + diag));
   return CommError(fmt::format("comm.{}", op_kind_name(op.kind)), msg + stacks_note(msg));
+}
+
+bool QueuedComm::broken() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return broken_ != nullptr;
 }
 
 QueuedComm::Activity QueuedComm::activity() {
@@ -435,13 +443,15 @@ void QueuedComm::loop() {
       }
     }
     if (!starting.empty()) last_progress_check = Clock::now();
-    for (Op& op : starting) {
-      Active& a = active.emplace_back(Active{std::move(op), nullptr, Clock::now() + timeout});
+    for (size_t i = 0; i < starting.size(); ++i) {
+      Active& a = active.emplace_back(Active{std::move(starting[i]), nullptr, Clock::now() + timeout});
       try {
         a.op.work->started();
         a.pending = start(a.op);
       } catch (...) {
-        fail_active(std::current_exception());
+        const std::exception_ptr err = std::current_exception();
+        for (size_t j = i + 1; j < starting.size(); ++j) starting[j].work->finish(err);  // taken, never started
+        fail_active(err);
         break;
       }
     }

@@ -76,6 +76,7 @@ struct Op {
   std::string name;                            // split: name of the new group
   std::unique_ptr<Communicator>* split_out{};  // split: where the result goes
   std::shared_ptr<WorkState> work;
+  std::shared_ptr<void> ext;  // the backend's own state, set by issued()
 
   // Element type: of the output for scatter (non-roots pass no input), else of the input.
   DType dtype() const { return kind == OpKind::Scatter ? b.dtype() : a.dtype(); }
@@ -123,6 +124,12 @@ class QueuedComm : public Communicator {
   virtual void service() {}                               // answer peers' questions while waiting
   virtual std::string diagnose(const Op&) { return ""; }  // on a timeout: what the peers are doing
   virtual bool threaded() const { return true; }          // false: run ops inline on the caller
+  virtual bool host_only() const { return true; }         // false: the backend takes device tensors too
+  // On the caller's thread as an operation is issued, before it is queued
+  // (e.g. to mark where the caller's GPU work stands); may throw.
+  virtual void issued(Op&) {}
+  virtual void thread_started() {}  // first thing on the communication thread
+  bool broken();                    // an operation failed: the group is unusable
   // Derived constructors call start_thread() last and destructors stop_thread() first.
   void start_thread();
   void stop_thread();

@@ -185,10 +185,11 @@ const std::map<std::string, Key>& keys() {
       INT_KEY("optimizer.gas", gas, "gradient accumulation steps"),
       STR_KEY("data.dir", data_dir, "prepared dataset directory (train.bin, val.bin, meta.json)"),
       {"comm.backend",
-       {"string", "auto | self | mpi (auto: mpi when a launcher started several ranks)",
+       {"string",
+        "auto | self | mpi | nccl (auto: when a launcher started several ranks, nccl on GPUs, mpi on the CPU)",
         [](RunConfig& c, const std::string& k, const std::string& v) {
-          PARALLM_CHECK(v == "auto" || v == "self" || v == "mpi", ConfigError, "config",
-                        "{}: expected auto, self or mpi, got \"{}\"", k, v);
+          PARALLM_CHECK(v == "auto" || v == "self" || v == "mpi" || v == "nccl", ConfigError, "config",
+                        "{}: expected auto, self, mpi or nccl, got \"{}\"", k, v);
           c.comm_backend = v;
         },
         [](const RunConfig& c) { return nlohmann::json(c.comm_backend); }}},

@@ -121,16 +121,27 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   }
   if (!cfg.vocab_size_set) cfg.model.vocab_size = dataset_vocab(cfg.data_dir);
   cfg.validate();
-  const Device dev = parse_device(cfg.device);
+  Device dev = parse_device(cfg.device);
   if (!dev.is_cpu()) {
+    if (nranks > 1) {
+      // Several GPU ranks: NCCL picked each rank's GPU (by local rank); "cuda" means that one.
+      PARALLM_CHECK(world.gpu_device() >= 0, ConfigError, "config",
+                    "train.device={} on {} ranks needs comm.backend=nccl (or auto), not {}", cfg.device, nranks,
+                    world.backend());
+      PARALLM_CHECK(cfg.device == "cuda" || dev.index == world.gpu_device(), ConfigError, "config",
+                    "train.device={}: this rank's communicator runs on cuda:{} (chosen by local rank); use "
+                    "train.device=cuda",
+                    cfg.device, world.gpu_device());
+      dev.index = world.gpu_device();  // ZeRO and ddp.deterministic are refused on GPUs by validate()
+    }
     PARALLM_CHECK(dev.index < gpu::device_count(), ConfigError, "config",
                   "train.device={}: {} GPU{} visible to this process", cfg.device, gpu::device_count(),
                   gpu::device_count() == 1 ? " is" : "s are");
-    PARALLM_CHECK(nranks == 1, ConfigError, "config",
-                  "train.device={} on {} ranks: GPU data parallelism needs the NCCL communicator (not built yet); "
-                  "run one process",
-                  cfg.device, nranks);
     gpu::set_device(dev.index);
+  } else {
+    PARALLM_CHECK(world.gpu_device() < 0, ConfigError, "config",
+                  "train.device=cpu with comm.backend={}: NCCL moves GPU memory; use comm.backend=mpi for the CPU",
+                  world.backend());
   }
   const int64_t B = cfg.batch_size, T = cfg.model.block_size;
   int64_t Bs = B;  // samples per forward pass: B unless one rank reproduces several deterministic shards

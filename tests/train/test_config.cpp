@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "comm/communicator.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "kernels/cpu/gemm_bf16.h"
@@ -84,6 +85,27 @@ TEST(Config, DeviceKeyParsesAndExplainsWhatIsMissing) {
   train::RunConfig e;
   e.set("train.device", "cpu");
   EXPECT_NO_THROW(e.validate());
+}
+
+TEST(Config, CommBackendNamesTheChoices) {
+  train::RunConfig c;
+  for (const char* b : {"auto", "self", "mpi", "nccl"}) {
+    c.set("comm.backend", b);
+    EXPECT_EQ(c.comm_backend, b);
+  }
+  const std::string e = error_of([&] { c.set("comm.backend", "gloo"); });
+  EXPECT_NE(e.find("comm.backend"), std::string::npos) << e;
+  EXPECT_NE(e.find("nccl"), std::string::npos) << e;
+  // auto means nccl only for GPU ranks started by a launcher, and only where NCCL was built.
+  EXPECT_EQ(comm::resolve_backend("mpi", true), "mpi");
+  EXPECT_EQ(comm::resolve_backend("auto", false), "auto");
+  // Without NCCL, or without a GPU, the nccl backend says what is missing.
+  const std::string n = error_of([] { comm::make_world("nccl"); });
+  if (!comm::nccl_built()) {
+    EXPECT_NE(n.find("built without NCCL"), std::string::npos) << n;
+  } else if (!gpu::available()) {
+    EXPECT_NE(n.find("needs a GPU"), std::string::npos) << n;
+  }
 }
 
 TEST(Config, DtypeSpellingsMapAndFp16IsRefused) {

@@ -5,7 +5,8 @@
 # Arguments pick the parts (default: tests gpt2 peer; also ops, baby, det,
 # trace: a CUPTI timeline of 124M steps, summarized; peerprof: the PyTorch
 # peer's kernels by torch.profiler; probe: which GELU cuBLASLt's epilogue
-# computes); each part has a time
+# computes; nccl: the NCCL communicator's tests, and DDP when the machine has
+# two GPUs); each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
 # the precisions of baby and gpt2 (default "fp32 bf16"); DET_DTYPE and
 # DET_DROPOUT (default 0.2; 0 takes bf16 attention through the flash kernels)
@@ -19,8 +20,12 @@ CUBLAS_DIR=$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/d
 # cuDNN: PyTorch's (the peer's own), else the system's; NVRTC for its runtime-compiled engines.
 CUDNN_DIR=$(dirname "$(find / -path '*nvidia/cudnn/lib/libcudnn.so.9' -not -path '/proc/*' 2>/dev/null | head -1)")
 NVRTC_DIR=$(dirname "$(find / -name 'libnvrtc.so.13' -not -path '/proc/*' -not -path '*stubs*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$W/lib:$CUBLAS_DIR:$CUDNN_DIR:$NVRTC_DIR:${LD_LIBRARY_PATH:-}"
-echo "cuDNN from $CUDNN_DIR, NVRTC from $NVRTC_DIR"
+# NCCL (218 MB, not carried): the toolkit's if there is one, else PyTorch's.
+NCCL_LIB=$(find /usr/local -name 'libnccl.so.2' 2>/dev/null | head -1)
+[ -z "$NCCL_LIB" ] && NCCL_LIB=$(find / -path '*nvidia/nccl/lib/libnccl.so.2' -not -path '/proc/*' 2>/dev/null | head -1)
+NCCL_DIR=$(dirname "${NCCL_LIB:-/none/x}")
+export LD_LIBRARY_PATH="$W/lib:$CUBLAS_DIR:$CUDNN_DIR:$NVRTC_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}"
+echo "cuDNN from $CUDNN_DIR, NVRTC from $NVRTC_DIR, NCCL from $NCCL_DIR"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 ldd $W/bin/parallm | grep "not found" && exit 1
 step() { echo "=== $*"; }
@@ -33,6 +38,18 @@ if want tests; then
   step "golden GPT tests (CPU; GPU fp32 and bf16)"
   $W/bin/test_model --gtest_filter='*Golden*:*Gpu*' 2>&1 | tee $OUT/golden.log | grep -E "PASSED|FAILED|Failure|OK \]" | head -20
   [ -s $W/cudnn_dbg.log ] && head -c 400000 $W/cudnn_dbg.log | gzip > $OUT/cudnn_dbg.log.gz
+fi
+if want nccl; then
+  step "NCCL communicator: device tensors, then the collective suite on host tensors (one rank)"
+  timeout 120 $W/bin/test_nccl 2>&1 | tee $OUT/nccl.log | grep -E "PASSED|FAILED|Failure|OK \]|skipped" | head -20
+  timeout 120 $W/bin/test_collectives nccl 2>&1 | tee -a $OUT/nccl.log | grep -E "PASSED|FAILED|Failure|OK \]|skipped" | head -20
+  NGPU=$(nvidia-smi -L | wc -l)
+  if [ "$NGPU" -ge 2 ] && command -v mpirun > /dev/null; then
+    timeout 180 mpirun --allow-run-as-root -np 2 $W/bin/test_nccl 2>&1 | tee -a $OUT/nccl.log | grep -E "PASSED|FAILED|Failure" | head
+    step "DDP on 2 GPUs: baby GPT bf16, 200 iters"
+    timeout 240 mpirun --allow-run-as-root -np 2 $W/bin/parallm train configs/baby_gpt.yaml train.device=cuda \
+      train.dtype=bf16 train.max_iters=200 train.eval_interval=100 train.out_dir=$W/ddp2 data.dir=$W/data/shakespeare_char 2>&1 | tail -8
+  fi
 fi
 if want probe; then
   step "cuBLASLt's GELU epilogue: exact or tanh form?"
