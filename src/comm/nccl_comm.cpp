@@ -235,6 +235,7 @@ class NcclComm : public QueuedComm {
     cuda_ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "comm.nccl", "creating the NCCL stream");
     cuda_ok(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "comm.nccl", "creating a copy stream");
     barrier_buf_ = gpu::DeviceBuffer(sizeof(float), MemCategory::Comm);
+    if (ctrl_) sig_ = Tensor::empty({2 * kSig}, DType::I32, MemCategory::Comm);  // made once, not per collective
     start_thread();
   }
   ~NcclComm() override {
@@ -307,12 +308,11 @@ class NcclComm : public QueuedComm {
  private:
   // Every rank's signature of this collective must match (over MPI).
   void check_signature(const Op& op) {
-    Tensor s = Tensor::empty({2 * kSig}, DType::I32);
-    int32_t* p = s.data<int32_t>();
+    int32_t* p = sig_.data<int32_t>();
     const bool widen = op.ext && static_cast<const Issued*>(op.ext.get())->wire.widen;
     signature(op, widen, p);
     for (int i = 0; i < kSig; ++i) p[kSig + i] = -p[i];
-    ctrl_->all_reduce(s, ReduceOp::Max);
+    ctrl_->all_reduce(sig_, ReduceOp::Max);
     bool agree = true;
     for (int i = 0; i < kSig; ++i) agree &= p[i] == -p[kSig + i];
     if (agree) return;
@@ -355,6 +355,7 @@ class NcclComm : public QueuedComm {
   std::unique_ptr<Communicator> ctrl_;
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   gpu::DeviceBuffer barrier_buf_;
+  Tensor sig_;  // this rank's signature and its negation, compared over ctrl_
   std::mutex grave_mu_;
   std::vector<Buried> graveyard_;
 };

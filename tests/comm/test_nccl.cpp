@@ -26,23 +26,19 @@ float value(int rank, int64_t i) {
   return static_cast<float>((rank * 7 + i * 3) % 11 - 5);
 }
 
-// A device tensor holding `host`, uploaded on the compute stream without
-// waiting: the collective must still see these values (it waits for the
-// compute stream as it stood when issued).
+// A device tensor holding `host` (uploaded before the collective is issued).
 struct DeviceTensor {
   gpu::DeviceBuffer buf;
-  std::vector<uint16_t> staged16;
-  std::vector<float> staged32;
   Tensor t;
   DeviceTensor(const std::vector<float>& host, DType dt)
       : buf(std::max<size_t>(1, host.size()) * 4, MemCategory::Other) {
     const auto n = static_cast<int64_t>(host.size());
     if (dt == DType::BF16) {
-      for (float v : host) staged16.push_back(f32_to_bf16(v));
-      gpu::memcpy_h2d(buf.data(), staged16.data(), staged16.size() * 2);
+      std::vector<uint16_t> h;
+      for (float v : host) h.push_back(f32_to_bf16(v));
+      gpu::memcpy_h2d(buf.data(), h.data(), h.size() * 2);
     } else {
-      staged32 = host;
-      gpu::memcpy_h2d(buf.data(), staged32.data(), staged32.size() * 4);
+      gpu::memcpy_h2d(buf.data(), host.data(), host.size() * 4);
     }
     t = Tensor::view_of(buf.data(), {n}, dt, Device::cuda(gpu::current_device()));
   }
