@@ -30,6 +30,10 @@ nlohmann::json state_json(int format, const model::ParamLayout& layout, int64_t 
   s["iter"] = st.iter;
   s["best_val_loss"] = st.best_val_loss;
   s["optimizer_steps"] = optimizer_steps;
+  if (st.loss_scale)
+    s["loss_scale"] = {{"scale", st.loss_scale->scale},
+                       {"good_steps", st.loss_scale->good_steps},
+                       {"skipped", st.loss_scale->skipped}};
   s["config"] = config;
   s["params"] = layout_json(layout);
   s["flat_size"] = layout.total();
@@ -109,6 +113,11 @@ TrainState checkpoint_state(const nlohmann::json& meta, int64_t* optimizer_steps
   TrainState st;
   st.iter = meta["iter"];
   st.best_val_loss = meta["best_val_loss"];
+  if (meta.contains("loss_scale")) {
+    const auto& ls = meta["loss_scale"];
+    st.loss_scale = optim::LossScaleState{ls.at("scale").get<double>(), ls.at("good_steps").get<int64_t>(),
+                                          ls.at("skipped").get<int64_t>()};
+  }
   return st;
 }
 

@@ -2,6 +2,7 @@
 //   model.bin  the flat parameter buffer (fp32)
 //   optim.bin  AdamW first then second moments (fp32, same layout)
 //   state.json format version, iteration, best val loss, optimizer step count,
+//              dynamic loss scaling's state (scale, good steps, skipped steps),
 //              the resolved config, the parameter table (names, shapes,
 //              offsets) and each file's size, checked on load.
 // A sharded run (ZeRO) writes format 2 instead: every rank writes its own
@@ -21,17 +22,21 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "comm/communicator.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
+#include "optim/loss_scale.h"
 
 namespace parallm::train {
 
 struct TrainState {
   int64_t iter = 0;  // next iteration to run
   double best_val_loss = 1e30;
+  // Dynamic loss scaling's state (absent when the run did not scale dynamically).
+  std::optional<optim::LossScaleState> loss_scale;
 };
 
 void save_checkpoint(const std::string& out_dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/gpu.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "optim/loss_scale.h"
 
 namespace parallm::train {
 
@@ -172,6 +173,19 @@ const std::map<std::string, Key>& keys() {
             throw ConfigError("config", fmt::format("{}: unknown dtype \"{}\" (fp32, bf16 or fp16)", k, v));
         },
         [](const RunConfig& c) { return nlohmann::json(c.dtype); }}},
+      {"train.loss_scale",
+       {"string",
+        "auto (dynamic for fp16, off otherwise) | dynamic (skip a step whose gradients overflow and halve the scale; "
+        "double it after loss_scale_window finite steps) | off | a static power of two",
+        [](RunConfig& c, const std::string&, const std::string& v) {
+          // The value's form only (the init and window are checked in validate()).
+          optim::parse_loss_scale(lower(v), c.dtype, 65536, 2000);
+          c.loss_scale = lower(v);
+        },
+        [](const RunConfig& c) { return nlohmann::json(c.loss_scale); }}},
+      FLOAT_KEY("train.loss_scale_init", loss_scale_init, "dynamic loss scaling: the first scale (a power of two)"),
+      INT_KEY("train.loss_scale_window", loss_scale_window,
+              "dynamic loss scaling: finite steps in a row before the scale doubles"),
       FLOAT_KEY("optimizer.learning_rate", learning_rate, "peak learning rate"),
       FLOAT_KEY("optimizer.min_lr", min_lr, "final learning rate of the cosine decay"),
       INT_KEY("optimizer.warmup_iters", warmup_iters, "linear warmup iterations"),
@@ -306,7 +320,9 @@ void RunConfig::validate() const {
                 "(zero.stage=0)",
                 zero_stage);
   PARALLM_CHECK(dtype != "fp16", ConfigError, "config",
-                "train.dtype=fp16 (dynamic loss scaling) is not implemented yet; use bf16 or fp32");
+                "train.dtype=fp16 is not implemented yet; use bf16 or fp32 (its dynamic loss scaling is: "
+                "train.loss_scale=dynamic)");
+  optim::parse_loss_scale(loss_scale, dtype, loss_scale_init, loss_scale_window);
   PARALLM_CHECK(dtype != "bf16" || !parse_device(device).is_cpu() || kernels::cpu::bf16_products_supported(),
                 ConfigError, "config",
                 "train.dtype=bf16 on the CPU needs bf16 matrix hardware (AMX or AVX-512 BF16), which this CPU lacks "

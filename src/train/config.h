@@ -33,9 +33,12 @@ struct RunConfig {
   std::string sample_prompt = "\n";
   float temperature = 0.8f;
   int64_t top_k = 200;
-  bool progress = true;        // progress bar when stdout is a terminal
-  std::string device = "cpu";  // cpu | cuda | cuda:N
-  std::string dtype = "fp32";  // fp32 | bf16 (mixed precision; on the CPU bf16 products only) | fp16 (not yet)
+  bool progress = true;              // progress bar when stdout is a terminal
+  std::string device = "cpu";        // cpu | cuda | cuda:N
+  std::string dtype = "fp32";        // fp32 | bf16 (mixed precision; on the CPU bf16 products only) | fp16 (not yet)
+  std::string loss_scale = "auto";   // auto (dynamic for fp16, else off) | dynamic | off | a static power of two
+  double loss_scale_init = 65536;    // dynamic: the first scale
+  int64_t loss_scale_window = 2000;  // dynamic: finite steps in a row before the scale doubles
 
   float learning_rate = 1e-3f;
   float min_lr = 1e-4f;

@@ -1,9 +1,13 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
+#include <sstream>
 
 #include "comm/communicator.h"
 #include "core/error.h"
@@ -17,6 +21,7 @@
 #include "kernels/cpu/gemm_bf16.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
+#include "optim/loss_scale.h"
 #include "optim/schedule.h"
 #include "parallel/ddp.h"
 #include "parallel/deterministic.h"
@@ -86,16 +91,55 @@ std::string state_table(const MemStats& s, int64_t nparams) {
 // Rank 0's values of the few scalars a resumed run continues from.
 void broadcast_state(comm::Communicator& w, TrainState& st, optim::AdamW& opt) {
   if (w.size() == 1) return;
-  Tensor t = Tensor::empty({3}, DType::F32);
-  Tensor it = Tensor::empty({2}, DType::I32);
+  // Floats: best val loss (an fp32 loss, so exact), loss scale (a power of two <= 2^127, exact).
+  Tensor t = Tensor::empty({2}, DType::F32);
+  Tensor it = Tensor::empty({5}, DType::I32);
+  const optim::LossScaleState ls = st.loss_scale.value_or(optim::LossScaleState{});
   t.data<float>()[0] = static_cast<float>(st.best_val_loss);
+  t.data<float>()[1] = static_cast<float>(ls.scale);
   it.data<int32_t>()[0] = static_cast<int32_t>(st.iter);
   it.data<int32_t>()[1] = static_cast<int32_t>(opt.steps_taken());
+  it.data<int32_t>()[2] = st.loss_scale ? 1 : 0;
+  it.data<int32_t>()[3] = static_cast<int32_t>(ls.good_steps);
+  it.data<int32_t>()[4] = static_cast<int32_t>(ls.skipped);
   w.broadcast(t, 0);
   w.broadcast(it, 0);
   st.best_val_loss = t.data<float>()[0];
   st.iter = it.data<int32_t>()[0];
   opt.set_steps_taken(it.data<int32_t>()[1]);
+  st.loss_scale.reset();
+  if (it.data<int32_t>()[2])
+    st.loss_scale = optim::LossScaleState{t.data<float>()[1], it.data<int32_t>()[3], it.data<int32_t>()[4]};
+}
+
+// PARALLM_FAULT_INF_GRAD="3,7": iterations whose reduced gradients get an
+// inf written into them on every rank, to exercise overflow handling.
+std::vector<int64_t> fault_inf_grad_iters() {
+  std::vector<int64_t> out;
+  const char* env = std::getenv("PARALLM_FAULT_INF_GRAD");
+  if (!env) return out;
+  std::stringstream ss(env);
+  for (std::string tok; std::getline(ss, tok, ',');) {
+    size_t idx = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(tok, &idx);
+    } catch (...) {
+      idx = 0;
+    }
+    PARALLM_CHECK(idx == tok.size() && v >= 0, ConfigError, "train",
+                  "PARALLM_FAULT_INF_GRAD=\"{}\": expected iterations separated by commas", env);
+    out.push_back(v);
+  }
+  return out;
+}
+
+void write_inf(float* p, Device dev) {
+  const float inf = std::numeric_limits<float>::infinity();
+  if (dev.is_cpu())
+    *p = inf;
+  else
+    gpu::memcpy_h2d(p, &inf, sizeof(float));
 }
 
 }  // namespace
@@ -190,6 +234,9 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
                           zero->offload() != parallel::Offload::None ? MemCategory::Offloaded : MemCategory::OptState)
            : optim::AdamW(m.layout(), acfg, dev);
   TrainState st;
+  const std::vector<int64_t> fault_inf = fault_inf_grad_iters();
+  optim::LossScaler scaler(
+      optim::parse_loss_scale(cfg.loss_scale, cfg.dtype, cfg.loss_scale_init, cfg.loss_scale_window));
   if (resume) {
     if (zero) {
       // Each rank reads the ranges it holds, from a checkpoint of any stage and world size.
@@ -211,6 +258,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       broadcast_floats(world, opt.v(), opt.size());
     }
     broadcast_state(world, st, opt);
+    if (st.loss_scale) scaler.set_state(*st.loss_scale);  // a dynamic scale goes on where it was
     log::info("resuming from {} at iter {} (best val loss {:.4f})", cfg.out_dir, st.iter, st.best_val_loss);
   } else if (zstage == 3) {
     // Every rank draws the same values group by group and keeps its pieces.
@@ -282,6 +330,13 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
         "dtype: bf16 mixed precision on the CPU: bf16 products ({}) with fp32 accumulation; activations, "
         "weights, gradients and optimizer state fp32",
         kernels::cpu::bf16_products_impl());
+  if (scaler.dynamic())
+    log::info(
+        "loss scaling: dynamic from {:g} (a step whose gradients overflow is skipped and the scale halves; it "
+        "doubles after {} finite steps)",
+        scaler.state().scale, cfg.loss_scale_window);
+  else if (scaler.active())
+    log::info("loss scaling: static {:g}", scaler.state().scale);
   log::info("MFU peak: {:.1f} GFLOP/s ({})", peak / 1e9,
             cfg.peak_flops > 0  ? "train.peak_flops"
             : m.bf16_products() ? "measured bf16 GEMM"
@@ -337,6 +392,8 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       st.best_val_loss = std::min<double>(st.best_val_loss, losses[1]);
       if (it > 0 && !cfg.eval_only) {  // an eval-only run never rewrites the checkpoint
         st.iter = it;
+        st.loss_scale.reset();
+        if (scaler.dynamic()) st.loss_scale = scaler.state();
         if (zero) {
           // Every rank writes its shard (stages 1-2: its pieces of the replicated parameters).
           Array<float> pp(zstage < 3 ? static_cast<size_t>(zero->shard_size()) : 0, MemCategory::Other);
@@ -394,7 +451,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
                                true,
                                cfg.seed,
                                static_cast<uint64_t>(it * cfg.gas + micro),
-                               1.0f / static_cast<float>(cfg.gas),
+                               scaler.scale() / static_cast<float>(cfg.gas),  // exact: S is a power of two
                                nullptr,
                                rank * B + j * Bs};
         // Gradients are averaged across ranks on the last micro-step only.
@@ -429,6 +486,8 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     if (ddp) ddp->finish();
     if (det) det->finish(m.grads());
     if (zero) zero->finish_grads();
+    if (std::find(fault_inf.begin(), fault_inf.end(), it) != fault_inf.end() && (!zero || zero->shard_size() > 0))
+      write_inf(zero ? zero->opt_grads() : m.grads(), zero ? Device::cpu() : dev);
     const double norm = zero ? zero->grad_norm() : optim::global_norm(m.grads(), m.flat_size(), dev);
     if (gpu_async) {  // the norm's readback waited for the backward: the marks are done
       dtf = 0;
@@ -436,16 +495,26 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     }
     const float loss = det ? det->mean_loss(shard_losses, cfg.gas)
                            : world_mean(static_cast<float>(loss_acc / static_cast<double>(cfg.gas)));
-    if (!std::isfinite(loss) || !std::isfinite(norm))
+    if (!std::isfinite(loss) || (!std::isfinite(norm) && !scaler.dynamic()))
       throw NumericError("train", fmt::format("non-finite loss ({}) or gradient norm ({}) at iter {}; lower "
                                               "optimizer.learning_rate or set optimizer.grad_clip",
                                               loss, norm, it));
-    // AdamW writes the model's bf16 weight copy as it updates the weights (where there is one).
-    bfloat16* copy = zero ? nullptr : m.weight_copy_for_step();
-    opt.step(zero ? zero->opt_params() : m.params(), zero ? zero->opt_grads() : m.grads(), lr,
-             optim::clip_factor(norm, cfg.grad_clip), copy);
-    if (zero) zero->gather_params();
-    if (!copy) m.params_changed();
+    // The gradients are scaled by S (1 without loss scaling): clipping sees the
+    // true norm and AdamW divides by S, both exact for a power of two.
+    const float used_scale = scaler.scale();
+    const double true_norm = norm / used_scale;
+    const bool apply = scaler.update(norm, it);  // every rank decides alike: the norm is global
+    if (apply) {
+      // AdamW writes the model's bf16 weight copy as it updates the weights (where there is one).
+      bfloat16* copy = zero ? nullptr : m.weight_copy_for_step();
+      opt.step(zero ? zero->opt_params() : m.params(), zero ? zero->opt_grads() : m.grads(), lr,
+               optim::clip_factor(true_norm, cfg.grad_clip) / used_scale, copy);
+      if (zero) zero->gather_params();
+      if (!copy) m.params_changed();
+    } else {
+      progress.print(fmt::format("iter {}: gradients overflowed at loss scale {:g}: update skipped, scale now {:g}", it,
+                                 used_scale, scaler.state().scale));
+    }
     dtb += to.seconds();
     const double dt = t_iter.seconds();
     if (gpu_async) dtb = dt - dtf;  // the GPU's forwards, then everything else: backward and optimizer
@@ -456,9 +525,11 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       tok_s_acc += tok_s;
       ++tok_s_n;
     }
-    nlohmann::json rec{{"kind", "train"},   {"step", it},          {"loss", loss},        {"lr", lr},
-                       {"dt_ms", dt * 1e3}, {"dtf_ms", dtf * 1e3}, {"dtb_ms", dtb * 1e3}, {"tokens_per_s", tok_s},
-                       {"mfu", mfu},        {"grad_norm", norm}};
+    nlohmann::json rec{
+        {"kind", "train"},     {"step", it},          {"loss", loss},          {"lr", lr},   {"dt_ms", dt * 1e3},
+        {"dtf_ms", dtf * 1e3}, {"dtb_ms", dtb * 1e3}, {"tokens_per_s", tok_s}, {"mfu", mfu}, {"grad_norm", true_norm}};
+    if (scaler.active()) rec["loss_scale"] = used_scale;
+    if (scaler.dynamic()) rec["skipped"] = !apply;
     std::string comm_text;
     if (det && nranks > 1) {
       rec["comm_ms"] = det->comm_seconds() * 1e3;
@@ -490,7 +561,8 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       progress.print(
           fmt::format("iter {}: loss {:.4f}, lr {:.2e}, dt {:.1f}ms, dtf {:.1f}ms, dtb {:.1f}ms, "
                       "tok/s {:.0f}, mfu {:.2f}%{}",
-                      it, loss, lr, dt * 1e3, dtf * 1e3, dtb * 1e3, tok_s, mfu * 100, comm_text));
+                      it, loss, lr, dt * 1e3, dtf * 1e3, dtb * 1e3, tok_s, mfu * 100,
+                      comm_text + (scaler.active() ? fmt::format(", loss scale {:g}", used_scale) : "")));
     progress.update(it, fmt::format("loss {:.4f} tok/s {:.0f}", loss, tok_s));
     if (!memory_reported) {
       memory_reported = true;
@@ -517,6 +589,8 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   }
   if (prof::enabled()) log::info("profile (PARALLM_PROFILE=1):\n{}", prof::table());
   sum.best_val_loss = static_cast<float>(st.best_val_loss);
+  sum.loss_scale = scaler.state().scale;
+  sum.skipped_steps = scaler.state().skipped;
   sum.mean_tokens_per_s = tok_s_n ? tok_s_acc / static_cast<double>(tok_s_n) : 0;
   return sum;
 }

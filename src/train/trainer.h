@@ -1,7 +1,7 @@
 // The single-process training loop (nanoGPT's train.py, made exact and
 // observable): evaluation every eval_interval (fixed eval batches), samples,
 // checkpoints on improvement (or always), AdamW with warmup + cosine decay,
-// gradient accumulation and global-norm clipping. Every log line carries
+// gradient accumulation, global-norm clipping and (dynamic) loss scaling. Every log line carries
 // step, loss, lr, dt, dtf, dtb, tokens/s and MFU; metrics.jsonl carries the
 // same numbers for tools.
 #pragma once
@@ -24,6 +24,8 @@ struct RunSummary {
   float last_val_loss = 0;
   float best_val_loss = 0;
   double mean_tokens_per_s = 0;  // over the timed steps (first step excluded)
+  double loss_scale = 1;         // at the end (1 without loss scaling)
+  int64_t skipped_steps = 0;     // updates skipped for overflow (dynamic loss scaling), resumed runs included
 };
 
 // Runs training as configured, data parallel over `world` when it has more

@@ -1,6 +1,9 @@
 // Optimized CPU kernels against the reference kernels on odd shapes.
 #include <omp.h>
 
+#include <cmath>
+#include <limits>
+
 #include "kernel_test_util.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
@@ -213,6 +216,16 @@ TEST(AdamW, MatchesReferenceAndSumSquaresIsThreadIndependent) {
   double s2 = cpu::sum_squares(g.data(), n);
   EXPECT_EQ(s1, s2);
   EXPECT_NEAR(s1, ref::sum_squares(g.data(), n), 1e-4 * s1);
+  // Loss-scaled gradients may square past fp32's range: still finite (only inf or NaN inputs are not).
+  std::vector<float> big(1000, 3e19f);
+  big[7] = -1e20f;
+  const double sb = cpu::sum_squares(big.data(), 1000);
+  EXPECT_TRUE(std::isfinite(sb));
+  EXPECT_NEAR(sb, 999 * 9e38 + 1e40, 1e-5 * sb);
+  big[500] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(std::isfinite(cpu::sum_squares(big.data(), 1000)));
+  big[500] = std::nanf("");
+  EXPECT_FALSE(std::isfinite(cpu::sum_squares(big.data(), 1000)));
 }
 
 #include "kernels/cpu/small_gemm.h"

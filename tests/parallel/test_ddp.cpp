@@ -4,11 +4,13 @@
 // accumulation and dropout on; resume under DDP continues the trajectory;
 // buckets tile the gradient buffer in the order backward finishes it;
 // with ddp.deterministic=true the N-rank run and one rank cutting its batch
-// into N shards agree bit for bit.
+// into N shards agree bit for bit; loss scaling skips the same steps on
+// every rank.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include "comm/communicator.h"
@@ -63,6 +65,31 @@ TEST_F(DdpTest, DeterministicIsBitwiseEqualToOneRankWithShards) {
   auto bad = tiny("det_bad", 2);
   bad.apply_overrides({"ddp.deterministic=true", "ddp.shards=" + std::to_string(n + 1)});
   EXPECT_THROW(train::run_training(bad, world), ConfigError);
+}
+
+// Every rank sees the same global gradient norm, so with dynamic loss scaling
+// every rank skips the same (overflowing) steps and keeps the same scale: the
+// run stays one replica and follows one rank with the whole batch.
+TEST_F(DdpTest, LossScalingSkipsTheSameStepsOnEveryRank) {
+  struct FaultEnv {
+    FaultEnv() { ::setenv("PARALLM_FAULT_INF_GRAD", "1,4", 1); }
+    ~FaultEnv() { ::unsetenv("PARALLM_FAULT_INF_GRAD"); }
+  } fault;
+  const std::vector<std::string> scaled = {"train.loss_scale=dynamic", "train.loss_scale_window=2"};
+  const int n = world->size();
+  auto dp = tiny("ls", 2);
+  dp.max_iters = 8;
+  dp.apply_overrides(scaled);
+  auto r = train::run_training(dp, world);
+  auto one = tiny("ls_one" + std::to_string(world->rank()), 2 * n);
+  one.max_iters = 8;
+  one.apply_overrides(scaled);
+  auto r1 = train::run_training(one);
+  EXPECT_EQ(r.skipped_steps, 2);
+  EXPECT_EQ(r1.skipped_steps, 2);
+  EXPECT_EQ(r.loss_scale, r1.loss_scale);
+  ASSERT_EQ(r.train_losses.size(), r1.train_losses.size());
+  EXPECT_LT(max_rel_diff(r.train_losses, r1.train_losses), 2e-5);
 }
 
 TEST(OrderedSum, AddsLeftToRightInRankOrderOnEveryRank) {

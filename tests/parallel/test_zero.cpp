@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 #include "comm/communicator.h"
@@ -80,6 +81,33 @@ TEST_F(ZeroTest, StagesFollowDdpAndOneRank) {
     EXPECT_LT(vs_one, 2e-5) << "stage " << stage;
     EXPECT_NEAR(rz.last_val_loss, rd.last_val_loss, 2e-5 * rd.last_val_loss);
     EXPECT_LT(rz.train_losses.back(), rz.train_losses.front());
+  }
+}
+
+// An overflow in a sharded gradient reaches every rank through the global
+// norm: each stage skips the same steps as one rank and keeps its scale.
+TEST_F(ZeroTest, LossScalingSkipsTheSameStepsAtEveryStage) {
+  struct FaultEnv {
+    FaultEnv() { ::setenv("PARALLM_FAULT_INF_GRAD", "1,4", 1); }
+    ~FaultEnv() { ::unsetenv("PARALLM_FAULT_INF_GRAD"); }
+  } fault;
+  const std::vector<std::string> scaled = {"train.loss_scale=dynamic", "train.loss_scale_window=2"};
+  const int n = world->size();
+  auto one = DistRunTest::tiny("ls_one" + std::to_string(world->rank()), 2 * n);
+  one.max_iters = 8;
+  one.apply_overrides(scaled);
+  const auto r1 = train::run_training(one);
+  EXPECT_EQ(r1.skipped_steps, 2);
+  for (int stage : {1, 3}) {
+    auto z = DistRunTest::tiny("ls_zero" + std::to_string(stage), 2);
+    z.max_iters = 8;
+    z.apply_overrides(scaled);
+    z.apply_overrides({"zero.stage=" + std::to_string(stage)});
+    const auto rz = train::run_training(z, world);
+    EXPECT_EQ(rz.skipped_steps, 2) << "stage " << stage;
+    EXPECT_EQ(rz.loss_scale, r1.loss_scale) << "stage " << stage;
+    ASSERT_EQ(rz.train_losses.size(), r1.train_losses.size());
+    EXPECT_LT(max_rel_diff(rz.train_losses, r1.train_losses), 2e-5) << "stage " << stage;
   }
 }
 

@@ -135,6 +135,33 @@ TEST(Config, DtypeSpellingsMapAndFp16IsRefused) {
   EXPECT_NE(error_of([&] { c.validate(); }).find("fp16"), std::string::npos);
 }
 
+TEST(Config, LossScaleKeysParseAndNameTheKey) {
+  train::RunConfig c;
+  for (const char* v : {"auto", "dynamic", "off", "Dynamic", "1024"}) {
+    c.set("train.loss_scale", v);
+    c.validate();
+  }
+  EXPECT_EQ(c.loss_scale, "1024");
+  c.set("train.loss_scale", "dynamic");
+  c.set("train.loss_scale_init", "4096");
+  c.set("train.loss_scale_window", "500");
+  c.validate();
+  EXPECT_EQ(train::RunConfig::from_json(c.to_json()).to_json(), c.to_json());
+  std::string e = error_of([&] { c.set("train.loss_scale", "1000"); });
+  EXPECT_NE(e.find("train.loss_scale=1000"), std::string::npos) << e;
+  EXPECT_NE(e.find("power of two"), std::string::npos) << e;
+  e = error_of([&] { c.set("train.loss_scale", "sometimes"); });
+  EXPECT_NE(e.find("train.loss_scale"), std::string::npos) << e;
+  EXPECT_NE(e.find("dynamic"), std::string::npos) << e;
+  c.set("train.loss_scale_init", "3");
+  e = error_of([&] { c.validate(); });
+  EXPECT_NE(e.find("train.loss_scale_init"), std::string::npos) << e;
+  c.set("train.loss_scale_init", "65536");
+  c.set("train.loss_scale_window", "0");
+  e = error_of([&] { c.validate(); });
+  EXPECT_NE(e.find("train.loss_scale_window"), std::string::npos) << e;
+}
+
 TEST(Config, YamlNestedAndDottedKeysAndJsonRoundTrip) {
   auto p = std::filesystem::temp_directory_path() / "parallm_test_cfg.yaml";
   std::ofstream(p) << "model:\n  n_layer: 3\n  n_embd: 96\ntrain.max_iters: 77\noptimizer:\n  beta2: 0.99\n";

@@ -1,13 +1,17 @@
 // Training-loop guarantees: same seed -> bitwise same losses; K steps, stop,
 // resume, M steps == K+M steps bitwise; checkpoints reject a different model
-// or a truncated file; metrics.jsonl carries the documented keys.
+// or a truncated file; metrics.jsonl carries the documented keys; loss
+// scaling is exact and skips (only) the updates whose gradients overflow.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "optim/loss_scale.h"
 #include "train/checkpoint.h"
 #include "train/tiny_run.h"
 #include "train/trainer.h"
@@ -103,6 +107,98 @@ TEST_F(TrainerTest, CpuBf16IsDeterministicResumesBitwiseAndStaysNearFp32) {
   ASSERT_EQ(rr.train_losses.size(), 7u);
   for (size_t i = 0; i < rr.train_losses.size(); ++i)
     EXPECT_EQ(rr.train_losses[i], ra.train_losses[6 + i]) << "iter " << 6 + i;
+}
+
+// Powers of two scale every gradient exactly: with no overflow, dynamic or
+// static loss scaling gives bitwise the unscaled run, whatever the scale grew to.
+TEST_F(TrainerTest, LossScalingByPowersOfTwoChangesNothingInFp32) {
+  auto plain = tiny("plain"), dyn = tiny("dyn"), fixed = tiny("fixed");
+  plain.max_iters = dyn.max_iters = fixed.max_iters = 12;
+  dyn.apply_overrides({"train.loss_scale=dynamic", "train.loss_scale_window=3"});
+  fixed.apply_overrides({"train.loss_scale=1024"});
+  auto rp = train::run_training(plain), rd = train::run_training(dyn), rf = train::run_training(fixed);
+  ASSERT_EQ(rp.train_losses.size(), 13u);
+  EXPECT_EQ(rd.train_losses, rp.train_losses);
+  EXPECT_EQ(rf.train_losses, rp.train_losses);
+  EXPECT_EQ(rd.last_val_loss, rp.last_val_loss);
+  EXPECT_EQ(rd.skipped_steps, 0);
+  EXPECT_EQ(rd.loss_scale, 65536.0 * 16);  // 13 finite steps: doubled after every 3
+  EXPECT_EQ(rf.loss_scale, 1024.0);
+  EXPECT_EQ(rp.loss_scale, 1.0);
+}
+
+// Overflowing gradients (an inf written into them at iterations 0, 1, 2 and
+// 7) skip their updates: the weights, so the next evaluation, stay as they
+// were, the optimizer's step count does not advance, and the scale halves; it
+// doubles after 3 finite steps. A resumed run continues the same trajectory
+// with the same scale. Without dynamic scaling an overflow is an error.
+TEST_F(TrainerTest, OverflowSkipsTheUpdateHalvesTheScaleAndResumesBitwise) {
+  struct FaultEnv {
+    FaultEnv() { ::setenv("PARALLM_FAULT_INF_GRAD", "0,1,2,7", 1); }
+    ~FaultEnv() { ::unsetenv("PARALLM_FAULT_INF_GRAD"); }
+  } fault;
+  const std::vector<std::string> scaled = {"train.loss_scale=dynamic", "train.loss_scale_init=1024",
+                                           "train.loss_scale_window=3", "train.eval_interval=1"};
+  auto full = tiny("full");
+  full.apply_overrides(scaled);
+  full.max_iters = 12;
+  auto rf = train::run_training(full);
+  ASSERT_EQ(rf.train_losses.size(), 13u);
+  EXPECT_EQ(rf.skipped_steps, 4);
+  // 1024 -> 128 (iters 0-2), x2 after iters 3-5 -> 256, /2 at iter 7 -> 128, x2 after 8-10 -> 256.
+  EXPECT_EQ(rf.loss_scale, 256.0);
+
+  std::vector<nlohmann::json> steps;
+  std::vector<double> val;  // val loss before iter i
+  std::ifstream f(root_ / "full" / "metrics.jsonl");
+  for (std::string line; std::getline(f, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["kind"] == "train") steps.push_back(j);
+    if (j["kind"] == "eval") val.push_back(j["val_loss"].get<double>());
+  }
+  ASSERT_EQ(steps.size(), 13u);
+  ASSERT_EQ(val.size(), 13u);
+  const std::vector<double> want_scale = {1024, 512, 256, 128, 128, 128, 256, 256, 128, 128, 128, 256, 256};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    ASSERT_TRUE(steps[i].contains("loss_scale") && steps[i].contains("skipped")) << steps[i].dump();
+    const bool skip = steps[i]["skipped"].get<bool>();
+    EXPECT_EQ(skip, i <= 2 || i == 7) << "iter " << i;
+    EXPECT_EQ(steps[i]["loss_scale"].get<double>(), want_scale[i]) << "iter " << i;
+    if (i + 1 < val.size()) {
+      if (skip)
+        EXPECT_EQ(val[i + 1], val[i]) << "the skipped update at iter " << i << " changed the weights";
+      else
+        EXPECT_NE(val[i + 1], val[i]) << "iter " << i;
+    }
+  }
+  // The checkpoint (saved at the iter-12 evaluation) counts only the updates made in iters 0-11.
+  auto meta = train::read_checkpoint_meta((root_ / "full").string());
+  EXPECT_EQ(meta["optimizer_steps"].get<int64_t>(), 12 - 4);
+  EXPECT_EQ(meta["loss_scale"]["skipped"].get<int64_t>(), 4);
+
+  for (const char* mode : {"train.loss_scale=off", "train.loss_scale=1024"}) {
+    auto c = tiny(std::string("err") + mode);
+    c.apply_overrides({mode});
+    c.max_iters = 2;
+    EXPECT_THROW(train::run_training(c), NumericError) << mode;
+  }
+
+  auto part = tiny("part");
+  part.apply_overrides(scaled);
+  part.max_iters = 6;
+  train::run_training(part);
+  auto resumed = tiny("part");
+  resumed.apply_overrides(scaled);
+  resumed.apply_overrides({"train.init_from=resume"});
+  resumed.max_iters = 12;
+  auto rr = train::run_training(resumed);
+  ASSERT_EQ(rr.first_iter, 6);
+  ASSERT_EQ(rr.train_losses.size(), 7u);
+  for (size_t i = 0; i < rr.train_losses.size(); ++i)
+    EXPECT_EQ(rr.train_losses[i], rf.train_losses[6 + i]) << "iter " << 6 + i;
+  EXPECT_EQ(rr.loss_scale, rf.loss_scale);
+  EXPECT_EQ(rr.skipped_steps, rf.skipped_steps);
+  EXPECT_EQ(rr.last_val_loss, rf.last_val_loss);
 }
 
 TEST_F(TrainerTest, MetricsHaveTheDocumentedKeys) {

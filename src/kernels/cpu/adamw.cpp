@@ -32,7 +32,12 @@ PARALLM_CLONES double sumsq_chunk(const float* x, int64_t n) {
   float s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += x[i] * x[i];
-  return s;
+  if (std::isfinite(s)) return s;
+  // Squares past fp32's range (loss-scaled gradients above 2^64): in double,
+  // so only a gradient that is itself inf or NaN makes the norm non-finite.
+  double d = 0;
+  for (int64_t i = 0; i < n; ++i) d += static_cast<double>(x[i]) * x[i];
+  return d;
 }
 }  // namespace
 
