@@ -1,6 +1,7 @@
 #include "optim/loss_scale.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 
@@ -15,7 +16,8 @@ bool is_loss_scale(double s) {
 LossScaleConfig parse_loss_scale(const std::string& value, const std::string& dtype, double init, int64_t window) {
   LossScaleConfig c;
   c.window = window;
-  PARALLM_CHECK(window > 0, ConfigError, "config", "train.loss_scale_window must be > 0, got {}", window);
+  PARALLM_CHECK(window > 0 && window <= INT32_MAX, ConfigError, "config",
+                "train.loss_scale_window must be in [1, 2^31 - 1], got {}", window);
   if (value == "auto") {
     c.mode = dtype == "fp16" ? LossScaleMode::Dynamic : LossScaleMode::Off;
   } else if (value == "dynamic") {

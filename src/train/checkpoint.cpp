@@ -114,9 +114,13 @@ TrainState checkpoint_state(const nlohmann::json& meta, int64_t* optimizer_steps
   st.iter = meta["iter"];
   st.best_val_loss = meta["best_val_loss"];
   if (meta.contains("loss_scale")) {
-    const auto& ls = meta["loss_scale"];
-    st.loss_scale = optim::LossScaleState{ls.at("scale").get<double>(), ls.at("good_steps").get<int64_t>(),
-                                          ls.at("skipped").get<int64_t>()};
+    try {
+      const auto& ls = meta["loss_scale"];
+      st.loss_scale = optim::LossScaleState{ls.at("scale").get<double>(), ls.at("good_steps").get<int64_t>(),
+                                            ls.at("skipped").get<int64_t>()};
+    } catch (const nlohmann::json::exception& e) {
+      throw IoError("checkpoint.load", fmt::format("state.json's loss_scale entry is malformed: {}", e.what()));
+    }
   }
   return st;
 }

@@ -70,6 +70,22 @@ class WorldMean {
   Tensor t_;
 };
 
+// True on every rank when it is true on every rank (one int, made once).
+class WorldAll {
+ public:
+  explicit WorldAll(comm::Communicator& w) : w_(w), t_(Tensor::empty({1}, DType::I32)) {}
+  bool operator()(bool v) {
+    if (w_.size() == 1) return v;
+    t_.data<int32_t>()[0] = v ? 1 : 0;
+    w_.all_reduce(t_, comm::ReduceOp::Min);
+    return t_.data<int32_t>()[0] != 0;
+  }
+
+ private:
+  comm::Communicator& w_;
+  Tensor t_;
+};
+
 void broadcast_floats(comm::Communicator& w, float* p, int64_t n) {
   if (w.size() > 1) w.broadcast(Tensor::view_of(p, {n}, DType::F32), 0);
 }
@@ -258,7 +274,14 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       broadcast_floats(world, opt.v(), opt.size());
     }
     broadcast_state(world, st, opt);
-    if (st.loss_scale) scaler.set_state(*st.loss_scale);  // a dynamic scale goes on where it was
+    if (st.loss_scale) {
+      if (!scaler.dynamic())
+        log::warn(
+            "the checkpoint holds dynamic loss scaling's state (scale {:g}, {} skipped steps), but "
+            "train.loss_scale={} does not scale dynamically here: the saved scale is not used",
+            st.loss_scale->scale, st.loss_scale->skipped, cfg.loss_scale);
+      scaler.set_state(*st.loss_scale);  // a dynamic scale goes on where it was
+    }
     log::info("resuming from {} at iter {} (best val loss {:.4f})", cfg.out_dir, st.iter, st.best_val_loss);
   } else if (zstage == 3) {
     // Every rank draws the same values group by group and keeps its pieces.
@@ -284,6 +307,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
         std::make_unique<parallel::DataParallel>(world, m.layout(), m.grads(), parallel::DdpOptions{cfg.ddp_bucket_mb});
   const std::function<void(int)> ddp_hook = ddp ? ddp->hook() : nullptr;
   WorldMean world_mean(world);
+  WorldAll world_all(world);
   data::Loader loader(cfg.data_dir, cfg.model.vocab_size, {B, T, nranks, rank}, cfg.seed);
   std::unique_ptr<data::CharVocab> vocab;
   try {
@@ -488,17 +512,22 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     if (zero) zero->finish_grads();
     if (std::find(fault_inf.begin(), fault_inf.end(), it) != fault_inf.end() && (!zero || zero->shard_size() > 0))
       write_inf(zero ? zero->opt_grads() : m.grads(), zero ? Device::cpu() : dev);
-    const double norm = zero ? zero->grad_norm() : optim::global_norm(m.grads(), m.flat_size(), dev);
+    const double norm_local = zero ? zero->grad_norm() : optim::global_norm(m.grads(), m.flat_size(), dev);
     if (gpu_async) {  // the norm's readback waited for the backward: the marks are done
       dtf = 0;
       for (int64_t k = 0; k < cfg.gas; ++k) dtf += marks[1 + 2 * k]->elapsed_ms_since(*marks[2 * k]) * 1e-3;
     }
     const float loss = det ? det->mean_loss(shard_losses, cfg.gas)
                            : world_mean(static_cast<float>(loss_acc / static_cast<double>(cfg.gas)));
-    if (!std::isfinite(loss) || (!std::isfinite(norm) && !scaler.dynamic()))
-      throw NumericError("train", fmt::format("non-finite loss ({}) or gradient norm ({}) at iter {}; lower "
-                                              "optimizer.learning_rate or set optimizer.grad_clip",
-                                              loss, norm, it));
+    if (!std::isfinite(loss))
+      throw NumericError("train", fmt::format("non-finite loss ({}) at iter {}; lower optimizer.learning_rate or "
+                                              "set optimizer.grad_clip",
+                                              loss, it));
+    // Replicas (DDP, deterministic) each hold their own copy of the global
+    // norm: they agree on whether it is finite, so no rank skips alone (ZeRO's
+    // norm is one collective sum already).
+    double norm = norm_local;
+    if (scaler.dynamic() && !zero && !world_all(std::isfinite(norm))) norm = std::numeric_limits<double>::infinity();
     // The gradients are scaled by S (1 without loss scaling): clipping sees the
     // true norm and AdamW divides by S, both exact for a power of two.
     const float used_scale = scaler.scale();
@@ -525,9 +554,10 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       tok_s_acc += tok_s;
       ++tok_s_n;
     }
-    nlohmann::json rec{
-        {"kind", "train"},     {"step", it},          {"loss", loss},          {"lr", lr},   {"dt_ms", dt * 1e3},
-        {"dtf_ms", dtf * 1e3}, {"dtb_ms", dtb * 1e3}, {"tokens_per_s", tok_s}, {"mfu", mfu}, {"grad_norm", true_norm}};
+    nlohmann::json rec{{"kind", "train"},   {"step", it},          {"loss", loss},        {"lr", lr},
+                       {"dt_ms", dt * 1e3}, {"dtf_ms", dtf * 1e3}, {"dtb_ms", dtb * 1e3}, {"tokens_per_s", tok_s},
+                       {"mfu", mfu}};
+    if (apply) rec["grad_norm"] = true_norm;  // a skipped step's norm is not finite
     if (scaler.active()) rec["loss_scale"] = used_scale;
     if (scaler.dynamic()) rec["skipped"] = !apply;
     std::string comm_text;

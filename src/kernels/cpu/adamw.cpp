@@ -28,16 +28,13 @@ PARALLM_CLONES void adamw_chunk(float* w, const float* g, float* m, float* v, in
     for (int64_t i = 0; i < n; ++i) lp[i] = f32_to_bf16(w[i]);
 }
 PARALLM_CLONES double sumsq_chunk(const float* x, int64_t n) {
-  // float lanes within a chunk, double across chunks: exact enough and fast.
-  float s = 0;
+  // Squares in double are exact and never overflow, so a gradient scaled by a
+  // power of two S (loss scaling) gives exactly S^2 times the sum, and only an
+  // inf or NaN gradient makes it non-finite.
+  double s = 0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += x[i] * x[i];
-  if (std::isfinite(s)) return s;
-  // Squares past fp32's range (loss-scaled gradients above 2^64): in double,
-  // so only a gradient that is itself inf or NaN makes the norm non-finite.
-  double d = 0;
-  for (int64_t i = 0; i < n; ++i) d += static_cast<double>(x[i]) * x[i];
-  return d;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
 }
 }  // namespace
 
