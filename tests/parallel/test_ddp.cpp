@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 
 #include "comm/communicator.h"
@@ -71,10 +70,7 @@ TEST_F(DdpTest, DeterministicIsBitwiseEqualToOneRankWithShards) {
 // every rank skips the same (overflowing) steps and keeps the same scale: the
 // run stays one replica and follows one rank with the whole batch.
 TEST_F(DdpTest, LossScalingSkipsTheSameStepsOnEveryRank) {
-  struct FaultEnv {
-    FaultEnv() { ::setenv("PARALLM_FAULT_INF_GRAD", "1,4", 1); }
-    ~FaultEnv() { ::unsetenv("PARALLM_FAULT_INF_GRAD"); }
-  } fault;
+  const test_util::InfGradAt fault("1,4");
   const std::vector<std::string> scaled = {"train.loss_scale=dynamic", "train.loss_scale_window=2"};
   const int n = world->size();
   auto dp = tiny("ls", 2);

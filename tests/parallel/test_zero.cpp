@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <numeric>
 
 #include "comm/communicator.h"
@@ -87,10 +86,7 @@ TEST_F(ZeroTest, StagesFollowDdpAndOneRank) {
 // An overflow in a sharded gradient reaches every rank through the global
 // norm: each stage skips the same steps as one rank and keeps its scale.
 TEST_F(ZeroTest, LossScalingSkipsTheSameStepsAtEveryStage) {
-  struct FaultEnv {
-    FaultEnv() { ::setenv("PARALLM_FAULT_INF_GRAD", "1,4", 1); }
-    ~FaultEnv() { ::unsetenv("PARALLM_FAULT_INF_GRAD"); }
-  } fault;
+  const test_util::InfGradAt fault("1,4");
   const std::vector<std::string> scaled = {"train.loss_scale=dynamic", "train.loss_scale_window=2"};
   const int n = world->size();
   auto one = DistRunTest::tiny("ls_one" + std::to_string(world->rank()), 2 * n);

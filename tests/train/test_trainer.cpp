@@ -137,10 +137,7 @@ TEST_F(TrainerTest, LossScalingByPowersOfTwoChangesNothingInFp32) {
 // doubles after 3 finite steps. A resumed run continues the same trajectory
 // with the same scale. Without dynamic scaling an overflow is an error.
 TEST_F(TrainerTest, OverflowSkipsTheUpdateHalvesTheScaleAndResumesBitwise) {
-  struct FaultEnv {
-    FaultEnv() { ::setenv("PARALLM_FAULT_INF_GRAD", "0,1,2,7", 1); }
-    ~FaultEnv() { ::unsetenv("PARALLM_FAULT_INF_GRAD"); }
-  } fault;
+  const test_util::InfGradAt fault("0,1,2,7");
   const std::vector<std::string> scaled = {"train.loss_scale=dynamic", "train.loss_scale_init=1024",
                                            "train.loss_scale_window=3", "train.eval_interval=1"};
   auto full = tiny("full");

@@ -1,6 +1,7 @@
 // A tiny character corpus and model config shared by the trainer tests (one
 // process and data parallel), so both exercise the same run.
 #pragma once
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -41,5 +42,14 @@ inline std::vector<std::string> tiny_run_overrides(const std::filesystem::path& 
           "data.dir=" + (root / "data").string(),
           "train.out_dir=" + (root / out).string()};
 }
+
+// PARALLM_FAULT_INF_GRAD=iters for the scope of a test: those iterations'
+// reduced gradients get an inf (the trainer's overflow-handling hook).
+struct InfGradAt {
+  explicit InfGradAt(const char* iters) { ::setenv("PARALLM_FAULT_INF_GRAD", iters, 1); }
+  ~InfGradAt() { ::unsetenv("PARALLM_FAULT_INF_GRAD"); }
+  InfGradAt(const InfGradAt&) = delete;
+  InfGradAt& operator=(const InfGradAt&) = delete;
+};
 
 }  // namespace parallm::test_util
