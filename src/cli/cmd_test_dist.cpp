@@ -10,13 +10,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/textplot.h"
 #include "cli/world.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/text.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "model/mlp.h"
@@ -42,20 +42,8 @@ struct TestDistOptions {
 };
 
 std::vector<int64_t> parse_dims(const std::string& s) {
-  std::vector<int64_t> dims;
-  std::stringstream ss(s);
-  std::string tok;
-  while (std::getline(ss, tok, ',')) {
-    try {
-      size_t used = 0;
-      const long long v = std::stoll(tok, &used);
-      PARALLM_CHECK(used == tok.size() && v > 0, ConfigError, "test-dist", "--dims: \"{}\" is not a positive width",
-                    tok);
-      dims.push_back(v);
-    } catch (const std::logic_error&) {
-      throw ConfigError("test-dist", fmt::format("--dims: \"{}\" is not a positive width", tok));
-    }
-  }
+  const std::vector<int64_t> dims = parse_int_list(s, "test-dist", "--dims");
+  for (int64_t d : dims) PARALLM_CHECK(d > 0, ConfigError, "test-dist", "--dims: \"{}\" is not a positive width", d);
   PARALLM_CHECK(dims.size() >= 2, ConfigError, "test-dist",
                 "--dims needs at least an input and an output width (e.g. 128,1024,128), got \"{}\"", s);
   return dims;

@@ -1,7 +1,6 @@
 #include "optim/loss_scale.h"
 
 #include <cmath>
-#include <cstdint>
 
 #include "core/error.h"
 
@@ -13,42 +12,6 @@ bool is_loss_scale(double s) {
   return std::frexp(s, &e) == 0.5;
 }
 
-LossScaleConfig parse_loss_scale(const std::string& value, const std::string& dtype, double init, int64_t window) {
-  LossScaleConfig c;
-  c.window = window;
-  PARALLM_CHECK(window > 0 && window <= INT32_MAX, ConfigError, "config",
-                "train.loss_scale_window must be in [1, 2^31 - 1], got {}", window);
-  if (value == "auto") {
-    c.mode = dtype == "fp16" ? LossScaleMode::Dynamic : LossScaleMode::Off;
-  } else if (value == "dynamic") {
-    c.mode = LossScaleMode::Dynamic;
-  } else if (value == "off" || value == "none") {
-    c.mode = LossScaleMode::Off;
-  } else {
-    double s = 0;
-    try {
-      size_t idx = 0;
-      s = std::stod(value, &idx);
-      if (idx != value.size()) s = 0;
-    } catch (...) {
-      s = 0;
-    }
-    PARALLM_CHECK(s > 0, ConfigError, "config",
-                  "train.loss_scale: expected auto, dynamic, off or a power of two (a static scale), got \"{}\"",
-                  value);
-    PARALLM_CHECK(is_loss_scale(s), ConfigError, "config",
-                  "train.loss_scale={}: a static scale must be a power of two in [1, 2^64], so scaling is exact",
-                  value);
-    c.mode = s == 1 ? LossScaleMode::Off : LossScaleMode::Static;
-    c.scale = s;
-    return c;
-  }
-  PARALLM_CHECK(is_loss_scale(init), ConfigError, "config",
-                "train.loss_scale_init={}: must be a power of two in [1, 2^64], so scaling is exact", init);
-  c.scale = init;
-  return c;
-}
-
 LossScaler::LossScaler(const LossScaleConfig& cfg) : cfg_(cfg) {
   PARALLM_CHECK(cfg.mode == LossScaleMode::Off || is_loss_scale(cfg.scale), ConfigError, "loss_scale",
                 "scale {} is not a power of two in [1, 2^64]", cfg.scale);
@@ -56,10 +19,7 @@ LossScaler::LossScaler(const LossScaleConfig& cfg) : cfg_(cfg) {
 }
 
 void LossScaler::set_state(const LossScaleState& s) {
-  if (!dynamic()) {  // a static scale (or none) is the config's, whatever an earlier run used
-    st_.skipped = s.skipped;
-    return;
-  }
+  PARALLM_CHECK(dynamic(), InternalError, "loss_scale", "only a dynamic scale takes a saved state");
   PARALLM_CHECK(is_loss_scale(s.scale) && s.good_steps >= 0 && s.skipped >= 0, IoError, "loss_scale",
                 "saved loss scale state (scale {}, {} good steps, {} skipped) is invalid", s.scale, s.good_steps,
                 s.skipped);

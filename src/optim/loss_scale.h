@@ -5,16 +5,16 @@
 // Dynamic scaling (the default for fp16, available for every dtype) finds the
 // largest S that does not overflow: a step whose gradients are not finite is
 // skipped (no update, the optimizer's step count unchanged) and S halves;
-// after `window` finite steps in a row S doubles. S is always a power of two,
-// so scaling and unscaling are exact: without an overflow, a scaled fp32 run
-// makes bitwise the same updates as an unscaled one (S is kept in [1, 2^64]). Static scaling keeps one S
-// and treats an overflow as divergence, as does no scaling.
+// after `window` finite steps in a row S doubles. S is always a power of two
+// in [1, 2^64], so scaling and unscaling are exact: without an overflow, a
+// scaled fp32 run makes bitwise the same updates as an unscaled one. Static
+// scaling keeps one S and treats an overflow as divergence, as does no
+// scaling. (train.loss_scale and its companions are parsed by RunConfig.)
 //
-// The decision depends only on the global gradient norm, which every rank
-// holds after the gradient reduction, so all ranks skip the same steps.
+// The decision depends only on whether the global gradient norm is finite;
+// the trainer makes every rank see the same answer, so all skip alike.
 #pragma once
 #include <cstdint>
-#include <string>
 
 namespace parallm::optim {
 
@@ -26,11 +26,6 @@ struct LossScaleConfig {
   int64_t window = 2000;  // dynamic: finite steps in a row before S doubles
 };
 
-// Parses train.loss_scale ("auto", "dynamic", "off" or a power of two) for a
-// run of dtype `dtype` ("auto" is dynamic for fp16, off otherwise); `init` and
-// `window` are train.loss_scale_init and train.loss_scale_window. Throws
-// ConfigError naming the key.
-LossScaleConfig parse_loss_scale(const std::string& value, const std::string& dtype, double init, int64_t window);
 // True for a power of two in [1, 2^64] (kMaxScale).
 bool is_loss_scale(double s);
 
@@ -55,6 +50,8 @@ class LossScaler {
   // Off or static: a non-finite norm is a NumericError naming the iteration.
   bool update(double norm, int64_t iter);
   const LossScaleState& state() const { return st_; }
+  // A resumed dynamic run's saved state (IoError if it is not one S could
+  // reach); only for a dynamic scaler.
   void set_state(const LossScaleState& s);
   // 2^64: the optimizer's factor (clip factor)/S stays a normal fp32 number
   // (for clip factors above 2^-62), so unscaling stays exact. fp16 gradients

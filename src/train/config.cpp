@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "core/gpu.h"
 #include "kernels/cpu/gemm_bf16.h"
-#include "optim/loss_scale.h"
 
 namespace parallm::train {
 
@@ -53,6 +52,34 @@ bool parse_bool(const std::string& key, const std::string& v) {
   if (l == "true" || l == "1" || l == "yes" || l == "on") return true;
   if (l == "false" || l == "0" || l == "no" || l == "off") return false;
   throw ConfigError("config", fmt::format("{}: expected true or false, got \"{}\"", key, v));
+}
+
+// train.loss_scale's value for a run of `dtype`: "auto" (dynamic for fp16,
+// off otherwise), "dynamic", "off" or a static power of two; `init` and
+// `window` are train.loss_scale_init and train.loss_scale_window.
+optim::LossScaleConfig loss_scale_of(const std::string& value, const std::string& dtype, double init, int64_t window) {
+  using optim::LossScaleMode;
+  PARALLM_CHECK(window > 0 && window <= INT32_MAX, ConfigError, "config",
+                "train.loss_scale_window must be in [1, 2^31 - 1], got {}", window);
+  optim::LossScaleConfig c{LossScaleMode::Off, init, window};
+  if (value == "auto" || value == "dynamic") {
+    c.mode = value == "dynamic" || dtype == "fp16" ? LossScaleMode::Dynamic : LossScaleMode::Off;
+    PARALLM_CHECK(optim::is_loss_scale(init), ConfigError, "config",
+                  "train.loss_scale_init={}: must be a power of two in [1, 2^64], so scaling is exact", init);
+    return c;
+  }
+  if (value == "off" || value == "none") return c;
+  try {
+    c.scale = parse_float("train.loss_scale", value);
+  } catch (const ConfigError&) {
+    throw ConfigError("config", fmt::format("train.loss_scale: expected auto, dynamic, off or a power of two (a "
+                                            "static scale), got \"{}\"",
+                                            value));
+  }
+  PARALLM_CHECK(optim::is_loss_scale(c.scale), ConfigError, "config",
+                "train.loss_scale={}: a static scale must be a power of two in [1, 2^64], so scaling is exact", value);
+  c.mode = c.scale == 1 ? LossScaleMode::Off : LossScaleMode::Static;
+  return c;
 }
 
 struct Key {
@@ -179,7 +206,7 @@ const std::map<std::string, Key>& keys() {
         "double it after loss_scale_window finite steps) | off | a static power of two",
         [](RunConfig& c, const std::string&, const std::string& v) {
           // The value's form only (the init and window are checked in validate()).
-          optim::parse_loss_scale(lower(v), c.dtype, 65536, 2000);
+          loss_scale_of(lower(v), c.dtype, 65536, 2000);
           c.loss_scale = lower(v);
         },
         [](const RunConfig& c) { return nlohmann::json(c.loss_scale); }}},
@@ -322,7 +349,7 @@ void RunConfig::validate() const {
   PARALLM_CHECK(dtype != "fp16", ConfigError, "config",
                 "train.dtype=fp16 is not implemented yet; use bf16 or fp32 (its dynamic loss scaling is: "
                 "train.loss_scale=dynamic)");
-  optim::parse_loss_scale(loss_scale, dtype, loss_scale_init, loss_scale_window);
+  loss_scale_config();
   PARALLM_CHECK(dtype != "bf16" || !parse_device(device).is_cpu() || kernels::cpu::bf16_products_supported(),
                 ConfigError, "config",
                 "train.dtype=bf16 on the CPU needs bf16 matrix hardware (AMX or AVX-512 BF16), which this CPU lacks "
@@ -336,6 +363,10 @@ void RunConfig::validate() const {
     PARALLM_CHECK(!ddp_deterministic, ConfigError, "config", "ddp.deterministic is CPU-only for now (train.device={})",
                   device);
   }
+}
+
+optim::LossScaleConfig RunConfig::loss_scale_config() const {
+  return loss_scale_of(loss_scale, dtype, loss_scale_init, loss_scale_window);
 }
 
 nlohmann::json RunConfig::to_json() const {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "optim/loss_scale.h"
 
 namespace parallm::train {
 
@@ -70,6 +71,8 @@ struct RunConfig {
   void load_file(const std::string& path);
   // Cross-key checks (after everything is set).
   void validate() const;
+  // train.loss_scale with its init and window (ConfigError naming the key).
+  optim::LossScaleConfig loss_scale_config() const;
   nlohmann::json to_json() const;
   static RunConfig from_json(const nlohmann::json& j);
   // Keys with type and help, for `parallm train --help-keys`.

@@ -7,13 +7,13 @@
 #include <fstream>
 #include <functional>
 #include <limits>
-#include <sstream>
 
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/log.h"
 #include "core/profiler.h"
+#include "core/text.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
@@ -107,7 +107,7 @@ std::string state_table(const MemStats& s, int64_t nparams) {
 // Rank 0's values of the few scalars a resumed run continues from.
 void broadcast_state(comm::Communicator& w, TrainState& st, optim::AdamW& opt) {
   if (w.size() == 1) return;
-  // Floats: best val loss (an fp32 loss, so exact), loss scale (a power of two <= 2^127, exact).
+  // Floats: best val loss (an fp32 loss, so exact), loss scale (a power of two <= 2^64, exact).
   Tensor t = Tensor::empty({2}, DType::F32);
   Tensor it = Tensor::empty({5}, DType::I32);
   const optim::LossScaleState ls = st.loss_scale.value_or(optim::LossScaleState{});
@@ -131,23 +131,8 @@ void broadcast_state(comm::Communicator& w, TrainState& st, optim::AdamW& opt) {
 // PARALLM_FAULT_INF_GRAD="3,7": iterations whose reduced gradients get an
 // inf written into them on every rank, to exercise overflow handling.
 std::vector<int64_t> fault_inf_grad_iters() {
-  std::vector<int64_t> out;
   const char* env = std::getenv("PARALLM_FAULT_INF_GRAD");
-  if (!env) return out;
-  std::stringstream ss(env);
-  for (std::string tok; std::getline(ss, tok, ',');) {
-    size_t idx = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(tok, &idx);
-    } catch (...) {
-      idx = 0;
-    }
-    PARALLM_CHECK(idx == tok.size() && v >= 0, ConfigError, "train",
-                  "PARALLM_FAULT_INF_GRAD=\"{}\": expected iterations separated by commas", env);
-    out.push_back(v);
-  }
-  return out;
+  return env ? parse_int_list(env, "train", "PARALLM_FAULT_INF_GRAD") : std::vector<int64_t>{};
 }
 
 void write_inf(float* p, Device dev) {
@@ -169,6 +154,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   if (!lead) cfg.progress = false;
   if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
   const bool resume = cfg.init_from == "resume";
+  const std::vector<int64_t> fault_inf = fault_inf_grad_iters();  // before anything is written
   nlohmann::json ck_meta;
   if (resume) {
     ck_meta = read_checkpoint_meta(cfg.out_dir);
@@ -250,9 +236,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
                           zero->offload() != parallel::Offload::None ? MemCategory::Offloaded : MemCategory::OptState)
            : optim::AdamW(m.layout(), acfg, dev);
   TrainState st;
-  const std::vector<int64_t> fault_inf = fault_inf_grad_iters();
-  optim::LossScaler scaler(
-      optim::parse_loss_scale(cfg.loss_scale, cfg.dtype, cfg.loss_scale_init, cfg.loss_scale_window));
+  optim::LossScaler scaler(cfg.loss_scale_config());
   if (resume) {
     if (zero) {
       // Each rank reads the ranges it holds, from a checkpoint of any stage and world size.
@@ -274,14 +258,13 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
       broadcast_floats(world, opt.v(), opt.size());
     }
     broadcast_state(world, st, opt);
-    if (st.loss_scale) {
-      if (!scaler.dynamic())
-        log::warn(
-            "the checkpoint holds dynamic loss scaling's state (scale {:g}, {} skipped steps), but "
-            "train.loss_scale={} does not scale dynamically here: the saved scale is not used",
-            st.loss_scale->scale, st.loss_scale->skipped, cfg.loss_scale);
+    if (st.loss_scale && scaler.dynamic())
       scaler.set_state(*st.loss_scale);  // a dynamic scale goes on where it was
-    }
+    else if (st.loss_scale)
+      log::warn(
+          "the checkpoint holds dynamic loss scaling's state (scale {:g}, {} skipped steps), but "
+          "train.loss_scale={} does not scale dynamically here: the saved scale is not used",
+          st.loss_scale->scale, st.loss_scale->skipped, cfg.loss_scale);
     log::info("resuming from {} at iter {} (best val loss {:.4f})", cfg.out_dir, st.iter, st.best_val_loss);
   } else if (zstage == 3) {
     // Every rank draws the same values group by group and keeps its pieces.
@@ -512,7 +495,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     if (zero) zero->finish_grads();
     if (std::find(fault_inf.begin(), fault_inf.end(), it) != fault_inf.end() && (!zero || zero->shard_size() > 0))
       write_inf(zero ? zero->opt_grads() : m.grads(), zero ? Device::cpu() : dev);
-    const double norm_local = zero ? zero->grad_norm() : optim::global_norm(m.grads(), m.flat_size(), dev);
+    double norm = zero ? zero->grad_norm() : optim::global_norm(m.grads(), m.flat_size(), dev);
     if (gpu_async) {  // the norm's readback waited for the backward: the marks are done
       dtf = 0;
       for (int64_t k = 0; k < cfg.gas; ++k) dtf += marks[1 + 2 * k]->elapsed_ms_since(*marks[2 * k]) * 1e-3;
@@ -526,7 +509,6 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     // Replicas (DDP, deterministic) each hold their own copy of the global
     // norm: they agree on whether it is finite, so no rank skips alone (ZeRO's
     // norm is one collective sum already).
-    double norm = norm_local;
     if (scaler.dynamic() && !zero && !world_all(std::isfinite(norm))) norm = std::numeric_limits<double>::infinity();
     // The gradients are scaled by S (1 without loss scaling): clipping sees the
     // true norm and AdamW divides by S, both exact for a power of two.

@@ -1,7 +1,6 @@
 // Dynamic loss scaling's rules: a non-finite norm skips the step and halves
 // the scale, `window` finite steps in a row double it, the scale stays a
-// power of two in [1, 2^64], and the config's spellings parse or are refused
-// with the key named.
+// power of two in [1, 2^64] (train.loss_scale's spellings: tests/train/test_config.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,38 +16,7 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-TEST(LossScale, ParsesTheModes) {
-  EXPECT_EQ(optim::parse_loss_scale("auto", "fp16", 65536, 2000).mode, LossScaleMode::Dynamic);
-  EXPECT_EQ(optim::parse_loss_scale("auto", "bf16", 65536, 2000).mode, LossScaleMode::Off);
-  EXPECT_EQ(optim::parse_loss_scale("auto", "fp32", 65536, 2000).mode, LossScaleMode::Off);
-  auto d = optim::parse_loss_scale("dynamic", "fp32", 1024, 7);
-  EXPECT_EQ(d.mode, LossScaleMode::Dynamic);
-  EXPECT_EQ(d.scale, 1024);
-  EXPECT_EQ(d.window, 7);
-  EXPECT_EQ(optim::parse_loss_scale("off", "fp16", 65536, 2000).mode, LossScaleMode::Off);
-  auto s = optim::parse_loss_scale("128", "fp32", 65536, 2000);
-  EXPECT_EQ(s.mode, LossScaleMode::Static);
-  EXPECT_EQ(s.scale, 128);
-  EXPECT_EQ(optim::parse_loss_scale("1", "fp32", 65536, 2000).mode, LossScaleMode::Off);
-}
-
-TEST(LossScale, RefusesWhatIsNotAPowerOfTwo) {
-  auto msg = [](auto f) {
-    try {
-      f();
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(msg([] { optim::parse_loss_scale("100", "fp32", 65536, 2000); }).find("train.loss_scale=100"),
-            std::string::npos);
-  EXPECT_NE(msg([] { optim::parse_loss_scale("banana", "fp32", 65536, 2000); }).find("\"banana\""), std::string::npos);
-  EXPECT_NE(msg([] { optim::parse_loss_scale("0.5", "fp32", 65536, 2000); }).find("power of two"), std::string::npos);
-  EXPECT_NE(msg([] { optim::parse_loss_scale("dynamic", "fp32", 1000, 2000); }).find("train.loss_scale_init"),
-            std::string::npos);
-  EXPECT_NE(msg([] { optim::parse_loss_scale("dynamic", "fp32", 65536, 0); }).find("train.loss_scale_window"),
-            std::string::npos);
+TEST(LossScale, ScalesArePowersOfTwoFromOneTo2To64) {
   EXPECT_TRUE(optim::is_loss_scale(1));
   EXPECT_TRUE(optim::is_loss_scale(std::ldexp(1.0, 64)));
   EXPECT_FALSE(optim::is_loss_scale(std::ldexp(1.0, 65)));

@@ -135,6 +135,44 @@ TEST(Config, DtypeSpellingsMapAndFp16IsRefused) {
   EXPECT_NE(error_of([&] { c.validate(); }).find("fp16"), std::string::npos);
 }
 
+namespace {
+optim::LossScaleConfig loss_scale_of(const std::string& value, const std::string& dtype, double init, int64_t window) {
+  train::RunConfig c;
+  c.loss_scale = value;
+  c.dtype = dtype;
+  c.loss_scale_init = init;
+  c.loss_scale_window = window;
+  return c.loss_scale_config();
+}
+}  // namespace
+
+TEST(Config, LossScaleParsesTheModes) {
+  using optim::LossScaleMode;
+  EXPECT_EQ(loss_scale_of("auto", "fp16", 65536, 2000).mode, LossScaleMode::Dynamic);
+  EXPECT_EQ(loss_scale_of("auto", "bf16", 65536, 2000).mode, LossScaleMode::Off);
+  EXPECT_EQ(loss_scale_of("auto", "fp32", 65536, 2000).mode, LossScaleMode::Off);
+  auto d = loss_scale_of("dynamic", "fp32", 1024, 7);
+  EXPECT_EQ(d.mode, LossScaleMode::Dynamic);
+  EXPECT_EQ(d.scale, 1024);
+  EXPECT_EQ(d.window, 7);
+  EXPECT_EQ(loss_scale_of("off", "fp16", 65536, 2000).mode, LossScaleMode::Off);
+  auto s = loss_scale_of("128", "fp32", 65536, 2000);
+  EXPECT_EQ(s.mode, LossScaleMode::Static);
+  EXPECT_EQ(s.scale, 128);
+  EXPECT_EQ(loss_scale_of("1", "fp32", 65536, 2000).mode, LossScaleMode::Off);
+}
+
+TEST(Config, LossScaleRefusesWhatIsNotAPowerOfTwo) {
+  EXPECT_NE(error_of([] { loss_scale_of("100", "fp32", 65536, 2000); }).find("train.loss_scale=100"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { loss_scale_of("banana", "fp32", 65536, 2000); }).find("\"banana\""), std::string::npos);
+  EXPECT_NE(error_of([] { loss_scale_of("0.5", "fp32", 65536, 2000); }).find("power of two"), std::string::npos);
+  EXPECT_NE(error_of([] { loss_scale_of("dynamic", "fp32", 1000, 2000); }).find("train.loss_scale_init"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { loss_scale_of("dynamic", "fp32", 65536, 0); }).find("train.loss_scale_window"),
+            std::string::npos);
+}
+
 TEST(Config, LossScaleKeysParseAndNameTheKey) {
   train::RunConfig c;
   for (const char* v : {"auto", "dynamic", "off", "Dynamic", "1024"}) {

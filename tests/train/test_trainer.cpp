@@ -36,6 +36,16 @@ class TrainerTest : public ::testing::Test {
     c.apply_overrides(test_util::tiny_run_overrides(root_, out));
     return c;
   }
+  // The records of run `out`'s metrics.jsonl whose "kind" is `kind` (every one but memory's when empty).
+  std::vector<nlohmann::json> records(const std::string& out, const std::string& kind = "") {
+    std::vector<nlohmann::json> r;
+    std::ifstream f(root_ / out / "metrics.jsonl");
+    for (std::string line; std::getline(f, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (kind.empty() ? j["kind"] != "memory" : j["kind"] == kind) r.push_back(std::move(j));
+    }
+    return r;
+  }
   fs::path root_;
 };
 
@@ -149,14 +159,9 @@ TEST_F(TrainerTest, OverflowSkipsTheUpdateHalvesTheScaleAndResumesBitwise) {
   // 1024 -> 128 (iters 0-2), x2 after iters 3-5 -> 256, /2 at iter 7 -> 128, x2 after 8-10 -> 256.
   EXPECT_EQ(rf.loss_scale, 256.0);
 
-  std::vector<nlohmann::json> steps;
+  const std::vector<nlohmann::json> steps = records("full", "train");
   std::vector<double> val;  // val loss before iter i
-  std::ifstream f(root_ / "full" / "metrics.jsonl");
-  for (std::string line; std::getline(f, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == "train") steps.push_back(j);
-    if (j["kind"] == "eval") val.push_back(j["val_loss"].get<double>());
-  }
+  for (const auto& j : records("full", "eval")) val.push_back(j["val_loss"].get<double>());
   ASSERT_EQ(steps.size(), 13u);
   ASSERT_EQ(val.size(), 13u);
   const std::vector<double> want_scale = {1024, 512, 256, 128, 128, 128, 256, 256, 128, 128, 128, 256, 256};
@@ -217,14 +222,10 @@ TEST_F(TrainerTest, MetricsHaveTheDocumentedKeys) {
   c.max_iters = 6;
   c.sample_tokens = 20;  // also exercises sampling at eval
   train::run_training(c);
-  std::ifstream f(root_ / "m" / "metrics.jsonl");
-  std::string line;
   int train_recs = 0, eval_recs = 0;
-  while (std::getline(f, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == "memory") continue;
+  for (const auto& j : records("m")) {
     for (const char* k : {"step", "loss", "lr", "dt_ms", "dtf_ms", "dtb_ms", "tokens_per_s", "mfu"})
-      EXPECT_TRUE(j.contains(k)) << k << " missing in " << line;
+      EXPECT_TRUE(j.contains(k)) << k << " missing in " << j.dump();
     if (j["kind"] == "eval") {
       ++eval_recs;
       EXPECT_TRUE(j.contains("train_loss") && j.contains("val_loss"));

@@ -1,0 +1,20 @@
+// Shared text parsers: strict, with errors that name what was read.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/text.h"
+
+using namespace parallm;
+
+TEST(Text, IntListTakesWholeIntegersOnly) {
+  EXPECT_EQ(parse_int_list("3,7,12", "t", "X"), (std::vector<int64_t>{3, 7, 12}));
+  EXPECT_EQ(parse_int_list("-1", "t", "X"), (std::vector<int64_t>{-1}));
+  for (const char* bad : {"", "3,,7", "3,", "a", "1.5", "2 ", "99999999999999999999"}) {
+    try {
+      parse_int_list(bad, "t", "PARALLM_X");
+      ADD_FAILURE() << "accepted \"" << bad << "\"";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("PARALLM_X: \""), std::string::npos) << e.what();
+    }
+  }
+}
