@@ -215,6 +215,7 @@ void GPT::init_weights(uint64_t seed) {
 }
 
 void GPT::zero_grad() {
+  PARALLM_PROFILE("zero_grad");
   if (grads_.data()) grads_.zero();
 }
 

@@ -3,7 +3,7 @@
 Trains ``gpt_ref.GPT`` on a prepared character dataset (train.bin / val.bin,
 uint16) exactly as nanoGPT's train.py does for its CPU Shakespeare config:
 random windows per step (torch.randint), AdamW (decay on dim>=2 params),
-linear warmup + cosine decay, grad clip, no dropout. At the end it evaluates
+linear warmup + cosine decay, grad clip, no dropout. After max_iters steps it evaluates
 train and val loss over ``--eval_iters`` random batches and prints one JSON
 line, so a parallm run can be compared against PyTorch on this machine:
 
@@ -69,7 +69,9 @@ def main() -> int:
         return a.min_lr + 0.5 * (1.0 + math.cos(math.pi * r)) * (a.lr - a.min_lr)
 
     t0 = time.time()
-    for it in range(a.max_iters + 1):
+    # max_iters steps, then the evaluation: nanoGPT evaluates at iter_num ==
+    # max_iters before that iteration's step, i.e. after max_iters updates.
+    for it in range(a.max_iters):
         for g in opt.param_groups:
             g["lr"] = lr_at(it)
         x, y = batch(train)
