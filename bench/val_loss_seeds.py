@@ -28,6 +28,8 @@ import statistics
 import subprocess
 import sys
 
+import compare_runs  # this directory: the metrics.jsonl reader
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -38,15 +40,11 @@ def run_parallm(a, seed):
     p = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"parallm seed {seed} failed (exit {p.returncode}): {p.stderr.strip()[-400:]}")
-    last = None
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        for line in f:
-            rec = json.loads(line)
-            if rec.get("kind") == "eval":
-                last = rec
-    if last is None:
+    _, _, evals = compare_runs.load(out)
+    if not evals:
         raise RuntimeError(f"parallm seed {seed}: no eval record in {out}/metrics.jsonl")
-    return last["step"], last["val_loss"]
+    step = max(evals)
+    return step, evals[step][1]
 
 
 def run_torch(a, seed):

@@ -46,6 +46,26 @@ class TrainerTest : public ::testing::Test {
     }
     return r;
   }
+  // Trains run "part" to iteration 6 (its checkpoint is written at the iter-6
+  // evaluation, before step 6), resumes it to 12, and checks that the resumed
+  // steps are bitwise those of the uninterrupted run `full`; *resumed gets the
+  // resumed run's summary.
+  void resume_at_6_matches(const std::vector<std::string>& overrides, const train::RunSummary& full,
+                           train::RunSummary* resumed) {
+    auto part = tiny("part");
+    part.apply_overrides(overrides);
+    part.max_iters = 6;
+    train::run_training(part);
+    auto again = tiny("part");
+    again.apply_overrides(overrides);
+    again.init_from = "resume";
+    again.max_iters = 12;
+    *resumed = train::run_training(again);
+    ASSERT_EQ(resumed->first_iter, 6);
+    ASSERT_EQ(resumed->train_losses.size(), 7u);
+    for (size_t i = 0; i < resumed->train_losses.size(); ++i)
+      EXPECT_EQ(resumed->train_losses[i], full.train_losses[6 + i]) << "iter " << 6 + i;
+  }
   fs::path root_;
 };
 
@@ -78,17 +98,8 @@ TEST_F(TrainerTest, ResumeContinuesTheIdenticalTrajectory) {
   auto rf = train::run_training(full);
   ASSERT_EQ(rf.train_losses.size(), 13u);
 
-  auto part = tiny("part");
-  part.max_iters = 6;  // checkpoint written at the iter-6 evaluation, before step 6
-  train::run_training(part);
-  auto resumed = tiny("part");
-  resumed.max_iters = 12;
-  resumed.init_from = "resume";
-  auto rr = train::run_training(resumed);
-  ASSERT_EQ(rr.first_iter, 6);
-  ASSERT_EQ(rr.train_losses.size(), 7u);
-  for (size_t i = 0; i < rr.train_losses.size(); ++i)
-    EXPECT_EQ(rr.train_losses[i], rf.train_losses[6 + i]) << "iter " << 6 + i;
+  train::RunSummary rr;
+  ASSERT_NO_FATAL_FAILURE(resume_at_6_matches({}, rf, &rr));
   EXPECT_EQ(rr.last_val_loss, rf.last_val_loss);
 }
 
@@ -105,18 +116,8 @@ TEST_F(TrainerTest, CpuBf16IsDeterministicResumesBitwiseAndStaysNearFp32) {
   for (size_t i = 0; i < ra.train_losses.size(); ++i)
     EXPECT_NEAR(ra.train_losses[i], rf.train_losses[i], 2e-2 * rf.train_losses[i]) << "iter " << i;
 
-  auto part = tiny("part");
-  part.apply_overrides({"train.dtype=bf16"});
-  part.max_iters = 6;  // checkpoint written at the iter-6 evaluation
-  train::run_training(part);
-  auto resumed = tiny("part");
-  resumed.apply_overrides({"train.dtype=bf16", "train.init_from=resume"});
-  resumed.max_iters = 12;
-  auto rr = train::run_training(resumed);
-  ASSERT_EQ(rr.first_iter, 6);
-  ASSERT_EQ(rr.train_losses.size(), 7u);
-  for (size_t i = 0; i < rr.train_losses.size(); ++i)
-    EXPECT_EQ(rr.train_losses[i], ra.train_losses[6 + i]) << "iter " << 6 + i;
+  train::RunSummary rr;
+  ASSERT_NO_FATAL_FAILURE(resume_at_6_matches({"train.dtype=bf16"}, ra, &rr));
 }
 
 // Powers of two scale every gradient exactly: with no overflow, dynamic or
@@ -199,19 +200,8 @@ TEST_F(TrainerTest, OverflowSkipsTheUpdateHalvesTheScaleAndResumesBitwise) {
     }
   }
 
-  auto part = tiny("part");
-  part.apply_overrides(scaled);
-  part.max_iters = 6;
-  train::run_training(part);
-  auto resumed = tiny("part");
-  resumed.apply_overrides(scaled);
-  resumed.apply_overrides({"train.init_from=resume"});
-  resumed.max_iters = 12;
-  auto rr = train::run_training(resumed);
-  ASSERT_EQ(rr.first_iter, 6);
-  ASSERT_EQ(rr.train_losses.size(), 7u);
-  for (size_t i = 0; i < rr.train_losses.size(); ++i)
-    EXPECT_EQ(rr.train_losses[i], rf.train_losses[6 + i]) << "iter " << 6 + i;
+  train::RunSummary rr;
+  ASSERT_NO_FATAL_FAILURE(resume_at_6_matches(scaled, rf, &rr));
   EXPECT_EQ(rr.loss_scale, rf.loss_scale);
   EXPECT_EQ(rr.skipped_steps, rf.skipped_steps);
   EXPECT_EQ(rr.last_val_loss, rf.last_val_loss);
