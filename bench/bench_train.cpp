@@ -43,6 +43,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
+#include "kernels/matmul.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "train/peak.h"
@@ -303,8 +304,8 @@ int main(int argc, char** argv) {
   const double fma_peak = fma_peak_flops(threads);
   fmt::print(
       "threads {} | dtype {} | measured {} peak (oneDNN, 1024^3): {:.1f} GFLOP/s | fp32 FMA ceiling (loop): "
-      "{:.1f} GFLOP/s | OPENBLAS_CORETYPE={}\n",
-      threads, dtype_s, bf16 ? "bf16 GEMM" : "fp32 sgemm", peak / 1e9, fma_peak / 1e9,
+      "{:.1f} GFLOP/s | kernels {} | OPENBLAS_CORETYPE={}\n",
+      threads, dtype_s, bf16 ? "bf16 GEMM" : "fp32 sgemm", peak / 1e9, fma_peak / 1e9, kernels::cpu_kernel_isa(),
       std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)");
   nlohmann::json report = nlohmann::json::array();
   for (const auto& bc : all_configs()) {

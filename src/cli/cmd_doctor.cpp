@@ -37,7 +37,8 @@ int doctor(const DoctorOptions& o) {
   const int n = c.size(), me = c.rank();
   const comm::RankPlace& place = w.topo.me(me);
   if (me == 0) {
-    std::printf("doctor: parallm 0.1.0, %s, compiler %s\n", kernels::gemm_library().c_str(), __VERSION__);
+    std::printf("doctor: parallm 0.1.0, %s, kernels %s, compiler %s\n", kernels::gemm_library().c_str(),
+                kernels::cpu_kernel_isa().c_str(), __VERSION__);
     const std::string mpi = comm::mpi_library_version();
     std::printf("doctor: backend %s, MPI library %s\n", c.backend().c_str(), mpi.empty() ? "(none)" : mpi.c_str());
     std::printf("doctor: %d rank%s on %zu node%s, %d OpenMP thread%s per rank, %u cores on %s\n", n, n == 1 ? "" : "s",

@@ -10,6 +10,9 @@ namespace parallm::kernels {
 
 // The GEMM library underneath, with its version ("oneDNN 3.0.0"), for diagnostics.
 std::string gemm_library();
+// The vector ISA parallm's own CPU kernels run with ("avx512", "avx2",
+// "baseline"): the CPU's widest, or less where PARALLM_ISA caps it.
+std::string cpu_kernel_isa();
 
 // Row-major C[M,N] = alpha * op(A) @ op(B) + beta * C, op(X) = X or X^T.
 // lda/ldb/ldc are the row strides of A, B, C as stored.

@@ -103,7 +103,7 @@ __attribute__((target("avx512f"))) void tile_avx512(const float* ap, const float
   for (int i = 0; i < 16; ++i) _mm512_storeu_ps(out + 16 * i, r[i]);
 }
 
-const bool kHaveAvx512 = __builtin_cpu_supports("avx512f");
+const bool kHaveAvx512 = simd::isa() == simd::Isa::Avx512;  // PARALLM_ISA can cap it for tests
 
 // C[mc x nc] (+)= alpha * Ap @ Bp over packed blocks of depth kc.
 PARALLM_CLONES void compute_block(const float* Ap, const float* Bp, int64_t mc, int64_t nc, int64_t kc, float alpha,

@@ -1,10 +1,16 @@
 // Helpers for the optimized CPU kernels.
-// - PARALLM_CLONES compiles a function for AVX-512F, AVX2 and baseline x86-64
-//   and picks one at load time from the CPU's feature bits (GCC ifunc). Feature
-//   clones, not arch= ones: those match CPU models and miss virtualized CPUs.
+// - PARALLM_CLONES compiles a function for AVX-512F, x86-64-v3 (AVX2 + FMA)
+//   and baseline x86-64 and picks one at load time from the CPU's feature bits
+//   (GCC ifunc). Feature clones, not CPU-model ones (arch=skylake...): those
+//   miss virtualized CPUs; x86-64-v3 is a feature level, tested bit by bit. A
+//   plain "avx2" clone would lack FMA (a separate feature), halving its
+//   arithmetic; avx512f implies FMA.
 //   The binary stays portable and still uses the widest vectors available. Hot
 //   loops live in such functions; OpenMP regions call them per row or chunk.
 //   Helpers they call are always_inline so they are compiled into each clone.
+// - Kernels whose best code differs by ISA in more than vector width (register
+//   tiles sized to the register file) pick one at run time from isa():
+//   functions with explicit target attributes, selected once (cpu/isa.h).
 // - fast_expf / fast_norm_cdf are branch-free polynomial versions
 //   (about 1-2 ulp for exp, 1.2e-7 relative for erfc) that the compiler can
 //   vectorize, unlike libm's scalar calls.
@@ -13,8 +19,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/isa.h"
+
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
-#define PARALLM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define PARALLM_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 #else
 #define PARALLM_CLONES
 #endif

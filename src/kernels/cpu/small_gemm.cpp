@@ -1,5 +1,6 @@
 #include "kernels/cpu/small_gemm.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -13,39 +14,73 @@ using simd::load16;
 using simd::store16;
 using simd::v16;
 
-constexpr int kMR = 8;   // rows of C per tile
-constexpr int kNR = 32;  // columns of C per tile (two 16-float vectors)
+// The register tile is chosen per instruction set, because a tile that fits
+// one register file spills on a smaller one (an 8 x 32 tile is 16 zmm
+// registers on AVX-512 but 32 ymm on AVX2, which has 16: the AVX2 build of
+// the old single tile ran attention at a twentieth of its speed).
+//   AVX-512 (32 x 16 floats): 8 x 32 tile, 16 accumulators
+//   AVX2+FMA (16 x 8 floats): 6 x 16 tile, 12 accumulators + 2 B + 1 broadcast
+//   baseline SSE2 (16 x 4):   6 x 8 tile, same register budget
+typedef float v8 __attribute__((vector_size(32), aligned(4)));
+typedef float v4 __attribute__((vector_size(16), aligned(4)));
+
+template <class V>
+__attribute__((always_inline)) inline V loadv(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+template <class V>
+__attribute__((always_inline)) inline void storev(float* p, V v) {
+  std::memcpy(p, &v, sizeof(v));
+}
 
 // A's element (row i, depth k) is A[i * sa + k * sk]: (lda, 1) plain, (1, lda) transposed.
-// MR x 32 tile: 2*MR accumulators in vector registers, B rows streamed once.
-template <int MR>
-__attribute__((always_inline)) inline void tile_full(int64_t K, float alpha, const float* A, int64_t sa, int64_t sk,
-                                                     const float* B, int64_t ldb, float* C, int64_t ldc, bool acc) {
-  v16 c[MR][2] = {};
+// MR x (NV * W) tile: MR * NV accumulators in vector registers, B rows streamed once.
+template <class V, int MR, int NV>
+__attribute__((always_inline)) inline void tile(int64_t K, float alpha, const float* A, int64_t sa, int64_t sk,
+                                                const float* B, int64_t ldb, float* C, int64_t ldc, bool acc) {
+  constexpr int W = sizeof(V) / sizeof(float);
+  V c[MR][NV] = {};
   for (int64_t k = 0; k < K; ++k) {
-    const v16 b0 = load16(B + k * ldb), b1 = load16(B + k * ldb + 16);
+    V b[NV];
+#pragma GCC unroll 4
+    for (int h = 0; h < NV; ++h) b[h] = loadv<V>(B + k * ldb + h * W);
     const float* ak = A + k * sk;
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const float a = ak[r * sa];
-      c[r][0] += a * b0;
-      c[r][1] += a * b1;
+#pragma GCC unroll 4
+      for (int h = 0; h < NV; ++h) c[r][h] += a * b[h];
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
-    for (int h = 0; h < 2; ++h) {
-      float* dst = C + r * ldc + 16 * h;
-      v16 v = alpha * c[r][h];
-      store16(dst, acc ? load16(dst) + v : v);
+#pragma GCC unroll 4
+    for (int h = 0; h < NV; ++h) {
+      float* dst = C + r * ldc + h * W;
+      const V v = alpha * c[r][h];
+      storev<V>(dst, acc ? loadv<V>(dst) + v : v);
     }
 }
 
-// Any tile up to kMR x 32 (edges): plain loops.
+// The last rows of a column block (mr < MR), still in registers.
+template <class V, int MR, int NV>
+__attribute__((always_inline)) inline void tile_rows(int64_t mr, int64_t K, float alpha, const float* A, int64_t sa,
+                                                     int64_t sk, const float* B, int64_t ldb, float* C, int64_t ldc,
+                                                     bool acc) {
+  if constexpr (MR > 1) {
+    if (mr == MR - 1) return tile<V, MR - 1, NV>(K, alpha, A, sa, sk, B, ldb, C, ldc, acc);
+    return tile_rows<V, MR - 1, NV>(mr, K, alpha, A, sa, sk, B, ldb, C, ldc, acc);
+  }
+}
+
+// Columns fewer than one vector: plain loops.
+template <int MR>
 __attribute__((always_inline)) inline void tile_edge(int64_t mr, int64_t nr, int64_t K, float alpha, const float* A,
                                                      int64_t sa, int64_t sk, const float* B, int64_t ldb, float* C,
                                                      int64_t ldc, bool acc) {
-  float c[kMR][kNR] = {};
+  float c[MR][16] = {};
   for (int64_t k = 0; k < K; ++k)
     for (int64_t r = 0; r < mr; ++r) {
       const float a = A[r * sa + k * sk];
@@ -55,18 +90,79 @@ __attribute__((always_inline)) inline void tile_edge(int64_t mr, int64_t nr, int
     for (int64_t j = 0; j < nr; ++j) C[r * ldc + j] = (acc ? C[r * ldc + j] : 0.0f) + alpha * c[r][j];
 }
 
-PARALLM_CLONES void small_gemm_impl(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t sa,
-                                    int64_t sk, const float* B, int64_t ldb, float* C, int64_t ldc, bool acc) {
-  for (int64_t j0 = 0; j0 < N; j0 += kNR) {
-    const int64_t nr = N - j0 < kNR ? N - j0 : kNR;
-    for (int64_t i0 = 0; i0 < M; i0 += kMR) {
-      const int64_t mr = M - i0 < kMR ? M - i0 : kMR;
-      if (mr == kMR && nr == kNR)
-        tile_full<kMR>(K, alpha, A + i0 * sa, sa, sk, B + j0, ldb, C + i0 * ldc + j0, ldc, acc);
+// Columns in blocks of NV vectors, then single vectors, then the scalar edge;
+// rows in blocks of MR, then the remainder. Each element of C sums over k in
+// order, whatever the tile, so the result does not depend on the shape split.
+template <class V, int MR, int NV>
+__attribute__((always_inline)) inline void gemm_tiles(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                                                      int64_t sa, int64_t sk, const float* B, int64_t ldb, float* C,
+                                                      int64_t ldc, bool acc) {
+  constexpr int64_t W = sizeof(V) / sizeof(float);
+  int64_t j0 = 0;
+  for (; j0 + NV * W <= N; j0 += NV * W)
+    for (int64_t i0 = 0; i0 < M; i0 += MR) {
+      const float* a = A + i0 * sa;
+      float* c = C + i0 * ldc + j0;
+      if (M - i0 >= MR)
+        tile<V, MR, NV>(K, alpha, a, sa, sk, B + j0, ldb, c, ldc, acc);
       else
-        tile_edge(mr, nr, K, alpha, A + i0 * sa, sa, sk, B + j0, ldb, C + i0 * ldc + j0, ldc, acc);
+        tile_rows<V, MR, NV>(M - i0, K, alpha, a, sa, sk, B + j0, ldb, c, ldc, acc);
     }
+  for (; j0 + W <= N; j0 += W)
+    for (int64_t i0 = 0; i0 < M; i0 += MR) {
+      const float* a = A + i0 * sa;
+      float* c = C + i0 * ldc + j0;
+      if (M - i0 >= MR)
+        tile<V, MR, 1>(K, alpha, a, sa, sk, B + j0, ldb, c, ldc, acc);
+      else
+        tile_rows<V, MR, 1>(M - i0, K, alpha, a, sa, sk, B + j0, ldb, c, ldc, acc);
+    }
+  if (j0 < N)
+    for (int64_t i0 = 0; i0 < M; i0 += MR)
+      tile_edge<MR>(std::min<int64_t>(MR, M - i0), N - j0, K, alpha, A + i0 * sa, sa, sk, B + j0, ldb,
+                    C + i0 * ldc + j0, ldc, acc);
+}
+
+using GemmFn = void (*)(int64_t, int64_t, int64_t, float, const float*, int64_t, int64_t, const float*, int64_t, float*,
+                        int64_t, bool);
+
+void gemm_baseline(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t sa, int64_t sk, const float* B,
+                   int64_t ldb, float* C, int64_t ldc, bool acc) {
+  gemm_tiles<v4, 6, 2>(M, N, K, alpha, A, sa, sk, B, ldb, C, ldc, acc);
+}
+
+#if PARALLM_ISA_DISPATCH
+__attribute__((target("avx2,fma"))) void gemm_avx2(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                                                   int64_t sa, int64_t sk, const float* B, int64_t ldb, float* C,
+                                                   int64_t ldc, bool acc) {
+  gemm_tiles<v8, 6, 2>(M, N, K, alpha, A, sa, sk, B, ldb, C, ldc, acc);
+}
+__attribute__((target("avx512f"))) void gemm_avx512(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                                                    int64_t sa, int64_t sk, const float* B, int64_t ldb, float* C,
+                                                    int64_t ldc, bool acc) {
+  gemm_tiles<v16, 8, 2>(M, N, K, alpha, A, sa, sk, B, ldb, C, ldc, acc);
+}
+#endif
+
+// Chosen once from the CPU's feature bits (PARALLM_ISA caps it for tests).
+GemmFn pick_gemm() {
+#if PARALLM_ISA_DISPATCH
+  switch (simd::isa()) {
+    case simd::Isa::Avx512:
+      return gemm_avx512;
+    case simd::Isa::Avx2:
+      return gemm_avx2;
+    case simd::Isa::Baseline:
+      break;
   }
+#endif
+  return gemm_baseline;
+}
+
+void small_gemm_impl(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t sa, int64_t sk,
+                     const float* B, int64_t ldb, float* C, int64_t ldc, bool acc) {
+  static const GemmFn fn = pick_gemm();
+  fn(M, N, K, alpha, A, sa, sk, B, ldb, C, ldc, acc);
 }
 
 typedef int32_t v16i __attribute__((vector_size(64)));

@@ -1,8 +1,9 @@
 // Single-threaded GEMM for the small matrices inside fused kernels (attention
 // tiles), where a BLAS call's fixed overhead costs more than the math.
 // Row-major C[M x N] = (accumulate ? C : 0) + alpha * A[M x K] @ B[K x N].
-// The micro-kernel keeps a 8 x 32 tile of C in vector registers (GCC vector
-// extensions, compiled per ISA through PARALLM_CLONES) and streams rows of B.
+// The micro-kernel keeps a tile of C in vector registers and streams rows of
+// B; the tile is sized to the register file of the ISA chosen at run time
+// (8 x 32 on AVX-512, 6 x 16 on AVX2, 6 x 8 on baseline x86-64; simd::isa()).
 #pragma once
 #include <cstdint>
 
