@@ -42,6 +42,10 @@ def main() -> int:
     ap.add_argument("--beta2", type=float, default=0.99)
     ap.add_argument("--eval_iters", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--eval_interval", type=int, default=0,
+                    help="also evaluate every N steps and fetch batches in nanoGPT's order (one batch "
+                         "ahead), so torch's random stream, and with it the run, is nanoGPT's own: "
+                         "250 with --eval_iters 20 replays its CPU command for a given seed")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
 
@@ -68,26 +72,38 @@ def main() -> int:
         r = (it - a.warmup_iters) / (a.lr_decay_iters - a.warmup_iters)
         return a.min_lr + 0.5 * (1.0 + math.cos(math.pi * r)) * (a.lr - a.min_lr)
 
+    def evaluate():
+        model.eval()
+        res = {}
+        with torch.no_grad():
+            for name, data in (("train", train), ("val", val)):
+                res[name + "_loss"] = float(np.mean([model(*batch(data))[1].item() for _ in range(a.eval_iters)]))
+        model.train()
+        return res
+
     t0 = time.time()
     # max_iters steps, then the evaluation: nanoGPT evaluates at iter_num ==
     # max_iters before that iteration's step, i.e. after max_iters updates.
+    x, y = batch(train) if a.eval_interval else (None, None)
     for it in range(a.max_iters):
         for g in opt.param_groups:
             g["lr"] = lr_at(it)
-        x, y = batch(train)
+        if a.eval_interval and it % a.eval_interval == 0:
+            print(f"iter {it}: {evaluate()}", file=sys.stderr, flush=True)
+        if not a.eval_interval:
+            x, y = batch(train)
         _, loss = model(x, y)
+        if a.eval_interval:
+            x, y = batch(train)  # nanoGPT fetches the next batch before backward
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if it % 250 == 0:
             print(f"iter {it}: loss {loss.item():.4f} ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
-    model.eval()
-    out = {}
-    with torch.no_grad():
-        for name, data in (("train", train), ("val", val)):
-            out[name + "_loss"] = float(np.mean([model(*batch(data))[1].item() for _ in range(a.eval_iters)]))
-    out.update({"peer": "pytorch", "max_iters": a.max_iters, "seed": a.seed, "eval_iters": a.eval_iters})
+    out = evaluate()
+    out.update({"peer": "pytorch", "max_iters": a.max_iters, "seed": a.seed, "eval_iters": a.eval_iters,
+                "eval_interval": a.eval_interval})
     print(json.dumps(out))
     return 0
 
