@@ -90,33 +90,31 @@ __attribute__((always_inline)) inline void tile_edge(int64_t mr, int64_t nr, int
     for (int64_t j = 0; j < nr; ++j) C[r * ldc + j] = (acc ? C[r * ldc + j] : 0.0f) + alpha * c[r][j];
 }
 
-// Columns in blocks of NV vectors, then single vectors, then the scalar edge;
-// rows in blocks of MR, then the remainder. Each element of C sums over k in
-// order, whatever the tile, so the result does not depend on the shape split.
+// One block of NV vectors' worth of columns, over all rows: full MR-row
+// tiles, then the remainder rows.
+template <class V, int MR, int NV>
+__attribute__((always_inline)) inline void column_block(int64_t M, int64_t K, float alpha, const float* A, int64_t sa,
+                                                        int64_t sk, const float* B, int64_t ldb, float* C, int64_t ldc,
+                                                        bool acc) {
+  for (int64_t i0 = 0; i0 < M; i0 += MR) {
+    if (M - i0 >= MR)
+      tile<V, MR, NV>(K, alpha, A + i0 * sa, sa, sk, B, ldb, C + i0 * ldc, ldc, acc);
+    else
+      tile_rows<V, MR, NV>(M - i0, K, alpha, A + i0 * sa, sa, sk, B, ldb, C + i0 * ldc, ldc, acc);
+  }
+}
+
+// Columns in blocks of NV vectors, then single vectors, then the scalar edge.
+// Each element of C sums over k in order, whatever the tile, so the result
+// does not depend on how the shape is split.
 template <class V, int MR, int NV>
 __attribute__((always_inline)) inline void gemm_tiles(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                                                       int64_t sa, int64_t sk, const float* B, int64_t ldb, float* C,
                                                       int64_t ldc, bool acc) {
   constexpr int64_t W = sizeof(V) / sizeof(float);
   int64_t j0 = 0;
-  for (; j0 + NV * W <= N; j0 += NV * W)
-    for (int64_t i0 = 0; i0 < M; i0 += MR) {
-      const float* a = A + i0 * sa;
-      float* c = C + i0 * ldc + j0;
-      if (M - i0 >= MR)
-        tile<V, MR, NV>(K, alpha, a, sa, sk, B + j0, ldb, c, ldc, acc);
-      else
-        tile_rows<V, MR, NV>(M - i0, K, alpha, a, sa, sk, B + j0, ldb, c, ldc, acc);
-    }
-  for (; j0 + W <= N; j0 += W)
-    for (int64_t i0 = 0; i0 < M; i0 += MR) {
-      const float* a = A + i0 * sa;
-      float* c = C + i0 * ldc + j0;
-      if (M - i0 >= MR)
-        tile<V, MR, 1>(K, alpha, a, sa, sk, B + j0, ldb, c, ldc, acc);
-      else
-        tile_rows<V, MR, 1>(M - i0, K, alpha, a, sa, sk, B + j0, ldb, c, ldc, acc);
-    }
+  for (; j0 + NV * W <= N; j0 += NV * W) column_block<V, MR, NV>(M, K, alpha, A, sa, sk, B + j0, ldb, C + j0, ldc, acc);
+  for (; j0 + W <= N; j0 += W) column_block<V, MR, 1>(M, K, alpha, A, sa, sk, B + j0, ldb, C + j0, ldc, acc);
   if (j0 < N)
     for (int64_t i0 = 0; i0 < M; i0 += MR)
       tile_edge<MR>(std::min<int64_t>(MR, M - i0), N - j0, K, alpha, A + i0 * sa, sa, sk, B + j0, ldb,
