@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "kernels/matmul.h"
 
 int main(int argc, char** argv) {
   parallm::log::init_console();
@@ -27,6 +28,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
+    // The kernels' ISA cap (PARALLM_ISA) is read once; read it here, before
+    // any parallel region, so a bad value is reported like any bad input.
+    parallm::kernels::cpu_kernel_isa();
     if (app.got_subcommand("train")) return train();
     if (app.got_subcommand("prepare")) return prepare();
     if (app.got_subcommand("sample")) return sample();

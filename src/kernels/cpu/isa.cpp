@@ -23,17 +23,9 @@ Isa detect() {
 
 Isa cap_isa(Isa have, const char* v) {
   if (!v || !*v) return have;
-  const std::string s(v);
-  Isa want;
-  if (s == "avx512")
-    want = Isa::Avx512;
-  else if (s == "avx2")
-    want = Isa::Avx2;
-  else if (s == "baseline")
-    want = Isa::Baseline;
-  else
-    throw ConfigError("kernels.isa", fmt::format("PARALLM_ISA='{}' is not one of avx512, avx2, baseline", s));
-  return static_cast<int>(want) < static_cast<int>(have) ? want : have;
+  for (Isa want : {Isa::Avx512, Isa::Avx2, Isa::Baseline})
+    if (std::string(v) == isa_name(want)) return static_cast<int>(want) < static_cast<int>(have) ? want : have;
+  throw ConfigError("kernels.isa", fmt::format("PARALLM_ISA='{}' is not one of avx512, avx2, baseline", v));
 }
 
 Isa isa() {

@@ -29,16 +29,20 @@
 
 namespace parallm::kernels::simd {
 
-// 16 floats as one vector (a zmm register on AVX-512, split elsewhere);
-// aligned(4) allows unaligned loads and stores through load16/store16.
+// 16, 8 and 4 floats as one vector (zmm, ymm, xmm; split where the ISA is
+// narrower); aligned(4) allows unaligned loads and stores through loadv/storev.
 typedef float v16 __attribute__((vector_size(64), aligned(4)));
+typedef float v8 __attribute__((vector_size(32), aligned(4)));
+typedef float v4 __attribute__((vector_size(16), aligned(4)));
 
-__attribute__((always_inline)) inline v16 load16(const float* p) {
-  v16 v;
+template <class V>
+__attribute__((always_inline)) inline V loadv(const float* p) {
+  V v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-__attribute__((always_inline)) inline void store16(float* p, v16 v) {
+template <class V>
+__attribute__((always_inline)) inline void storev(float* p, V v) {
   std::memcpy(p, &v, sizeof(v));
 }
 

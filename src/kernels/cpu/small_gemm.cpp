@@ -10,9 +10,11 @@ namespace parallm::kernels::cpu {
 
 namespace {
 
-using simd::load16;
-using simd::store16;
+using simd::loadv;
+using simd::storev;
 using simd::v16;
+using simd::v4;
+using simd::v8;
 
 // The register tile is chosen per instruction set, because a tile that fits
 // one register file spills on a smaller one (an 8 x 32 tile is 16 zmm
@@ -22,19 +24,6 @@ using simd::v16;
 //   AVX-512 (32 x 16 floats): 8 x 32 tile, 16 accumulators
 //   AVX2+FMA (16 x 8 floats): 6 x 16 tile, 12 accumulators + 2 B + 1 broadcast
 //   baseline SSE2 (16 x 4):   6 x 8 tile, same register budget
-typedef float v8 __attribute__((vector_size(32), aligned(4)));
-typedef float v4 __attribute__((vector_size(16), aligned(4)));
-
-template <class V>
-__attribute__((always_inline)) inline V loadv(const float* p) {
-  V v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-template <class V>
-__attribute__((always_inline)) inline void storev(float* p, V v) {
-  std::memcpy(p, &v, sizeof(v));
-}
 
 // A's element (row i, depth k) is A[i * sa + k * sk]: (lda, 1) plain, (1, lda) transposed.
 // MR x (NV * W) tile: MR * NV accumulators in vector registers, B rows streamed once.
@@ -76,12 +65,12 @@ __attribute__((always_inline)) inline void tile_rows(int64_t mr, int64_t K, floa
   }
 }
 
-// Columns fewer than one vector: plain loops.
-template <int MR>
+// Fewer columns than one vector of W floats: plain loops.
+template <int MR, int W>
 __attribute__((always_inline)) inline void tile_edge(int64_t mr, int64_t nr, int64_t K, float alpha, const float* A,
                                                      int64_t sa, int64_t sk, const float* B, int64_t ldb, float* C,
                                                      int64_t ldc, bool acc) {
-  float c[MR][16] = {};
+  float c[MR][W] = {};
   for (int64_t k = 0; k < K; ++k)
     for (int64_t r = 0; r < mr; ++r) {
       const float a = A[r * sa + k * sk];
@@ -118,8 +107,8 @@ __attribute__((always_inline)) inline void gemm_tiles(int64_t M, int64_t N, int6
   for (; j0 + W <= N; j0 += W) column_block<V, MR, 1>(M, K, alpha, A, sa, sk, B + j0, ldb, C + j0, ldc, acc);
   if (j0 < N)
     for (int64_t i0 = 0; i0 < M; i0 += MR)
-      tile_edge<MR>(std::min<int64_t>(MR, M - i0), N - j0, K, alpha, A + i0 * sa, sa, sk, B + j0, ldb,
-                    C + i0 * ldc + j0, ldc, acc);
+      tile_edge<MR, W>(std::min<int64_t>(MR, M - i0), N - j0, K, alpha, A + i0 * sa, sa, sk, B + j0, ldb,
+                       C + i0 * ldc + j0, ldc, acc);
 }
 
 using GemmFn = void (*)(int64_t, int64_t, int64_t, float, const float*, int64_t, int64_t, const float*, int64_t, float*,
@@ -196,12 +185,12 @@ PARALLM_CLONES void transpose_impl(float* dst, int64_t ld_dst, const float* src,
   for (int64_t r0 = 0; r0 < rows16; r0 += 16)
     for (int64_t c0 = 0; c0 < cols16; c0 += 16) {
       v16 R[16];
-      for (int i = 0; i < 16; ++i) R[i] = load16(src + (r0 + i) * ld_src + c0);
+      for (int i = 0; i < 16; ++i) R[i] = loadv<v16>(src + (r0 + i) * ld_src + c0);
       swap_bit<8>(R);
       swap_bit<4>(R);
       swap_bit<2>(R);
       swap_bit<1>(R);
-      for (int i = 0; i < 16; ++i) store16(dst + (c0 + i) * ld_dst + r0, R[i]);
+      for (int i = 0; i < 16; ++i) storev<v16>(dst + (c0 + i) * ld_dst + r0, R[i]);
     }
   // Ragged right and bottom edges element by element.
   for (int64_t r = 0; r < rows; ++r)
