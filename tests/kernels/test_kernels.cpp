@@ -287,8 +287,9 @@ TEST(SmallGemm, IsaCapFromTheEnvironment) {
 }
 
 TEST(SmallGemm, TransposeIsExactOnOddShapesAndStrides) {
-  // 16 x 16 register tiles plus ragged edges on both sides.
-  for (auto [rows, cols] : {std::pair{1, 1}, {16, 16}, {17, 15}, {33, 64}, {256, 64}, {5, 40}, {47, 31}}) {
+  // W x W register tiles (W = 16, 8 or 4 floats per ISA) plus ragged edges on both sides.
+  for (auto [rows, cols] :
+       {std::pair{1, 1}, {4, 4}, {8, 8}, {9, 7}, {16, 16}, {17, 15}, {33, 64}, {256, 64}, {5, 40}, {47, 31}}) {
     const int64_t ld_src = cols + 5, ld_dst = rows + 3;
     auto src = randv(rows * ld_src, 84);
     std::vector<float> dst(cols * ld_dst, -7.0f);

@@ -22,4 +22,19 @@ const char* isa_name(Isa isa);
 // empty: no cap); throws ConfigError naming a value it does not know.
 Isa cap_isa(Isa have, const char* request);
 
+// The one of three implementations that suits isa(): the wider ones are
+// compiled only where PARALLM_ISA_DISPATCH holds, so they may be null elsewhere.
+template <class Fn>
+Fn by_isa(Fn avx512, Fn avx2, Fn baseline) {
+  switch (isa()) {
+    case Isa::Avx512:
+      return avx512 ? avx512 : baseline;
+    case Isa::Avx2:
+      return avx2 ? avx2 : baseline;
+    case Isa::Baseline:
+      break;
+  }
+  return baseline;
+}
+
 }  // namespace parallm::kernels::simd
