@@ -103,18 +103,13 @@ __attribute__((target("avx512f"))) void tile_avx512(const float* ap, const float
   for (int i = 0; i < 16; ++i) _mm512_storeu_ps(out + 16 * i, r[i]);
 }
 
-// Read on first use, not at load: a bad PARALLM_ISA is then an error the CLI
-// reports, not an abort before main. PARALLM_ISA can cap it for tests.
-bool avx512_tile() {
-  static const bool on = simd::isa() == simd::Isa::Avx512;
-  return on;
-}
-
 // C[mc x nc] (+)= alpha * Ap @ Bp over packed blocks of depth kc.
 PARALLM_CLONES void compute_block(const float* Ap, const float* Bp, int64_t mc, int64_t nc, int64_t kc, float alpha,
                                   float* C, int64_t ldc, bool acc) {
   alignas(64) float tile[kMR * kNR];
-  const bool avx512 = avx512_tile();
+  // Read per block, not at load: a bad PARALLM_ISA is then an error the CLI
+  // reports, not an abort before main (isa() reads the variable once).
+  const bool avx512 = simd::isa() == simd::Isa::Avx512;
   for (int64_t js = 0; js < nc; js += kNR) {
     const float* bp = Bp + js * kc;
     const int64_t cols = std::min(kNR, nc - js);

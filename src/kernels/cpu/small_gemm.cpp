@@ -130,9 +130,7 @@ __attribute__((target("avx512f"))) void gemm_avx512(int64_t M, int64_t N, int64_
                                                     int64_t ldc, bool acc) {
   gemm_tiles<v16, 8, 2>(M, N, K, alpha, A, sa, sk, B, ldb, C, ldc, acc);
 }
-#endif
-
-#if !PARALLM_ISA_DISPATCH
+#else
 constexpr GemmFn gemm_avx512 = nullptr, gemm_avx2 = nullptr;
 #endif
 
@@ -143,26 +141,14 @@ void small_gemm_impl(int64_t M, int64_t N, int64_t K, float alpha, const float* 
   fn(M, N, K, alpha, A, sa, sk, B, ldb, C, ldc, acc);
 }
 
-// Index vector of V's lane count, for __builtin_shuffle.
-typedef int32_t v16i __attribute__((vector_size(64)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-typedef int32_t v4i __attribute__((vector_size(16)));
-template <int W>
-struct Lanes;
-template <>
-struct Lanes<16> {
-  using type = v16i;
-};
-template <>
-struct Lanes<8> {
-  using type = v8i;
-};
-template <>
-struct Lanes<4> {
-  using type = v4i;
+// Index vector of V's lane count, for __builtin_shuffle (keyed by the
+// width: a vector type's attributes do not survive as a template argument).
+template <int Bytes>
+struct LaneIndex {
+  typedef int32_t type __attribute__((vector_size(Bytes)));
 };
 template <class V>
-using lanes_of = typename Lanes<sizeof(V) / sizeof(float)>::type;
+using lanes_of = typename LaneIndex<sizeof(V)>::type;
 
 // Exchanges bit `b` of the row and column index inside a W x W tile held as
 // W row vectors: rows i and i + b trade their off-diagonal b-wide blocks.
@@ -229,9 +215,7 @@ __attribute__((target("avx512f"))) void transpose_avx512(float* dst, int64_t ld_
                                                          int64_t rows, int64_t cols) {
   transpose_tiles<v16>(dst, ld_dst, src, ld_src, rows, cols);
 }
-#endif
-
-#if !PARALLM_ISA_DISPATCH
+#else
 constexpr TransposeFn transpose_avx512 = nullptr, transpose_avx2 = nullptr;
 #endif
 
