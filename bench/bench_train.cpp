@@ -19,7 +19,10 @@
 // Printed per config: tokens/s of each, the ratio, achieved GFLOP/s
 // (nanoGPT's 6N + 12LHQT per token) and its fraction of the measured sgemm peak.
 // The header also prints the cores' fp32 FMA ceiling (a loop of independent
-// vector FMAs), the bound no GEMM on them can pass.
+// vector FMAs), the bound no GEMM on them can pass; in fp32, each side's
+// fraction of it is printed too, with the ratio a step running wholly at the
+// ceiling would reach over the peer: the most any implementation could show
+// against that peer on that machine.
 // --dtype bf16 runs both sides in bf16 mixed precision: parallm's bf16
 // products (train.dtype=bf16) against torch.autocast(cpu, bfloat16), and the
 // peak is then the measured bf16 GEMM's.
@@ -347,6 +350,17 @@ int main(int argc, char** argv) {
                    ours.tokens_per_s / theirs.tokens_per_s);
         rec["pytorch_tokens_per_s"] = theirs.tokens_per_s;
         rec["ratio"] = ours.tokens_per_s / theirs.tokens_per_s;
+        if (!bf16 && fma_peak > 0) {
+          // What this machine allows at all: a step whose every flop ran at the
+          // FMA ceiling, against the peer as measured (fp32 only: the ceiling
+          // is the fp32 FMA loop's).
+          const double theirs_flops = theirs.tokens_per_s * fpt;
+          fmt::print(
+              "  FMA ceiling: parallm at {:.1f}% of it, pytorch at {:.1f}%; a step at the ceiling would be "
+              "{:.2f}x pytorch\n",
+              100 * ours.tokens_per_s * fpt / fma_peak, 100 * theirs_flops / fma_peak, fma_peak / theirs_flops);
+          rec["ratio_at_fma_ceiling"] = fma_peak / theirs_flops;
+        }
       }
     }
     report.push_back(rec);
