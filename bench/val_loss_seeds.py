@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def run_parallm(a, seed):
     out = os.path.join(a.out, f"parallm_{seed}")
     cmd = [a.parallm, "train", a.config, f"train.seed={seed}", f"train.eval_iters={a.eval_iters}",
-           f"train.out_dir={out}", f"data.dir={a.data}"]
+           f"train.out_dir={out}", f"data.dir={a.data}", "train.overwrite=true"]
     p = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"parallm seed {seed} failed (exit {p.returncode}): {p.stderr.strip()[-400:]}")

@@ -23,7 +23,8 @@ def train(parallm, ranks, stage, args, out):
         sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-3000:]}")
     rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
     train_rows = [r for r in rows if r.get("kind") == "train"][2:]  # skip warm-up steps
-    mem = next((r for r in rows if r.get("kind") == "memory"), {})
+    mem_path = os.path.join(out, "memory.json")
+    mem = json.load(open(mem_path)) if os.path.exists(mem_path) else {}
     dt = statistics.median(r["dt_ms"] for r in train_rows)
     kinds = {k: train_rows[-1].get(k, 0) for k in ("comm_bytes_all_reduce", "comm_bytes_reduce_scatter",
                                                      "comm_bytes_all_gather")}

@@ -23,5 +23,11 @@ if [ ! -f data/shakespeare_char/train.bin ]; then
   fi
 fi
 
-./build/parallm train configs/shakespeare_char_cpu.yaml "$@"
-./build/parallm sample --ckpt out/shakespeare_char_cpu --max_new_tokens 300
+# A rerun starts the run over (train.overwrite=true replaces the earlier
+# checkpoint); later arguments win, e.g. train.init_from=resume.
+out=out/shakespeare_char_cpu
+for a in "$@"; do
+  case "$a" in train.out_dir=*) out="${a#train.out_dir=}" ;; esac
+done
+./build/parallm train configs/shakespeare_char_cpu.yaml train.overwrite=true "$@"
+./build/parallm sample --ckpt "$out" --max_new_tokens 300

@@ -1,5 +1,12 @@
 // `parallm sample --ckpt DIR --prompt TEXT [--max_new_tokens N] [--temperature T] [--top_k K]`
+// The vocabulary is the run's own (the copy of meta.json the trainer keeps in
+// the run directory; for runs made before it did, the run's data.dir), so a
+// run directory alone is enough to sample from. --data names another
+// dataset, which must have the same vocabulary.
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -10,6 +17,36 @@
 #include "train/sample.h"
 
 namespace parallm::cli {
+
+namespace {
+
+// An integer option >= lo, whose errors say which of the two it is not.
+CLI::Validator int_at_least(int64_t lo) {
+  return CLI::Validator(
+      [lo](std::string& s) -> std::string {
+        int64_t v = 0;
+        auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || p != s.data() + s.size()) return fmt::format("expected an integer, got \"{}\"", s);
+        return v < lo ? fmt::format("must be >= {}, got {}", lo, v) : std::string();
+      },
+      "");
+}
+
+CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          size_t idx = 0;
+          const double v = std::stod(s, &idx);
+          if (idx == s.size() && std::isfinite(v)) return v > 0 ? std::string() : fmt::format("must be > 0, got {}", s);
+        } catch (...) {
+        }
+        return fmt::format("expected a number, got \"{}\"", s);
+      },
+      "");
+}
+
+}  // namespace
 
 Runner add_sample(CLI::App& app) {
   auto* cmd = app.add_subcommand("sample", "Generate text from a checkpoint");
@@ -22,16 +59,34 @@ Runner add_sample(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--ckpt", o->ckpt, "run directory (train.out_dir) holding ckpt/")->required();
   cmd->add_option("--prompt", o->prompt, "prompt text (default a newline)");
-  cmd->add_option("--max_new_tokens", o->max_new_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temperature", o->temperature, "sampling temperature (> 0)")->check(CLI::PositiveNumber);
-  cmd->add_option("--top_k", o->top_k, "keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--num_samples", o->num_samples, "how many samples")->check(CLI::PositiveNumber);
-  cmd->add_option("--seed", o->seed, "sampling seed");
-  cmd->add_option("--data", o->data, "dataset directory with meta.json (default: the run's data.dir)");
+  cmd->add_option("--max_new_tokens", o->max_new_tokens, "tokens to generate")
+      ->check(int_at_least(0))
+      ->capture_default_str();
+  cmd->add_option("--temperature", o->temperature, "sampling temperature (> 0)")
+      ->check(positive_number())
+      ->capture_default_str();
+  cmd->add_option("--top_k", o->top_k, "keep the k most likely tokens (0 = all)")
+      ->check(int_at_least(0))
+      ->capture_default_str();
+  cmd->add_option("--num_samples", o->num_samples, "how many samples")->check(int_at_least(1))->capture_default_str();
+  cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--data", o->data, "dataset directory with meta.json (default: the run's own vocabulary)");
   return [o]() {
     auto meta = train::read_checkpoint_meta(o->ckpt);
     auto cfg = train::RunConfig::from_json(meta["config"]);
-    auto vocab = data::CharVocab::load(o->data.empty() ? cfg.data_dir : o->data);
+    const bool own = std::filesystem::exists(std::filesystem::path(o->ckpt) / "meta.json");
+    auto vocab = data::CharVocab::load(!o->data.empty() ? o->data : own ? o->ckpt : cfg.data_dir);
+    if (!o->data.empty() && own) {
+      const auto trained = data::CharVocab::load(o->ckpt);
+      PARALLM_CHECK(vocab == trained, ConfigError, "cli.sample",
+                    "--data {}: its vocabulary ({} characters) is not the one run {} was trained with ({} "
+                    "characters); leave --data out to use the run's own",
+                    o->data, vocab.size(), o->ckpt, trained.size());
+    }
+    PARALLM_CHECK(vocab.size() <= cfg.model.vocab_size, ConfigError, "cli.sample",
+                  "the vocabulary has {} characters but the model in {} only {} tokens: not the dataset it was "
+                  "trained on",
+                  vocab.size(), o->ckpt, cfg.model.vocab_size);
     model::GPT m(cfg.model, 1, cfg.model.block_size);
     train::load_checkpoint(o->ckpt, m, nullptr);
     auto prompt = vocab.encode(o->prompt);

@@ -3,6 +3,8 @@
 // for everything else. Messages name the operation and what was wrong.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
+#include <new>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -44,6 +46,12 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const parallm::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: [memory] out of host memory: the configuration needs more than this machine has\n");
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::fprintf(stderr, "error: [io] %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: [internal] %s\n", e.what());

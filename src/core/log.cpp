@@ -27,11 +27,17 @@ void init_console() {
   rebuild();
 }
 
-void add_file(const std::string& path) {
+void add_file(const std::string& path, bool truncate) {
   init_console();
-  g_file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, false);
+  g_file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, truncate);
   g_file->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
   rebuild();
+}
+
+void error_to_file(const std::string& line) {
+  if (!g_file) return;
+  g_file->log(spdlog::details::log_msg("parallm", spdlog::level::err, line));
+  g_file->flush();
 }
 
 void remove_file() {

@@ -10,8 +10,12 @@ namespace parallm::log {
 
 // Console-only logger at info level; safe to call more than once.
 void init_console();
-// Adds (or replaces) a file sink at `path`; lines go to both console and file.
-void add_file(const std::string& path);
+// Adds (or replaces) a file sink at `path`, appended to or truncated; lines
+// go to both console and file.
+void add_file(const std::string& path, bool truncate = false);
+// One error line to the file sink only (where one is attached): the error
+// that ends a run, which the CLI prints to the console itself.
+void error_to_file(const std::string& line);
 void remove_file();
 void set_quiet(bool quiet);
 // Ranks other than 0 log warnings and errors only (everything when

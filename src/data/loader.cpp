@@ -7,6 +7,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <utility>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -49,6 +52,16 @@ Loader::Loader(const std::string& dir, int64_t vocab_size, BatchSpec spec, uint6
     for (int64_t i = 0; i < f->size(); ++i) mx = std::max(mx, f->data()[i]);
     PARALLM_CHECK(mx < vocab_size, ConfigError, "data.loader", "{} holds token id {} but the vocabulary has {} entries",
                   f->path(), mx, vocab_size);
+  }
+  // meta.json (where it records them) must describe these very files: a
+  // dataset half rewritten by another prepare fails here, not with wrong samples.
+  std::ifstream mf(dir + "/meta.json");
+  const auto meta = mf.good() ? nlohmann::json::parse(mf, nullptr, false) : nlohmann::json();
+  for (const auto& [key, f] : {std::pair{"train_tokens", &train_}, std::pair{"val_tokens", &val_}}) {
+    if (!meta.is_object() || !meta.contains(key) || !meta[key].is_number_integer()) continue;
+    PARALLM_CHECK(meta[key].get<int64_t>() == f->size(), IoError, "data.loader",
+                  "{} has {} tokens but {}/meta.json says {} = {}: the dataset is inconsistent; prepare it again",
+                  f->path(), f->size(), dir, key, meta[key].get<int64_t>());
   }
 }
 

@@ -20,6 +20,7 @@ namespace fs = std::filesystem;
 const char* const kShakespeareUrl =
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt";
 
+// Strict UTF-8, as Python decodes it: no overlong forms, no surrogates, nothing above U+10FFFF.
 std::vector<char32_t> decode_utf8(const std::string& s, const std::string& what) {
   std::vector<char32_t> out;
   out.reserve(s.size());
@@ -36,6 +37,13 @@ std::vector<char32_t> decode_utf8(const std::string& s, const std::string& what)
                     "{} is not valid UTF-8: bad continuation byte 0x{:02x} at offset {}", what, cc, i + k);
       cp = (cp << 6) | (cc & 0x3F);
     }
+    static constexpr char32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};  // the least code point of each length
+    PARALLM_CHECK(cp >= kMin[len] && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF), ConfigError, "data.utf8",
+                  "{} is not valid UTF-8: {} at offset {}", what,
+                  cp < kMin[len]  ? "an overlong encoding"
+                  : cp > 0x10FFFF ? "a code point above U+10FFFF"
+                                  : fmt::format("a surrogate (U+{:04X})", static_cast<uint32_t>(cp)),
+                  i);
     out.push_back(cp);
     i += len;
   }
@@ -63,6 +71,9 @@ std::string encode_utf8(char32_t cp) {
 }
 
 PrepareResult prepare_char_dataset(const std::string& input_path, const std::string& out_dir) {
+  std::error_code ec;
+  PARALLM_CHECK(!fs::is_directory(input_path, ec), IoError, "data.prepare", "input {} is a directory, not a text file",
+                input_path);
   std::ifstream in(input_path, std::ios::binary);
   PARALLM_CHECK(in.good(), IoError, "data.prepare", "cannot read input file {}", input_path);
   std::stringstream ss;
@@ -80,9 +91,6 @@ PrepareResult prepare_char_dataset(const std::string& input_path, const std::str
     ids[i] = static_cast<uint16_t>(std::lower_bound(itos.begin(), itos.end(), text[i]) - itos.begin());
   const size_t n_train = static_cast<size_t>(static_cast<double>(text.size()) * 0.9);  // int(n*0.9), as prepare.py
 
-  fs::create_directories(out_dir);
-  write_file_atomic((fs::path(out_dir) / "train.bin").string(), {{ids.data(), n_train * 2}});
-  write_file_atomic((fs::path(out_dir) / "val.bin").string(), {{ids.data() + n_train, (ids.size() - n_train) * 2}});
   nlohmann::json meta;
   meta["format"] = "parallm-char-v1";
   meta["vocab_size"] = itos.size();
@@ -93,7 +101,21 @@ PrepareResult prepare_char_dataset(const std::string& input_path, const std::str
   meta["train_tokens"] = n_train;
   meta["val_tokens"] = ids.size() - n_train;
   const std::string ms = meta.dump(1);
-  write_file_atomic((fs::path(out_dir) / "meta.json").string(), {{ms.data(), ms.size()}});
+
+  // All three files are complete on disk (as .new) before any replaces its
+  // predecessor, so a failed write leaves the old dataset; the loader checks
+  // the sizes against meta.json in any case.
+  fs::create_directories(out_dir, ec);
+  PARALLM_CHECK(!ec && fs::is_directory(out_dir), IoError, "data.prepare", "cannot create output directory {}: {}",
+                out_dir, ec ? ec.message() : std::string("a file of that name exists"));
+  const fs::path dir(out_dir);
+  write_file_atomic((dir / "train.bin.new").string(), {{ids.data(), n_train * 2}});
+  write_file_atomic((dir / "val.bin.new").string(), {{ids.data() + n_train, (ids.size() - n_train) * 2}});
+  write_file_atomic((dir / "meta.json.new").string(), {{ms.data(), ms.size()}});
+  for (const char* f : {"train.bin", "val.bin", "meta.json"}) {
+    fs::rename(dir / (std::string(f) + ".new"), dir / f, ec);
+    PARALLM_CHECK(!ec, IoError, "data.prepare", "cannot rename {}.new to {} in {}: {}", f, f, out_dir, ec.message());
+  }
   return {static_cast<int64_t>(text.size()), static_cast<int64_t>(itos.size()), static_cast<int64_t>(n_train),
           static_cast<int64_t>(ids.size() - n_train)};
 }

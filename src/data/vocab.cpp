@@ -23,6 +23,7 @@ CharVocab CharVocab::load(const std::string& data_dir) {
   PARALLM_CHECK(meta.contains("itos") && meta["itos"].is_array(), IoError, "data.vocab", "{} has no itos list", path);
   CharVocab v;
   for (const auto& s : meta["itos"]) {
+    PARALLM_CHECK(s.is_string(), IoError, "data.vocab", "{}: itos entry {} is not a string", path, s.dump());
     auto cps = decode_utf8(s.get<std::string>(), path);
     PARALLM_CHECK(cps.size() == 1, IoError, "data.vocab", "{}: itos entry \"{}\" is not one character", path,
                   s.get<std::string>());

@@ -12,6 +12,7 @@ class CharVocab {
  public:
   static CharVocab load(const std::string& data_dir);  // reads data_dir/meta.json
   int64_t size() const { return static_cast<int64_t>(itos_.size()); }
+  bool operator==(const CharVocab& o) const { return itos_ == o.itos_; }
   // Throws ConfigError naming the first character not in the vocabulary.
   std::vector<int32_t> encode(const std::string& text) const;
   std::string decode(const std::vector<int32_t>& tokens) const;

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -21,6 +24,14 @@ std::string lower(std::string s) {
   return s;
 }
 
+// Decimal numbers only: digits, sign, point, exponent (no hex, inf or nan,
+// which std::stod would accept).
+bool decimal_chars(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.' || c == 'e' || c == 'E';
+  });
+}
+
 int64_t parse_int(const std::string& key, const std::string& v) {
   int64_t x = 0;
   std::string s = v;
@@ -28,23 +39,37 @@ int64_t parse_int(const std::string& key, const std::string& v) {
   s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
   if (ec == std::errc() && p == s.data() + s.size()) return x;
-  try {
-    size_t idx = 0;
-    double d = std::stod(s, &idx);
-    if (idx == s.size() && d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
-  } catch (...) {
+  if (decimal_chars(s)) {
+    try {
+      size_t idx = 0;
+      double d = std::stod(s, &idx);
+      if (idx == s.size() && std::abs(d) < 9.2e18 && d == static_cast<double>(static_cast<int64_t>(d)))
+        return static_cast<int64_t>(d);
+    } catch (...) {
+    }
   }
   throw ConfigError("config", fmt::format("{}: expected an integer, got \"{}\"", key, v));
 }
 
 double parse_float(const std::string& key, const std::string& v) {
-  try {
-    size_t idx = 0;
-    double d = std::stod(v, &idx);
-    if (idx == v.size()) return d;
-  } catch (...) {
+  if (decimal_chars(v)) {
+    try {
+      size_t idx = 0;
+      double d = std::stod(v, &idx);
+      if (idx == v.size() && std::isfinite(d)) return d;
+    } catch (...) {
+    }
   }
-  throw ConfigError("config", fmt::format("{}: expected a number, got \"{}\"", key, v));
+  throw ConfigError("config", fmt::format("{}: expected a finite decimal number, got \"{}\"", key, v));
+}
+
+// A float field as JSON: its shortest decimal form (0.001, not the double
+// nearest the float, 0.0010000000474974513), which reads back to the same float.
+nlohmann::json number_json(float f) {
+  return nlohmann::json(std::stod(fmt::format("{}", f)));
+}
+nlohmann::json number_json(double d) {
+  return nlohmann::json(d);
 }
 
 bool parse_bool(const std::string& key, const std::string& v) {
@@ -102,7 +127,7 @@ struct Key {
           [](RunConfig& c, const std::string& k, const std::string& v) { \
             c.field = static_cast<decltype(c.field)>(parse_float(k, v)); \
           },                                                             \
-          [](const RunConfig& c) { return nlohmann::json(c.field); }     \
+          [](const RunConfig& c) { return number_json(c.field); }        \
     }                                                                    \
   }
 #define BOOL_KEY(name, field, help)                                                                               \
@@ -154,7 +179,14 @@ const std::map<std::string, Key>& keys() {
       INT_KEY("train.eval_interval", eval_interval, "iterations between evaluations"),
       INT_KEY("train.eval_iters", eval_iters, "batches per evaluation"),
       INT_KEY("train.log_interval", log_interval, "iterations between log lines"),
-      INT_KEY("train.seed", seed, "seed of init, data order and dropout"),
+      {"train.seed",
+       {"int", "seed of init, data order and dropout (>= 0)",
+        [](RunConfig& c, const std::string& k, const std::string& v) {
+          const int64_t x = parse_int(k, v);
+          PARALLM_CHECK(x >= 0, ConfigError, "config", "{}: must be >= 0, got {}", k, x);
+          c.seed = static_cast<uint64_t>(x);
+        },
+        [](const RunConfig& c) { return nlohmann::json(c.seed); }}},
       STR_KEY("train.out_dir", out_dir, "run directory"),
       {"train.init_from",
        {"string", "scratch | resume",
@@ -166,6 +198,8 @@ const std::map<std::string, Key>& keys() {
         [](const RunConfig& c) { return nlohmann::json(c.init_from); }}},
       BOOL_KEY("train.always_save_checkpoint", always_save_checkpoint, "save at every eval, not only on improvement"),
       BOOL_KEY("train.eval_only", eval_only, "evaluate once and exit"),
+      BOOL_KEY("train.overwrite", overwrite,
+               "start a scratch run in a train.out_dir that already holds a checkpoint (replacing it)"),
       FLOAT_KEY("train.peak_flops", peak_flops, "peak FLOP/s for MFU (0 = measured GEMM peak)"),
       INT_KEY("train.threads", threads, "CPU threads (0 = OMP_NUM_THREADS or all cores)"),
       INT_KEY("train.sample_tokens", sample_tokens, "tokens sampled at each eval (0 = none)"),
@@ -272,6 +306,7 @@ void RunConfig::set(const std::string& key, const std::string& value) {
     throw ConfigError("config", fmt::format("unknown key \"{}\"{}; `parallm train --help-keys` lists them", key, hint));
   }
   it->second.set(*this, key, value);
+  explicit_keys_.insert(key);
 }
 
 void RunConfig::apply_overrides(const std::vector<std::string>& kv) {
@@ -284,22 +319,28 @@ void RunConfig::apply_overrides(const std::vector<std::string>& kv) {
 }
 
 namespace {
-void flatten(const YAML::Node& n, const std::string& prefix, RunConfig& c, const std::string& path) {
+// Sets every scalar of a YAML tree by its dotted path; a key given twice (in
+// any spelling, nested or dotted) or left without a value is an error.
+void flatten(const YAML::Node& n, const std::string& prefix, RunConfig& c, std::set<std::string>& seen) {
   if (n.IsMap()) {
     for (const auto& kv : n)
       flatten(kv.second, prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>(), c,
-              path);
+              seen);
   } else if (n.IsScalar()) {
+    PARALLM_CHECK(seen.insert(prefix).second, ConfigError, "config", "{} is given twice", prefix);
     c.set(prefix, n.as<std::string>());
   } else if (n.IsNull()) {
-    return;
+    throw ConfigError("config", fmt::format("{} has no value", prefix));
   } else {
-    throw ConfigError("config", fmt::format("{}: {} must be a single value, not a list", path, prefix));
+    throw ConfigError("config", fmt::format("{} must be a single value, not a list", prefix));
   }
 }
 }  // namespace
 
 void RunConfig::load_file(const std::string& path) {
+  std::error_code ec;
+  PARALLM_CHECK(!std::filesystem::is_directory(path, ec), IoError, "config",
+                "config file {} is a directory, not a YAML file", path);
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);
@@ -308,10 +349,11 @@ void RunConfig::load_file(const std::string& path) {
   } catch (const YAML::Exception& e) {
     throw ConfigError("config", fmt::format("{}: {}", path, e.what()));
   }
-  if (!root.IsNull() && !root.IsMap())
-    throw ConfigError("config", fmt::format("{}: top level must be a mapping", path));
+  if (root.IsNull()) return;  // an empty file sets nothing
+  if (!root.IsMap()) throw ConfigError("config", fmt::format("{}: top level must be a mapping", path));
+  std::set<std::string> seen;
   try {
-    flatten(root, "", *this, path);
+    flatten(root, "", *this, seen);
   } catch (const ConfigError& e) {
     throw ConfigError("config", fmt::format("{}: {}", path, e.message()));
   }
@@ -325,16 +367,45 @@ void RunConfig::validate() const {
   require_positive(log_interval, "train.log_interval");
   require_positive(gas, "optimizer.gas");
   PARALLM_CHECK(max_iters >= 0, ConfigError, "config", "train.max_iters must be >= 0, got {}", max_iters);
-  PARALLM_CHECK(learning_rate >= 0 && min_lr >= 0, ConfigError, "config", "learning rates must be >= 0");
-  PARALLM_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, ConfigError, "config",
-                "optimizer.beta1 and optimizer.beta2 must be in [0, 1)");
-  PARALLM_CHECK(temperature > 0, ConfigError, "config", "train.temperature must be > 0, got {}", temperature);
+  auto at_least_zero = [](double v, const char* key) {
+    PARALLM_CHECK(std::isfinite(v) && v >= 0, ConfigError, "config", "{} must be >= 0, got {}", key, v);
+  };
+  auto below_one = [](double v, const char* key) {
+    PARALLM_CHECK(v >= 0 && v < 1, ConfigError, "config", "{} must be in [0, 1), got {}", key, v);
+  };
+  at_least_zero(learning_rate, "optimizer.learning_rate");
+  at_least_zero(min_lr, "optimizer.min_lr");
+  below_one(beta1, "optimizer.beta1");
+  below_one(beta2, "optimizer.beta2");
+  at_least_zero(weight_decay, "optimizer.weight_decay");
+  at_least_zero(grad_clip, "optimizer.grad_clip");
+  PARALLM_CHECK(std::isfinite(eps) && eps > 0, ConfigError, "config", "optimizer.eps={} must be > 0", eps);
+  PARALLM_CHECK(warmup_iters >= 0, ConfigError, "config", "optimizer.warmup_iters must be >= 0, got {}", warmup_iters);
+  PARALLM_CHECK(lr_decay_iters >= 0, ConfigError, "config", "optimizer.lr_decay_iters must be >= 0, got {}",
+                lr_decay_iters);
+  if (decay_lr) {
+    PARALLM_CHECK(min_lr <= learning_rate, ConfigError, "config",
+                  "optimizer.min_lr={} is above optimizer.learning_rate={}: the decay would raise the rate", min_lr,
+                  learning_rate);
+    PARALLM_CHECK(lr_decay_iters >= warmup_iters, ConfigError, "config",
+                  "optimizer.lr_decay_iters={} is before the end of warmup (optimizer.warmup_iters={}): the rate "
+                  "would drop to min_lr right after warmup",
+                  lr_decay_iters, warmup_iters);
+  }
+  PARALLM_CHECK(std::isfinite(temperature) && temperature > 0, ConfigError, "config",
+                "train.temperature must be > 0, got {}", temperature);
+  PARALLM_CHECK(top_k >= 0, ConfigError, "config", "train.top_k must be >= 0 (0 = all tokens), got {}", top_k);
+  PARALLM_CHECK(sample_tokens >= 0, ConfigError, "config", "train.sample_tokens must be >= 0 (0 = no samples), got {}",
+                sample_tokens);
+  PARALLM_CHECK(threads >= 0, ConfigError, "config", "train.threads must be >= 0 (0 = all cores), got {}", threads);
+  at_least_zero(peak_flops, "train.peak_flops");
+  PARALLM_CHECK(!out_dir.empty(), ConfigError, "config", "train.out_dir must not be empty");
+  PARALLM_CHECK(!data_dir.empty(), ConfigError, "config", "data.dir must not be empty");
   PARALLM_CHECK(comm_timeout_s > 0, ConfigError, "config", "comm.timeout_s must be > 0, got {}", comm_timeout_s);
   PARALLM_CHECK(ddp_bucket_mb > 0, ConfigError, "config", "ddp.bucket_mb must be > 0, got {}", ddp_bucket_mb);
   PARALLM_CHECK(ddp_shards >= 0, ConfigError, "config", "ddp.shards must be >= 0, got {}", ddp_shards);
   PARALLM_CHECK(ddp_shards == 0 || ddp_deterministic, ConfigError, "config",
                 "ddp.shards={} only applies with ddp.deterministic=true", ddp_shards);
-  PARALLM_CHECK(warmup_iters >= 0, ConfigError, "config", "optimizer.warmup_iters must be >= 0");
   PARALLM_CHECK(zero_stage >= 0 && zero_stage <= 3, ConfigError, "config", "zero.stage must be 0, 1, 2 or 3, got {}",
                 zero_stage);
   PARALLM_CHECK(zero_prefetch >= 0, ConfigError, "config", "zero.prefetch must be >= 0, got {}", zero_prefetch);
@@ -379,6 +450,27 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
   RunConfig c;
   for (const auto& [k, v] : j.items()) c.set(k, v.is_string() ? v.get<std::string>() : v.dump());
   return c;
+}
+
+RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::string>* changed) const {
+  static const std::set<std::string> architecture = {"model.n_layer",    "model.n_head", "model.n_embd",
+                                                     "model.block_size", "model.bias",   "model.vocab_size",
+                                                     "model.gelu"};
+  RunConfig r = from_json(saved);
+  const RunConfig defaults;
+  for (const auto& [k, key] : keys()) {
+    const nlohmann::json mine = key.get(*this), theirs = key.get(r);
+    const bool given = explicit_keys_.count(k) > 0 || mine != key.get(defaults);
+    if (!(given || k == "train.out_dir" || k == "train.init_from") || mine == theirs) continue;
+    PARALLM_CHECK(!architecture.count(k), ConfigError, "config",
+                  "{}={}: the checkpoint in {} was trained with {}={}; a resumed run keeps its architecture (drop "
+                  "the key, or start a new run in another train.out_dir)",
+                  k, mine.dump(), out_dir, k, theirs.dump());
+    key.set(r, k, mine.is_string() ? mine.get<std::string>() : mine.dump());
+    if (changed && k != "train.out_dir" && k != "train.init_from")
+      changed->push_back(fmt::format("{}={} (was {})", k, mine.dump(), theirs.dump()));
+  }
+  return r;
 }
 
 std::vector<std::pair<std::string, std::string>> RunConfig::describe() {

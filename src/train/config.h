@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@ struct RunConfig {
   std::string init_from = "scratch";  // scratch | resume
   bool always_save_checkpoint = false;
   bool eval_only = false;
+  bool overwrite = false;       // a scratch run may replace the checkpoint already in out_dir
   double peak_flops = 0;        // FLOP/s for MFU; 0 = measure the GEMM peak once per machine
   int64_t threads = 0;          // OpenMP threads; 0 = OMP_NUM_THREADS or all cores
   int64_t sample_tokens = 200;  // tokens sampled at each eval (0 = none)
@@ -75,8 +77,18 @@ struct RunConfig {
   optim::LossScaleConfig loss_scale_config() const;
   nlohmann::json to_json() const;
   static RunConfig from_json(const nlohmann::json& j);
+  // What a resumed run continues with: the checkpoint's config (`saved`) with
+  // the keys this config was given laid over it (set through set(), or
+  // differing from the defaults); train.out_dir and train.init_from are this
+  // config's. A key of the architecture that differs is a ConfigError naming
+  // it; every other key that differs is listed in *changed ("key=new (was
+  // old)"), since the run then leaves the saved trajectory.
+  RunConfig resumed_from(const nlohmann::json& saved, std::vector<std::string>* changed) const;
   // Keys with type and help, for `parallm train --help-keys`.
   static std::vector<std::pair<std::string, std::string>> describe();
+
+ private:
+  std::set<std::string> explicit_keys_;  // keys given through set() (config file, key=value)
 };
 
 }  // namespace parallm::train

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <optional>
 
 #include "comm/communicator.h"
 #include "core/error.h"
@@ -29,6 +30,7 @@
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/peak.h"
+#include "train/run_dir.h"
 #include "train/sample.h"
 
 namespace parallm::train {
@@ -42,7 +44,8 @@ int64_t dataset_vocab(const std::string& dir) {
   PARALLM_CHECK(f.good(), IoError, "train",
                 "no {}/meta.json: prepare the dataset first (parallm prepare shakespeare_char --out {})", dir, dir);
   auto j = nlohmann::json::parse(f, nullptr, false);
-  PARALLM_CHECK(!j.is_discarded() && j.contains("vocab_size"), IoError, "train", "{}/meta.json has no vocab_size", dir);
+  PARALLM_CHECK(!j.is_discarded() && j.contains("vocab_size") && j["vocab_size"].is_number_integer(), IoError, "train",
+                "{}/meta.json has no integer vocab_size", dir);
   return j["vocab_size"].get<int64_t>();
 }
 
@@ -143,28 +146,28 @@ void write_inf(float* p, Device dev) {
     gpu::memcpy_h2d(p, &inf, sizeof(float));
 }
 
-}  // namespace
-
-RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
-  std::unique_ptr<comm::Communicator> own_world;
-  if (!world_in) own_world = comm::make_world("self");
-  comm::Communicator& world = world_in ? *world_in : *own_world;
+// The run itself; run_dir is opened (by the lead rank) once every check has passed.
+RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<RunDir>& run_dir) {
   const int rank = world.rank(), nranks = world.size();
   const bool lead = rank == 0;  // rank 0 writes files, logs, samples and checkpoints
-  if (!lead) cfg.progress = false;
-  if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
   const bool resume = cfg.init_from == "resume";
   const std::vector<int64_t> fault_inf = fault_inf_grad_iters();  // before anything is written
   nlohmann::json ck_meta;
   if (resume) {
     ck_meta = read_checkpoint_meta(cfg.out_dir);
-    const RunConfig saved = RunConfig::from_json(ck_meta["config"]);
-    // The architecture comes from the checkpoint, whatever the command line says.
-    if (saved.model.summary() != cfg.model.summary() && cfg.model.summary() != RunConfig{}.model.summary())
-      log::warn("resume: model settings come from the checkpoint ({})", saved.model.summary());
-    cfg.model = saved.model;
-    cfg.vocab_size_set = true;
+    // The checkpoint's run goes on, with the keys given here laid over it.
+    std::vector<std::string> changed;
+    cfg = cfg.resumed_from(ck_meta["config"], &changed);
+    if (!changed.empty()) {
+      std::string list;
+      for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
+      log::info("resume: the checkpoint's settings, except {}", list);
+    }
+  } else {
+    check_scratch_run_dir(cfg);
   }
+  if (!lead) cfg.progress = false;
+  if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
   if (!cfg.vocab_size_set) cfg.model.vocab_size = dataset_vocab(cfg.data_dir);
   cfg.validate();
   Device dev = parse_device(cfg.device);
@@ -200,24 +203,24 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     Bs = B / local;
   }
 
-  std::unique_ptr<MetricsWriter> metrics_file;
-  // The run's log file is detached however the run ends (an error included).
-  struct LogFile {
-    bool on = false;
-    ~LogFile() {
-      if (on) log::remove_file();
-    }
-  } log_file;
-  if (lead) {
-    fs::create_directories(cfg.out_dir);
-    log::add_file((fs::path(cfg.out_dir) / "train.log").string());
-    log_file.on = true;
-    std::ofstream f(fs::path(cfg.out_dir) / "config.json");
-    f << cfg.to_json().dump(2) << "\n";
-    metrics_file = std::make_unique<MetricsWriter>((fs::path(cfg.out_dir) / "metrics.jsonl").string(), resume);
+  data::Loader loader(cfg.data_dir, cfg.model.vocab_size, {B, T, nranks, rank}, cfg.seed);
+  std::unique_ptr<data::CharVocab> vocab;
+  try {
+    vocab = std::make_unique<data::CharVocab>(data::CharVocab::load(cfg.data_dir));
+  } catch (const Error&) {
+    vocab.reset();  // not a character dataset: no text samples
   }
+  const std::string prompt_text = cfg.sample_prompt.empty() ? "\n" : cfg.sample_prompt;
+  if (vocab && cfg.sample_tokens > 0) {
+    try {
+      vocab->encode(prompt_text);
+    } catch (const ConfigError& e) {
+      throw ConfigError("config", fmt::format("train.sample_prompt: {}", e.message()));
+    }
+  }
+  if (lead) run_dir.emplace(cfg, resume ? checkpoint_state(ck_meta, nullptr).iter : -1, cfg.eval_only);
   auto write_metrics = [&](const nlohmann::json& rec) {
-    if (metrics_file) metrics_file->write(rec);
+    if (run_dir) run_dir->write_metrics(rec);
   };
 
   // ZeRO: from stage 2 the model keeps no full gradient buffer, from stage 3
@@ -291,13 +294,6 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   const std::function<void(int)> ddp_hook = ddp ? ddp->hook() : nullptr;
   WorldMean world_mean(world);
   WorldAll world_all(world);
-  data::Loader loader(cfg.data_dir, cfg.model.vocab_size, {B, T, nranks, rank}, cfg.seed);
-  std::unique_ptr<data::CharVocab> vocab;
-  try {
-    vocab = std::make_unique<data::CharVocab>(data::CharVocab::load(cfg.data_dir));
-  } catch (const Error&) {
-    vocab.reset();  // not a character dataset: no text samples
-  }
   const optim::LrSchedule sched{cfg.learning_rate, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters, cfg.decay_lr};
   // Peak of the whole job: rank 0's measurement (made while the others wait) times the ranks.
   float peak_rank = 0;
@@ -417,7 +413,7 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     }
     // Stage 3 gathers parameters collectively: every rank samples (the same tokens), rank 0 prints.
     if (vocab && cfg.sample_tokens > 0 && (lead || zstage == 3)) {
-      auto prompt = vocab->encode(cfg.sample_prompt.empty() ? "\n" : cfg.sample_prompt);
+      auto prompt = vocab->encode(prompt_text);
       const auto n_prompt = static_cast<std::ptrdiff_t>(prompt.size());
       auto out =
           generate(m, prompt, {cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed + static_cast<uint64_t>(it)});
@@ -437,7 +433,8 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
     for (int64_t k = 0; k < 1 + 2 * cfg.gas; ++k) marks.push_back(std::make_unique<gpu::Event>());
   for (int64_t it = st.iter; it <= cfg.max_iters; ++it) {
     const float lr = sched.at(it);
-    if (it % cfg.eval_interval == 0 || cfg.eval_only) {
+    // Every eval_interval steps, and at the last iteration, so that every run ends evaluated (and checkpointed).
+    if (it % cfg.eval_interval == 0 || it == cfg.max_iters || cfg.eval_only) {
       evaluate(it, lr);
       if (cfg.eval_only) break;
     }
@@ -591,11 +588,11 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
                         static_cast<double>(ms.peak[static_cast<int>(MemCategory::Params)] - zero->window_bytes()) /
                             static_cast<double>(m.layout().count())));
       if (!dev.is_cpu()) progress.print("GPU " + memory_line(gpu::device_stats()));
-      nlohmann::json mrec{{"kind", "memory"}, {"step", it}};
+      nlohmann::json mrec{{"step", it}};
       for (int c = 0; c < static_cast<int>(MemCategory::kCount); ++c)
         mrec[std::string(mem_category_name(static_cast<MemCategory>(c))) + "_bytes"] = ms.peak[c];
       mrec["total_peak_bytes"] = ms.total_peak;
-      write_metrics(mrec);
+      if (run_dir) run_dir->write_memory(mrec);
     }
     sum.last_iter = it;
   }
@@ -605,6 +602,20 @@ RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
   sum.skipped_steps = scaler.state().skipped;
   sum.mean_tokens_per_s = tok_s_n ? tok_s_acc / static_cast<double>(tok_s_n) : 0;
   return sum;
+}
+
+}  // namespace
+
+RunSummary run_training(RunConfig cfg, comm::Communicator* world_in) {
+  std::unique_ptr<comm::Communicator> own_world;
+  if (!world_in) own_world = comm::make_world("self");
+  std::optional<RunDir> run_dir;
+  try {
+    return train_run(std::move(cfg), world_in ? *world_in : *own_world, run_dir);
+  } catch (const std::exception& e) {
+    if (run_dir) RunDir::log_error(e.what());  // train.log says how the run ended
+    throw;
+  }
 }
 
 }  // namespace parallm::train

@@ -124,3 +124,45 @@ TEST_F(LoaderTest, RejectsTokensOutsideVocabAndTinySplits) {
   EXPECT_THROW(data::Loader(dir_.string(), 26, {2, 4000, 1, 0}, 1), ConfigError);
   EXPECT_THROW(data::Loader((dir_ / "nope").string(), 26, {2, 8, 1, 0}, 1), IoError);
 }
+
+// Python's strict UTF-8: overlong forms, surrogates and code points above
+// U+10FFFF are errors, and a refused input leaves the dataset as it was.
+TEST(Prepare, RejectsOverlongsSurrogatesAndOutOfRangeAndKeepsTheOldDataset) {
+  auto d = tmpdir("utf8strict");
+  write(d / "good.txt", "to be or not to be\n");
+  data::prepare_char_dataset((d / "good.txt").string(), (d / "out").string());
+  const auto train_before = read_u16(d / "out" / "train.bin");
+  const std::pair<const char*, const char*> cases[] = {{"ab\xC0\x80"
+                                                        "cd",
+                                                        "overlong"},
+                                                       {"ab\xE0\x80\x80", "overlong"},
+                                                       {"ab\xED\xA0\x80", "surrogate (U+D800)"},
+                                                       {"ab\xF5\x80\x80\x80", "above U+10FFFF"}};
+  for (const auto& [bytes, want] : cases) {
+    write(d / "bad.txt", bytes);
+    try {
+      data::prepare_char_dataset((d / "bad.txt").string(), (d / "out").string());
+      ADD_FAILURE() << "accepted " << want;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("offset 2"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(read_u16(d / "out" / "train.bin"), train_before);
+  EXPECT_EQ(data::decode_utf8("\xF0\x9F\x98\x80", "x"), std::vector<char32_t>{0x1F600});  // the largest form is fine
+  EXPECT_THROW(data::prepare_char_dataset(d.string(), (d / "out").string()), IoError);    // a directory as input
+  fs::remove_all(d);
+}
+
+TEST_F(LoaderTest, RefusesTokenFilesThatMetaJsonDoesNotDescribe) {
+  // train.bin from another prepare, meta.json still the old one.
+  std::vector<uint16_t> fewer(100, 1);
+  std::ofstream(dir_ / "train.bin", std::ios::binary)
+      .write(reinterpret_cast<const char*>(fewer.data()), static_cast<std::streamsize>(fewer.size() * 2));
+  try {
+    data::Loader(dir_.string(), 26, {2, 8, 1, 0}, 1);
+    FAIL() << "accepted a train.bin of another size than meta.json says";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("train_tokens"), std::string::npos) << e.what();
+  }
+}

@@ -182,6 +182,7 @@ TEST_F(ZeroTest, StageThreeCheckpointResumesAtStageOneOnFewerRanks) {
     auto one = tiny("part_one", 2 * n);
     one.max_iters = 12;
     one.init_from = "resume";
+    one.apply_overrides({"zero.stage=0"});  // given, not left to the checkpoint's stage 3
     const auto r1 = train::run_training(one);
     ASSERT_EQ(r1.first_iter, 6);
     const double d = max_rel_diff(r1.train_losses, tail);

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "comm/communicator.h"
 #include "core/error.h"
@@ -217,4 +218,95 @@ TEST(Config, YamlNestedAndDottedKeysAndJsonRoundTrip) {
   EXPECT_THROW(train::RunConfig().load_file(p.string()), ConfigError);
   EXPECT_THROW(train::RunConfig().load_file("/nonexistent/x.yaml"), IoError);
   std::filesystem::remove(p);
+}
+
+TEST(Config, NumbersAreFiniteDecimalsAndRangesNameTheKey) {
+  train::RunConfig c;
+  EXPECT_NE(error_of([&] { c.set("train.max_iters", "0x10"); }).find("train.max_iters"), std::string::npos);
+  EXPECT_NE(error_of([&] { c.set("optimizer.learning_rate", "inf"); }).find("optimizer.learning_rate"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { c.set("optimizer.grad_clip", "nan"); }).find("optimizer.grad_clip"), std::string::npos);
+  EXPECT_NE(error_of([&] { c.set("train.seed", "-1"); }).find("train.seed"), std::string::npos);
+  c.set("train.max_iters", "1e3");
+  EXPECT_EQ(c.max_iters, 1000);
+  auto validate_error = [](std::vector<std::string> kv) {
+    train::RunConfig r;
+    r.apply_overrides(kv);
+    return error_of([&] { r.validate(); });
+  };
+  const std::pair<std::vector<std::string>, std::string> bad[] = {
+      {{"optimizer.learning_rate=-1"}, "optimizer.learning_rate must be >= 0, got -1"},
+      {{"optimizer.beta1=1.5"}, "optimizer.beta1 must be in [0, 1), got 1.5"},
+      {{"optimizer.weight_decay=-1"}, "optimizer.weight_decay"},
+      {{"optimizer.grad_clip=-1"}, "optimizer.grad_clip"},
+      {{"optimizer.eps=0"}, "optimizer.eps"},
+      {{"optimizer.min_lr=0.1", "optimizer.learning_rate=0.001"}, "optimizer.min_lr=0.1"},
+      {{"optimizer.lr_decay_iters=10", "optimizer.warmup_iters=50"}, "optimizer.lr_decay_iters=10"},
+      {{"optimizer.lr_decay_iters=-5"}, "optimizer.lr_decay_iters"},
+      {{"train.top_k=-5"}, "train.top_k"},
+      {{"train.sample_tokens=-5"}, "train.sample_tokens"},
+      {{"train.threads=-4"}, "train.threads"},
+      {{"train.peak_flops=-1"}, "train.peak_flops"},
+      {{"train.out_dir="}, "train.out_dir"}};
+  for (const auto& [kv, want] : bad) EXPECT_NE(validate_error(kv).find(want), std::string::npos) << kv[0];
+  // Without the decay, min_lr and lr_decay_iters mean nothing and are not checked.
+  EXPECT_EQ(validate_error({"optimizer.decay_lr=false", "optimizer.min_lr=0.1", "optimizer.learning_rate=0.001"}), "");
+}
+
+TEST(Config, FloatsReadBackAsWritten) {
+  train::RunConfig c;
+  c.set("optimizer.learning_rate", "1e-3");
+  const auto j = c.to_json();
+  EXPECT_EQ(j["optimizer.learning_rate"].dump(), "0.001");
+  EXPECT_EQ(j["optimizer.beta1"].dump(), "0.9");
+  EXPECT_EQ(j["optimizer.eps"].dump(), "1e-08");
+  EXPECT_EQ(train::RunConfig::from_json(j).learning_rate, c.learning_rate);
+}
+
+TEST(Config, FilesRefuseDuplicateAndEmptyKeysAndDirectories) {
+  const auto dir = std::filesystem::temp_directory_path() / ("parallm_cfg_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto load_error = [&](const std::string& text) {
+    std::ofstream(dir / "c.yaml") << text;
+    train::RunConfig c;
+    return error_of([&] { c.load_file((dir / "c.yaml").string()); });
+  };
+  EXPECT_NE(load_error("model:\n  n_layer: 3\nmodel.n_layer: 1\n").find("model.n_layer is given twice"),
+            std::string::npos);
+  EXPECT_NE(load_error("model:\n  dropout: ~\n").find("model.dropout has no value"), std::string::npos);
+  const std::string list = load_error("model:\n  n_layer: [1, 2]\n");
+  EXPECT_EQ(list.find((dir / "c.yaml").string()), list.rfind((dir / "c.yaml").string())) << list;  // once
+  EXPECT_EQ(load_error(""), "");
+  train::RunConfig c;
+  EXPECT_NE(error_of([&] { c.load_file(dir.string()); }).find("is a directory"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// Resume: the checkpoint's settings go on; the keys given now replace theirs,
+// except the architecture's.
+TEST(Config, ResumedRunsLayTheGivenKeysOverTheSavedOnes) {
+  train::RunConfig saved;
+  saved.apply_overrides(
+      {"model.n_layer=2", "model.batch_size=3", "model.dropout=0.1", "train.max_iters=5", "train.out_dir=/old"});
+  train::RunConfig now;
+  now.apply_overrides({"train.init_from=resume", "train.out_dir=/new", "train.max_iters=9", "model.dropout=0"});
+  std::vector<std::string> changed;
+  const auto r = now.resumed_from(saved.to_json(), &changed);
+  EXPECT_EQ(r.model.n_layer, 2);
+  EXPECT_EQ(r.batch_size, 3);
+  EXPECT_EQ(r.max_iters, 9);
+  EXPECT_EQ(r.model.dropout, 0.0f);  // given, though it is the default
+  EXPECT_EQ(r.out_dir, "/new");
+  EXPECT_EQ(r.init_from, "resume");
+  ASSERT_EQ(changed.size(), 2u);
+  EXPECT_EQ(changed[0], "model.dropout=0.0 (was 0.1)");
+  EXPECT_EQ(changed[1], "train.max_iters=9 (was 5)");
+  train::RunConfig same_arch = now;
+  same_arch.set("model.n_layer", "2");
+  EXPECT_NO_THROW(same_arch.resumed_from(saved.to_json(), nullptr));
+  train::RunConfig other_arch = now;
+  other_arch.set("model.n_layer", "4");
+  const std::string e = error_of([&] { other_arch.resumed_from(saved.to_json(), nullptr); });
+  EXPECT_NE(e.find("model.n_layer=4"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.n_layer=2"), std::string::npos) << e;
 }

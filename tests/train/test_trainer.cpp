@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "core/error.h"
 #include "kernels/cpu/gemm_bf16.h"
@@ -259,6 +260,103 @@ TEST_F(TrainerTest, CheckpointRejectsOtherModelsAndTruncation) {
   r.max_iters = 8;
   EXPECT_THROW(train::run_training(r), IoError);
   EXPECT_THROW(train::read_checkpoint_meta((root_ / "nothing").string()), IoError);
+}
+
+// Bad input is refused before the run directory changes: a scratch run over
+// a checkpoint (without train.overwrite=true) and a prompt the vocabulary
+// cannot encode leave every file as it was.
+TEST_F(TrainerTest, BadInputLeavesAnExistingRunAlone) {
+  auto c = tiny("keep");
+  c.max_iters = 6;
+  train::run_training(c);
+  auto slurp = [&](const char* f) {
+    std::ifstream in(root_ / "keep" / f, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string metrics = slurp("metrics.jsonl"), config = slurp("config.json"), log = slurp("train.log");
+  const auto stamp = fs::last_write_time(root_ / "keep" / "ckpt" / "model.bin");
+  auto again = tiny("keep");
+  again.max_iters = 6;
+  try {
+    train::run_training(again);
+    ADD_FAILURE() << "a scratch run replaced a checkpoint";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.overwrite=true"), std::string::npos) << e.what();
+  }
+  auto prompt = tiny("keep");
+  prompt.apply_overrides({"train.init_from=resume", "train.max_iters=8", "train.sample_tokens=5",
+                          "train.sample_prompt=\xC3\xB1"});  // a character the corpus lacks
+  try {
+    train::run_training(prompt);
+    ADD_FAILURE() << "a prompt outside the vocabulary was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.sample_prompt"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(slurp("metrics.jsonl"), metrics);
+  EXPECT_EQ(slurp("config.json"), config);
+  EXPECT_EQ(slurp("train.log"), log);
+  EXPECT_EQ(fs::last_write_time(root_ / "keep" / "ckpt" / "model.bin"), stamp);
+  again.overwrite = true;  // asked for: the run starts over
+  EXPECT_NO_THROW(train::run_training(again));
+}
+
+// A resumed run given only the directory and a new max_iters continues the
+// saved run (batch, dropout, gas, schedule from the checkpoint), and its
+// metrics.jsonl reads as one run: each step once.
+TEST_F(TrainerTest, ResumeTakesTheCheckpointsSettingsAndMetricsReadAsOneRun) {
+  auto full = tiny("full");
+  full.max_iters = 12;
+  const auto rf = train::run_training(full);
+  auto part = tiny("part");
+  part.max_iters = 8;  // checkpoint at the iter-6 evaluation; iters 6-8 are written, then redone
+  part.eval_interval = 6;
+  part.always_save_checkpoint = false;
+  train::run_training(part);
+  // Saved at iter 8 too (the last iteration) if val improved; resume from whichever is there.
+  const int64_t at = train::read_checkpoint_meta((root_ / "part").string())["iter"];
+  train::RunConfig bare;
+  bare.apply_overrides({"train.init_from=resume", "train.out_dir=" + (root_ / "part").string(), "train.max_iters=12",
+                        "train.progress=false"});
+  const auto rr = train::run_training(bare);
+  ASSERT_EQ(rr.first_iter, at);
+  for (size_t i = 0; i < rr.train_losses.size(); ++i)
+    EXPECT_EQ(rr.train_losses[i], rf.train_losses[at + i]) << "iter " << at + i;
+  std::vector<int64_t> steps;
+  for (const auto& j : records("part", "train")) steps.push_back(j["step"]);
+  std::vector<int64_t> want(13);
+  std::iota(want.begin(), want.end(), 0);
+  EXPECT_EQ(steps, want);
+}
+
+// Every run ends evaluated and checkpointed at its last iteration, and its
+// directory holds what `parallm sample` and tools need.
+TEST_F(TrainerTest, ShortRunsEndWithACheckpointAndTheRunDirectoryIsComplete) {
+  auto c = tiny("short");
+  c.max_iters = 4;  // before the first eval_interval (6)
+  c.always_save_checkpoint = false;
+  train::run_training(c);
+  EXPECT_EQ(train::read_checkpoint_meta((root_ / "short").string())["iter"].get<int64_t>(), 4);
+  const auto evals = records("short", "eval");
+  ASSERT_EQ(evals.size(), 2u);
+  EXPECT_EQ(evals.back()["step"].get<int64_t>(), 4);
+  EXPECT_TRUE(records("short", "memory").empty());
+  std::ifstream mem(root_ / "short" / "memory.json");
+  const auto m = nlohmann::json::parse(mem);
+  EXPECT_GT(m["total_peak_bytes"].get<int64_t>(), 0);
+  EXPECT_TRUE(fs::exists(root_ / "short" / "meta.json"));
+}
+
+// An error that ends a run after its directory is open is the last line of train.log.
+TEST_F(TrainerTest, TrainLogRecordsTheErrorThatEndedTheRun) {
+  test_util::InfGradAt inf("0");
+  auto c = tiny("fail");
+  c.max_iters = 2;
+  EXPECT_THROW(train::run_training(c), NumericError);
+  std::ifstream f(root_ / "fail" / "train.log");
+  std::string line, last;
+  while (std::getline(f, line))
+    if (!line.empty()) last = line;
+  EXPECT_NE(last.find("error: [train] non-finite gradient norm"), std::string::npos) << last;
 }
 
 }  // namespace
