@@ -54,7 +54,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="parallm_ddp_scaling_")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     common = [a.config, f"model.batch_size={a.batch}", f"train.max_iters={a.iters}", "train.eval_interval=1000000",
-              "train.eval_iters=1", "train.log_interval=1000000", "train.progress=false"] + a.overrides
+              "train.final_eval=false", "train.eval_iters=1", "train.log_interval=1000000", "train.progress=false"] + a.overrides
     skip = max(3, a.iters // 5)  # warm-up iterations left out
     print(f"# ddp scaling: {a.config}, micro batch {a.batch}, {a.iters} iters (first {skip} skipped), "
           f"1 rank vs {a.ranks} ranks, 1 thread per rank, {a.rounds} rounds")

@@ -42,8 +42,8 @@ def main():
     a = ap.parse_args()
     parallm = os.path.abspath(a.parallm)
     stages = [int(s) for s in a.stages.split(",")]
-    base = [*a.args, f"train.max_iters={a.iters}", f"train.eval_interval={a.iters + 1000}", "train.eval_iters=1",
-            "train.sample_tokens=0", "train.log_interval=1000", "train.progress=false"]
+    base = [*a.args, f"train.max_iters={a.iters}", f"train.eval_interval={a.iters + 1000}", "train.final_eval=false",
+            "train.eval_iters=1", "train.sample_tokens=0", "train.log_interval=1000", "train.progress=false"]
     tmp = tempfile.mkdtemp(prefix="parallm_zero_bench_")
     ratios = {s: [] for s in stages}
     try:

@@ -36,8 +36,11 @@ void add_file(const std::string& path, bool truncate) {
 
 void error_to_file(const std::string& line) {
   if (!g_file) return;
-  g_file->log(spdlog::details::log_msg("parallm", spdlog::level::err, line));
-  g_file->flush();
+  try {  // called while another error unwinds: a full disk must not replace it
+    g_file->log(spdlog::details::log_msg("parallm", spdlog::level::err, line));
+    g_file->flush();
+  } catch (...) {
+  }
 }
 
 void remove_file() {

@@ -109,9 +109,14 @@ PrepareResult prepare_char_dataset(const std::string& input_path, const std::str
   PARALLM_CHECK(!ec && fs::is_directory(out_dir), IoError, "data.prepare", "cannot create output directory {}: {}",
                 out_dir, ec ? ec.message() : std::string("a file of that name exists"));
   const fs::path dir(out_dir);
-  write_file_atomic((dir / "train.bin.new").string(), {{ids.data(), n_train * 2}});
-  write_file_atomic((dir / "val.bin.new").string(), {{ids.data() + n_train, (ids.size() - n_train) * 2}});
-  write_file_atomic((dir / "meta.json.new").string(), {{ms.data(), ms.size()}});
+  try {
+    write_file_atomic((dir / "train.bin.new").string(), {{ids.data(), n_train * 2}});
+    write_file_atomic((dir / "val.bin.new").string(), {{ids.data() + n_train, (ids.size() - n_train) * 2}});
+    write_file_atomic((dir / "meta.json.new").string(), {{ms.data(), ms.size()}});
+  } catch (...) {
+    for (const char* f : {"train.bin.new", "val.bin.new", "meta.json.new"}) fs::remove(dir / f, ec);
+    throw;
+  }
   for (const char* f : {"train.bin", "val.bin", "meta.json"}) {
     fs::rename(dir / (std::string(f) + ".new"), dir / f, ec);
     PARALLM_CHECK(!ec, IoError, "data.prepare", "cannot rename {}.new to {} in {}: {}", f, f, out_dir, ec.message());

@@ -198,8 +198,10 @@ const std::map<std::string, Key>& keys() {
         [](const RunConfig& c) { return nlohmann::json(c.init_from); }}},
       BOOL_KEY("train.always_save_checkpoint", always_save_checkpoint, "save at every eval, not only on improvement"),
       BOOL_KEY("train.eval_only", eval_only, "evaluate once and exit"),
+      BOOL_KEY("train.final_eval", final_eval,
+               "also evaluate (and checkpoint) at the last iteration when it is not a multiple of eval_interval"),
       BOOL_KEY("train.overwrite", overwrite,
-               "start a scratch run in a train.out_dir that already holds a checkpoint (replacing it)"),
+               "start a scratch run in a train.out_dir that already holds a checkpoint (deleting it)"),
       FLOAT_KEY("train.peak_flops", peak_flops, "peak FLOP/s for MFU (0 = measured GEMM peak)"),
       INT_KEY("train.threads", threads, "CPU threads (0 = OMP_NUM_THREADS or all cores)"),
       INT_KEY("train.sample_tokens", sample_tokens, "tokens sampled at each eval (0 = none)"),
@@ -456,19 +458,22 @@ RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::
   static const std::set<std::string> architecture = {"model.n_layer",    "model.n_head", "model.n_embd",
                                                      "model.block_size", "model.bias",   "model.vocab_size",
                                                      "model.gelu"};
+  // Where and how this process runs, not what the run is: always this invocation's.
+  static const std::set<std::string> this_run = {
+      "train.out_dir", "train.init_from",  "train.eval_only", "train.overwrite", "train.threads",
+      "train.device",  "train.peak_flops", "train.progress",  "comm.backend",    "comm.timeout_s"};
   RunConfig r = from_json(saved);
   const RunConfig defaults;
   for (const auto& [k, key] : keys()) {
     const nlohmann::json mine = key.get(*this), theirs = key.get(r);
     const bool given = explicit_keys_.count(k) > 0 || mine != key.get(defaults);
-    if (!(given || k == "train.out_dir" || k == "train.init_from") || mine == theirs) continue;
+    if (!(given || this_run.count(k)) || mine == theirs) continue;
     PARALLM_CHECK(!architecture.count(k), ConfigError, "config",
                   "{}={}: the checkpoint in {} was trained with {}={}; a resumed run keeps its architecture (drop "
                   "the key, or start a new run in another train.out_dir)",
                   k, mine.dump(), out_dir, k, theirs.dump());
     key.set(r, k, mine.is_string() ? mine.get<std::string>() : mine.dump());
-    if (changed && k != "train.out_dir" && k != "train.init_from")
-      changed->push_back(fmt::format("{}={} (was {})", k, mine.dump(), theirs.dump()));
+    if (changed && !this_run.count(k)) changed->push_back(fmt::format("{}={} (was {})", k, mine.dump(), theirs.dump()));
   }
   return r;
 }

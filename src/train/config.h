@@ -29,7 +29,8 @@ struct RunConfig {
   std::string init_from = "scratch";  // scratch | resume
   bool always_save_checkpoint = false;
   bool eval_only = false;
-  bool overwrite = false;       // a scratch run may replace the checkpoint already in out_dir
+  bool overwrite = false;       // a scratch run may replace (delete) the checkpoint already in out_dir
+  bool final_eval = true;       // evaluate (and checkpoint) at max_iters too
   double peak_flops = 0;        // FLOP/s for MFU; 0 = measure the GEMM peak once per machine
   int64_t threads = 0;          // OpenMP threads; 0 = OMP_NUM_THREADS or all cores
   int64_t sample_tokens = 200;  // tokens sampled at each eval (0 = none)
@@ -79,10 +80,12 @@ struct RunConfig {
   static RunConfig from_json(const nlohmann::json& j);
   // What a resumed run continues with: the checkpoint's config (`saved`) with
   // the keys this config was given laid over it (set through set(), or
-  // differing from the defaults); train.out_dir and train.init_from are this
-  // config's. A key of the architecture that differs is a ConfigError naming
-  // it; every other key that differs is listed in *changed ("key=new (was
-  // old)"), since the run then leaves the saved trajectory.
+  // differing from the defaults). The keys of where and how this process runs
+  // (train.out_dir, init_from, eval_only, overwrite, threads, device,
+  // peak_flops, progress, comm.*) are always this config's. A key of the
+  // architecture that differs is a ConfigError naming it; every other key
+  // that differs is listed in *changed ("key=new (was old)"), since the run
+  // then leaves the saved trajectory.
   RunConfig resumed_from(const nlohmann::json& saved, std::vector<std::string>* changed) const;
   // Keys with type and help, for `parallm train --help-keys`.
   static std::vector<std::pair<std::string, std::string>> describe();

@@ -18,55 +18,77 @@ void write_text(const fs::path& p, const std::string& text) {
   write_file_atomic(p.string(), {{text.data(), text.size()}});
 }
 
-// metrics.jsonl without the records of steps >= `from` (a resumed run writes them again).
+// metrics.jsonl without the records of steps >= `from` (a resumed run writes
+// them again), nor a line a crash left half written.
 void drop_metrics_from(const fs::path& p, int64_t from) {
   std::error_code ec;
   if (!fs::exists(p, ec)) return;
   std::ifstream in(p);
+  PARALLM_CHECK(in.good(), IoError, "train", "cannot read {}", p.string());
   std::string kept;
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() >= from)
-      continue;
+    if (!j.is_object()) continue;
+    if (j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() >= from) continue;
     kept += line + "\n";
   }
+  PARALLM_CHECK(in.eof(), IoError, "train", "error reading {}", p.string());
   write_text(p, kept);
 }
 
 }  // namespace
 
-void check_scratch_run_dir(const RunConfig& cfg) {
-  if (cfg.overwrite || cfg.eval_only) return;
-  nlohmann::json meta;
+std::string scratch_refusal(const RunConfig& cfg) {
+  if (cfg.overwrite) return "";
+  const fs::path dir(cfg.out_dir);
+  std::error_code ec;
+  if (!fs::exists(dir / "ckpt", ec) && !fs::exists(dir / "ckpt.old", ec)) return "";
+  std::string at;
   try {
-    meta = read_checkpoint_meta(cfg.out_dir);
-  } catch (const IoError&) {
-    return;  // no checkpoint there (or none that could be resumed): nothing to lose
+    at = fmt::format(" (iteration {})", read_checkpoint_meta(cfg.out_dir).value("iter", int64_t{-1}));
+  } catch (const std::exception&) {
+    at = " (not readable)";
   }
-  throw ConfigError("config",
-                    fmt::format("train.out_dir={} already holds a checkpoint (iteration {}); continue it with "
-                                "train.init_from=resume, start over with train.overwrite=true (the checkpoint is "
-                                "replaced at the first evaluation), or choose another train.out_dir",
-                                cfg.out_dir, meta.value("iter", int64_t{-1})));
+  return fmt::format(
+      "train.out_dir={} already holds a checkpoint{}; continue it with train.init_from=resume, start over with "
+      "train.overwrite=true (which deletes it), or choose another train.out_dir",
+      cfg.out_dir, at);
 }
 
-RunDir::RunDir(const RunConfig& cfg, int64_t resume_iter, bool keep_all_metrics) : dir_(cfg.out_dir) {
-  const fs::path dir(dir_);
+RunDir::LogAttach::LogAttach(const std::string& path, bool truncate) {
+  log::add_file(path, truncate);
+}
+
+RunDir::LogAttach::~LogAttach() {
+  log::remove_file();
+}
+
+namespace {
+const fs::path& made(const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  PARALLM_CHECK(!ec && fs::is_directory(dir), IoError, "train", "cannot create train.out_dir={}: {}", dir_,
+  PARALLM_CHECK(!ec && fs::is_directory(dir), IoError, "train", "cannot create train.out_dir={}: {}", dir.string(),
                 ec ? ec.message() : std::string("a file of that name exists"));
-  const bool resume = resume_iter >= 0;
-  log::add_file((dir / "train.log").string(), /*truncate=*/!resume);
-  write_text(dir / "config.json", cfg.to_json().dump(2) + "\n");
-  const fs::path meta = fs::path(cfg.data_dir) / "meta.json";
-  if (fs::exists(meta, ec)) write_text(dir / "meta.json", read_text_file(meta.string(), "train"));
-  if (resume && !keep_all_metrics) drop_metrics_from(dir / "metrics.jsonl", resume_iter);
-  metrics_ = std::make_unique<MetricsWriter>((dir / "metrics.jsonl").string(), resume);
+  return dir;
 }
+}  // namespace
 
-RunDir::~RunDir() {
-  log::remove_file();
+RunDir::RunDir(const RunConfig& cfg, Mode mode, int64_t resume_iter)
+    : dir_(cfg.out_dir), log_((made(dir_) / "train.log").string(), mode == Mode::Scratch) {
+  const fs::path dir(dir_);
+  std::error_code ec;
+  if (mode == Mode::Scratch)  // a fresh directory, or train.overwrite=true: nothing of an earlier run stays
+    for (const char* old : {"ckpt", "ckpt.old", "meta.json", "memory.json"}) {
+      fs::remove_all(dir / old, ec);
+      PARALLM_CHECK(!ec, IoError, "train", "cannot delete {}: {}", (dir / old).string(), ec.message());
+    }
+  if (mode != Mode::EvalOnly) {
+    write_text(dir / "config.json", cfg.to_json().dump(2) + "\n");
+    const fs::path meta = fs::path(cfg.data_dir) / "meta.json";
+    if (fs::exists(meta, ec)) write_text(dir / "meta.json", read_text_file(meta.string(), "train"));
+  }
+  if (mode == Mode::Resume) drop_metrics_from(dir / "metrics.jsonl", resume_iter);
+  metrics_ = std::make_unique<MetricsWriter>((dir / "metrics.jsonl").string(), mode != Mode::Scratch);
 }
 
 void RunDir::write_memory(const nlohmann::json& record) const {

@@ -7,12 +7,13 @@
 //   train.log      the log lines with timestamps, and the error that ended
 //                  the run if one did
 //   ckpt/          the checkpoint (train/checkpoint.h)
-// It is opened only once every check of the run has passed, so bad input
-// changes nothing in an existing directory. A scratch run refuses a directory
-// that holds a checkpoint unless train.overwrite=true. A resumed run keeps the
-// metrics of the steps before the one it resumes at and drops the later ones
-// (written after the checkpoint it continues from), so metrics.jsonl reads as
-// one run.
+// It is opened only once the config, the dataset and the prompt have been
+// checked, so bad input changes nothing in an existing directory. A scratch
+// run refuses a directory that holds a checkpoint unless train.overwrite=true
+// (then the old checkpoint is deleted, so the directory never mixes two
+// runs). A resumed run keeps the metrics of the steps before the one it
+// resumes at and drops the later ones (written after the checkpoint it
+// continues from), so metrics.jsonl reads as one run.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -24,27 +25,35 @@
 
 namespace parallm::train {
 
-// ConfigError if a scratch run would replace the checkpoint in cfg.out_dir
-// (unless train.overwrite=true), naming what the user can do instead.
-void check_scratch_run_dir(const RunConfig& cfg);
+// Why a scratch run may not use cfg.out_dir ("" if it may): a checkpoint is
+// there (ckpt/ or ckpt.old/, readable or not) and train.overwrite is not set.
+std::string scratch_refusal(const RunConfig& cfg);
 
 class RunDir {
  public:
-  // `resume_iter`: the iteration a resumed run continues at (< 0: a scratch
-  // run, whose metrics and log start empty; an eval-only run passes the
-  // checkpoint's iteration and keeps everything).
-  RunDir(const RunConfig& cfg, int64_t resume_iter, bool keep_all_metrics);
-  ~RunDir();  // detaches train.log
+  enum class Mode {
+    Scratch,  // a new run: log and metrics start empty; with train.overwrite the old checkpoint is deleted
+    Resume,   // metrics of steps >= resume_iter are dropped (the run redoes them); the log goes on
+    EvalOnly  // appends its evaluation to metrics and log, rewrites nothing
+  };
+  RunDir(const RunConfig& cfg, Mode mode, int64_t resume_iter);
   RunDir(const RunDir&) = delete;
   RunDir& operator=(const RunDir&) = delete;
 
   void write_metrics(const nlohmann::json& record) { metrics_->write(record); }
   void write_memory(const nlohmann::json& record) const;
-  // Records the error that ends the run in train.log.
+  // Records the error that ends the run in train.log (never throws).
   static void log_error(const std::string& what);
 
  private:
+  struct LogAttach {  // train.log, detached however the run ends (also if opening the rest fails)
+    LogAttach(const std::string& path, bool truncate);
+    ~LogAttach();
+    LogAttach(const LogAttach&) = delete;
+    LogAttach& operator=(const LogAttach&) = delete;
+  };
   std::string dir_;
+  LogAttach log_;
   std::unique_ptr<MetricsWriter> metrics_;
 };
 

@@ -153,18 +153,13 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
   const bool resume = cfg.init_from == "resume";
   const std::vector<int64_t> fault_inf = fault_inf_grad_iters();  // before anything is written
   nlohmann::json ck_meta;
+  std::string resume_changes;  // "key=new (was old), ..."
   if (resume) {
     ck_meta = read_checkpoint_meta(cfg.out_dir);
     // The checkpoint's run goes on, with the keys given here laid over it.
     std::vector<std::string> changed;
     cfg = cfg.resumed_from(ck_meta["config"], &changed);
-    if (!changed.empty()) {
-      std::string list;
-      for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
-      log::info("resume: the checkpoint's settings, except {}", list);
-    }
-  } else {
-    check_scratch_run_dir(cfg);
+    for (const auto& c : changed) resume_changes += (resume_changes.empty() ? "" : ", ") + c;
   }
   if (!lead) cfg.progress = false;
   if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
@@ -218,7 +213,23 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
       throw ConfigError("config", fmt::format("train.sample_prompt: {}", e.message()));
     }
   }
-  if (lead) run_dir.emplace(cfg, resume ? checkpoint_state(ck_meta, nullptr).iter : -1, cfg.eval_only);
+  WorldMean world_mean(world);
+  WorldAll world_all(world);
+  if (!resume) {
+    // Rank 0's directory decides (it is the one that writes), for every rank.
+    const std::string refusal = lead ? scratch_refusal(cfg) : std::string();
+    if (!world_all(refusal.empty()))
+      throw ConfigError("config", lead ? refusal : "rank 0 refused train.out_dir (its error says why)");
+  }
+  if (lead) {
+    using Mode = RunDir::Mode;
+    run_dir.emplace(cfg,
+                    !resume         ? Mode::Scratch
+                    : cfg.eval_only ? Mode::EvalOnly
+                                    : Mode::Resume,
+                    resume ? checkpoint_state(ck_meta, nullptr).iter : 0);
+  }
+  if (!resume_changes.empty()) log::info("resume: the checkpoint's settings, except {}", resume_changes);
   auto write_metrics = [&](const nlohmann::json& rec) {
     if (run_dir) run_dir->write_metrics(rec);
   };
@@ -292,8 +303,6 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
     ddp =
         std::make_unique<parallel::DataParallel>(world, m.layout(), m.grads(), parallel::DdpOptions{cfg.ddp_bucket_mb});
   const std::function<void(int)> ddp_hook = ddp ? ddp->hook() : nullptr;
-  WorldMean world_mean(world);
-  WorldAll world_all(world);
   const optim::LrSchedule sched{cfg.learning_rate, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters, cfg.decay_lr};
   // Peak of the whole job: rank 0's measurement (made while the others wait) times the ranks.
   float peak_rank = 0;
@@ -357,6 +366,7 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
   std::vector<float> shard_losses;  // deterministic: each shard's loss, reduced in a fixed order
   shard_losses.reserve(std::max(cfg.gas, cfg.eval_iters) * (B / Bs));
 
+  bool saved_any = resume;  // a checkpoint of this run exists
   auto evaluate = [&](int64_t it, float lr) {
     Timer t;
     model::StepContext ectx;  // no dropout, no grads
@@ -391,9 +401,12 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
                    {"train_loss", losses[0]},
                    {"val_loss", losses[1]}});
     sum.last_val_loss = losses[1];
-    if (losses[1] < st.best_val_loss || cfg.always_save_checkpoint) {
+    // The last iteration saves too if nothing was saved yet: every run that trained leaves a checkpoint.
+    const bool last_unsaved = it == cfg.max_iters && !saved_any;
+    if (losses[1] < st.best_val_loss || cfg.always_save_checkpoint || last_unsaved) {
       st.best_val_loss = std::min<double>(st.best_val_loss, losses[1]);
       if (it > 0 && !cfg.eval_only) {  // an eval-only run never rewrites the checkpoint
+        saved_any = true;
         st.iter = it;
         st.loss_scale.reset();
         if (scaler.dynamic()) st.loss_scale = scaler.state();
@@ -433,8 +446,8 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
     for (int64_t k = 0; k < 1 + 2 * cfg.gas; ++k) marks.push_back(std::make_unique<gpu::Event>());
   for (int64_t it = st.iter; it <= cfg.max_iters; ++it) {
     const float lr = sched.at(it);
-    // Every eval_interval steps, and at the last iteration, so that every run ends evaluated (and checkpointed).
-    if (it % cfg.eval_interval == 0 || it == cfg.max_iters || cfg.eval_only) {
+    // Every eval_interval steps, and at the last iteration (train.final_eval): a run ends evaluated and checkpointed.
+    if (it % cfg.eval_interval == 0 || (it == cfg.max_iters && cfg.final_eval) || cfg.eval_only) {
       evaluate(it, lr);
       if (cfg.eval_only) break;
     }

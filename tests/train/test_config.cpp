@@ -286,8 +286,8 @@ TEST(Config, FilesRefuseDuplicateAndEmptyKeysAndDirectories) {
 // except the architecture's.
 TEST(Config, ResumedRunsLayTheGivenKeysOverTheSavedOnes) {
   train::RunConfig saved;
-  saved.apply_overrides(
-      {"model.n_layer=2", "model.batch_size=3", "model.dropout=0.1", "train.max_iters=5", "train.out_dir=/old"});
+  saved.apply_overrides({"model.n_layer=2", "model.batch_size=3", "model.dropout=0.1", "train.max_iters=5",
+                         "train.out_dir=/old", "train.threads=16", "comm.timeout_s=60"});
   train::RunConfig now;
   now.apply_overrides({"train.init_from=resume", "train.out_dir=/new", "train.max_iters=9", "model.dropout=0"});
   std::vector<std::string> changed;
@@ -298,6 +298,8 @@ TEST(Config, ResumedRunsLayTheGivenKeysOverTheSavedOnes) {
   EXPECT_EQ(r.model.dropout, 0.0f);  // given, though it is the default
   EXPECT_EQ(r.out_dir, "/new");
   EXPECT_EQ(r.init_from, "resume");
+  EXPECT_EQ(r.threads, 0);  // where and how this process runs is this invocation's
+  EXPECT_EQ(r.comm_timeout_s, 300);
   ASSERT_EQ(changed.size(), 2u);
   EXPECT_EQ(changed[0], "model.dropout=0.0 (was 0.1)");
   EXPECT_EQ(changed[1], "train.max_iters=9 (was 5)");

@@ -296,8 +296,16 @@ TEST_F(TrainerTest, BadInputLeavesAnExistingRunAlone) {
   EXPECT_EQ(slurp("config.json"), config);
   EXPECT_EQ(slurp("train.log"), log);
   EXPECT_EQ(fs::last_write_time(root_ / "keep" / "ckpt" / "model.bin"), stamp);
-  again.overwrite = true;  // asked for: the run starts over
+  auto eval_only = tiny("keep");
+  eval_only.eval_only = true;  // of a fresh model, into the directory of a trained one: refused too
+  EXPECT_THROW(train::run_training(eval_only), ConfigError);
+  EXPECT_EQ(slurp("metrics.jsonl"), metrics);
+  again.overwrite = true;  // asked for: the run starts over, and nothing of the old one stays
+  again.max_iters = 2;
+  again.eval_interval = 100;
   EXPECT_NO_THROW(train::run_training(again));
+  EXPECT_EQ(train::read_checkpoint_meta((root_ / "keep").string())["iter"].get<int64_t>(), 2);
+  EXPECT_EQ(records("keep", "train").size(), 3u);
 }
 
 // A resumed run given only the directory and a new max_iters continues the
@@ -334,6 +342,8 @@ TEST_F(TrainerTest, ShortRunsEndWithACheckpointAndTheRunDirectoryIsComplete) {
   auto c = tiny("short");
   c.max_iters = 4;  // before the first eval_interval (6)
   c.always_save_checkpoint = false;
+  // A rate of 0: the last evaluation equals the first, so no improvement saves it; being the last does.
+  c.apply_overrides({"optimizer.learning_rate=0", "optimizer.min_lr=0"});
   train::run_training(c);
   EXPECT_EQ(train::read_checkpoint_meta((root_ / "short").string())["iter"].get<int64_t>(), 4);
   const auto evals = records("short", "eval");
@@ -344,6 +354,11 @@ TEST_F(TrainerTest, ShortRunsEndWithACheckpointAndTheRunDirectoryIsComplete) {
   const auto m = nlohmann::json::parse(mem);
   EXPECT_GT(m["total_peak_bytes"].get<int64_t>(), 0);
   EXPECT_TRUE(fs::exists(root_ / "short" / "meta.json"));
+  auto none = tiny("no_final");
+  none.max_iters = 4;
+  none.final_eval = false;  // e.g. a benchmark: only the evaluations at multiples of eval_interval
+  train::run_training(none);
+  EXPECT_EQ(records("no_final", "eval").size(), 1u);
 }
 
 // An error that ends a run after its directory is open is the last line of train.log.

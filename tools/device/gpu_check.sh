@@ -48,7 +48,7 @@ if want nccl; then
     timeout 180 mpirun --allow-run-as-root -np 2 $W/bin/test_nccl 2>&1 | tee -a $OUT/nccl.log | grep -E "PASSED|FAILED|Failure" | head
     step "DDP on 2 GPUs: baby GPT bf16, 200 iters"
     timeout 240 mpirun --allow-run-as-root -np 2 $W/bin/parallm train configs/baby_gpt.yaml train.device=cuda \
-      train.dtype=bf16 train.max_iters=200 train.eval_interval=100 train.out_dir=$W/ddp2 data.dir=$W/data/shakespeare_char 2>&1 | tail -8
+      train.dtype=bf16 train.max_iters=200 train.eval_interval=100 train.out_dir=$W/ddp2 train.overwrite=true data.dir=$W/data/shakespeare_char 2>&1 | tail -8
   fi
 fi
 if want probe; then
@@ -67,7 +67,7 @@ for dt in $DTYPES; do
   step "baby GPT, $dt on the GPU: $BABY_ITERS iterations"
   timeout 400 ./bin/parallm train "${OLDPWD}/configs/baby_gpt.yaml" train.device=cuda train.dtype=$dt \
     train.max_iters=$BABY_ITERS train.eval_interval=${BABY_EVAL:-500} train.eval_iters=100 train.log_interval=100 \
-    train.sample_tokens=200 train.out_dir=$W/out/baby_$dt data.dir=$W/data/shakespeare_char train.progress=false \
+    train.sample_tokens=200 train.out_dir=$W/out/baby_$dt train.overwrite=true data.dir=$W/data/shakespeare_char train.progress=false \
     2>&1 | tee $OUT/baby_$dt.log | grep -E "step|iter.*(500|1000|1500|2000):|error" | tail -8
   cp $W/out/baby_$dt/metrics.jsonl $OUT/baby_${dt}_metrics.jsonl 2>/dev/null
 done
@@ -76,9 +76,9 @@ if want det; then
   D="${OLDPWD}/configs/baby_gpt.yaml train.device=cuda train.dtype=${DET_DTYPE:-fp32} model.dropout=${DET_DROPOUT:-0.2}
      train.eval_interval=20 train.eval_iters=5 train.sample_tokens=0
      train.log_interval=20 train.always_save_checkpoint=true data.dir=$W/data/shakespeare_char train.progress=false"
-  ./bin/parallm train $D train.max_iters=40 train.out_dir=$W/out/detA > $OUT/detA.log 2>&1
-  ./bin/parallm train $D train.max_iters=40 train.out_dir=$W/out/detB > $OUT/detB.log 2>&1
-  ./bin/parallm train $D train.max_iters=20 train.out_dir=$W/out/detC > $OUT/detC.log 2>&1
+  ./bin/parallm train $D train.max_iters=40 train.out_dir=$W/out/detA train.overwrite=true > $OUT/detA.log 2>&1
+  ./bin/parallm train $D train.max_iters=40 train.out_dir=$W/out/detB train.overwrite=true > $OUT/detB.log 2>&1
+  ./bin/parallm train $D train.max_iters=20 train.out_dir=$W/out/detC train.overwrite=true > $OUT/detC.log 2>&1
   ./bin/parallm train $D train.max_iters=40 train.out_dir=$W/out/detC train.init_from=resume >> $OUT/detC.log 2>&1
   for r in detA detB detC; do cp $W/out/$r/metrics.jsonl $OUT/$r.jsonl; done
   python3 "${OLDPWD}/bench/compare_runs.py" $W/out/detA $W/out/detB | tail -3
@@ -91,7 +91,7 @@ for dt in $DTYPES; do
   timeout 150 ./bin/parallm train model.n_layer=12 model.n_head=12 model.n_embd=768 model.block_size=1024 \
     model.vocab_size=50304 model.batch_size=$GPT2_B model.dropout=0 train.device=cuda train.dtype=$dt \
     train.max_iters=$GPT2_ITERS train.eval_interval=100000 train.eval_iters=1 train.log_interval=1 \
-    train.sample_tokens=0 train.out_dir=$W/out/gpt2_$dt data.dir=$W/data/shakespeare_char train.progress=false \
+    train.sample_tokens=0 train.out_dir=$W/out/gpt2_$dt train.overwrite=true train.final_eval=false data.dir=$W/data/shakespeare_char train.progress=false \
     2>&1 | tee $OUT/gpt2_$dt${GPT2_TAG:-}.log | tail -5
 done
 if want trace; then
@@ -101,7 +101,7 @@ if want trace; then
       model.n_layer=12 model.n_head=12 model.n_embd=768 model.block_size=1024 model.vocab_size=50304 \
       model.batch_size=$GPT2_B model.dropout=0 train.device=cuda train.dtype=$dt train.max_iters=8 \
       train.eval_interval=100000 train.eval_iters=1 train.log_interval=1 train.sample_tokens=0 \
-      train.out_dir=$W/out/trace_$dt data.dir=$W/data/shakespeare_char train.progress=false 2>&1 | tail -3
+      train.out_dir=$W/out/trace_$dt train.overwrite=true train.final_eval=false data.dir=$W/data/shakespeare_char train.progress=false 2>&1 | tail -3
     python3 "${OLDPWD}/tools/device/trace_summary.py" $OUT/trace_$dt.tsv --skip 3 | tee $OUT/trace_$dt.txt | head -70
     gzip -f $OUT/trace_$dt.tsv
   done
