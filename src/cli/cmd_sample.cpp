@@ -3,13 +3,12 @@
 // the run directory; for runs made before it did, the run's data.dir), so a
 // run directory alone is enough to sample from. --data names another
 // dataset, which must have the same vocabulary.
-#include <charconv>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "data/vocab.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
@@ -24,10 +23,9 @@ namespace {
 CLI::Validator int_at_least(int64_t lo) {
   return CLI::Validator(
       [lo](std::string& s) -> std::string {
-        int64_t v = 0;
-        auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-        if (ec != std::errc() || p != s.data() + s.size()) return fmt::format("expected an integer, got \"{}\"", s);
-        return v < lo ? fmt::format("must be >= {}, got {}", lo, v) : std::string();
+        const auto v = to_int(s);
+        if (!v) return fmt::format("expected an integer, got \"{}\"", s);
+        return *v < lo ? fmt::format("must be >= {}, got {}", lo, *v) : std::string();
       },
       "");
 }
@@ -35,13 +33,9 @@ CLI::Validator int_at_least(int64_t lo) {
 CLI::Validator positive_number() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
-        try {
-          size_t idx = 0;
-          const double v = std::stod(s, &idx);
-          if (idx == s.size() && std::isfinite(v)) return v > 0 ? std::string() : fmt::format("must be > 0, got {}", s);
-        } catch (...) {
-        }
-        return fmt::format("expected a number, got \"{}\"", s);
+        const auto v = to_decimal(s);
+        if (!v) return fmt::format("expected a number, got \"{}\"", s);
+        return *v > 0 ? std::string() : fmt::format("must be > 0, got {}", s);
       },
       "");
 }

@@ -7,12 +7,12 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include <filesystem>
 #include <utility>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/prepare.h"
 
 namespace parallm::data {
 
@@ -55,10 +55,11 @@ Loader::Loader(const std::string& dir, int64_t vocab_size, BatchSpec spec, uint6
   }
   // meta.json (where it records them) must describe these very files: a
   // dataset half rewritten by another prepare fails here, not with wrong samples.
-  std::ifstream mf(dir + "/meta.json");
-  const auto meta = mf.good() ? nlohmann::json::parse(mf, nullptr, false) : nlohmann::json();
+  std::error_code ec;
+  if (!std::filesystem::exists(dir + "/meta.json", ec)) return;
+  const nlohmann::json meta = read_dataset_meta(dir);
   for (const auto& [key, f] : {std::pair{"train_tokens", &train_}, std::pair{"val_tokens", &val_}}) {
-    if (!meta.is_object() || !meta.contains(key) || !meta[key].is_number_integer()) continue;
+    if (!meta.contains(key) || !meta[key].is_number_integer()) continue;
     PARALLM_CHECK(meta[key].get<int64_t>() == f->size(), IoError, "data.loader",
                   "{} has {} tokens but {}/meta.json says {} = {}: the dataset is inconsistent; prepare it again",
                   f->path(), f->size(), dir, key, meta[key].get<int64_t>());

@@ -125,6 +125,16 @@ PrepareResult prepare_char_dataset(const std::string& input_path, const std::str
           static_cast<int64_t>(ids.size() - n_train)};
 }
 
+nlohmann::json read_dataset_meta(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "meta.json").string();
+  std::ifstream f(path);
+  PARALLM_CHECK(f.good(), IoError, "data.meta",
+                "no {} (prepare the dataset first: parallm prepare shakespeare_char --out {})", path, dir);
+  auto meta = nlohmann::json::parse(f, nullptr, false);
+  PARALLM_CHECK(meta.is_object(), IoError, "data.meta", "{} is not a JSON object (prepare the dataset again)", path);
+  return meta;
+}
+
 void download_file(const std::string& url, const std::string& path) {
   CURL* curl = curl_easy_init();
   PARALLM_CHECK(curl, IoError, "data.download", "cannot initialize libcurl");

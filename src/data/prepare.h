@@ -5,6 +5,7 @@
 // train.bin / val.bin. The vocabulary goes to meta.json (itos as a list).
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ std::vector<char32_t> decode_utf8(const std::string& bytes, const std::string& w
 std::string encode_utf8(char32_t cp);
 
 PrepareResult prepare_char_dataset(const std::string& input_path, const std::string& out_dir);
+
+// dir/meta.json as written by prepare; IoError naming the file if it is
+// missing (saying how to prepare the dataset) or not a JSON object.
+nlohmann::json read_dataset_meta(const std::string& dir);
 
 // Fetches url to path (libcurl). Throws IoError with the reason on failure.
 void download_file(const std::string& url, const std::string& path);

@@ -1,7 +1,5 @@
 #include "data/vocab.h"
 
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -11,15 +9,7 @@ namespace parallm::data {
 
 CharVocab CharVocab::load(const std::string& data_dir) {
   const std::string path = data_dir + "/meta.json";
-  std::ifstream f(path);
-  PARALLM_CHECK(f.good(), IoError, "data.vocab",
-                "no {} (prepare the dataset first: parallm prepare shakespeare_char --out {})", path, data_dir);
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    throw IoError("data.vocab", fmt::format("{} is not valid JSON: {}", path, e.what()));
-  }
+  const nlohmann::json meta = read_dataset_meta(data_dir);
   PARALLM_CHECK(meta.contains("itos") && meta["itos"].is_array(), IoError, "data.vocab", "{} has no itos list", path);
   CharVocab v;
   for (const auto& s : meta["itos"]) {

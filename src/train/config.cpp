@@ -3,7 +3,6 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -13,6 +12,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/gpu.h"
+#include "core/text.h"
 #include "kernels/cpu/gemm_bf16.h"
 
 namespace parallm::train {
@@ -24,42 +24,19 @@ std::string lower(std::string s) {
   return s;
 }
 
-// Decimal numbers only: digits, sign, point, exponent (no hex, inf or nan,
-// which std::stod would accept).
-bool decimal_chars(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.' || c == 'e' || c == 'E';
-  });
-}
-
 int64_t parse_int(const std::string& key, const std::string& v) {
-  int64_t x = 0;
   std::string s = v;
   // Allow 5_000 and 1e3-style integers users write in configs.
   s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-  if (ec == std::errc() && p == s.data() + s.size()) return x;
-  if (decimal_chars(s)) {
-    try {
-      size_t idx = 0;
-      double d = std::stod(s, &idx);
-      if (idx == s.size() && std::abs(d) < 9.2e18 && d == static_cast<double>(static_cast<int64_t>(d)))
-        return static_cast<int64_t>(d);
-    } catch (...) {
-    }
-  }
+  if (const auto i = to_int(s)) return *i;
+  const auto d = to_decimal(s);
+  if (d && std::abs(*d) < 9.2e18 && *d == static_cast<double>(static_cast<int64_t>(*d)))
+    return static_cast<int64_t>(*d);
   throw ConfigError("config", fmt::format("{}: expected an integer, got \"{}\"", key, v));
 }
 
 double parse_float(const std::string& key, const std::string& v) {
-  if (decimal_chars(v)) {
-    try {
-      size_t idx = 0;
-      double d = std::stod(v, &idx);
-      if (idx == v.size() && std::isfinite(d)) return d;
-    } catch (...) {
-    }
-  }
+  if (const auto d = to_decimal(v)) return *d;
   throw ConfigError("config", fmt::format("{}: expected a finite decimal number, got \"{}\"", key, v));
 }
 

@@ -64,7 +64,8 @@ RunDir::LogAttach::~LogAttach() {
 }
 
 namespace {
-const fs::path& made(const fs::path& dir) {
+// `dir`, created if need be (IoError naming train.out_dir otherwise).
+fs::path made(const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   PARALLM_CHECK(!ec && fs::is_directory(dir), IoError, "train", "cannot create train.out_dir={}: {}", dir.string(),

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -18,6 +16,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
+#include "data/prepare.h"
 #include "data/vocab.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "model/gpt.h"
@@ -35,16 +34,11 @@
 
 namespace parallm::train {
 
-namespace fs = std::filesystem;
-
 namespace {
 
 int64_t dataset_vocab(const std::string& dir) {
-  std::ifstream f(dir + "/meta.json");
-  PARALLM_CHECK(f.good(), IoError, "train",
-                "no {}/meta.json: prepare the dataset first (parallm prepare shakespeare_char --out {})", dir, dir);
-  auto j = nlohmann::json::parse(f, nullptr, false);
-  PARALLM_CHECK(!j.is_discarded() && j.contains("vocab_size") && j["vocab_size"].is_number_integer(), IoError, "train",
+  const nlohmann::json j = data::read_dataset_meta(dir);
+  PARALLM_CHECK(j.contains("vocab_size") && j["vocab_size"].is_number_integer(), IoError, "train",
                 "{}/meta.json has no integer vocab_size", dir);
   return j["vocab_size"].get<int64_t>();
 }

@@ -18,3 +18,12 @@ TEST(Text, IntListTakesWholeIntegersOnly) {
     }
   }
 }
+
+TEST(Text, NumbersAreWholeAndDecimal) {
+  EXPECT_EQ(to_int("-12"), -12);
+  for (const char* bad : {"", "1.0", "0x10", " 3", "3 ", "99999999999999999999"}) EXPECT_FALSE(to_int(bad)) << bad;
+  EXPECT_EQ(to_decimal("1e-3"), 1e-3);
+  EXPECT_EQ(to_decimal("+.5"), 0.5);
+  EXPECT_EQ(to_decimal("1."), 1.0);
+  for (const char* bad : {"", "inf", "nan", "0x1p3", "1e999", "1,5", " 1"}) EXPECT_FALSE(to_decimal(bad)) << bad;
+}

@@ -275,6 +275,7 @@ TEST(Config, FilesRefuseDuplicateAndEmptyKeysAndDirectories) {
             std::string::npos);
   EXPECT_NE(load_error("model:\n  dropout: ~\n").find("model.dropout has no value"), std::string::npos);
   const std::string list = load_error("model:\n  n_layer: [1, 2]\n");
+  ASSERT_NE(list.find((dir / "c.yaml").string()), std::string::npos) << list;
   EXPECT_EQ(list.find((dir / "c.yaml").string()), list.rfind((dir / "c.yaml").string())) << list;  // once
   EXPECT_EQ(load_error(""), "");
   train::RunConfig c;
