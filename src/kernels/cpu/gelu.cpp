@@ -1,4 +1,5 @@
-// Optimized GELU: chunks in parallel, vectorizable polynomial erf/tanh.
+// Optimized GELU: chunks in parallel, vectorizable rational erf and polynomial
+// exp (simd.h), with clamp bounds the compiler keeps as vector min/max.
 #include "kernels/gelu.h"
 
 #include <algorithm>
@@ -10,34 +11,47 @@
 namespace parallm::kernels::cpu {
 
 namespace {
+constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 constexpr float kSqrt2OverPi = 0.79788456080286536f;
 constexpr int64_t kChunk = 4096;
 
+// Clamp bounds made once per chunk (simd::opaque): erf's, exp's and tanh's u.
+struct Bounds {
+  simd::ErfBounds erf;
+  simd::ExpBounds exp;
+  float u_lo = simd::opaque(-15.0f), u_hi = simd::opaque(15.0f);
+};
+
 PARALLM_CLONES void gelu_fwd_chunk(float* out, const float* x, int64_t n, bool exact) {
+  const Bounds b;
   if (exact)
-    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * simd::fast_norm_cdf(x[i]);
+    for (int64_t i = 0; i < n; ++i) {
+      const float cdf = 0.5f + 0.5f * simd::fast_erf(x[i] * kInvSqrt2, b.erf);
+      out[i] = x[i] * cdf;
+    }
   else
     for (int64_t i = 0; i < n; ++i) {
       // 0.5 * (1 + tanh(u)) = e / (e + 1) with e = exp(2u): no cancellation in the left tail.
       float u = kSqrt2OverPi * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
-      float e = simd::fast_expf(2.0f * simd::clampf(u, -15.0f, 15.0f));
+      float e = simd::fast_expf(2.0f * simd::clampf(u, b.u_lo, b.u_hi), b.exp);
       out[i] = x[i] * e / (e + 1.0f);
     }
 }
 
 PARALLM_CLONES void gelu_bwd_chunk(float* dinp, const float* x, const float* dy, int64_t n, bool exact) {
+  const Bounds b;
   if (exact)
     for (int64_t i = 0; i < n; ++i) {
-      float cdf = simd::fast_norm_cdf(x[i]);
-      float pdf = kInvSqrt2Pi * simd::fast_expf(-0.5f * x[i] * x[i]);
+      const float cdf = 0.5f + 0.5f * simd::fast_erf(x[i] * kInvSqrt2, b.erf);
+      const float pdf = kInvSqrt2Pi * simd::fast_expf(-0.5f * x[i] * x[i], b.exp);
       dinp[i] = (cdf + x[i] * pdf) * dy[i];
     }
   else
     for (int64_t i = 0; i < n; ++i) {
       float x3 = x[i] * x[i] * x[i];
       float u = kSqrt2OverPi * (x[i] + 0.044715f * x3);
-      float e = simd::fast_expf(2.0f * simd::clampf(u, -15.0f, 15.0f));
+      float e = simd::fast_expf(2.0f * simd::clampf(u, b.u_lo, b.u_hi), b.exp);
       float inv = 1.0f / (e + 1.0f);
       float half_1p_th = e * inv;          // 0.5 * (1 + tanh u)
       float sech2 = 4.0f * e * inv * inv;  // 1 - tanh^2 u

@@ -11,9 +11,13 @@
 // - Kernels whose best code differs by ISA in more than vector width (register
 //   tiles sized to the register file) pick one at run time from isa():
 //   functions with explicit target attributes, selected once (cpu/isa.h).
-// - fast_expf / fast_norm_cdf are branch-free polynomial versions
-//   (within 1 ulp for exp over [-87, 88]; erfc below) that the compiler can
+// - fast_expf / fast_erf are branch-free polynomial and rational versions
+//   (within 1 ulp for exp over [-87, 88]; erf below) that the compiler can
 //   vectorize, unlike libm's scalar calls.
+// - Clamping to constant bounds invites GCC to compute a function on the
+//   unclamped input and blend in its values at the bounds (4 compares and 3
+//   blends a vector instead of a min and a max). Loops that clamp in their hot
+//   path take the bounds from opaque(), called once before the loop.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -53,8 +57,28 @@ __attribute__((always_inline)) inline float clampf(float x, float lo, float hi) 
   return x > hi ? hi : x;
 }
 
-__attribute__((always_inline)) inline float fast_expf(float x) {
-  x = clampf(x, -87.0f, 88.0f);
+// v, unchanged, as a value the optimizer cannot see through (no code): clamp
+// bounds made with it stay vector min/max. Call it outside the loop: inside,
+// the asm keeps the loop from vectorizing.
+__attribute__((always_inline)) inline float opaque(float v) {
+#if defined(__x86_64__)
+  asm("" : "+x"(v));
+#endif
+  return v;
+}
+
+// Clamp bounds for fast_expf and fast_erf, made with opaque(): construct one
+// before the loop and pass it in.
+struct ExpBounds {
+  float lo = opaque(-87.0f), hi = opaque(88.0f);  // the result stays a normal float
+};
+struct ErfBounds {
+  float lo = opaque(-4.0f), hi = opaque(4.0f);  // beyond, erf is +-1 in fp32
+  float neg1 = opaque(-1.0f), pos1 = opaque(1.0f);
+};
+
+__attribute__((always_inline)) inline float fast_expf(float x, const ExpBounds& b) {
+  x = clampf(x, b.lo, b.hi);
   float n = std::floor(x * 1.44269504088896341f + 0.5f);
   float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   // The polynomial in Estrin's form (pairs, then powers of r^2): a third of
@@ -69,27 +93,24 @@ __attribute__((always_inline)) inline float fast_expf(float x) {
   std::memcpy(&scale, &bits, 4);
   return y * scale;
 }
-
-// erfc(|x|) from a Chebyshev fit (Numerical Recipes erfcc form): the fit is
-// 1.2e-7 relative; in fp32 the rounding of -z^2 in the exponent brings that to
-// 8e-6 relative deep in the tail (z near 9), as with any fp32 erfc of this form.
-__attribute__((always_inline)) inline float fast_erfc_abs(float x) {
-  float z = std::fabs(x);
-  float t = 1.0f / (1.0f + 0.5f * z);
-  // Estrin's form of the degree-9 polynomial in t (see fast_expf).
-  const float t2 = t * t, t4 = t2 * t2, t8 = t4 * t4;
-  const float p01 = 1.00002368f * t - 1.26551223f, p23 = 0.09678418f * t + 0.37409196f;
-  const float p45 = 0.27886807f * t - 0.18628806f, p67 = 1.48851587f * t - 1.13520398f;
-  const float p89 = 0.17087277f * t - 0.82215223f;
-  const float poly = ((p23 * t2 + p01) + (p67 * t2 + p45) * t4) + p89 * t8;
-  return t * fast_expf(-z * z + poly);
+// With constant bounds, for loops where exp is not the hot part.
+__attribute__((always_inline)) inline float fast_expf(float x) {
+  return fast_expf(x, ExpBounds{-87.0f, 88.0f});
 }
 
-// Standard normal CDF Phi(x) = 0.5 * (1 + erf(x / sqrt 2)), computed from erfc
-// on the negative side so the left tail keeps its relative precision.
-__attribute__((always_inline)) inline float fast_norm_cdf(float x) {
-  float h = 0.5f * fast_erfc_abs(x * 0.70710678118654752f);
-  return x >= 0.0f ? 1.0f - h : h;
+// erf(z) as z * P(z^2) / Q(z^2) over [-4, 4], degrees 6 and 4, fitted for
+// parallm by tools/fit_erf.py to 6.5e-8 relative. Evaluated in fp32, Phi =
+// (1 + erf(x / sqrt 2)) / 2 from it is within 2.5e-7 absolute (a few ulp of
+// erf near 1; tests/kernels holds the bounds), and the result is clamped to
+// [-1, 1] so that Phi stays in [0, 1]. Phi from erf cancels in the left tail,
+// as fp32 PyTorch's GELU does: 8e-5 relative near x = -3.
+__attribute__((always_inline)) inline float fast_erf(float z, const ErfBounds& b) {
+  z = clampf(z, b.lo, b.hi);
+  const float t = z * z;
+  const float p_hi = ((1.9110630e-08f * t - 1.9422866e-06f) * t + 1.4728430e-04f) * t + 3.9905231e-03f;
+  const float p = ((p_hi * t + 5.1524770e-02f) * t + 2.0712444e-01f) * t + 1.1283791e+00f;
+  const float q = (((1.0210971e-03f * t + 1.4957988e-02f) * t + 1.1797040e-01f) * t + 5.1689053e-01f) * t + 1.0f;
+  return clampf(z * p / q, b.neg1, b.pos1);
 }
 
 }  // namespace parallm::kernels::simd
