@@ -49,13 +49,14 @@ void dropout_row(float* row, const float* src, int64_t len, int64_t bh, int64_t 
 
 // Scores -> probabilities over s[0..len), zeros in [len, n); returns log-sum-exp.
 PARALLM_CLONES float softmax_row(float* s, int64_t len, int64_t n) {
+  const simd::ExpBounds eb;
   float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
   for (int64_t j = 0; j < len; ++j) mx = s[j] > mx ? s[j] : mx;
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < len; ++j) {
-    s[j] = simd::fast_expf(s[j] - mx);
+    s[j] = simd::fast_expf(s[j] - mx, eb);
     sum += s[j];
   }
   const float inv = 1.0f / sum;
@@ -65,7 +66,8 @@ PARALLM_CLONES float softmax_row(float* s, int64_t len, int64_t n) {
 }
 
 PARALLM_CLONES void probs_row(float* s, int64_t len, int64_t n, float lse) {
-  for (int64_t j = 0; j < len; ++j) s[j] = simd::fast_expf(s[j] - lse);
+  const simd::ExpBounds eb;
+  for (int64_t j = 0; j < len; ++j) s[j] = simd::fast_expf(s[j] - lse, eb);
   for (int64_t j = len; j < n; ++j) s[j] = 0.0f;
 }
 

@@ -24,16 +24,17 @@ int64_t chunk_rows(int64_t N, int64_t V) {
 
 // Row of logits -> loss; if grad, the row becomes dloss * (softmax - onehot).
 PARALLM_CLONES float xent_row(float* l, int64_t V, int32_t target, bool grad, float dloss) {
+  const simd::ExpBounds eb;
   float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
   for (int64_t v = 0; v < V; ++v) mx = l[v] > mx ? l[v] : mx;
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t v = 0; v < V; ++v) sum += simd::fast_expf(l[v] - mx);
+  for (int64_t v = 0; v < V; ++v) sum += simd::fast_expf(l[v] - mx, eb);
   float lse = mx + std::log(sum);
   float loss = lse - l[target];
   if (grad) {
-    for (int64_t v = 0; v < V; ++v) l[v] = simd::fast_expf(l[v] - lse) * dloss;
+    for (int64_t v = 0; v < V; ++v) l[v] = simd::fast_expf(l[v] - lse, eb) * dloss;
     l[target] -= dloss;
   }
   return loss;

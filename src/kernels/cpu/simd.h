@@ -57,9 +57,9 @@ __attribute__((always_inline)) inline float clampf(float x, float lo, float hi) 
   return x > hi ? hi : x;
 }
 
-// v, unchanged, as a value the optimizer cannot see through (no code): clamp
-// bounds made with it stay vector min/max. Call it outside the loop: inside,
-// the asm keeps the loop from vectorizing.
+// v, unchanged, as a value the optimizer cannot see through (no code; on
+// x86-64, elsewhere plain v): clamp bounds made with it stay vector min/max.
+// Call it outside the loop: inside, the asm keeps the loop from vectorizing.
 __attribute__((always_inline)) inline float opaque(float v) {
 #if defined(__x86_64__)
   asm("" : "+x"(v));
@@ -67,10 +67,10 @@ __attribute__((always_inline)) inline float opaque(float v) {
   return v;
 }
 
-// Clamp bounds for fast_expf and fast_erf, made with opaque(): construct one
-// before the loop and pass it in.
+// Clamp bounds for fast_expf and fast_erf, held through opaque(): construct
+// one before the loop and pass it in.
 struct ExpBounds {
-  float lo = opaque(-87.0f), hi = opaque(88.0f);  // the result stays a normal float
+  float lo = opaque(-87.0f), hi = opaque(88.0f);  // exp stays a normal float
 };
 struct ErfBounds {
   float lo = opaque(-4.0f), hi = opaque(4.0f);  // beyond, erf is +-1 in fp32
@@ -93,17 +93,13 @@ __attribute__((always_inline)) inline float fast_expf(float x, const ExpBounds& 
   std::memcpy(&scale, &bits, 4);
   return y * scale;
 }
-// With constant bounds, for loops where exp is not the hot part.
-__attribute__((always_inline)) inline float fast_expf(float x) {
-  return fast_expf(x, ExpBounds{-87.0f, 88.0f});
-}
 
 // erf(z) as z * P(z^2) / Q(z^2) over [-4, 4], degrees 6 and 4, fitted for
-// parallm by tools/fit_erf.py to 6.5e-8 relative. Evaluated in fp32, Phi =
-// (1 + erf(x / sqrt 2)) / 2 from it is within 2.5e-7 absolute (a few ulp of
-// erf near 1; tests/kernels holds the bounds), and the result is clamped to
-// [-1, 1] so that Phi stays in [0, 1]. Phi from erf cancels in the left tail,
-// as fp32 PyTorch's GELU does: 8e-5 relative near x = -3.
+// parallm by tools/fit_erf.py to 6.5e-8 relative. Evaluated in fp32 (a few
+// ulp of erf near 1), the result is clamped to [-1, 1] so that Phi = (1 +
+// erf(x / sqrt 2)) / 2 stays in [0, 1]; gelu.h states the bound that
+// tests/kernels holds GELU to. Phi from erf cancels in the left tail, as fp32
+// PyTorch's GELU does.
 __attribute__((always_inline)) inline float fast_erf(float z, const ErfBounds& b) {
   z = clampf(z, b.lo, b.hi);
   const float t = z * z;

@@ -1,7 +1,8 @@
 // GELU forward and backward on the GPU, exact (erf) or tanh, elementwise, on
 // float or bf16 elements (fp32 arithmetic), read and written 16 bytes at a time.
-// Exact GELU on fp32 elements goes through erfc (accurate for x < 0), on bf16
-// elements through 1 + erf (cheaper; see gelu_value_fast).
+// Exact GELU on fp32 elements goes through erfc (accurate for x < 0; the CPU
+// kernel's rational erf is not, see gelu.h), on bf16 elements through 1 + erf
+// (cheaper; see gelu_value_fast).
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
