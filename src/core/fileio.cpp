@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 
@@ -86,6 +87,13 @@ void read_file_range(const std::string& path, size_t file_size, size_t offset, v
   const int e = transfer(fd, static_cast<char*>(out), bytes, false);
   ::close(fd);
   PARALLM_CHECK(e == 0, IoError, "io.read", "read of {} failed: {}", path, std::strerror(e));
+}
+
+void make_directories(const std::string& path, const std::string& where, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  PARALLM_CHECK(!ec && std::filesystem::is_directory(path), IoError, where, "cannot create {} {}: {}", what, path,
+                ec ? ec.message() : std::string("a file of that name exists"));
 }
 
 std::string read_text_file(const std::string& path, const std::string& where) {

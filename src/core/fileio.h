@@ -29,5 +29,8 @@ void read_file(const std::string& path, std::initializer_list<FilePiece> pieces)
 void read_file_range(const std::string& path, size_t file_size, size_t offset, void* out, size_t bytes);
 // A whole (small) text file; IoError "[where] cannot read <path>: <reason>".
 std::string read_text_file(const std::string& path, const std::string& where);
+// Creates directory `path` and its parents if need be; IoError "[where] cannot
+// create <what> <path>: <reason>" otherwise (a file of that name included).
+void make_directories(const std::string& path, const std::string& where, const std::string& what);
 
 }  // namespace parallm

@@ -105,9 +105,7 @@ PrepareResult prepare_char_dataset(const std::string& input_path, const std::str
   // All three files are complete on disk (as .new) before any replaces its
   // predecessor, so a failed write leaves the old dataset; the loader checks
   // the sizes against meta.json in any case.
-  fs::create_directories(out_dir, ec);
-  PARALLM_CHECK(!ec && fs::is_directory(out_dir), IoError, "data.prepare", "cannot create output directory {}: {}",
-                out_dir, ec ? ec.message() : std::string("a file of that name exists"));
+  make_directories(out_dir, "data.prepare", "output directory");
   const fs::path dir(out_dir);
   try {
     write_file_atomic((dir / "train.bin.new").string(), {{ids.data(), n_train * 2}});

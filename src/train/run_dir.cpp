@@ -64,12 +64,9 @@ RunDir::LogAttach::~LogAttach() {
 }
 
 namespace {
-// `dir`, created if need be (IoError naming train.out_dir otherwise).
-fs::path made(const fs::path& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  PARALLM_CHECK(!ec && fs::is_directory(dir), IoError, "train", "cannot create train.out_dir={}: {}", dir.string(),
-                ec ? ec.message() : std::string("a file of that name exists"));
+// `dir`, created if need be.
+fs::path made(const std::string& dir) {
+  make_directories(dir, "train", "train.out_dir");
   return dir;
 }
 }  // namespace

@@ -23,13 +23,15 @@ struct Bounds {
   float u_lo = simd::opaque(-15.0f), u_hi = simd::opaque(15.0f);
 };
 
+// Phi(x), the standard normal CDF, from erf.
+__attribute__((always_inline)) inline float norm_cdf(float x, const Bounds& b) {
+  return 0.5f + 0.5f * simd::fast_erf(x * kInvSqrt2, b.erf);
+}
+
 PARALLM_CLONES void gelu_fwd_chunk(float* out, const float* x, int64_t n, bool exact) {
   const Bounds b;
   if (exact)
-    for (int64_t i = 0; i < n; ++i) {
-      const float cdf = 0.5f + 0.5f * simd::fast_erf(x[i] * kInvSqrt2, b.erf);
-      out[i] = x[i] * cdf;
-    }
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * norm_cdf(x[i], b);
   else
     for (int64_t i = 0; i < n; ++i) {
       // 0.5 * (1 + tanh(u)) = e / (e + 1) with e = exp(2u): no cancellation in the left tail.
@@ -43,7 +45,7 @@ PARALLM_CLONES void gelu_bwd_chunk(float* dinp, const float* x, const float* dy,
   const Bounds b;
   if (exact)
     for (int64_t i = 0; i < n; ++i) {
-      const float cdf = 0.5f + 0.5f * simd::fast_erf(x[i] * kInvSqrt2, b.erf);
+      const float cdf = norm_cdf(x[i], b);
       const float pdf = kInvSqrt2Pi * simd::fast_expf(-0.5f * x[i] * x[i], b.exp);
       dinp[i] = (cdf + x[i] * pdf) * dy[i];
     }
