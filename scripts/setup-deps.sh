@@ -10,6 +10,7 @@ PKGS=(
   libyaml-cpp-dev        # config files
   nlohmann-json3-dev     # JSON (metrics, manifests, checkpoints)
   libfmt-dev libspdlog-dev
+  zlib1g-dev             # CRC-32 checksums of checkpoint files
   libcurl4-openssl-dev   # dataset download
   libopenmpi-dev openmpi-bin  # MPI: multi-rank runs and their tests (mpirun inside ctest)
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -2,7 +2,9 @@
 // The vocabulary is the run's own (the copy of meta.json the trainer keeps in
 // the run directory; for runs made before it did, the run's data.dir), so a
 // run directory alone is enough to sample from. --data names another
-// dataset, which must have the same vocabulary.
+// dataset, which must have the same vocabulary. Text streams out as it is
+// generated; a model whose vocab_size pads the vocabulary never draws a
+// padding id.
 #include <cstdio>
 #include <filesystem>
 
@@ -84,10 +86,17 @@ Runner add_sample(CLI::App& app) {
     model::GPT m(cfg.model, 1, cfg.model.block_size);
     train::load_checkpoint(o->ckpt, m, nullptr);
     auto prompt = vocab.encode(o->prompt);
+    // Each character is printed as it is drawn: a long sample shows itself growing.
+    auto print_token = [&vocab](int32_t t) {
+      std::fputs(vocab.decode({t}).c_str(), stdout);
+      std::fflush(stdout);
+    };
     for (int64_t s = 0; s < o->num_samples; ++s) {
-      auto out =
-          train::generate(m, prompt, {o->max_new_tokens, o->temperature, o->top_k, o->seed + static_cast<uint64_t>(s)});
-      std::printf("%s\n---------------\n", vocab.decode(out).c_str());
+      std::fputs(vocab.decode(prompt).c_str(), stdout);
+      train::generate(
+          m, prompt,
+          {o->max_new_tokens, o->temperature, o->top_k, o->seed + static_cast<uint64_t>(s), vocab.size(), print_token});
+      std::printf("\n---------------\n");
     }
     return 0;
   };

@@ -48,6 +48,10 @@ Runner add_train(CLI::App& app) {
       s = train::run_training(cfg, world.comm.get());
       return 0;
     });
+    if (!s.nothing_to_do.empty()) {
+      if (world->rank() == 0) std::printf("%s\n", s.nothing_to_do.c_str());
+      return 0;
+    }
     if (world->rank() == 0)
       std::printf("done: iters %lld..%lld, last val loss %.4f, best val loss %.4f\n",
                   static_cast<long long>(s.first_iter), static_cast<long long>(s.last_iter), s.last_val_loss,

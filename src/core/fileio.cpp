@@ -37,15 +37,23 @@ void write_file(const std::string& path, std::initializer_list<ConstFilePiece> p
       throw IoError("io.write", fmt::format("write to {} failed: {} (disk full?)", path, std::strerror(e)));
     }
   }
-  ::fsync(fd);
-  ::close(fd);
+  // A full disk or a network filesystem may report the failure only here.
+  const int synced = ::fsync(fd) == 0 ? 0 : errno;
+  const int closed = ::close(fd) == 0 ? 0 : errno;
+  PARALLM_CHECK(synced == 0 && closed == 0, IoError, "io.write", "write to {} failed: {} (disk full?)", path,
+                std::strerror(synced ? synced : closed));
 }
 
 void write_file_atomic(const std::string& path, std::initializer_list<ConstFilePiece> pieces) {
   const std::string tmp = path + ".tmp";
-  write_file(tmp, pieces);
-  PARALLM_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, IoError, "io.write", "cannot rename {} to {}: {}", tmp,
-                path, std::strerror(errno));
+  try {
+    write_file(tmp, pieces);
+    PARALLM_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, IoError, "io.write", "cannot rename {} to {}: {}", tmp,
+                  path, std::strerror(errno));
+  } catch (const IoError&) {
+    std::remove(tmp.c_str());  // no partial file is left to fill the disk; `path` is unchanged
+    throw;
+  }
 }
 
 void read_file(const std::string& path, std::initializer_list<FilePiece> pieces) {

@@ -1,14 +1,40 @@
 #include "core/log.h"
 
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
 #include <cstdlib>
+#include <mutex>
+
+#include "core/append_file.h"
 
 namespace parallm::log {
 
 namespace {
-std::shared_ptr<spdlog::sinks::sink> g_console, g_file;
+// The run's log file: whole lines or none (core/append_file.h); a failed
+// write is kept for file_error(), never thrown into the code that logged.
+class RecordFileSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  RecordFileSink(const std::string& path, bool truncate) : file_(path, truncate, "log") {}
+  std::string error() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return file_.error();
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    file_.append(line.data(), line.size());
+  }
+  void flush_() override {}
+
+ private:
+  AppendFile file_;
+};
+
+std::shared_ptr<spdlog::sinks::sink> g_console;
+std::shared_ptr<RecordFileSink> g_file;
 
 void rebuild() {
   std::vector<spdlog::sink_ptr> sinks{g_console};
@@ -29,18 +55,21 @@ void init_console() {
 
 void add_file(const std::string& path, bool truncate) {
   init_console();
-  g_file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, truncate);
+  g_file = std::make_shared<RecordFileSink>(path, truncate);
   g_file->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
   rebuild();
 }
 
 void error_to_file(const std::string& line) {
   if (!g_file) return;
-  try {  // called while another error unwinds: a full disk must not replace it
+  try {  // called while another error unwinds: nothing may replace it
     g_file->log(spdlog::details::log_msg("parallm", spdlog::level::err, line));
-    g_file->flush();
   } catch (...) {
   }
+}
+
+std::string file_error() {
+  return g_file ? g_file->error() : std::string();
 }
 
 void remove_file() {

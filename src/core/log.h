@@ -17,6 +17,10 @@ void add_file(const std::string& path, bool truncate = false);
 // that ends a run, which the CLI prints to the console itself.
 void error_to_file(const std::string& line);
 void remove_file();
+// "" while every line reached the file sink; else what failed ("cannot write
+// <path>: No space left on device"). After a failure the file keeps its last
+// whole line and takes no more.
+std::string file_error();
 void set_quiet(bool quiet);
 // Ranks other than 0 log warnings and errors only (everything when
 // LOG_FROM_ALL_RANKS=1), each line prefixed with [host:rank].

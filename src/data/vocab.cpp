@@ -10,14 +10,24 @@ namespace parallm::data {
 CharVocab CharVocab::load(const std::string& data_dir) {
   const std::string path = data_dir + "/meta.json";
   const nlohmann::json meta = read_dataset_meta(data_dir);
-  PARALLM_CHECK(meta.contains("itos") && meta["itos"].is_array(), IoError, "data.vocab", "{} has no itos list", path);
+  constexpr const char* fix = "prepare the dataset again (parallm prepare ...)";
+  PARALLM_CHECK(meta.contains("itos") && meta["itos"].is_array(), IoError, "data.vocab",
+                "{} has no itos list (the character of each token id); {}", path, fix);
+  PARALLM_CHECK(meta.contains("vocab_size") && meta["vocab_size"].is_number_integer(), IoError, "data.vocab",
+                "{} has no integer vocab_size; {}", path, fix);
+  PARALLM_CHECK(meta["vocab_size"].get<int64_t>() == static_cast<int64_t>(meta["itos"].size()), IoError, "data.vocab",
+                "{} says vocab_size {} but its itos list has {} characters; {}", path, meta["vocab_size"].dump(),
+                meta["itos"].size(), fix);
   CharVocab v;
   for (const auto& s : meta["itos"]) {
-    PARALLM_CHECK(s.is_string(), IoError, "data.vocab", "{}: itos entry {} is not a string", path, s.dump());
+    const auto id = v.itos_.size();
+    PARALLM_CHECK(s.is_string(), IoError, "data.vocab", "{}: itos entry {} (id {}) is not a string; {}", path, s.dump(),
+                  id, fix);
     auto cps = decode_utf8(s.get<std::string>(), path);
-    PARALLM_CHECK(cps.size() == 1, IoError, "data.vocab", "{}: itos entry \"{}\" is not one character", path,
-                  s.get<std::string>());
-    v.stoi_[cps[0]] = static_cast<int32_t>(v.itos_.size());
+    PARALLM_CHECK(cps.size() == 1, IoError, "data.vocab", "{}: itos entry {} (id {}) is not one character; {}", path,
+                  s.dump(), id, fix);
+    PARALLM_CHECK(v.stoi_.emplace(cps[0], static_cast<int32_t>(id)).second, IoError, "data.vocab",
+                  "{}: itos entry {} (id {}) repeats id {}; {}", path, s.dump(), id, v.stoi_[cps[0]], fix);
     v.itos_.push_back(cps[0]);
   }
   return v;

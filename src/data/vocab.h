@@ -10,7 +10,9 @@ namespace parallm::data {
 
 class CharVocab {
  public:
-  static CharVocab load(const std::string& data_dir);  // reads data_dir/meta.json
+  // Reads data_dir/meta.json, strictly: an itos list of one-character strings,
+  // no character twice, as many as its vocab_size (IoError naming the entry).
+  static CharVocab load(const std::string& data_dir);
   int64_t size() const { return static_cast<int64_t>(itos_.size()); }
   bool operator==(const CharVocab& o) const { return itos_ == o.itos_; }
   // Throws ConfigError naming the first character not in the vocabulary.

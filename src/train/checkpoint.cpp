@@ -1,20 +1,25 @@
 #include "train/checkpoint.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
+#include "core/checksum.h"
 #include "core/error.h"
 #include "core/fileio.h"
 #include "core/gpu.h"
+#include "core/log.h"
+#include "train/checkpoint_format.h"
 
 namespace parallm::train {
 
 namespace fs = std::filesystem;
 
 namespace {
-constexpr int kFormat = 1, kFormatSharded = 2;
+using ckpt::kFormat;
+using ckpt::kFormatSharded;
 
 nlohmann::json layout_json(const model::ParamLayout& l) {
   nlohmann::json a = nlohmann::json::array();
@@ -34,17 +39,31 @@ nlohmann::json state_json(int format, const model::ParamLayout& layout, int64_t 
     s["loss_scale"] = {{"scale", st.loss_scale->scale},
                        {"good_steps", st.loss_scale->good_steps},
                        {"skipped", st.loss_scale->skipped}};
+  if (!st.unwritten_records.empty()) s["unwritten_records"] = st.unwritten_records;
   s["config"] = config;
   s["params"] = layout_json(layout);
   s["flat_size"] = layout.total();
   return s;
 }
 
+// The message of a save that failed with `what`, once its partial ckpt.tmp is
+// removed (so a full disk is not kept full by it).
+std::string failed_save(const fs::path& out_dir, const std::string& what) {
+  std::error_code ec;
+  fs::remove_all(out_dir / "ckpt.tmp", ec);
+  const bool have = fs::exists(out_dir / "ckpt" / "state.json", ec) || fs::exists(out_dir / "ckpt.old", ec);
+  return fmt::format("saving the checkpoint in {} failed: {}; {}; {}", out_dir.string(), what,
+                     ec ? "the partial ckpt.tmp could not be removed: delete it" : "the partial ckpt.tmp was removed",
+                     have ? "the previous checkpoint is intact" : "no earlier checkpoint exists");
+}
+
 // Writes state.json into the finished tmp directory, then swaps it in:
 // ckpt -> ckpt.old, ckpt.tmp -> ckpt, drop ckpt.old.
 void finish_and_swap(const fs::path& out_dir, const nlohmann::json& state) {
   const fs::path final_dir = out_dir / "ckpt", tmp_dir = out_dir / "ckpt.tmp", old_dir = out_dir / "ckpt.old";
-  const std::string js = state.dump(1);
+  nlohmann::json s = state;
+  s["state_crc32"] = ckpt::state_crc(s);
+  const std::string js = s.dump(1);
   write_file((tmp_dir / "state.json").string(), {{js.data(), js.size()}});
   fs::remove_all(old_dir);
   if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
@@ -71,35 +90,84 @@ void save_checkpoint(const std::string& out_dir, const model::GPT& m, const opti
 void save_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, const float* p, const float* om,
                      const float* ov, int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config) {
   const fs::path tmp_dir = fs::path(out_dir) / "ckpt.tmp";
-  fs::remove_all(tmp_dir);
-  fs::create_directories(tmp_dir);
-  const size_t pbytes = static_cast<size_t>(layout.total()) * sizeof(float);
-  write_file((tmp_dir / "model.bin").string(), {{p, pbytes}});
-  write_file((tmp_dir / "optim.bin").string(), {{om, pbytes}, {ov, pbytes}});  // m then v
-  nlohmann::json s = state_json(kFormat, layout, optimizer_steps, st, config);
-  s["files"] = {{"model.bin", pbytes}, {"optim.bin", 2 * pbytes}};
-  finish_and_swap(out_dir, s);
+  try {
+    fs::remove_all(tmp_dir);
+    fs::create_directories(tmp_dir);
+    const size_t pbytes = static_cast<size_t>(layout.total()) * sizeof(float);
+    write_file((tmp_dir / "model.bin").string(), {{p, pbytes}});
+    write_file((tmp_dir / "optim.bin").string(), {{om, pbytes}, {ov, pbytes}});  // m then v
+    nlohmann::json s = state_json(kFormat, layout, optimizer_steps, st, config);
+    s["files"] = {{"model.bin", pbytes}, {"optim.bin", 2 * pbytes}};
+    s["checksums"] = {{"model.bin", crc32_hex(crc32_of({{p, pbytes}}))},
+                      {"optim.bin", crc32_hex(crc32_of({{om, pbytes}, {ov, pbytes}}))}};
+    finish_and_swap(out_dir, s);
+  } catch (const std::exception& e) {
+    throw IoError("checkpoint.save", failed_save(out_dir, e.what()));
+  }
 }
 
 nlohmann::json read_checkpoint_meta(const std::string& out_dir) {
   fs::path dir = fs::path(out_dir) / "ckpt";
+  std::error_code ec;
   // A crash between the two renames leaves only ckpt.old: it is complete.
-  if (!fs::exists(dir / "state.json") && fs::exists(fs::path(out_dir) / "ckpt.old" / "state.json"))
+  if (!fs::exists(dir / "state.json", ec) && fs::exists(fs::path(out_dir) / "ckpt.old" / "state.json", ec))
     dir = fs::path(out_dir) / "ckpt.old";
-  std::ifstream f(dir / "state.json");
-  PARALLM_CHECK(f.good(), IoError, "checkpoint.load", "no checkpoint in {} (expected {}/state.json)", out_dir,
-                dir.string());
-  nlohmann::json s;
-  try {
-    s = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    throw IoError("checkpoint.load", fmt::format("{}/state.json is corrupt: {}", dir.string(), e.what()));
-  }
-  const int format = s.value("format", 0);
-  PARALLM_CHECK(format == kFormat || format == kFormatSharded, IoError, "checkpoint.load",
-                "{}: unsupported checkpoint format {}", dir.string(), format);
+  const fs::path path = dir / "state.json";
+  PARALLM_CHECK(fs::exists(path, ec), IoError, "checkpoint.load",
+                "no checkpoint in {} (expected {}): train a run there first, or name the run directory that holds one",
+                out_dir, path.string());
+  nlohmann::json s = nlohmann::json::parse(read_text_file(path.string(), "checkpoint.load"), nullptr, false);
+  PARALLM_CHECK(!s.is_discarded(), IoError, "checkpoint.load",
+                "{} is not valid JSON; the checkpoint is damaged: restore it from a copy, or start over with "
+                "train.overwrite=true",
+                path.string());
+  ckpt::check_state(s, dir.string());
+  const int format = s["format"].get<int>();
+  if (format < kFormat)
+    log::warn("checkpoint {} (format {}) was written before checkpoints had checksums: it is loaded unverified",
+              dir.string(), format);
   s["_dir"] = dir.string();
   return s;
+}
+
+void verify_checkpoint(const nlohmann::json& meta, comm::Communicator* world, bool params_only) {
+  if (meta["format"].get<int>() < kFormat) return;  // written before checksums
+  const fs::path dir = meta["_dir"].get<std::string>();
+  std::vector<std::pair<std::string, std::string>> files;  // name, crc
+  if (ckpt::sharded(meta["format"].get<int>())) {
+    for (const auto& sh : meta["shards"]) files.emplace_back(sh["file"], sh["crc32"]);
+  } else {
+    for (const char* f : {"model.bin", "optim.bin"})
+      if (!params_only || std::string(f) == "model.bin") files.emplace_back(f, meta["checksums"][f]);
+  }
+  const int n = world ? world->size() : 1, me = world ? world->rank() : 0;
+  // The first damaged file (by index) this rank found among its share; files.size() if none.
+  auto bad = static_cast<int32_t>(files.size());
+  std::string why;
+  for (size_t i = static_cast<size_t>(me); i < files.size() && bad == static_cast<int32_t>(files.size());
+       i += static_cast<size_t>(n)) {
+    try {
+      const std::string got = crc32_hex(file_crc32((dir / files[i].first).string(), "checkpoint.load"));
+      if (got != files[i].second) {
+        bad = static_cast<int32_t>(i);
+        why = fmt::format("its CRC-32 is {}, state.json recorded {}", got, files[i].second);
+      }
+    } catch (const Error& e) {
+      bad = static_cast<int32_t>(i);
+      why = e.message();
+    }
+  }
+  if (n > 1) {
+    Tensor t = Tensor::empty({1}, DType::I32);
+    t.data<int32_t>()[0] = bad;
+    world->all_reduce(t, comm::ReduceOp::Min);
+    if (t.data<int32_t>()[0] != bad) why = "found by another rank";
+    bad = t.data<int32_t>()[0];
+  }
+  PARALLM_CHECK(bad == static_cast<int32_t>(files.size()), IoError, "checkpoint.load",
+                "{} is damaged ({}): the checkpoint cannot be trusted; restore it from a copy, or start over with "
+                "train.overwrite=true",
+                (dir / files[static_cast<size_t>(bad)].first).string(), why);
 }
 
 void check_checkpoint_layout(const nlohmann::json& meta, const model::ParamLayout& layout) {
@@ -111,8 +179,8 @@ void check_checkpoint_layout(const nlohmann::json& meta, const model::ParamLayou
 TrainState checkpoint_state(const nlohmann::json& meta, int64_t* optimizer_steps) {
   if (optimizer_steps) *optimizer_steps = meta["optimizer_steps"].get<int64_t>();
   TrainState st;
-  st.iter = meta["iter"];
-  st.best_val_loss = meta["best_val_loss"];
+  st.iter = meta["iter"].get<int64_t>();
+  st.best_val_loss = meta["best_val_loss"].get<double>();
   if (meta.contains("loss_scale")) {
     try {
       const auto& ls = meta["loss_scale"];
@@ -132,7 +200,7 @@ void read_checkpoint_range(const nlohmann::json& meta, CkptPart part, int64_t be
                 "range [{}, {}) outside the {} elements", begin, begin + count, total);
   constexpr size_t f = sizeof(float);
   const auto k = static_cast<int64_t>(part);  // 0 params, 1 m, 2 v
-  if (meta["format"] == kFormat) {
+  if (!ckpt::sharded(meta["format"].get<int>())) {
     const bool model = part == CkptPart::Params;
     const auto bytes = static_cast<size_t>(total) * f;
     read_file_range((dir / (model ? "model.bin" : "optim.bin")).string(), model ? bytes : 2 * bytes,
@@ -159,9 +227,10 @@ void read_checkpoint_range(const nlohmann::json& meta, CkptPart part, int64_t be
 }
 
 TrainState load_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, float* params, float* om,
-                           float* ov, int64_t* optimizer_steps) {
+                           float* ov, int64_t* optimizer_steps, bool verify) {
   nlohmann::json s = read_checkpoint_meta(out_dir);
   check_checkpoint_layout(s, layout);
+  if (verify) verify_checkpoint(s, nullptr, !(om && ov));
   read_checkpoint_range(s, CkptPart::Params, 0, layout.total(), params);
   if (om && ov) {
     read_checkpoint_range(s, CkptPart::M, 0, layout.total(), om);
@@ -186,13 +255,15 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
     }
     return std::pair{pieces, size};
   };
-  // Every rank must know whether every other one managed its part.
+  // Every rank must know whether every other one managed its part; a failed
+  // save leaves no ckpt.tmp behind (rank 0 removes it).
   Tensor ok = Tensor::empty({1}, DType::I32);
   auto agree = [&](bool mine, const std::string& what) {
     ok.data<int32_t>()[0] = mine ? 1 : 0;
     world.all_reduce(ok, comm::ReduceOp::Min);
-    PARALLM_CHECK(ok.data<int32_t>()[0] == 1, IoError, "checkpoint.save", "{} failed on at least one rank ({})", what,
-                  out_dir);
+    if (ok.data<int32_t>()[0] == 1) return;
+    const std::string msg = failed_save(out_dir, what + " failed on at least one rank");
+    throw IoError("checkpoint.save", me == 0 ? msg : what + " failed on at least one rank (rank 0 reports it)");
   };
   std::string err;
   if (me == 0) {
@@ -205,12 +276,17 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
   }
   agree(err.empty(), "creating " + tmp_dir.string() + (err.empty() ? "" : ": " + err));
   const auto bytes = static_cast<size_t>(shard_of_rank(me).second) * sizeof(float);
+  // Every rank's shard checksum, for rank 0's manifest.
+  Tensor mine = Tensor::empty({1}, DType::I32), crcs = Tensor::empty({n}, DType::I32);
+  const uint32_t crc = crc32_of({{params, bytes}, {om, bytes}, {ov, bytes}});
+  std::memcpy(mine.data<int32_t>(), &crc, sizeof(crc));
   try {
     write_file((tmp_dir / file_of(me)).string(), {{params, bytes}, {om, bytes}, {ov, bytes}});
   } catch (const Error& e) {
     err = e.what();
   }
   agree(err.empty(), "writing the shard files" + (err.empty() ? "" : ": " + err));
+  world.all_gather(mine, crcs);
   if (me == 0) {
     try {
       nlohmann::json s = state_json(kFormatSharded, layout, optimizer_steps, st, config);
@@ -218,7 +294,10 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
       s["shards"] = nlohmann::json::array();
       for (int r = 0; r < n; ++r) {
         auto [pieces, size] = shard_of_rank(r);
-        s["shards"].push_back({{"file", file_of(r)}, {"shard_size", size}, {"pieces", pieces}});
+        uint32_t c = 0;
+        std::memcpy(&c, crcs.data<int32_t>() + r, sizeof(c));
+        s["shards"].push_back(
+            {{"file", file_of(r)}, {"shard_size", size}, {"crc32", crc32_hex(c)}, {"pieces", pieces}});
       }
       finish_and_swap(out_dir, s);
     } catch (const std::exception& e) {
@@ -228,16 +307,18 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
   agree(err.empty(), "writing the manifest" + (err.empty() ? "" : ": " + err));
 }
 
-TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::AdamW* opt) {
+TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::AdamW* opt, bool verify) {
   int64_t steps = 0;
   TrainState st;
   if (m.device().is_cpu()) {
-    st = load_checkpoint(out_dir, m.layout(), m.params(), opt ? opt->m() : nullptr, opt ? opt->v() : nullptr, &steps);
+    st = load_checkpoint(out_dir, m.layout(), m.params(), opt ? opt->m() : nullptr, opt ? opt->v() : nullptr, &steps,
+                         verify);
     m.params_changed();  // CPU bf16 products read a bf16 copy of the parameters
   } else {
     const size_t pbytes = static_cast<size_t>(m.flat_size()) * sizeof(float);
     std::vector<float> hp(m.flat_size()), hm(opt ? m.flat_size() : 0), hv(opt ? m.flat_size() : 0);
-    st = load_checkpoint(out_dir, m.layout(), hp.data(), opt ? hm.data() : nullptr, opt ? hv.data() : nullptr, &steps);
+    st = load_checkpoint(out_dir, m.layout(), hp.data(), opt ? hm.data() : nullptr, opt ? hv.data() : nullptr, &steps,
+                         verify);
     m.load_params(hp.data());
     if (opt) {
       gpu::memcpy_h2d(opt->m(), hm.data(), pbytes);

@@ -4,21 +4,28 @@
 //   state.json format version, iteration, best val loss, optimizer step count,
 //              dynamic loss scaling's state (scale, good steps, skipped steps),
 //              the resolved config, the parameter table (names, shapes,
-//              offsets) and each file's size, checked on load.
-// A sharded run (ZeRO) writes format 2 instead: every rank writes its own
+//              offsets), each file's size and CRC-32, and the CRC-32 of
+//              state.json's own content (state_crc32).
+// A sharded run (ZeRO) writes format 4 instead: every rank writes its own
 //   shard-RRRRR-of-NNNNN.bin  its parameter pieces, then its m, then its v
 // (rank r's piece of each layout group is comm::shard_of(group length, N, r),
 // concatenated in group order), and state.json holds the manifest: per file,
-// which flat ranges [flat, flat + count) it holds at which offset. Any run
-// reads the ranges it needs from either format (read_checkpoint_range), so a
-// checkpoint saved at one stage and world size resumes at any other and no
-// rank ever holds more than it trains with. The directory must be visible to
-// every rank (a shared filesystem on clusters).
+// its CRC-32 and which flat ranges [flat, flat + count) it holds at which
+// offset. Any run reads the ranges it needs from either format
+// (read_checkpoint_range), so a checkpoint saved at one stage and world size
+// resumes at any other and no rank ever holds more than it trains with. The
+// directory must be visible to every rank (a shared filesystem on clusters).
+// Formats 1 and 2, written before checksums, still load (unverified, with a
+// warning).
+// Integrity: read_checkpoint_meta checks state.json's structure and its own
+// checksum, verify_checkpoint the files' checksums; a damaged checkpoint is
+// an IoError naming the file, never a silent load.
 // Saving is atomic: everything is written into a fresh sibling directory,
 // flushed, then swapped in by rename, so a crash at any point leaves either
-// the old or the new checkpoint, never a mix. Data order and dropout masks are
-// pure functions of (seed, step), so (weights, moments, step) is the whole
-// state: a resumed run continues the identical trajectory.
+// the old or the new checkpoint, never a mix; a save that fails removes its
+// partial directory. Data order and dropout masks are pure functions of
+// (seed, step), so (weights, moments, step) is the whole state: a resumed run
+// continues the identical trajectory.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -37,6 +44,9 @@ struct TrainState {
   double best_val_loss = 1e30;
   // Dynamic loss scaling's state (absent when the run did not scale dynamically).
   std::optional<optim::LossScaleState> loss_scale;
+  // Metrics records the run could not write when it stopped on a write error
+  // (an array, saved when not empty; a resumed run writes them: RunDir).
+  nlohmann::json unwritten_records = nlohmann::json::array();
 };
 
 void save_checkpoint(const std::string& out_dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
@@ -45,14 +55,22 @@ void save_checkpoint(const std::string& out_dir, const model::GPT& m, const opti
 // assembles them first): parameters, then AdamW's first and second moments.
 void save_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, const float* params, const float* m,
                      const float* v, int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config);
-// Reads state.json only (to rebuild the model with the saved config).
+// Reads state.json only (to rebuild the model with the saved config), and
+// checks it: its structure, value ranges and own checksum (IoError naming
+// the field otherwise).
 nlohmann::json read_checkpoint_meta(const std::string& out_dir);
+// Checks the CRC-32 of every file the checkpoint lists (with `params_only`,
+// only those holding parameters): IoError naming the first damaged file. With
+// a world of several ranks the files are shared out among the ranks and every
+// rank throws the same error.
+void verify_checkpoint(const nlohmann::json& meta, comm::Communicator* world = nullptr, bool params_only = false);
 // Loads weights and optimizer state into an existing model/optimizer; throws
-// IoError naming the mismatch if the layout differs or a file is truncated.
-TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::AdamW* opt);
+// IoError naming the mismatch if the layout differs, a file is truncated or
+// (with `verify`) does not match its checksum.
+TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::AdamW* opt, bool verify = true);
 // Into host buffers of layout.total() floats (m and v may both be null).
 TrainState load_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, float* params, float* m,
-                           float* v, int64_t* optimizer_steps);
+                           float* v, int64_t* optimizer_steps, bool verify = true);
 
 // Sharded save (collective over `world`, which is the data-parallel group):
 // params, m, v are this rank's shards (see above). Throws IoError on every

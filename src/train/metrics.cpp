@@ -9,21 +9,6 @@
 
 namespace parallm::train {
 
-MetricsWriter::MetricsWriter(const std::string& path, bool append) {
-  f_ = std::fopen(path.c_str(), append ? "a" : "w");
-  PARALLM_CHECK(f_ != nullptr, IoError, "metrics", "cannot open {} for writing", path);
-}
-
-MetricsWriter::~MetricsWriter() {
-  if (f_) std::fclose(f_);
-}
-
-void MetricsWriter::write(const nlohmann::json& record) {
-  const std::string s = record.dump() + "\n";
-  std::fwrite(s.data(), 1, s.size(), f_);
-  std::fflush(f_);
-}
-
 Progress::Progress(int64_t first, int64_t last, bool enabled)
     : active_(enabled && ::isatty(STDOUT_FILENO)), first_(first), last_(last) {}
 

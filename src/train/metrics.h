@@ -1,23 +1,31 @@
 // Run outputs a tool can read: metrics.jsonl (one JSON object per line,
-// flushed as written) and the progress bar shown when stdout is a terminal.
+// written whole or not at all: core/append_file.h) and the progress bar shown
+// when stdout is a terminal.
 #pragma once
 #include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/append_file.h"
+
 namespace parallm::train {
 
 class MetricsWriter {
  public:
-  MetricsWriter(const std::string& path, bool append);
-  ~MetricsWriter();
-  MetricsWriter(const MetricsWriter&) = delete;
-  MetricsWriter& operator=(const MetricsWriter&) = delete;
-  void write(const nlohmann::json& record);
+  MetricsWriter(const std::string& path, bool append) : file_(path, !append, "metrics") {}
+  // One line; a failed write keeps it (and every later one) in unwritten()
+  // and sets error().
+  void write(const nlohmann::json& record) {
+    const std::string s = record.dump() + "\n";
+    if (!file_.append(s.data(), s.size())) unwritten_.push_back(record);
+  }
+  const std::string& error() const { return file_.error(); }
+  const nlohmann::json& unwritten() const { return unwritten_; }
 
  private:
-  std::FILE* f_ = nullptr;
+  AppendFile file_;
+  nlohmann::json unwritten_ = nlohmann::json::array();
 };
 
 // A one-line progress bar redrawn in place; log lines printed through

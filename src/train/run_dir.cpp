@@ -69,12 +69,32 @@ fs::path made(const std::string& dir) {
   make_directories(dir, "train", "train.out_dir");
   return dir;
 }
+
+// Removes what an interrupted save or write left in `dir`, saying what it was.
+void remove_leftovers(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::exists(dir / "ckpt.tmp", ec)) {
+    fs::remove_all(dir / "ckpt.tmp", ec);
+    PARALLM_CHECK(!ec, IoError, "train", "cannot delete {}, left by a checkpoint save that did not finish: {}",
+                  (dir / "ckpt.tmp").string(), ec.message());
+    log::warn(
+        "removed {}: a checkpoint save that did not finish (a crash or a full disk) left it; the last complete "
+        "checkpoint is the one in ckpt/",
+        (dir / "ckpt.tmp").string());
+  }
+  for (const char* f : {"config.json.tmp", "meta.json.tmp", "memory.json.tmp", "metrics.jsonl.tmp"}) {
+    if (!fs::exists(dir / f, ec)) continue;
+    fs::remove(dir / f, ec);
+    if (!ec) log::warn("removed {}: a write that did not finish left it", (dir / f).string());
+  }
+}
 }  // namespace
 
-RunDir::RunDir(const RunConfig& cfg, Mode mode, int64_t resume_iter)
+RunDir::RunDir(const RunConfig& cfg, Mode mode, int64_t resume_iter, const nlohmann::json& carried)
     : dir_(cfg.out_dir), log_((made(dir_) / "train.log").string(), mode == Mode::Scratch) {
   const fs::path dir(dir_);
   std::error_code ec;
+  if (mode != Mode::EvalOnly) remove_leftovers(dir);
   if (mode == Mode::Scratch)  // a fresh directory, or train.overwrite=true: nothing of an earlier run stays
     for (const char* old : {"ckpt", "ckpt.old", "meta.json", "memory.json"}) {
       fs::remove_all(dir / old, ec);
@@ -87,10 +107,22 @@ RunDir::RunDir(const RunConfig& cfg, Mode mode, int64_t resume_iter)
   }
   if (mode == Mode::Resume) drop_metrics_from(dir / "metrics.jsonl", resume_iter);
   metrics_ = std::make_unique<MetricsWriter>((dir / "metrics.jsonl").string(), mode != Mode::Scratch);
+  if (mode == Mode::Resume)
+    for (const auto& r : carried) metrics_->write(r);
 }
 
-void RunDir::write_memory(const nlohmann::json& record) const {
-  write_text(fs::path(dir_) / "memory.json", record.dump(2) + "\n");
+void RunDir::write_memory(const nlohmann::json& record) {
+  try {
+    write_text(fs::path(dir_) / "memory.json", record.dump(2) + "\n");
+  } catch (const Error& e) {
+    if (memory_error_.empty()) memory_error_ = e.message();
+  }
+}
+
+std::string RunDir::write_error() const {
+  if (!metrics_->error().empty()) return metrics_->error();
+  if (const std::string e = log::file_error(); !e.empty()) return e;
+  return memory_error_;
 }
 
 void RunDir::log_error(const std::string& what) {

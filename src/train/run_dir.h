@@ -14,6 +14,11 @@
 // runs). A resumed run keeps the metrics of the steps before the one it
 // resumes at and drops the later ones (written after the checkpoint it
 // continues from), so metrics.jsonl reads as one run.
+// Records are checked: a metrics, memory or log line that cannot be written
+// (a full disk) is kept as write_error(), which the trainer polls every step
+// to stop the run (after a best-effort checkpoint) instead of training on
+// with its records lost. Leftovers of an interrupted save (ckpt.tmp, *.tmp)
+// are removed when the directory opens, with a line saying what they were.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -36,12 +41,18 @@ class RunDir {
     Resume,   // metrics of steps >= resume_iter are dropped (the run redoes them); the log goes on
     EvalOnly  // appends its evaluation to metrics and log, rewrites nothing
   };
-  RunDir(const RunConfig& cfg, Mode mode, int64_t resume_iter);
+  // `carried`: records a run that stopped on a write error could not write
+  // (kept in its checkpoint); a resumed run writes them first.
+  RunDir(const RunConfig& cfg, Mode mode, int64_t resume_iter, const nlohmann::json& carried = nlohmann::json::array());
   RunDir(const RunDir&) = delete;
   RunDir& operator=(const RunDir&) = delete;
 
   void write_metrics(const nlohmann::json& record) { metrics_->write(record); }
-  void write_memory(const nlohmann::json& record) const;
+  void write_memory(const nlohmann::json& record);
+  // "" while every record was written; else the first failure.
+  std::string write_error() const;
+  // The metrics records that could not be written (an array).
+  const nlohmann::json& unwritten_metrics() const { return metrics_->unwritten(); }
   // Records the error that ends the run in train.log (never throws).
   static void log_error(const std::string& what);
 
@@ -55,6 +66,7 @@ class RunDir {
   std::string dir_;
   LogAttach log_;
   std::unique_ptr<MetricsWriter> metrics_;
+  std::string memory_error_;
 };
 
 }  // namespace parallm::train

@@ -11,15 +11,20 @@ namespace parallm::train {
 std::vector<int32_t> generate(model::GPT& m, std::vector<int32_t> tokens, const SampleOptions& opt) {
   PARALLM_CHECK(!tokens.empty(), ConfigError, "sample", "the prompt is empty (it must hold at least one token)");
   PARALLM_CHECK(opt.temperature > 0, ConfigError, "sample", "temperature must be > 0, got {}", opt.temperature);
-  const int64_t V = m.config().vocab_size, block = m.config().block_size;
-  std::vector<float> logits(V);
+  const int64_t block = m.config().block_size;
+  PARALLM_CHECK(opt.vocab_limit >= 0 && opt.vocab_limit <= m.config().vocab_size, ConfigError, "sample",
+                "the vocabulary ({} tokens) is larger than the model's ({})", opt.vocab_limit, m.config().vocab_size);
+  // Only the first V logits are candidates (the rest are padding ids).
+  const int64_t V = opt.vocab_limit > 0 ? opt.vocab_limit : m.config().vocab_size;
+  std::vector<float> all(static_cast<size_t>(m.config().vocab_size)), logits(static_cast<size_t>(V));
   std::vector<std::pair<float, int32_t>> order(V);
   model::StepContext ctx;  // eval mode: no dropout
   for (int64_t n = 0; n < opt.max_new_tokens; ++n) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), block);
     const int32_t* ctx_tokens = tokens.data() + tokens.size() - T;
     m.forward(ctx_tokens, nullptr, 1, T, ctx);
-    m.last_logits(logits.data(), 1, T);
+    m.last_logits(all.data(), 1, T);
+    std::copy_n(all.begin(), V, logits.begin());  // the padding ids' logits are dropped
     for (auto& l : logits) l /= opt.temperature;
     if (opt.top_k > 0 && opt.top_k < V) {
       for (int64_t v = 0; v < V; ++v) order[v] = {logits[v], static_cast<int32_t>(v)};
@@ -44,6 +49,7 @@ std::vector<int32_t> generate(model::GPT& m, std::vector<int32_t> tokens, const 
     }
     while (logits[pick] == 0.0f && pick > 0) --pick;  // never pick a filtered token through rounding
     tokens.push_back(pick);
+    if (opt.on_token) opt.on_token(pick);
   }
   return tokens;
 }

@@ -2,6 +2,7 @@
 // from the counter-based RNG at (seed, position), so a sample is reproducible.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/gpt.h"
@@ -13,6 +14,11 @@ struct SampleOptions {
   float temperature = 0.8f;
   int64_t top_k = 200;  // 0 = no top-k filter
   uint64_t seed = 1337;
+  // Ids at or above this are never drawn (a model.vocab_size padded beyond the
+  // dataset's vocabulary); 0 = the model's whole vocabulary.
+  int64_t vocab_limit = 0;
+  // Called with each new token as soon as it is drawn (to stream the text).
+  std::function<void(int32_t)> on_token;
 };
 
 // Returns prompt + generated tokens. The model must allow batch 1; the context

@@ -29,19 +29,13 @@
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/peak.h"
+#include "train/run_checks.h"
 #include "train/run_dir.h"
 #include "train/sample.h"
 
 namespace parallm::train {
 
 namespace {
-
-int64_t dataset_vocab(const std::string& dir) {
-  const nlohmann::json j = data::read_dataset_meta(dir);
-  PARALLM_CHECK(j.contains("vocab_size") && j["vocab_size"].is_number_integer(), IoError, "train",
-                "{}/meta.json has no integer vocab_size", dir);
-  return j["vocab_size"].get<int64_t>();
-}
 
 std::string memory_line(const MemStats& s) {
   std::string line = "memory:";
@@ -157,8 +151,14 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
   }
   if (!lead) cfg.progress = false;
   if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
-  if (!cfg.vocab_size_set) cfg.model.vocab_size = dataset_vocab(cfg.data_dir);
+  const data::CharVocab vocab = dataset_vocabulary(cfg, resume ? &ck_meta["config"] : nullptr);
   cfg.validate();
+  if (resume) {
+    RunSummary done;
+    done.nothing_to_do = nothing_left(cfg, checkpoint_state(ck_meta, nullptr).iter);
+    if (!done.nothing_to_do.empty()) return done;  // a queued job that finished before: no file is touched
+    verify_checkpoint(ck_meta, &world);            // every file's checksum, before anything is written
+  }
   Device dev = parse_device(cfg.device);
   if (!dev.is_cpu()) {
     if (nranks > 1) {
@@ -193,16 +193,10 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
   }
 
   data::Loader loader(cfg.data_dir, cfg.model.vocab_size, {B, T, nranks, rank}, cfg.seed);
-  std::unique_ptr<data::CharVocab> vocab;
-  try {
-    vocab = std::make_unique<data::CharVocab>(data::CharVocab::load(cfg.data_dir));
-  } catch (const Error&) {
-    vocab.reset();  // not a character dataset: no text samples
-  }
   const std::string prompt_text = cfg.sample_prompt.empty() ? "\n" : cfg.sample_prompt;
-  if (vocab && cfg.sample_tokens > 0) {
+  if (cfg.sample_tokens > 0) {
     try {
-      vocab->encode(prompt_text);
+      vocab.encode(prompt_text);
     } catch (const ConfigError& e) {
       throw ConfigError("config", fmt::format("train.sample_prompt: {}", e.message()));
     }
@@ -221,7 +215,8 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
                     !resume         ? Mode::Scratch
                     : cfg.eval_only ? Mode::EvalOnly
                                     : Mode::Resume,
-                    resume ? checkpoint_state(ck_meta, nullptr).iter : 0);
+                    resume ? checkpoint_state(ck_meta, nullptr).iter : 0,
+                    resume ? ck_meta.value("unwritten_records", nlohmann::json::array()) : nlohmann::json::array());
   }
   if (!resume_changes.empty()) log::info("resume: the checkpoint's settings, except {}", resume_changes);
   auto write_metrics = [&](const nlohmann::json& rec) {
@@ -260,7 +255,7 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
       }
       if (zstage < 3) read_checkpoint_range(ck_meta, CkptPart::Params, 0, m.flat_size(), m.params());
     } else {
-      if (lead) st = load_checkpoint(cfg.out_dir, m, &opt);
+      if (lead) st = load_checkpoint(cfg.out_dir, m, &opt, /*verify=*/false);  // verified above
       // Every rank continues from rank 0's weights, optimizer state and step.
       broadcast_floats(world, opt.m(), opt.size());
       broadcast_floats(world, opt.v(), opt.size());
@@ -361,6 +356,43 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
   shard_losses.reserve(std::max(cfg.gas, cfg.eval_iters) * (B / Bs));
 
   bool saved_any = resume;  // a checkpoint of this run exists
+  // The checkpoint of the state before iteration `next` (collective under ZeRO).
+  auto save_state = [&](int64_t next) {
+    saved_any = true;
+    st.iter = next;
+    st.loss_scale.reset();
+    if (scaler.dynamic()) st.loss_scale = scaler.state();
+    if (zero) {
+      // Every rank writes its shard (stages 1-2: its pieces of the replicated parameters).
+      Array<float> pp(zstage < 3 ? static_cast<size_t>(zero->shard_size()) : 0, MemCategory::Other);
+      if (zstage < 3)
+        for (const auto& p : zero->pieces())
+          std::copy(m.params() + p.flat, m.params() + p.flat + p.count, pp.data() + p.local);
+      save_checkpoint_sharded(world, cfg.out_dir, m.layout(), zstage < 3 ? pp.data() : zero->param_base(), opt.m(),
+                              opt.v(), opt.steps_taken(), st, cfg.to_json());
+    } else if (lead) {
+      save_checkpoint(cfg.out_dir, m, opt, st, cfg.to_json());
+    }
+    if (lead) progress.print(fmt::format("saved checkpoint to {}/ckpt", cfg.out_dir));
+  };
+  // A record that could not be written (a full disk) stops the run on every
+  // rank after iteration `it`, once the state is saved where space allows.
+  auto stop_if_records_lost = [&](int64_t it) {
+    const std::string lost = run_dir ? run_dir->write_error() : std::string();
+    if (world_all(lost.empty())) return;
+    std::string saved;
+    try {
+      if (run_dir) st.unwritten_records = run_dir->unwritten_metrics();  // written when the run resumes
+      save_state(it + 1);
+      saved = fmt::format("the state after iteration {} is saved in {}/ckpt", it, cfg.out_dir);
+    } catch (const Error& e) {
+      saved = "saving the state failed too (" + e.message() + ")";
+    }
+    throw IoError("train",
+                  fmt::format("{}; the run stopped after iteration {} instead of training on without its "
+                              "records; {}. Free space in {}, then continue with train.init_from=resume",
+                              lead ? lost : "rank 0 could not write the run's records", it, saved, cfg.out_dir));
+  };
   auto evaluate = [&](int64_t it, float lr) {
     Timer t;
     model::StepContext ectx;  // no dropout, no grads
@@ -399,33 +431,17 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
     const bool last_unsaved = it == cfg.max_iters && !saved_any;
     if (losses[1] < st.best_val_loss || cfg.always_save_checkpoint || last_unsaved) {
       st.best_val_loss = std::min<double>(st.best_val_loss, losses[1]);
-      if (it > 0 && !cfg.eval_only) {  // an eval-only run never rewrites the checkpoint
-        saved_any = true;
-        st.iter = it;
-        st.loss_scale.reset();
-        if (scaler.dynamic()) st.loss_scale = scaler.state();
-        if (zero) {
-          // Every rank writes its shard (stages 1-2: its pieces of the replicated parameters).
-          Array<float> pp(zstage < 3 ? static_cast<size_t>(zero->shard_size()) : 0, MemCategory::Other);
-          if (zstage < 3)
-            for (const auto& p : zero->pieces())
-              std::copy(m.params() + p.flat, m.params() + p.flat + p.count, pp.data() + p.local);
-          save_checkpoint_sharded(world, cfg.out_dir, m.layout(), zstage < 3 ? pp.data() : zero->param_base(), opt.m(),
-                                  opt.v(), opt.steps_taken(), st, cfg.to_json());
-        } else if (lead) {
-          save_checkpoint(cfg.out_dir, m, opt, st, cfg.to_json());
-        }
-        if (lead) progress.print(fmt::format("saved checkpoint to {}/ckpt", cfg.out_dir));
-      }
+      if (it > 0 && !cfg.eval_only) save_state(it);  // an eval-only run never rewrites the checkpoint
     }
     // Stage 3 gathers parameters collectively: every rank samples (the same tokens), rank 0 prints.
-    if (vocab && cfg.sample_tokens > 0 && (lead || zstage == 3)) {
-      auto prompt = vocab->encode(prompt_text);
+    if (cfg.sample_tokens > 0 && (lead || zstage == 3)) {
+      auto prompt = vocab.encode(prompt_text);
       const auto n_prompt = static_cast<std::ptrdiff_t>(prompt.size());
       auto out =
-          generate(m, prompt, {cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed + static_cast<uint64_t>(it)});
+          generate(m, prompt,
+                   {cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed + static_cast<uint64_t>(it), vocab.size()});
       if (lead)
-        progress.print("sample:\n" + vocab->decode(std::vector<int32_t>(out.begin() + n_prompt, out.end())) + "\n---");
+        progress.print("sample:\n" + vocab.decode(std::vector<int32_t>(out.begin() + n_prompt, out.end())) + "\n---");
     }
   };
 
@@ -602,6 +618,7 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
       if (run_dir) run_dir->write_memory(mrec);
     }
     sum.last_iter = it;
+    stop_if_records_lost(it);
   }
   if (prof::enabled()) log::info("profile (PARALLM_PROFILE=1):\n{}", prof::table());
   sum.best_val_loss = static_cast<float>(st.best_val_loss);

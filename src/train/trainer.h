@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "train/config.h"
@@ -26,6 +27,9 @@ struct RunSummary {
   double mean_tokens_per_s = 0;  // over the timed steps (first step excluded)
   double loss_scale = 1;         // at the end (1 without loss scaling)
   int64_t skipped_steps = 0;     // updates skipped for overflow (dynamic loss scaling), resumed runs included
+  // Set (and nothing else) when a resumed run's checkpoint is already at or
+  // past train.max_iters: the sentence saying so; no file was touched.
+  std::string nothing_to_do;
 };
 
 // Runs training as configured, data parallel over `world` when it has more

@@ -1,0 +1,279 @@
+// Nothing lost, nothing silent: a damaged checkpoint, a dataset that is not
+// the run's, a meta.json that does not describe its data, a finished run
+// resumed again and a disk that fills are each an error naming the file or
+// key (or a clear "nothing to do"), and none of them changes the run.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "core/error.h"
+#include "data/prepare.h"
+#include "data/vocab.h"
+#include "train/checkpoint.h"
+#include "train/sample.h"
+#include "train/trainer_fixture.h"
+
+using namespace parallm;
+namespace fs = std::filesystem;
+using parallm::test_util::slurp;
+using parallm::test_util::TrainerTest;
+
+namespace {
+
+// Every file under `dir` with its bytes.
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) files[fs::relative(e.path(), dir).string()] = slurp(e.path());
+  return files;
+}
+
+void flip_byte(const fs::path& p, std::streamoff at) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(at);
+  char c = 0;
+  f.get(c);
+  f.seekp(at);
+  f.put(static_cast<char>(c ^ 0xff));
+}
+
+// The message of the parallm error `body` throws ("" if it throws none).
+template <class F>
+std::string error_of(F&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void edit_state(const fs::path& run, const std::function<void(nlohmann::json&)>& edit) {
+  const fs::path p = run / "ckpt" / "state.json";
+  auto s = nlohmann::json::parse(slurp(p));
+  edit(s);
+  std::ofstream(p) << s.dump(1);
+}
+
+// Writes under this process fail past `bytes` per file (EFBIG, as a full disk
+// gives ENOSPC), for the scope of a test.
+struct FileSizeLimit {
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit r = old_;
+    r.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &r);
+  }
+  ~FileSizeLimit() { ::setrlimit(RLIMIT_FSIZE, &old_); }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  rlimit old_{};
+};
+
+TEST_F(TrainerTest, ACheckpointAtOrPastMaxItersLeavesTheRunAlone) {
+  auto c = tiny("done");
+  c.max_iters = 6;
+  train::run_training(c);
+  const auto before = snapshot(root_ / "done");
+  for (int64_t max : {6, 5}) {
+    auto r = tiny("done");
+    r.init_from = "resume";
+    r.max_iters = max;
+    const auto s = train::run_training(r);
+    EXPECT_NE(s.nothing_to_do.find("at iteration 6, at or past train.max_iters=" + std::to_string(max)),
+              std::string::npos)
+        << s.nothing_to_do;
+    EXPECT_TRUE(s.train_losses.empty());
+    EXPECT_EQ(snapshot(root_ / "done"), before) << "max_iters=" << max;
+  }
+}
+
+TEST_F(TrainerTest, ADamagedCheckpointIsRefusedNamingTheFile) {
+  auto c = tiny("dmg");
+  c.max_iters = 6;
+  train::run_training(c);
+  const fs::path ck = root_ / "dmg" / "ckpt";
+  for (const auto& [file, at] :
+       {std::pair{"model.bin", std::streamoff{3}},
+        std::pair{"optim.bin", static_cast<std::streamoff>(fs::file_size(ck / "optim.bin") / 2)}}) {
+    flip_byte(ck / file, at);
+    const auto before = snapshot(root_ / "dmg");
+    auto r = tiny("dmg");
+    r.init_from = "resume";
+    r.max_iters = 8;
+    const std::string e = error_of([&] { train::run_training(r); });
+    EXPECT_NE(e.find(std::string(file) + " is damaged"), std::string::npos) << e;
+    EXPECT_EQ(snapshot(root_ / "dmg"), before) << "a refused resume changed the run";
+    if (std::string(file) == "model.bin") {  // sample reads the weights only, and checks them too
+      const auto meta = train::read_checkpoint_meta((root_ / "dmg").string());
+      model::GPT m(train::RunConfig::from_json(meta["config"]).model, 1, c.model.block_size);
+      const std::string e2 = error_of([&] { train::load_checkpoint((root_ / "dmg").string(), m, nullptr); });
+      EXPECT_NE(e2.find("model.bin is damaged"), std::string::npos) << e2;
+    }
+    flip_byte(ck / file, at);  // mended: it loads again
+  }
+  auto r = tiny("dmg");
+  r.init_from = "resume";
+  r.max_iters = 8;
+  EXPECT_NO_THROW(train::run_training(r));
+}
+
+TEST_F(TrainerTest, StateJsonIsCheckedFieldByField) {
+  auto c = tiny("st");
+  c.max_iters = 6;
+  train::run_training(c);
+  const std::string good = slurp(root_ / "st" / "ckpt" / "state.json");
+  auto expect_refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& says) {
+    edit_state(root_ / "st", edit);
+    const std::string e = error_of([&] { train::read_checkpoint_meta((root_ / "st").string()); });
+    EXPECT_NE(e.find(says), std::string::npos) << e;
+    EXPECT_NE(e.find("state.json"), std::string::npos) << e;
+    std::ofstream(root_ / "st" / "ckpt" / "state.json") << good;
+  };
+  expect_refused([](auto& s) { s["iter"] = 7; }, "does not match its checksum");
+  expect_refused([](auto& s) { s.erase("config"); }, "does not match its checksum");
+  // Without the self-checksum (as a hand edit or an older writer leaves it), each field is still checked.
+  auto legacy = [](int format, const std::function<void(nlohmann::json&)>& more) {
+    return [format, more](nlohmann::json& s) {
+      s["format"] = format;
+      s.erase("state_crc32");
+      s.erase("checksums");
+      more(s);
+    };
+  };
+  expect_refused(legacy(1, [](auto& s) { s.erase("config"); }), "\"config\" is missing");
+  expect_refused(legacy(1, [](auto& s) { s["iter"] = "ten"; }), "\"iter\" is \"ten\", not an integer");
+  expect_refused(legacy(1, [](auto& s) { s["iter"] = -1; }), "\"iter\" = -1 is outside");
+  expect_refused(legacy(2, [](auto&) {}), "\"world\" is missing");
+  expect_refused([](auto& s) { s["format"] = 9; }, "written by a newer parallm");
+  // A format-1 checkpoint (before checksums) still resumes.
+  edit_state(root_ / "st", legacy(1, [](auto&) {}));
+  auto r = tiny("st");
+  r.init_from = "resume";
+  r.max_iters = 8;
+  EXPECT_NO_THROW(train::run_training(r));
+}
+
+TEST_F(TrainerTest, ResumingOnAnotherVocabularyIsRefused) {
+  auto c = tiny("voc");
+  c.max_iters = 6;
+  train::run_training(c);
+  std::ofstream(root_ / "nine.txt") << std::string(500, 'a') + "bcdefghi";
+  data::prepare_char_dataset((root_ / "nine.txt").string(), (root_ / "nine").string());
+  const auto before = snapshot(root_ / "voc");
+  auto r = tiny("voc");
+  r.apply_overrides({"train.init_from=resume", "train.max_iters=8", "data.dir=" + (root_ / "nine").string()});
+  const std::string e = error_of([&] { train::run_training(r); });
+  EXPECT_NE(e.find("its vocabulary (9 characters) is not the one the run"), std::string::npos) << e;
+  EXPECT_EQ(snapshot(root_ / "voc"), before);
+}
+
+TEST_F(TrainerTest, MetaJsonMustDescribeItsData) {
+  const fs::path meta = root_ / "data" / "meta.json";
+  const auto good = nlohmann::json::parse(slurp(meta));
+  auto expect_refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& says) {
+    auto m = good;
+    edit(m);
+    std::ofstream(meta) << m.dump();
+    auto c = tiny("never");
+    c.max_iters = 2;
+    const std::string e = error_of([&] { train::run_training(c); });
+    EXPECT_NE(e.find(says), std::string::npos) << e;
+    EXPECT_FALSE(fs::exists(root_ / "never")) << "the run directory was made for a dataset that was refused";
+  };
+  expect_refused([](auto& m) { m.erase("itos"); }, "has no itos list");
+  expect_refused([](auto& m) { m["itos"][3] = 42; }, "itos entry 42 (id 3) is not a string");
+  expect_refused([](auto& m) { m["itos"][3] = "ab"; }, "itos entry \"ab\" (id 3) is not one character");
+  expect_refused([](auto& m) { m["itos"][3] = m["itos"][4]; }, "(id 4) repeats id 3");
+  expect_refused([](auto& m) { m["itos"].erase(m["itos"].size() - 1); }, "but its itos list has");
+}
+
+TEST_F(TrainerTest, AVocabSizeBelowTheDataIsRefusedAndPaddingIsNeverSampled) {
+  const auto vocab = data::CharVocab::load((root_ / "data").string());
+  auto small = tiny("small");
+  small.apply_overrides({"model.vocab_size=" + std::to_string(vocab.size() - 1)});
+  EXPECT_NE(error_of([&] { train::run_training(small); }).find("is smaller than the dataset's vocabulary"),
+            std::string::npos);
+  auto padded = tiny("pad");
+  padded.apply_overrides({"model.vocab_size=1000", "train.max_iters=2", "train.sample_tokens=50"});
+  train::run_training(padded);
+  model::GPT m(train::RunConfig::from_json(train::read_checkpoint_meta((root_ / "pad").string())["config"]).model, 1,
+               32);
+  train::load_checkpoint((root_ / "pad").string(), m, nullptr);
+  // A barely trained model spreads its probability over all 1000 ids: without
+  // the limit most draws would be padding.
+  const auto out = train::generate(m, {0}, {300, 1.0f, 0, 7, vocab.size()});
+  for (int32_t t : out) ASSERT_LT(t, vocab.size());
+  EXPECT_EQ(vocab.decode(out).find("\xEF\xBF\xBD"), std::string::npos);
+}
+
+TEST_F(TrainerTest, AFailedSaveLeavesNoTemporaryAndTheLastCheckpoint) {
+  auto c = tiny("full");
+  c.max_iters = 6;
+  train::run_training(c);
+  const auto before = snapshot(root_ / "full" / "ckpt");
+  std::string e;
+  {
+    const FileSizeLimit limit(4096);  // model.bin no longer fits
+    e = error_of([&] {
+      model::GPT m(c.model, 1, c.model.block_size);
+      optim::AdamW opt(m.layout(), {}, Device::cpu());
+      train::save_checkpoint((root_ / "full").string(), m, opt, {}, c.to_json());
+    });
+  }
+  EXPECT_NE(e.find("the partial ckpt.tmp was removed; the previous checkpoint is intact"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(root_ / "full" / "ckpt.tmp"));
+  EXPECT_EQ(snapshot(root_ / "full" / "ckpt"), before);
+}
+
+// metrics.jsonl fills its disk during a resumed run: the run stops after that
+// step with the file named, saves its state, leaves whole lines only, and
+// resumes from where it stopped once there is room.
+TEST_F(TrainerTest, ARecordThatCannotBeWrittenStopsTheRun) {
+  auto c = tiny("rec");
+  c.apply_overrides({"train.max_iters=6", "train.eval_interval=1000"});
+  train::run_training(c);
+  const fs::path metrics = root_ / "rec" / "metrics.jsonl";
+  const auto limit = static_cast<rlim_t>(fs::file_size(root_ / "rec" / "ckpt" / "optim.bin") + 4096);
+  {  // pad metrics.jsonl to within a few records of the limit
+    std::ofstream pad(metrics, std::ios::app);
+    const std::string line = "{\"kind\":\"pad\",\"step\":0,\"x\":\"" + std::string(200, 'x') + "\"}\n";
+    for (auto size = fs::file_size(metrics); size + 1200 < limit; size += line.size()) pad << line;
+  }
+  std::string e;
+  {
+    const FileSizeLimit lim(limit);
+    auto r = tiny("rec");
+    r.apply_overrides({"train.init_from=resume", "train.max_iters=40", "train.eval_interval=1000"});
+    e = error_of([&] { train::run_training(r); });
+  }
+  EXPECT_NE(e.find("cannot write " + metrics.string()), std::string::npos) << e;
+  EXPECT_NE(e.find("the run stopped after iteration"), std::string::npos) << e;
+  EXPECT_NE(e.find("is saved in"), std::string::npos) << e;
+  const std::string text = slurp(metrics);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  for (size_t a = 0, b; (b = text.find('\n', a)) != std::string::npos; a = b + 1)
+    EXPECT_NO_THROW((void)nlohmann::json::parse(text.substr(a, b - a))) << "a cut line";
+  const int64_t at = train::read_checkpoint_meta((root_ / "rec").string())["iter"].get<int64_t>();
+  EXPECT_GT(at, 6);
+  EXPECT_FALSE(fs::exists(root_ / "rec" / "ckpt.tmp"));
+  auto r = tiny("rec");
+  r.apply_overrides({"train.init_from=resume", "train.max_iters=40", "train.eval_interval=1000"});
+  const auto s = train::run_training(r);
+  EXPECT_EQ(s.first_iter, at);
+  // Nothing lost: the records the full disk refused were kept in the checkpoint and written on resume.
+  std::vector<int64_t> steps, want(41);
+  for (const auto& j : records("rec", "train")) steps.push_back(j["step"]);
+  std::iota(want.begin(), want.end(), 0);
+  EXPECT_EQ(steps, want);
+}
+
+}  // namespace
