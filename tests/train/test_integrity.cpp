@@ -78,14 +78,10 @@ struct FileSizeLimit {
 };
 
 TEST_F(TrainerTest, ACheckpointAtOrPastMaxItersLeavesTheRunAlone) {
-  auto c = tiny("done");
-  c.max_iters = 6;
-  train::run_training(c);
+  train_to("done", 6);
   const auto before = snapshot(root_ / "done");
   for (int64_t max : {6, 5}) {
-    auto r = tiny("done");
-    r.init_from = "resume";
-    r.max_iters = max;
+    auto r = resume_to("done", max);
     const auto s = train::run_training(r);
     EXPECT_NE(s.nothing_to_do.find("at iteration 6, at or past train.max_iters=" + std::to_string(max)),
               std::string::npos)
@@ -96,39 +92,31 @@ TEST_F(TrainerTest, ACheckpointAtOrPastMaxItersLeavesTheRunAlone) {
 }
 
 TEST_F(TrainerTest, ADamagedCheckpointIsRefusedNamingTheFile) {
-  auto c = tiny("dmg");
-  c.max_iters = 6;
-  train::run_training(c);
+  train_to("dmg", 6);
   const fs::path ck = root_ / "dmg" / "ckpt";
   for (const auto& [file, at] :
        {std::pair{"model.bin", std::streamoff{3}},
         std::pair{"optim.bin", static_cast<std::streamoff>(fs::file_size(ck / "optim.bin") / 2)}}) {
     flip_byte(ck / file, at);
     const auto before = snapshot(root_ / "dmg");
-    auto r = tiny("dmg");
-    r.init_from = "resume";
-    r.max_iters = 8;
+    auto r = resume_to("dmg", 8);
     const std::string e = error_of([&] { train::run_training(r); });
     EXPECT_NE(e.find(std::string(file) + " is damaged"), std::string::npos) << e;
     EXPECT_EQ(snapshot(root_ / "dmg"), before) << "a refused resume changed the run";
     if (std::string(file) == "model.bin") {  // sample reads the weights only, and checks them too
       const auto meta = train::read_checkpoint_meta((root_ / "dmg").string());
-      model::GPT m(train::RunConfig::from_json(meta["config"]).model, 1, c.model.block_size);
+      model::GPT m(train::RunConfig::from_json(meta["config"]).model, 1, 32);
       const std::string e2 = error_of([&] { train::load_checkpoint((root_ / "dmg").string(), m, nullptr); });
       EXPECT_NE(e2.find("model.bin is damaged"), std::string::npos) << e2;
     }
     flip_byte(ck / file, at);  // mended: it loads again
   }
-  auto r = tiny("dmg");
-  r.init_from = "resume";
-  r.max_iters = 8;
+  auto r = resume_to("dmg", 8);
   EXPECT_NO_THROW(train::run_training(r));
 }
 
 TEST_F(TrainerTest, StateJsonIsCheckedFieldByField) {
-  auto c = tiny("st");
-  c.max_iters = 6;
-  train::run_training(c);
+  train_to("st", 6);
   const std::string good = slurp(root_ / "st" / "ckpt" / "state.json");
   auto expect_refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& says) {
     edit_state(root_ / "st", edit);
@@ -155,16 +143,12 @@ TEST_F(TrainerTest, StateJsonIsCheckedFieldByField) {
   expect_refused([](auto& s) { s["format"] = 9; }, "written by a newer parallm");
   // A format-1 checkpoint (before checksums) still resumes.
   edit_state(root_ / "st", legacy(1, [](auto&) {}));
-  auto r = tiny("st");
-  r.init_from = "resume";
-  r.max_iters = 8;
+  auto r = resume_to("st", 8);
   EXPECT_NO_THROW(train::run_training(r));
 }
 
 TEST_F(TrainerTest, ResumingOnAnotherVocabularyIsRefused) {
-  auto c = tiny("voc");
-  c.max_iters = 6;
-  train::run_training(c);
+  train_to("voc", 6);
   std::ofstream(root_ / "nine.txt") << std::string(500, 'a') + "bcdefghi";
   data::prepare_char_dataset((root_ / "nine.txt").string(), (root_ / "nine").string());
   const auto before = snapshot(root_ / "voc");
@@ -215,14 +199,13 @@ TEST_F(TrainerTest, AVocabSizeBelowTheDataIsRefusedAndPaddingIsNeverSampled) {
 }
 
 TEST_F(TrainerTest, AFailedSaveLeavesNoTemporaryAndTheLastCheckpoint) {
-  auto c = tiny("full");
-  c.max_iters = 6;
-  train::run_training(c);
+  train_to("full", 6);
   const auto before = snapshot(root_ / "full" / "ckpt");
   std::string e;
   {
     const FileSizeLimit limit(4096);  // model.bin no longer fits
     e = error_of([&] {
+      const auto c = tiny("full");
       model::GPT m(c.model, 1, c.model.block_size);
       optim::AdamW opt(m.layout(), {}, Device::cpu());
       train::save_checkpoint((root_ / "full").string(), m, opt, {}, c.to_json());

@@ -32,6 +32,19 @@ class TrainerTest : public ::testing::Test {
     c.apply_overrides(test_util::tiny_run_overrides(root_, out));
     return c;
   }
+  // Trains run `out` from scratch to iteration `iters`.
+  void train_to(const std::string& out, int64_t iters) {
+    auto c = tiny(out);
+    c.max_iters = iters;
+    train::run_training(c);
+  }
+  // The config that resumes run `out` up to iteration `iters`.
+  train::RunConfig resume_to(const std::string& out, int64_t iters) {
+    auto c = tiny(out);
+    c.init_from = "resume";
+    c.max_iters = iters;
+    return c;
+  }
   // The records of run `out`'s metrics.jsonl whose "kind" is `kind` (every one but memory's when empty).
   std::vector<nlohmann::json> records(const std::string& out, const std::string& kind = "") {
     std::vector<nlohmann::json> r;
