@@ -1,7 +1,5 @@
 #include "train/checkpoint_format.h"
 
-#include <regex>
-
 #include "core/checksum.h"
 #include "core/error.h"
 
@@ -12,6 +10,17 @@ namespace {
 // The fixes a damaged state.json leaves the user.
 constexpr const char* kFix =
     "the checkpoint is damaged: restore it from a copy, or start over with train.overwrite=true";
+
+// `s` has the form of `pattern`, where '#' stands for a digit and 'x' for a lower-case hex digit.
+bool has_form(const std::string& s, const std::string& pattern) {
+  if (s.size() != pattern.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i], p = pattern[i];
+    const bool digit = c >= '0' && c <= '9';
+    if (p == '#' ? !digit : p == 'x' ? !(digit || (c >= 'a' && c <= 'f')) : c != p) return false;
+  }
+  return true;
+}
 
 struct Checker {
   const std::string& path;  // .../state.json
@@ -40,8 +49,7 @@ struct Checker {
     return v.get<std::string>();
   }
   void crc(const nlohmann::json& j, const char* key, const char* in = "") const {
-    static const std::regex hex8("[0-9a-f]{8}");
-    if (!std::regex_match(string(j, key, in), hex8)) fail(fmt::format("{}\"{}\" is not a CRC-32", in, key));
+    if (!has_form(string(j, key, in), "xxxxxxxx")) fail(fmt::format("{}\"{}\" is not a CRC-32", in, key));
   }
 };
 
@@ -58,14 +66,13 @@ void check_single(const Checker& c, const nlohmann::json& s, int64_t flat, bool 
 }
 
 void check_sharded(const Checker& c, const nlohmann::json& s, int64_t flat, bool checksums) {
-  static const std::regex name("shard-[0-9]{5}-of-[0-9]{5}\\.bin");
   const int64_t world = c.integer(s, "world", 1, 1 << 24);
   const auto& shards = c.field(s, "shards");
   if (!shards.is_array() || static_cast<int64_t>(shards.size()) != world)
     c.fail(fmt::format("\"shards\" must list world = {} shards", world));
   int64_t covered = 0;
   for (const auto& sh : shards) {
-    if (!std::regex_match(c.string(sh, "file", "a shard's "), name))
+    if (!has_form(c.string(sh, "file", "a shard's "), "shard-#####-of-#####.bin"))
       c.fail(fmt::format("shard file name {} is not of the form shard-RRRRR-of-NNNNN.bin", sh["file"].dump()));
     const int64_t size = c.integer(sh, "shard_size", 0, flat, "a shard's ");
     if (checksums) c.crc(sh, "crc32", "a shard's ");
