@@ -87,7 +87,8 @@ struct RunConfig {
   // that differs is listed in *changed ("key=new (was old)"), since the run
   // then leaves the saved trajectory.
   RunConfig resumed_from(const nlohmann::json& saved, std::vector<std::string>* changed) const;
-  // Keys with type and help, for `parallm train --help-keys`.
+  // Keys with type, valid range (numeric keys; validate() checks the same), default and help, for
+  // `parallm train --help-keys`.
   static std::vector<std::pair<std::string, std::string>> describe();
 
  private:

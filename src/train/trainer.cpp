@@ -156,9 +156,9 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
     for (const auto& c : changed) resume_changes += (resume_changes.empty() ? "" : ", ") + c;
   }
   if (!lead) cfg.progress = false;
-  if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
   if (!cfg.vocab_size_set) cfg.model.vocab_size = dataset_vocab(cfg.data_dir);
-  cfg.validate();
+  cfg.validate();  // train.threads in range before libgomp is asked for them
+  if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
   Device dev = parse_device(cfg.device);
   if (!dev.is_cpu()) {
     if (nranks > 1) {
