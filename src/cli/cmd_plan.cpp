@@ -52,6 +52,7 @@ Runner add_plan(CLI::App& app) {
       "          parallm plan --params 80B --dtype bf16 --device-mem 80GB");
   return [o]() {
     train::RunConfig cfg = run_config_from_args(o->args, "cli.plan");
+    cfg.check_ranges();  // every key in its documented range: refused at once, never planned for minutes
     train::PlanInput in;
     in.dtype = o->dtype;
     in.world = o->world;
@@ -76,7 +77,7 @@ Runner add_plan(CLI::App& app) {
                       meta.string());
         cfg.model.vocab_size = nlohmann::json::parse(f).at("vocab_size").get<int64_t>();
       }
-      cfg.model.validate();
+      cfg.model.validate();  // again, with the dataset's vocabulary
       in.model = cfg.model;
       in.params = static_cast<double>(model::ParamLayout(cfg.model).count());
       what = fmt::format("{} | {:.2f}M parameters | micro batch {} x {} | {} thread{}", cfg.model.summary(),

@@ -428,7 +428,7 @@ void RunConfig::load_file(const std::string& path) {
 
 namespace {
 // Every numeric key against its range: the table's, which --help-keys prints.
-void check_ranges(const RunConfig& c) {
+void check_key_ranges(const RunConfig& c) {
   for (const auto& [k, key] : keys()) {
     if (!key.range) continue;
     const nlohmann::json v = key.get(c);
@@ -456,14 +456,18 @@ void check_fits_host(const RunConfig& c) {
 }
 }  // namespace
 
-void RunConfig::validate() const {
+void RunConfig::check_ranges() const {
   model.validate();
   check_thread_count(threads, "config", "train.threads");
-  check_ranges(*this);
+  check_key_ranges(*this);
   PARALLM_CHECK(batch_size * model.block_size <= kMaxTokensPerBatch, ConfigError, "config",
                 "model.batch_size x model.block_size = {} x {} = {} tokens per micro-batch is more than {} (2^31 - 1); "
                 "lower one of them (optimizer.gas accumulates micro-batches)",
                 batch_size, model.block_size, batch_size * model.block_size, kMaxTokensPerBatch);
+}
+
+void RunConfig::validate() const {
+  check_ranges();
   if (decay_lr) {
     PARALLM_CHECK(min_lr <= learning_rate, ConfigError, "config",
                   "optimizer.min_lr={} is above optimizer.learning_rate={}: the decay would raise the rate", min_lr,
