@@ -19,6 +19,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/world.h"
 #include "core/error.h"
 
@@ -301,14 +302,22 @@ Runner add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   cmd->add_option("--op", o->op, "all_reduce, all_gather, reduce_scatter, broadcast or all_to_all")
       ->capture_default_str();
+  const int64_t max_bytes = int64_t{1} << 34;  // 16 GiB a buffer
   cmd->add_option("-b,--minbytes", o->min_bytes, "Smallest size (e.g. 8, 1K, 1M)")
       ->transform(CLI::AsSizeValue(false))
+      ->check(int_in(1, max_bytes))
       ->capture_default_str();
-  cmd->add_option("-e,--maxbytes", o->max_bytes, "Largest size")->transform(CLI::AsSizeValue(false));
-  cmd->add_option("-f,--stepfactor", o->factor, "Size multiplier between steps")->capture_default_str();
-  cmd->add_option("-n,--iters", o->iters, "Timed calls per round")->capture_default_str();
-  cmd->add_option("-w,--warmup", o->warmup, "Untimed calls first")->capture_default_str();
-  cmd->add_option("--rounds", o->rounds, "Rounds (each side reports its best)")->capture_default_str();
+  cmd->add_option("-e,--maxbytes", o->max_bytes, "Largest size")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(int_in(1, max_bytes));
+  cmd->add_option("-f,--stepfactor", o->factor, "Size multiplier between steps")
+      ->check(number_in(1, 1024, true))
+      ->capture_default_str();
+  cmd->add_option("-n,--iters", o->iters, "Timed calls per round")->check(int_in(1, 1'000'000))->capture_default_str();
+  cmd->add_option("-w,--warmup", o->warmup, "Untimed calls first")->check(int_in(0, 1'000'000))->capture_default_str();
+  cmd->add_option("--rounds", o->rounds, "Rounds (each side reports its best)")
+      ->check(int_in(1, 10'000))
+      ->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "fp32, bf16 or int32")->capture_default_str();
   add_world_options(cmd, o->backend, o->timeout_s, "Seconds before a collective is declared hung");
   cmd->add_flag("-c,--check", o->check, "Check every result against the expected values");

@@ -12,8 +12,10 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/world.h"
 #include "core/error.h"
+#include "core/host.h"
 #include "core/threads.h"
 #include "kernels/matmul.h"
 
@@ -30,6 +32,9 @@ struct DoctorOptions {
 
 int doctor(const DoctorOptions& o) {
   PARALLM_CHECK(o.mem_mb > 0 && o.msg_bytes >= 4, ConfigError, "doctor", "--mem-mb must be positive and --bytes >= 4");
+  const uint64_t have = physical_memory_bytes();
+  PARALLM_CHECK(have == 0 || static_cast<uint64_t>(o.mem_mb) << 20 <= have, ConfigError, "doctor",
+                "--mem-mb {} is more than this machine's memory ({} MiB); give at most that", o.mem_mb, have >> 20);
   comm::CommOptions copt;
   copt.timeout_s = o.timeout_s;
   World w = start_world(o.backend, copt);
@@ -120,9 +125,12 @@ Runner add_doctor(CLI::App& app) {
                                  "other rank");
   auto o = std::make_shared<DoctorOptions>();
   add_world_options(cmd, o->backend, o->timeout_s, "Seconds before a silent peer is declared lost");
-  cmd->add_option("--mem-mb", o->mem_mb, "Memory each rank allocates and touches")->capture_default_str();
+  cmd->add_option("--mem-mb", o->mem_mb, "Memory each rank allocates and touches")
+      ->check(int_in(1, int64_t{1} << 24))
+      ->capture_default_str();
   cmd->add_option("--bytes", o->msg_bytes, "Size of the message sent to every other rank")
-      ->transform(CLI::AsSizeValue(false));
+      ->transform(CLI::AsSizeValue(false))
+      ->check(int_in(4, int64_t{1} << 34));
   cmd->footer("Run on every rank: parallm launch -n 4 -- parallm doctor");
   return [o]() { return doctor(*o); };
 }

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/launch.h"
+#include "cli/options.h"
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "core/fileio.h"
@@ -44,8 +45,9 @@ Runner add_launch(CLI::App& app) {
   auto* cmd = app.add_subcommand("launch", "Run a command on N ranks with the launcher this site uses");
   auto req = std::make_shared<LaunchRequest>();
   auto dry = std::make_shared<bool>(false);
-  cmd->add_option("-n,--np", req->n, "Ranks in all (default: nodes x ranks per node)");
-  cmd->add_option("--ppn", req->ppn, "Ranks per node (default: 1, or -n spread over the nodes)");
+  cmd->add_option("-n,--np", req->n, "Ranks in all (default: nodes x ranks per node)")->check(int_in(1, kMaxRanks));
+  cmd->add_option("--ppn", req->ppn, "Ranks per node (default: 1, or -n spread over the nodes)")
+      ->check(int_in(1, kMaxRanks));
   cmd->add_option("--hostfile", req->hostfile, "Hosts to run on (Open MPI, MPICH or PBS node file format)");
   cmd->add_option("--launcher", req->launcher, "auto, openmpi, mpich, pals, srun or direct")->capture_default_str();
   cmd->add_option("--mpi-arg", req->extra, "Extra argument for the launcher (repeat for several)")

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "core/allocator.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "model/params.h"
@@ -19,9 +19,18 @@
 namespace parallm::cli {
 
 namespace {
+// Bytes in binary units, computed in double: never wraps, whatever the count.
 std::string gb(double bytes) {
-  return format_bytes(static_cast<size_t>(std::llround(bytes)));
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 6) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} {}", bytes, units[u]);
 }
+
+constexpr double kMaxParams = 1e15;  // --params: a quadrillion (16 PB of fp32 training state)
 }  // namespace
 
 Runner add_plan(CLI::App& app) {
@@ -33,8 +42,8 @@ Runner add_plan(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("args", o->args, "[config.yaml] key=value ... (the keys of parallm train)");
-  cmd->add_option("-n,--world", o->world, "data-parallel ranks")->check(CLI::PositiveNumber);
-  cmd->add_option("--params", o->params, "a parameter count instead of a model shape (e.g. 80B, 124M)");
+  cmd->add_option("-n,--world", o->world, "data-parallel ranks")->check(int_in(1, kMaxRanks));
+  cmd->add_option("--params", o->params, "a parameter count instead of a model shape (e.g. 80B, 124M; at most 1e15)");
   cmd->add_option("--dtype", o->dtype, "fp32, or bf16 (mixed-precision AdamW, 18 B/param)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--device-mem", o->device_mem, "memory of one device (e.g. 80GB, 24GiB): which stage fits");
@@ -43,6 +52,7 @@ Runner add_plan(CLI::App& app) {
       "          parallm plan --params 80B --dtype bf16 --device-mem 80GB");
   return [o]() {
     train::RunConfig cfg = run_config_from_args(o->args, "cli.plan");
+    cfg.check_ranges();  // every key in its documented range: refused at once, never planned for minutes
     train::PlanInput in;
     in.dtype = o->dtype;
     in.world = o->world;
@@ -54,6 +64,9 @@ Runner add_plan(CLI::App& app) {
     std::string what;
     if (!o->params.empty()) {
       in.params = train::parse_count(o->params, "--params");
+      PARALLM_CHECK(in.params >= 1 && in.params <= kMaxParams, ConfigError, "cli.plan",
+                    "--params {} is out of range: give a parameter count in [1, {:g}] (e.g. 124M, 80B, 1T)", o->params,
+                    kMaxParams);
       what = fmt::format("{:.4g}B parameters", in.params / 1e9);
     } else {
       if (!cfg.vocab_size_set) {
@@ -64,7 +77,7 @@ Runner add_plan(CLI::App& app) {
                       meta.string());
         cfg.model.vocab_size = nlohmann::json::parse(f).at("vocab_size").get<int64_t>();
       }
-      cfg.model.validate();
+      cfg.model.validate();  // again, with the dataset's vocabulary
       in.model = cfg.model;
       in.params = static_cast<double>(model::ParamLayout(cfg.model).count());
       what = fmt::format("{} | {:.2f}M parameters | micro batch {} x {} | {} thread{}", cfg.model.summary(),
@@ -99,6 +112,9 @@ Runner add_plan(CLI::App& app) {
         gb(in.params * (in.dtype == "bf16" ? 18.0 : 16.0)).c_str());
     if (!o->device_mem.empty()) {
       const double dev = train::parse_bytes(o->device_mem, "--device-mem");
+      PARALLM_CHECK(dev >= 1 && dev <= 1e18, ConfigError, "cli.plan",
+                    "--device-mem {} is out of range: give one device's memory in [1 B, 1000 PB] (e.g. 80GB)",
+                    o->device_mem);
       std::printf("GPUs needed (the seeds' rule, params_in_billions x 18 x 1.25 / GPU_GB): %lld of %s each\n",
                   static_cast<long long>(train::gpus_needed(in.params, dev / 1e9)), o->device_mem.c_str());
       const int fit = train::stage_that_fits(in, dev);

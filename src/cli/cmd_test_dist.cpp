@@ -4,7 +4,10 @@
 // averages the gradients with bucketed all-reduces overlapped with backward;
 // AdamW updates. Rank 0 prints iter, loss (mean over ranks), samples/s
 // (global), dt, dtf, dtb, and at the end a summary and terminal plots of the
-// loss and the step time. The loss must fall, so a broken reduction shows.
+// loss and the step time. The verdict: the loss on a held-out batch (the same
+// on every rank) must be lower after training than before, so a broken
+// reduction shows; the loss of the training batches, new every iteration,
+// is too noisy to judge a short run by.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,9 +15,12 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/textplot.h"
 #include "cli/world.h"
+#include "core/allocator.h"
 #include "core/error.h"
+#include "core/host.h"
 #include "core/rng.h"
 #include "core/text.h"
 #include "core/threads.h"
@@ -41,11 +47,50 @@ struct TestDistOptions {
   bool plot = true;
 };
 
+constexpr int64_t kMaxWidth = 1 << 16;  // --dims: one layer's width
+constexpr size_t kMaxDims = 64;         // --dims: widths in all
+
 std::vector<int64_t> parse_dims(const std::string& s) {
   const std::vector<int64_t> dims = parse_int_list(s, "test-dist", "--dims");
-  for (int64_t d : dims) PARALLM_CHECK(d > 0, ConfigError, "test-dist", "--dims: \"{}\" is not a positive width", d);
-  PARALLM_CHECK(dims.size() >= 2, ConfigError, "test-dist",
-                "--dims needs at least an input and an output width (e.g. 128,1024,128), got \"{}\"", s);
+  for (int64_t d : dims)
+    PARALLM_CHECK(d > 0 && d <= kMaxWidth, ConfigError, "test-dist", "--dims: every width must be in [1, {}], got {}",
+                  kMaxWidth, d);
+  PARALLM_CHECK(dims.size() >= 2 && dims.size() <= kMaxDims, ConfigError, "test-dist",
+                "--dims needs an input and an output width and at most {} in all (e.g. 128,1024,128), got \"{}\"",
+                kMaxDims, s);
+  return dims;
+}
+
+// A batch of inputs and targets, drawn from the data stream of (iteration, rank).
+void draw_batch(const TestDistOptions& o, const std::vector<int64_t>& dims, int64_t it, int rank, std::vector<float>& x,
+                std::vector<float>& target) {
+  const int64_t din = dims.front(), dout = dims.back();
+  fill_normal(x.data(), o.batch * din, 0.0f, 1.0f, o.seed, stream_id(kRngData, static_cast<uint64_t>(it), rank));
+  if (din != dout)
+    fill_normal(target.data(), o.batch * dout, 0.0f, 1.0f, o.seed,
+                stream_id(kRngData, static_cast<uint64_t>(it), rank, 1));
+}
+
+// Bytes the MLP needs at least: weights, gradients and two AdamW moments,
+// and two activations (fp32) per width for the batch; saturating.
+uint64_t mlp_bytes(const std::vector<int64_t>& dims, int64_t batch) {
+  uint64_t params = 0, widths = 0;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    widths = sat_add(widths, static_cast<uint64_t>(dims[i]));
+    if (i + 1 < dims.size())
+      params = sat_add(params, sat_mul(static_cast<uint64_t>(dims[i]), static_cast<uint64_t>(dims[i + 1]) + 1));
+  }
+  return sat_add(sat_mul(16, params), sat_mul(8, sat_mul(widths, static_cast<uint64_t>(batch))));
+}
+
+std::vector<int64_t> checked_dims(const TestDistOptions& o) {
+  const std::vector<int64_t> dims = parse_dims(o.dims);
+  const uint64_t need = mlp_bytes(dims, o.batch), have = physical_memory_bytes();
+  PARALLM_CHECK(have == 0 || need <= have, ConfigError, "test-dist",
+                "--dims {} with --batch {} needs at least {} of memory, but this machine has {}; use smaller widths "
+                "or a smaller batch",
+                o.dims, o.batch, need == UINT64_MAX ? std::string("2^64 bytes") : format_bytes(need),
+                format_bytes(have));
   return dims;
 }
 
@@ -56,9 +101,7 @@ double median(std::vector<double> v) {
 }
 
 int test_dist(const TestDistOptions& o) {
-  PARALLM_CHECK(o.iters > 0 && o.batch > 0 && o.log_interval > 0, ConfigError, "test-dist",
-                "--iters, --batch and --log-interval must be positive");
-  const std::vector<int64_t> dims = parse_dims(o.dims);
+  const std::vector<int64_t> dims = checked_dims(o);  // the other options' ranges are checked by CLI11
   if (o.threads > 0) set_num_threads(static_cast<int>(o.threads));
   comm::CommOptions copt;
   copt.timeout_s = o.timeout_s;
@@ -89,16 +132,19 @@ int test_dist(const TestDistOptions& o) {
     // Inputs are random per (iteration, rank); the target is the input (or, when
     // the widths differ, a random projection-free target of the output width).
     std::vector<float> x(B * din), target(B * dout);
+    // The verdict: the loss on one held-out batch (iteration 0's, the same on
+    // every rank), before and after training. The training batches are new
+    // every iteration, so their losses differ by more than a few steps move.
+    std::vector<float> held_x(B * din), held_target(B * dout);
+    draw_batch(o, dims, 0, 0, held_x, held_target);
+    auto held_out_loss = [&] { return m.forward(held_x.data(), din != dout ? held_target.data() : held_x.data(), B); };
+    const float held_before = held_out_loss();
     Tensor loss_t = Tensor::empty({1}, DType::F32);
     std::vector<double> losses, dts, dtfs, dtbs, comm_ms, exposed_ms;
     for (auto* v : {&losses, &dts, &dtfs, &dtbs, &comm_ms, &exposed_ms}) v->reserve(o.iters);  // none in the loop
     for (int64_t it = 1; it <= o.iters; ++it) {
-      fill_normal(x.data(), B * din, 0.0f, 1.0f, o.seed, stream_id(kRngData, static_cast<uint64_t>(it), me));
-      const float* tgt = x.data();
-      if (din != dout) {
-        fill_normal(target.data(), B * dout, 0.0f, 1.0f, o.seed, stream_id(kRngData, static_cast<uint64_t>(it), me, 1));
-        tgt = target.data();
-      }
+      draw_batch(o, dims, it, me, x, target);
+      const float* tgt = din != dout ? target.data() : x.data();
       Timer t;
       m.zero_grad();
       Timer tf;
@@ -131,6 +177,7 @@ int test_dist(const TestDistOptions& o) {
     }
     PARALLM_CHECK(std::isfinite(losses.back()), NumericError, "test-dist", "loss is {} after {} iterations",
                   losses.back(), o.iters);
+    const float held_after = held_out_loss();
     if (lead) {
       // Steady state: the first iterations (allocation, thread start-up) left out of the medians.
       const size_t skip = std::min<size_t>(dts.size() - 1, 2);
@@ -157,8 +204,16 @@ int test_dist(const TestDistOptions& o) {
       }
       std::fflush(stdout);
     }
-    const bool fell = losses.back() < losses.front();
-    if (!fell && lead) std::fprintf(stderr, "test-dist: the loss did not fall: training is broken\n");
+    const bool fell = held_after < held_before;
+    if (lead) {
+      std::printf("test-dist: held-out batch loss %.6f -> %.6f after %lld iterations: %s\n", held_before, held_after,
+                  static_cast<long long>(o.iters), fell ? "training works" : "did not fall");
+      std::fflush(stdout);
+    }
+    if (!fell && lead)
+      std::fprintf(stderr,
+                   "test-dist: the loss on the held-out batch did not fall (%.6f -> %.6f): training is broken\n",
+                   held_before, held_after);
     return fell ? 0 : 1;
   });
 }
@@ -170,14 +225,22 @@ Runner add_test_dist(CLI::App& app) {
                                  "Smoke test of distributed training: an MLP trained with DDP on random data, "
                                  "with timings and terminal plots");
   auto o = std::make_shared<TestDistOptions>();
-  cmd->add_option("--iters", o->iters, "Training iterations")->capture_default_str();
-  cmd->add_option("--batch", o->batch, "Samples per rank per iteration")->capture_default_str();
-  cmd->add_option("--dims", o->dims, "Layer widths, input first")->capture_default_str();
-  cmd->add_option("--lr", o->lr, "AdamW learning rate")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Seed of weights and data")->capture_default_str();
-  cmd->add_option("--log-interval", o->log_interval, "Iterations between lines")->capture_default_str();
-  cmd->add_option("--bucket-mb", o->bucket_mb, "DDP gradient bucket size (MiB)")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "CPU threads per rank (0 = OMP_NUM_THREADS or all cores)");
+  cmd->add_option("--iters", o->iters, "Training iterations")->check(int_in(1, 1'000'000'000))->capture_default_str();
+  cmd->add_option("--batch", o->batch, "Samples per rank per iteration")
+      ->check(int_in(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--dims", o->dims, "Layer widths, input first (each in [1, 65536], at most 64)")
+      ->capture_default_str();
+  cmd->add_option("--lr", o->lr, "AdamW learning rate")->check(number_in(0, 100, true))->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of weights and data")->check(int_in(0, INT64_MAX))->capture_default_str();
+  cmd->add_option("--log-interval", o->log_interval, "Iterations between lines")
+      ->check(int_in(1, 1'000'000'000))
+      ->capture_default_str();
+  cmd->add_option("--bucket-mb", o->bucket_mb, "DDP gradient bucket size (MiB)")
+      ->check(number_in(0, 65536, true))
+      ->capture_default_str();
+  cmd->add_option("--threads", o->threads, "CPU threads per rank (0 = OMP_NUM_THREADS or all cores)")
+      ->check(thread_count());
   add_world_options(cmd, o->backend, o->timeout_s, "Seconds before a communication operation is an error");
   cmd->add_flag("!--no-plot", o->plot, "Leave out the terminal plots");
   cmd->footer("On 4 ranks: parallm launch -n 4 -- parallm test-dist");

@@ -2,14 +2,52 @@
 // that turns errors into exit codes: 2 for bad input (config, arguments), 1
 // for everything else. Messages name the operation and what was wrong.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/matmul.h"
+
+namespace {
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// `parallm trian`: a first word that is no subcommand is named, with the
+// valid ones (and the closest), instead of CLI11's "A subcommand is required".
+bool is_unknown_subcommand(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return false;
+  const std::string word = argv[1];
+  std::string names, closest;
+  size_t best = 3;  // suggest within two edits
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->get_name() == word) return false;
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    const size_t d = edit_distance(word, sub->get_name());
+    if (d < best) best = d, closest = sub->get_name();
+  }
+  std::fprintf(stderr, "error: [cli] unknown subcommand \"%s\"%s; the subcommands are %s (parallm --help)\n",
+               word.c_str(), closest.empty() ? "" : (" (did you mean " + closest + "?)").c_str(), names.c_str());
+  return true;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   parallm::log::init_console();
@@ -24,10 +62,14 @@ int main(int argc, char** argv) {
   auto doctor = parallm::cli::add_doctor(app);
   auto test_dist = parallm::cli::add_test_dist(app);
   auto plan = parallm::cli::add_plan(app);
+  if (is_unknown_subcommand(app, argc, argv)) return 2;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // Bad input, like a bad config key: a sentence naming the option, exit code 2.
+    std::fprintf(stderr, "error: [cli] %s (--help lists the options and their ranges)\n", e.what());
+    return 2;
   }
   try {
     // The kernels' ISA cap (PARALLM_ISA) is read once; read it here, before

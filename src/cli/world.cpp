@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "cli/options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/threads.h"
@@ -34,7 +35,7 @@ World start_world(const std::string& backend, const comm::CommOptions& options, 
 
 void add_world_options(CLI::App* cmd, std::string& backend, double& timeout_s, const std::string& timeout_help) {
   cmd->add_option("--backend", backend, "auto, self, mpi or nccl")->capture_default_str();
-  cmd->add_option("--timeout", timeout_s, timeout_help)->capture_default_str();
+  cmd->add_option("--timeout", timeout_s, timeout_help)->check(number_in(0, kMaxTimeoutS, true))->capture_default_str();
 }
 
 int run_guarded(World& w, const std::function<int()>& body) {

@@ -5,5 +5,5 @@
 
 namespace parallm {
 int num_threads();
-void set_num_threads(int n);  // n <= 0: keep the OpenMP default
+void set_num_threads(int n);  // n <= 0: keep the OpenMP default; n > max_threads() (core/host.h): ConfigError
 }  // namespace parallm

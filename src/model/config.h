@@ -7,6 +7,16 @@
 
 namespace parallm::model {
 
+// Upper bounds of the model's sizes (the keys' documented valid ranges, shown
+// by `parallm train --help-keys`). Far above any model trained today, they
+// keep every size product in int64 and the layout's per-layer bookkeeping in
+// megabytes; whether a model within them fits is a separate, computed check.
+inline constexpr int64_t kMaxLayers = int64_t{1} << 16;     // model.n_layer
+inline constexpr int64_t kMaxHeads = int64_t{1} << 16;      // model.n_head
+inline constexpr int64_t kMaxEmbd = int64_t{1} << 20;       // model.n_embd
+inline constexpr int64_t kMaxBlockSize = int64_t{1} << 20;  // model.block_size
+inline constexpr int64_t kMaxVocab = INT32_MAX;             // model.vocab_size (token ids are int32)
+
 struct GPTConfig {
   int64_t n_layer = 6;
   int64_t n_head = 6;
@@ -20,6 +30,9 @@ struct GPTConfig {
   // Throws ConfigError naming the offending key.
   void validate() const;
   std::string summary() const;
+  // Parameters (ParamLayout::count()) in closed form, saturating at
+  // UINT64_MAX: cheap for any sizes, even ones validate() refuses.
+  uint64_t num_params() const;
 };
 
 }  // namespace parallm::model

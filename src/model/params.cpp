@@ -4,20 +4,38 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/host.h"
 #include "core/rng.h"
 
 namespace parallm::model {
 
+namespace {
+void require_in(int64_t value, int64_t hi, const char* key) {
+  PARALLM_CHECK(value >= 1 && value <= hi, ConfigError, "config",
+                "{} must be in [1, {}], got {}; `parallm train --help-keys` lists every key's range", key, hi, value);
+}
+}  // namespace
+
 void GPTConfig::validate() const {
-  require_positive(n_layer, "model.n_layer");
-  require_positive(n_head, "model.n_head");
-  require_positive(n_embd, "model.n_embd");
-  require_positive(block_size, "model.block_size");
-  require_positive(vocab_size, "model.vocab_size");
+  require_in(n_layer, kMaxLayers, "model.n_layer");
+  require_in(n_head, kMaxHeads, "model.n_head");
+  require_in(n_embd, kMaxEmbd, "model.n_embd");
+  require_in(block_size, kMaxBlockSize, "model.block_size");
+  require_in(vocab_size, kMaxVocab, "model.vocab_size");
   PARALLM_CHECK(n_embd % n_head == 0, ConfigError, "config", "model.n_embd ({}) must be divisible by model.n_head ({})",
                 n_embd, n_head);
   PARALLM_CHECK(dropout >= 0.0f && dropout < 1.0f, ConfigError, "config", "model.dropout must be in [0, 1), got {}",
                 dropout);
+}
+
+uint64_t GPTConfig::num_params() const {
+  auto u = [](int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(v, 0)); };
+  const uint64_t C = u(n_embd), L = u(n_layer);
+  // Per block: qkv 3C^2, proj C^2, fc 4C^2, fc proj 4C^2, two LayerNorm weights; biases 11C.
+  const uint64_t block = sat_add(sat_mul(12, sat_mul(C, C)), sat_mul(bias ? 13 : 2, C));
+  uint64_t n = sat_mul(sat_add(u(vocab_size), u(block_size)), C);  // wte, wpe
+  n = sat_add(n, sat_mul(L, block));
+  return sat_add(n, sat_mul(bias ? 2 : 1, C));  // ln_f
 }
 
 std::string GPTConfig::summary() const {

@@ -5,15 +5,20 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 
+#include "core/allocator.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/gpu.h"
+#include "core/host.h"
 #include "core/text.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "train/plan.h"
 
 namespace parallm::train {
 
@@ -84,52 +89,91 @@ optim::LossScaleConfig loss_scale_of(const std::string& value, const std::string
   return c;
 }
 
+// A numeric key's valid values: from lo to hi, either end open or closed;
+// `hi_now`, when set, is this machine's bound instead of hi (train.threads).
+// validate() checks every key against its range and --help-keys prints it,
+// so the two cannot disagree.
+struct Range {
+  double lo = 0, hi = 0;
+  bool lo_open = false, hi_open = false;
+  int (*hi_now)() = nullptr;
+  double upper() const { return hi_now ? hi_now() : hi; }
+  bool contains(double v) const { return (lo_open ? v > lo : v >= lo) && (hi_open ? v < upper() : v <= upper()); }
+  std::string text() const {
+    return fmt::format("{}{}, {}{}", lo_open ? "(" : "[", bound_text(lo), bound_text(upper()), hi_open ? ")" : "]");
+  }
+  static std::string bound_text(double v) {
+    if (v >= 9.2e18 && v < 9.3e18) return "2^63 - 1";
+    int e = 0;
+    if (v >= 4294967296.0 && std::frexp(v, &e) == 0.5) return fmt::format("2^{}", e - 1);
+    return v == std::floor(v) && std::abs(v) < 1e16 ? fmt::format("{:.0f}", v) : fmt::format("{}", v);
+  }
+};
+Range closed(double lo, double hi) {
+  return {lo, hi};
+}
+Range above(double lo, double hi) {  // (lo, hi]
+  return {lo, hi, true, false};
+}
+Range below(double lo, double hi) {  // [lo, hi)
+  return {lo, hi, false, true};
+}
+
+// Upper bounds of the counts that have no natural one: far above any real
+// run, low enough that products of them stay exact.
+constexpr double kMaxIters = 1e12;                 // iteration counts and intervals
+constexpr double kMaxBatch = 1 << 20;              // model.batch_size, optimizer.gas
+constexpr double kMaxEvalIters = 1e6;              // train.eval_iters
+constexpr double kMaxSampleTokens = 1e5;           // train.sample_tokens
+constexpr int64_t kMaxTokensPerBatch = INT32_MAX;  // model.batch_size x model.block_size
+
 struct Key {
   std::string type, help;
   std::function<void(RunConfig&, const std::string&, const std::string&)> set;
   std::function<nlohmann::json(const RunConfig&)> get;
+  std::optional<Range> range;  // numeric keys
 };
 
-#define INT_KEY(name, field, help)                                                                              \
+#define INT_KEY(name, field, lo, hi, help)                                                                      \
   {                                                                                                             \
     name, {                                                                                                     \
       "int", help, [](RunConfig& c, const std::string& k, const std::string& v) { c.field = parse_int(k, v); }, \
-          [](const RunConfig& c) { return nlohmann::json(c.field); }                                            \
+          [](const RunConfig& c) { return nlohmann::json(c.field); }, closed(lo, hi)                            \
     }                                                                                                           \
   }
-#define FLOAT_KEY(name, field, help)                                     \
+#define FLOAT_KEY(name, field, range, help)                              \
   {                                                                      \
     name, {                                                              \
       "float", help,                                                     \
           [](RunConfig& c, const std::string& k, const std::string& v) { \
             c.field = static_cast<decltype(c.field)>(parse_float(k, v)); \
           },                                                             \
-          [](const RunConfig& c) { return number_json(c.field); }        \
+          [](const RunConfig& c) { return number_json(c.field); }, range \
     }                                                                    \
   }
 #define BOOL_KEY(name, field, help)                                                                               \
   {                                                                                                               \
     name, {                                                                                                       \
       "bool", help, [](RunConfig& c, const std::string& k, const std::string& v) { c.field = parse_bool(k, v); }, \
-          [](const RunConfig& c) { return nlohmann::json(c.field); }                                              \
+          [](const RunConfig& c) { return nlohmann::json(c.field); }, std::nullopt                                \
     }                                                                                                             \
   }
 #define STR_KEY(name, field, help)                                                                 \
   {                                                                                                \
     name, {                                                                                        \
       "string", help, [](RunConfig& c, const std::string&, const std::string& v) { c.field = v; }, \
-          [](const RunConfig& c) { return nlohmann::json(c.field); }                               \
+          [](const RunConfig& c) { return nlohmann::json(c.field); }, std::nullopt                 \
     }                                                                                              \
   }
 
 const std::map<std::string, Key>& keys() {
   static const std::map<std::string, Key> table = {
-      INT_KEY("model.n_layer", model.n_layer, "transformer blocks"),
-      INT_KEY("model.n_head", model.n_head, "attention heads"),
-      INT_KEY("model.n_embd", model.n_embd, "embedding width"),
-      INT_KEY("model.block_size", model.block_size, "context length (tokens per sample)"),
-      INT_KEY("model.batch_size", batch_size, "micro batch per rank"),
-      FLOAT_KEY("model.dropout", model.dropout, "dropout probability"),
+      INT_KEY("model.n_layer", model.n_layer, 1, model::kMaxLayers, "transformer blocks"),
+      INT_KEY("model.n_head", model.n_head, 1, model::kMaxHeads, "attention heads"),
+      INT_KEY("model.n_embd", model.n_embd, 1, model::kMaxEmbd, "embedding width"),
+      INT_KEY("model.block_size", model.block_size, 1, model::kMaxBlockSize, "context length (tokens per sample)"),
+      INT_KEY("model.batch_size", batch_size, 1, kMaxBatch, "micro batch per rank"),
+      FLOAT_KEY("model.dropout", model.dropout, below(0, 1), "dropout probability"),
       BOOL_KEY("model.bias", model.bias, "biases in Linear and LayerNorm"),
       {"model.vocab_size",
        {"int", "vocabulary size (default: from the dataset's meta.json)",
@@ -137,7 +181,7 @@ const std::map<std::string, Key>& keys() {
           c.model.vocab_size = parse_int(k, v);
           c.vocab_size_set = true;
         },
-        [](const RunConfig& c) { return nlohmann::json(c.model.vocab_size); }}},
+        [](const RunConfig& c) { return nlohmann::json(c.model.vocab_size); }, closed(1, model::kMaxVocab)}},
       {"model.gelu",
        {"string", "exact | tanh",
         [](RunConfig& c, const std::string& k, const std::string& v) {
@@ -149,13 +193,12 @@ const std::map<std::string, Key>& keys() {
           else
             throw ConfigError("config", fmt::format("{}: expected exact or tanh, got \"{}\"", k, v));
         },
-        [](const RunConfig& c) {
-          return nlohmann::json(c.model.gelu == kernels::GeluKind::Exact ? "exact" : "tanh");
-        }}},
-      INT_KEY("train.max_iters", max_iters, "last iteration"),
-      INT_KEY("train.eval_interval", eval_interval, "iterations between evaluations"),
-      INT_KEY("train.eval_iters", eval_iters, "batches per evaluation"),
-      INT_KEY("train.log_interval", log_interval, "iterations between log lines"),
+        [](const RunConfig& c) { return nlohmann::json(c.model.gelu == kernels::GeluKind::Exact ? "exact" : "tanh"); },
+        std::nullopt}},
+      INT_KEY("train.max_iters", max_iters, 0, kMaxIters, "last iteration"),
+      INT_KEY("train.eval_interval", eval_interval, 1, kMaxIters, "iterations between evaluations"),
+      INT_KEY("train.eval_iters", eval_iters, 1, kMaxEvalIters, "batches per evaluation"),
+      INT_KEY("train.log_interval", log_interval, 1, kMaxIters, "iterations between log lines"),
       {"train.seed",
        {"int", "seed of init, data order and dropout (>= 0)",
         [](RunConfig& c, const std::string& k, const std::string& v) {
@@ -163,7 +206,7 @@ const std::map<std::string, Key>& keys() {
           PARALLM_CHECK(x >= 0, ConfigError, "config", "{}: must be >= 0, got {}", k, x);
           c.seed = static_cast<uint64_t>(x);
         },
-        [](const RunConfig& c) { return nlohmann::json(c.seed); }}},
+        [](const RunConfig& c) { return nlohmann::json(c.seed); }, closed(0, 0x1p63 - 1)}},
       STR_KEY("train.out_dir", out_dir, "run directory"),
       {"train.init_from",
        {"string", "scratch | resume",
@@ -172,19 +215,22 @@ const std::map<std::string, Key>& keys() {
                         "{}: expected scratch or resume, got \"{}\"", k, v);
           c.init_from = v;
         },
-        [](const RunConfig& c) { return nlohmann::json(c.init_from); }}},
+        [](const RunConfig& c) { return nlohmann::json(c.init_from); }, std::nullopt}},
       BOOL_KEY("train.always_save_checkpoint", always_save_checkpoint, "save at every eval, not only on improvement"),
       BOOL_KEY("train.eval_only", eval_only, "evaluate once and exit"),
       BOOL_KEY("train.final_eval", final_eval,
                "also evaluate (and checkpoint) at the last iteration when it is not a multiple of eval_interval"),
       BOOL_KEY("train.overwrite", overwrite,
                "start a scratch run in a train.out_dir that already holds a checkpoint (deleting it)"),
-      FLOAT_KEY("train.peak_flops", peak_flops, "peak FLOP/s for MFU (0 = measured GEMM peak)"),
-      INT_KEY("train.threads", threads, "CPU threads (0 = OMP_NUM_THREADS or all cores)"),
-      INT_KEY("train.sample_tokens", sample_tokens, "tokens sampled at each eval (0 = none)"),
+      FLOAT_KEY("train.peak_flops", peak_flops, closed(0, 1e21), "peak FLOP/s for MFU (0 = measured GEMM peak)"),
+      {"train.threads",
+       {"int", "CPU threads (0 = OMP_NUM_THREADS or all cores; at most 4 per core this process may use)",
+        [](RunConfig& c, const std::string& k, const std::string& v) { c.threads = parse_int(k, v); },
+        [](const RunConfig& c) { return nlohmann::json(c.threads); }, Range{0, 0, false, false, max_threads}}},
+      INT_KEY("train.sample_tokens", sample_tokens, 0, kMaxSampleTokens, "tokens sampled at each eval (0 = none)"),
       STR_KEY("train.sample_prompt", sample_prompt, "prompt of the eval samples"),
-      FLOAT_KEY("train.temperature", temperature, "sampling temperature"),
-      INT_KEY("train.top_k", top_k, "sampling top-k (0 = all)"),
+      FLOAT_KEY("train.temperature", temperature, above(0, 100), "sampling temperature"),
+      INT_KEY("train.top_k", top_k, 0, model::kMaxVocab, "sampling top-k (0 = all)"),
       BOOL_KEY("train.progress", progress, "progress bar on a terminal"),
       {"train.device",
        {"string", "cpu | cuda | cuda:N (one process on the GPU for now)",
@@ -196,7 +242,7 @@ const std::map<std::string, Key>& keys() {
           }
           c.device = lower(v);
         },
-        [](const RunConfig& c) { return nlohmann::json(c.device); }}},
+        [](const RunConfig& c) { return nlohmann::json(c.device); }, std::nullopt}},
       {"train.dtype",
        {"string",
         "fp32 | bf16 (mixed precision: bf16 products, fp32 master weights, gradients and optimizer state; on the GPU "
@@ -212,7 +258,7 @@ const std::map<std::string, Key>& keys() {
           else
             throw ConfigError("config", fmt::format("{}: unknown dtype \"{}\" (fp32, bf16 or fp16)", k, v));
         },
-        [](const RunConfig& c) { return nlohmann::json(c.dtype); }}},
+        [](const RunConfig& c) { return nlohmann::json(c.dtype); }, std::nullopt}},
       {"train.loss_scale",
        {"string",
         "auto (dynamic for fp16, off otherwise) | dynamic (skip a step whose gradients overflow and halve the scale; "
@@ -222,21 +268,22 @@ const std::map<std::string, Key>& keys() {
           loss_scale_of(lower(v), c.dtype, 65536, 2000);
           c.loss_scale = lower(v);
         },
-        [](const RunConfig& c) { return nlohmann::json(c.loss_scale); }}},
-      FLOAT_KEY("train.loss_scale_init", loss_scale_init, "dynamic loss scaling: the first scale (a power of two)"),
-      INT_KEY("train.loss_scale_window", loss_scale_window,
+        [](const RunConfig& c) { return nlohmann::json(c.loss_scale); }, std::nullopt}},
+      FLOAT_KEY("train.loss_scale_init", loss_scale_init, closed(1, 0x1p64),
+                "dynamic loss scaling: the first scale (a power of two)"),
+      INT_KEY("train.loss_scale_window", loss_scale_window, 1, INT32_MAX,
               "dynamic loss scaling: finite steps in a row before the scale doubles"),
-      FLOAT_KEY("optimizer.learning_rate", learning_rate, "peak learning rate"),
-      FLOAT_KEY("optimizer.min_lr", min_lr, "final learning rate of the cosine decay"),
-      INT_KEY("optimizer.warmup_iters", warmup_iters, "linear warmup iterations"),
-      INT_KEY("optimizer.lr_decay_iters", lr_decay_iters, "iteration where the decay reaches min_lr"),
+      FLOAT_KEY("optimizer.learning_rate", learning_rate, closed(0, 100), "peak learning rate"),
+      FLOAT_KEY("optimizer.min_lr", min_lr, closed(0, 100), "final learning rate of the cosine decay"),
+      INT_KEY("optimizer.warmup_iters", warmup_iters, 0, kMaxIters, "linear warmup iterations"),
+      INT_KEY("optimizer.lr_decay_iters", lr_decay_iters, 0, kMaxIters, "iteration where the decay reaches min_lr"),
       BOOL_KEY("optimizer.decay_lr", decay_lr, "use warmup + cosine decay (else constant)"),
-      FLOAT_KEY("optimizer.weight_decay", weight_decay, "AdamW weight decay (2-D weights only)"),
-      FLOAT_KEY("optimizer.beta1", beta1, "AdamW beta1"),
-      FLOAT_KEY("optimizer.beta2", beta2, "AdamW beta2"),
-      FLOAT_KEY("optimizer.eps", eps, "AdamW epsilon"),
-      FLOAT_KEY("optimizer.grad_clip", grad_clip, "global gradient-norm clip (0 = off)"),
-      INT_KEY("optimizer.gas", gas, "gradient accumulation steps"),
+      FLOAT_KEY("optimizer.weight_decay", weight_decay, closed(0, 100), "AdamW weight decay (2-D weights only)"),
+      FLOAT_KEY("optimizer.beta1", beta1, below(0, 1), "AdamW beta1"),
+      FLOAT_KEY("optimizer.beta2", beta2, below(0, 1), "AdamW beta2"),
+      FLOAT_KEY("optimizer.eps", eps, above(0, 1), "AdamW epsilon"),
+      FLOAT_KEY("optimizer.grad_clip", grad_clip, closed(0, 1e9), "global gradient-norm clip (0 = off)"),
+      INT_KEY("optimizer.gas", gas, 1, kMaxBatch, "gradient accumulation steps"),
       STR_KEY("data.dir", data_dir, "prepared dataset directory (train.bin, val.bin, meta.json)"),
       {"comm.backend",
        {"string",
@@ -246,17 +293,20 @@ const std::map<std::string, Key>& keys() {
                         "{}: expected auto, self, mpi or nccl, got \"{}\"", k, v);
           c.comm_backend = v;
         },
-        [](const RunConfig& c) { return nlohmann::json(c.comm_backend); }}},
-      FLOAT_KEY("comm.timeout_s", comm_timeout_s, "seconds before a communication operation is an error"),
-      FLOAT_KEY("ddp.bucket_mb", ddp_bucket_mb, "gradient bucket size (MiB) for the overlapped all-reduce"),
+        [](const RunConfig& c) { return nlohmann::json(c.comm_backend); }, std::nullopt}},
+      FLOAT_KEY("comm.timeout_s", comm_timeout_s, above(0, 604800),
+                "seconds before a communication operation is an error"),
+      FLOAT_KEY("ddp.bucket_mb", ddp_bucket_mb, above(0, 65536),
+                "gradient bucket size (MiB) for the overlapped all-reduce"),
       BOOL_KEY("ddp.deterministic", ddp_deterministic,
                "sum gradients and losses in a fixed order (bitwise equal for any split over ranks; no overlap)"),
-      INT_KEY("ddp.shards", ddp_shards,
+      INT_KEY("ddp.shards", ddp_shards, 0, kMaxBatch,
               "deterministic: shards of the global micro-batch (0 = one per rank; on 1 rank, N reproduces N ranks)"),
-      INT_KEY("zero.stage", zero_stage,
+      INT_KEY("zero.stage", zero_stage, 0, 3,
               "ZeRO: 0 = plain data parallel, 1 = shard optimizer state, 2 = also gradients (overlapped "
               "reduce-scatter), 3 = also parameters (gathered per block, FSDP)"),
-      INT_KEY("zero.prefetch", zero_prefetch, "ZeRO stage 3: blocks gathered ahead of the one computing"),
+      INT_KEY("zero.prefetch", zero_prefetch, 0, model::kMaxLayers,
+              "ZeRO stage 3: blocks gathered ahead of the one computing"),
       {"zero.offload",
        {"string",
         "none | optimizer (moments, master weights, optimizer step in the host pool) | params (stage 3: "
@@ -266,7 +316,7 @@ const std::map<std::string, Key>& keys() {
                         "{}: expected none, optimizer or params, got \"{}\"", k, v);
           c.zero_offload = v;
         },
-        [](const RunConfig& c) { return nlohmann::json(c.zero_offload); }}},
+        [](const RunConfig& c) { return nlohmann::json(c.zero_offload); }, std::nullopt}},
   };
   return table;
 }
@@ -316,18 +366,54 @@ void flatten(const YAML::Node& n, const std::string& prefix, RunConfig& c, std::
 }
 }  // namespace
 
-void RunConfig::load_file(const std::string& path) {
+namespace {
+// What a path is, for a message ("a directory", "a FIFO (named pipe)", ...).
+std::string file_kind(std::filesystem::file_type t) {
+  using T = std::filesystem::file_type;
+  switch (t) {
+    case T::directory:
+      return "a directory";
+    case T::fifo:
+      return "a FIFO (named pipe)";
+    case T::character:
+      return "a character device";
+    case T::block:
+      return "a block device";
+    case T::socket:
+      return "a socket";
+    default:
+      return "not a regular file";
+  }
+}
+
+// The one YAML document of a config file. Its type is checked without
+// opening it (a FIFO would block the open); a second document (after ---)
+// is an error, not silently ignored.
+YAML::Node load_one_document(const std::string& path) {
   std::error_code ec;
-  PARALLM_CHECK(!std::filesystem::is_directory(path, ec), IoError, "config",
-                "config file {} is a directory, not a YAML file", path);
-  YAML::Node root;
+  const auto st = std::filesystem::status(path, ec);
+  PARALLM_CHECK(st.type() != std::filesystem::file_type::not_found, IoError, "config", "config file {} does not exist",
+                path);
+  PARALLM_CHECK(ec || st.type() == std::filesystem::file_type::regular, ConfigError, "config",
+                "config file {} is {}, not a YAML file; pass the path of a regular file", path, file_kind(st.type()));
+  std::ifstream f(path);
+  PARALLM_CHECK(f.good(), IoError, "config", "cannot read config file {}", path);
+  std::vector<YAML::Node> docs;
   try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw IoError("config", fmt::format("cannot read config file {}", path));
+    docs = YAML::LoadAll(f);
   } catch (const YAML::Exception& e) {
     throw ConfigError("config", fmt::format("{}: {}", path, e.what()));
   }
+  PARALLM_CHECK(docs.size() <= 1, ConfigError, "config",
+                "{} holds {} YAML documents (separated by ---); a config file is one document: merge them into one "
+                "mapping or remove the ---",
+                path, docs.size());
+  return docs.empty() ? YAML::Node() : docs.front();
+}
+}  // namespace
+
+void RunConfig::load_file(const std::string& path) {
+  const YAML::Node root = load_one_document(path);
   if (root.IsNull()) return;  // an empty file sets nothing
   if (!root.IsMap()) throw ConfigError("config", fmt::format("{}: top level must be a mapping", path));
   std::set<std::string> seen;
@@ -335,33 +421,53 @@ void RunConfig::load_file(const std::string& path) {
     flatten(root, "", *this, seen);
   } catch (const ConfigError& e) {
     throw ConfigError("config", fmt::format("{}: {}", path, e.message()));
+  } catch (const YAML::Exception& e) {  // a key that is not a scalar (a list or a mapping as a key)
+    throw ConfigError("config", fmt::format("{}: keys must be plain names ({})", path, e.what()));
   }
 }
 
-void RunConfig::validate() const {
+namespace {
+// Every numeric key against its range: the table's, which --help-keys prints.
+void check_key_ranges(const RunConfig& c) {
+  for (const auto& [k, key] : keys()) {
+    if (!key.range) continue;
+    const nlohmann::json v = key.get(c);
+    PARALLM_CHECK(key.range->contains(v.get<double>()), ConfigError, "config",
+                  "{} must be in {}, got {}; `parallm train --help-keys` lists every key's range", k, key.range->text(),
+                  v.dump());
+  }
+}
+
+// A CPU run's least memory (train/plan.h's closed form, no allocation)
+// against this machine's physical memory, before anything is written.
+void check_fits_host(const RunConfig& c) {
+  if (!parse_device(c.device).is_cpu()) return;  // the GPU's allocations report themselves
+  const uint64_t need = min_run_bytes(c.model, c.batch_size, static_cast<int>(c.zero_stage));
+  const uint64_t have = physical_memory_bytes();
+  PARALLM_CHECK(
+      have == 0 || need <= have, ConfigError, "config",
+      "model.n_layer={}, model.n_embd={}, model.vocab_size={}, model.block_size={} and "
+      "model.batch_size={} (zero.stage={}) need at least {} of memory for the parameters, gradients, "
+      "optimizer state and activations, but this machine has {} ({} bytes); make the model or the "
+      "micro-batch smaller (or shard it: zero.stage and more ranks)",
+      c.model.n_layer, c.model.n_embd, c.model.vocab_size, c.model.block_size, c.batch_size, c.zero_stage,
+      need == UINT64_MAX ? std::string("more than 2^64 bytes") : fmt::format("{} ({} bytes)", format_bytes(need), need),
+      format_bytes(have), have);
+}
+}  // namespace
+
+void RunConfig::check_ranges() const {
   model.validate();
-  require_positive(batch_size, "model.batch_size");
-  require_positive(eval_interval, "train.eval_interval");
-  require_positive(eval_iters, "train.eval_iters");
-  require_positive(log_interval, "train.log_interval");
-  require_positive(gas, "optimizer.gas");
-  PARALLM_CHECK(max_iters >= 0, ConfigError, "config", "train.max_iters must be >= 0, got {}", max_iters);
-  auto at_least_zero = [](double v, const char* key) {
-    PARALLM_CHECK(std::isfinite(v) && v >= 0, ConfigError, "config", "{} must be >= 0, got {}", key, v);
-  };
-  auto below_one = [](double v, const char* key) {
-    PARALLM_CHECK(v >= 0 && v < 1, ConfigError, "config", "{} must be in [0, 1), got {}", key, v);
-  };
-  at_least_zero(learning_rate, "optimizer.learning_rate");
-  at_least_zero(min_lr, "optimizer.min_lr");
-  below_one(beta1, "optimizer.beta1");
-  below_one(beta2, "optimizer.beta2");
-  at_least_zero(weight_decay, "optimizer.weight_decay");
-  at_least_zero(grad_clip, "optimizer.grad_clip");
-  PARALLM_CHECK(std::isfinite(eps) && eps > 0, ConfigError, "config", "optimizer.eps={} must be > 0", eps);
-  PARALLM_CHECK(warmup_iters >= 0, ConfigError, "config", "optimizer.warmup_iters must be >= 0, got {}", warmup_iters);
-  PARALLM_CHECK(lr_decay_iters >= 0, ConfigError, "config", "optimizer.lr_decay_iters must be >= 0, got {}",
-                lr_decay_iters);
+  check_thread_count(threads, "config", "train.threads");
+  check_key_ranges(*this);
+  PARALLM_CHECK(batch_size * model.block_size <= kMaxTokensPerBatch, ConfigError, "config",
+                "model.batch_size x model.block_size = {} x {} = {} tokens per micro-batch is more than {} (2^31 - 1); "
+                "lower one of them (optimizer.gas accumulates micro-batches)",
+                batch_size, model.block_size, batch_size * model.block_size, kMaxTokensPerBatch);
+}
+
+void RunConfig::validate() const {
+  check_ranges();
   if (decay_lr) {
     PARALLM_CHECK(min_lr <= learning_rate, ConfigError, "config",
                   "optimizer.min_lr={} is above optimizer.learning_rate={}: the decay would raise the rate", min_lr,
@@ -371,23 +477,10 @@ void RunConfig::validate() const {
                   "would drop to min_lr right after warmup",
                   lr_decay_iters, warmup_iters);
   }
-  PARALLM_CHECK(std::isfinite(temperature) && temperature > 0, ConfigError, "config",
-                "train.temperature must be > 0, got {}", temperature);
-  PARALLM_CHECK(top_k >= 0, ConfigError, "config", "train.top_k must be >= 0 (0 = all tokens), got {}", top_k);
-  PARALLM_CHECK(sample_tokens >= 0, ConfigError, "config", "train.sample_tokens must be >= 0 (0 = no samples), got {}",
-                sample_tokens);
-  PARALLM_CHECK(threads >= 0, ConfigError, "config", "train.threads must be >= 0 (0 = all cores), got {}", threads);
-  at_least_zero(peak_flops, "train.peak_flops");
   PARALLM_CHECK(!out_dir.empty(), ConfigError, "config", "train.out_dir must not be empty");
   PARALLM_CHECK(!data_dir.empty(), ConfigError, "config", "data.dir must not be empty");
-  PARALLM_CHECK(comm_timeout_s > 0, ConfigError, "config", "comm.timeout_s must be > 0, got {}", comm_timeout_s);
-  PARALLM_CHECK(ddp_bucket_mb > 0, ConfigError, "config", "ddp.bucket_mb must be > 0, got {}", ddp_bucket_mb);
-  PARALLM_CHECK(ddp_shards >= 0, ConfigError, "config", "ddp.shards must be >= 0, got {}", ddp_shards);
   PARALLM_CHECK(ddp_shards == 0 || ddp_deterministic, ConfigError, "config",
                 "ddp.shards={} only applies with ddp.deterministic=true", ddp_shards);
-  PARALLM_CHECK(zero_stage >= 0 && zero_stage <= 3, ConfigError, "config", "zero.stage must be 0, 1, 2 or 3, got {}",
-                zero_stage);
-  PARALLM_CHECK(zero_prefetch >= 0, ConfigError, "config", "zero.prefetch must be >= 0, got {}", zero_prefetch);
   PARALLM_CHECK(zero_offload == "none" || zero_stage > 0, ConfigError, "config",
                 "zero.offload={} needs a sharded stage (zero.stage=1, 2 or 3)", zero_offload);
   PARALLM_CHECK(zero_offload != "params" || zero_stage == 3, ConfigError, "config",
@@ -413,6 +506,7 @@ void RunConfig::validate() const {
     PARALLM_CHECK(!ddp_deterministic, ConfigError, "config", "ddp.deterministic is CPU-only for now (train.device={})",
                   device);
   }
+  check_fits_host(*this);
 }
 
 optim::LossScaleConfig RunConfig::loss_scale_config() const {
@@ -459,7 +553,8 @@ std::vector<std::pair<std::string, std::string>> RunConfig::describe() {
   std::vector<std::pair<std::string, std::string>> out;
   RunConfig d;
   for (const auto& [k, key] : keys())
-    out.push_back({k, fmt::format("{} (default {}): {}", key.type, key.get(d).dump(), key.help)});
+    out.push_back({k, fmt::format("{}{} (default {}): {}", key.type, key.range ? " in " + key.range->text() : "",
+                                  key.get(d).dump(), key.help)});
   return out;
 }
 

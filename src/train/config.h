@@ -72,7 +72,12 @@ struct RunConfig {
   void apply_overrides(const std::vector<std::string>& kv);
   // Loads a YAML (or JSON) file: nested maps or dotted keys, scalars only.
   void load_file(const std::string& path);
-  // Cross-key checks (after everything is set).
+  // Every numeric key in its range (the table --help-keys prints; model
+  // sizes by model/config.h's bounds, train.threads by this machine's cores)
+  // and the micro-batch's token count: checks that need no other resource.
+  void check_ranges() const;
+  // check_ranges(), the cross-key checks, and that the run's least memory
+  // (train/plan.h: min_run_bytes) fits this machine (after everything is set).
   void validate() const;
   // train.loss_scale with its init and window (ConfigError naming the key).
   optim::LossScaleConfig loss_scale_config() const;
@@ -87,7 +92,8 @@ struct RunConfig {
   // that differs is listed in *changed ("key=new (was old)"), since the run
   // then leaves the saved trajectory.
   RunConfig resumed_from(const nlohmann::json& saved, std::vector<std::string>* changed) const;
-  // Keys with type and help, for `parallm train --help-keys`.
+  // Keys with type, valid range (numeric keys; validate() checks the same), default and help, for
+  // `parallm train --help-keys`.
   static std::vector<std::pair<std::string, std::string>> describe();
 
  private:

@@ -1,9 +1,11 @@
 #include "train/plan.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 
 #include "core/error.h"
+#include "core/host.h"
 #include "model/gpt.h"
 #include "model/params.h"
 #include "parallel/zero.h"
@@ -71,6 +73,15 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
   b.scratch = static_cast<double>(buf.scratch_bytes);
   b.exact = true;
   return b;
+}
+
+uint64_t min_run_bytes(const model::GPTConfig& m, int64_t micro_batch, int stage) {
+  auto u = [](int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(v, 0)); };
+  const uint64_t whole_floats_per_param = stage <= 0 ? 4 : stage == 1 ? 2 : stage == 2 ? 1 : 0;
+  const uint64_t state = sat_mul(sat_mul(4, whole_floats_per_param), m.num_params());
+  const uint64_t NC = sat_mul(sat_mul(u(micro_batch), u(m.block_size)), u(m.n_embd));
+  const uint64_t acts = sat_mul(sat_mul(4, NC), sat_add(sat_mul(16, u(m.n_layer)), 13));
+  return sat_add(state, acts);
 }
 
 int64_t gpus_needed(double params, double gpu_gb) {

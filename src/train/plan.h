@@ -46,6 +46,14 @@ int64_t gpus_needed(double params, double gpu_gb);
 // The lowest stage whose total fits in `device_bytes` (stages 0-2 move about
 // 2x the gradient bytes per step, stage 3 about 3x), or -1.
 int stage_that_fits(const PlanInput& in, double device_bytes);
+// A lower bound of the bytes one rank of a CPU training run allocates, in
+// closed form and saturating at UINT64_MAX, so it is cheap and exact for any
+// sizes (no layout is built): the fp32 parameters, gradients and AdamW moments
+// the rank keeps whole at this ZeRO stage (shards count as nothing: the world
+// size is not known), and the micro-batch's fp32 activations and backward
+// scratch (16 N C floats per block and 13 N C more, N = micro_batch x
+// block_size). RunConfig::validate() compares it with the machine's memory.
+uint64_t min_run_bytes(const model::GPTConfig& m, int64_t micro_batch, int stage);
 // "80B", "124M", "2e9", "10.65M" -> parameters; "80GB", "80GiB", "512MB" -> bytes. Throws ConfigError naming `what`.
 double parse_count(const std::string& s, const std::string& what);
 double parse_bytes(const std::string& s, const std::string& what);

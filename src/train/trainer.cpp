@@ -150,9 +150,15 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
     for (const auto& c : changed) resume_changes += (resume_changes.empty() ? "" : ", ") + c;
   }
   if (!lead) cfg.progress = false;
-  if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
+  // Every check that needs no file comes before the dataset is read (the
+  // vocabulary size, unless given, comes from it).
+  if (cfg.vocab_size_set)
+    cfg.validate();
+  else
+    cfg.check_ranges();
   const data::CharVocab vocab = dataset_vocabulary(cfg, resume ? &ck_meta["config"] : nullptr);
-  cfg.validate();
+  cfg.validate();  // train.threads in range before libgomp is asked for them
+  if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
   if (resume) {
     RunSummary done;
     done.nothing_to_do = nothing_left(cfg, checkpoint_state(ck_meta, nullptr).iter);

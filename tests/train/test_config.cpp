@@ -235,7 +235,7 @@ TEST(Config, NumbersAreFiniteDecimalsAndRangesNameTheKey) {
     return error_of([&] { r.validate(); });
   };
   const std::pair<std::vector<std::string>, std::string> bad[] = {
-      {{"optimizer.learning_rate=-1"}, "optimizer.learning_rate must be >= 0, got -1"},
+      {{"optimizer.learning_rate=-1"}, "optimizer.learning_rate must be in [0, 100], got -1"},
       {{"optimizer.beta1=1.5"}, "optimizer.beta1 must be in [0, 1), got 1.5"},
       {{"optimizer.weight_decay=-1"}, "optimizer.weight_decay"},
       {{"optimizer.grad_clip=-1"}, "optimizer.grad_clip"},
