@@ -26,6 +26,7 @@
 #include "parallel/ddp.h"
 #include "parallel/deterministic.h"
 #include "parallel/zero.h"
+#include "train/agree.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/peak.h"
@@ -159,6 +160,7 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
   if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
   if (!cfg.vocab_size_set) cfg.model.vocab_size = dataset_vocab(cfg.data_dir);
   cfg.validate();
+  check_ranks_agree(cfg, world);  // every rank, before anything is written
   Device dev = parse_device(cfg.device);
   if (!dev.is_cpu()) {
     if (nranks > 1) {
