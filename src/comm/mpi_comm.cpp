@@ -197,7 +197,10 @@ class MpiComm : public QueuedComm {
     }
   }
 
+  // Also called by a caller whose wait outlived the deadline while this
+  // group's comm thread is stuck in the library (one diagnosis at a time).
   std::string diagnose(const Op& op) override {
+    std::lock_guard<std::mutex> one_at_a_time(diagnose_mu_);
     const int n = size(), me = rank();
     std::vector<MPI_Request> reqs;
     int64_t q = static_cast<int64_t>(op.seq);
@@ -207,8 +210,8 @@ class MpiComm : public QueuedComm {
       MPI_Isend(&q, 1, MPI_INT64_T, p, kTagStatusReq, ctrl_, &reqs.back());
     }
     std::map<int, std::array<int64_t, 4>> got;
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::duration<double>(std::min(5.0, std::max(1.0, options().timeout_s)));
+    const double budget = diagnose_budget_s();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(budget);
     while (static_cast<int>(got.size()) < n - 1 && std::chrono::steady_clock::now() < until) {
       int flag = 0;
       MPI_Status st;
@@ -245,7 +248,11 @@ class MpiComm : public QueuedComm {
     std::string s;
     for (const auto& o : others) s += (s.empty() ? "" : "; ") + o;
     if (!silent.empty())
-      s += (s.empty() ? "" : "; ") + rank_list(silent) + " did not answer (dead, or stuck outside communication)";
+      s += (s.empty() ? "" : "; ") + rank_list(silent) +
+           fmt::format(
+               " did not answer within {:.1f} s (stopped, dead, or stuck outside communication: look at "
+               "that process)",
+               budget);
     if (!waiting.empty()) s += (s.empty() ? "" : "; ") + rank_list(waiting) + " waiting in the same operation";
     return s;
   }
@@ -253,7 +260,7 @@ class MpiComm : public QueuedComm {
  private:
   std::shared_ptr<MpiRuntime> rt_;
   MPI_Comm comm_, ctrl_ = MPI_COMM_NULL;
-  std::mutex service_mu_;
+  std::mutex service_mu_, diagnose_mu_;
   friend class CollPending;
 };
 

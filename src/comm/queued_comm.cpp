@@ -40,25 +40,44 @@ void WorkState::wait() {
     }
   } waiting(waiters_);
   std::unique_lock<std::mutex> lock(mu_);
-  if (timeout_s_ <= 0) {
+  if (timeout_s_ <= 0)
     cv_.wait(lock, [&] { return done_; });
-  } else {
-    // The comm thread reports timeouts it can see at the deadline; this only
-    // fires when it is itself stuck in the library.
-    const double grace = std::max(2.0, 0.1 * timeout_s_);
-    while (!cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return done_; })) {
-      const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-      if (running_ && ran > timeout_s_ + grace) {
-        std::string msg = fmt::format(
-            "{} #{} in group {}: still inside the communication library after {:.1f} s "
-            "(comm.timeout_s {:.1f}): a peer died or the network stalled mid-transfer",
-            op_kind_name(kind_), seq_, group_ ? *group_ : "?", ran, timeout_s_);
-        lock.unlock();  // the dump waits for every thread, this one's waker included
-        throw CommError("comm.wait", msg + stacks_note(msg));
-      }
-    }
-  }
+  else
+    watch(lock);
   if (err_) std::rethrow_exception(err_);
+}
+
+// The comm thread reports timeouts it can see at the deadline; this only fires
+// when it is itself stuck in the library. Within the grace the waiter asks the
+// peers itself (diagnose_budget_s() <= grace - 1 s), so its error still comes
+// timeout + grace after the start. Returns with `lock` held once done.
+void WorkState::watch(std::unique_lock<std::mutex>& lock) {
+  const double grace = std::max(2.0, 0.1 * timeout_s_);
+  const double budget = owner_ ? owner_->diagnose_budget_s() : 0.0;
+  while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return done_; })) {
+    const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    if (!running_ || ran < 1.0) continue;
+    const bool expired = ran > timeout_s_ + grace + diagnosing_s_ - budget;
+    lock.unlock();  // the comm thread may finish the work meanwhile
+    if (!expired) {
+      if (owner_) owner_->service();  // peers diagnosing a hang hear from this rank even if its comm thread is stuck
+      lock.lock();
+      continue;
+    }
+    Op op;
+    op.kind = kind_;
+    op.seq = seq_;
+    const std::string diag = owner_ ? owner_->diagnose(op) : "";
+    lock.lock();
+    if (done_) return;
+    lock.unlock();  // the dump waits for every thread, this one's waker included
+    const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    const std::string msg = fmt::format(
+        "{} #{} in group {}: still inside the communication library after {:.1f} s (comm.timeout_s {:.1f}): a "
+        "peer died or stopped, or the network stalled mid-transfer{}",
+        op_kind_name(kind_), seq_, group_ ? *group_ : "?", total, timeout_s_, diag.empty() ? "" : "; " + diag);
+    throw CommError("comm.wait", msg + stacks_note(msg));
+  }
 }
 
 bool WorkState::test() {
@@ -180,13 +199,14 @@ WorkPtr QueuedComm::submit(Op op) {
     run_inline(op);
     return handle;
   }
-  op.work->arm(options_.timeout_s, op.kind, op.seq, &name_, &waiters_);
+  op.work->arm(options_.timeout_s, op.kind, op.seq, &name_, &waiters_, this);
   queue_.push_back(std::move(op));
   cv_.notify_all();
   return handle;
 }
 
 CommError QueuedComm::timeout_error(const Op& op) {
+  if (op.work) op.work->diagnosing(diagnose_budget_s());
   const std::string diag = diagnose(op);
   const std::string msg = error_text(op, fmt::format("timed out after {:.1f} s (comm.timeout_s){}", options_.timeout_s,
                                                      diag.empty() ? "" : "; " + diag));

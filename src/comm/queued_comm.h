@@ -9,6 +9,7 @@
 // thread instead (same ordering, checks and deadline), saving two thread
 // hand-offs, which cost more than a small collective itself.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -23,6 +24,8 @@
 #include "core/error.h"
 
 namespace parallm::comm {
+
+class QueuedComm;
 
 // Completion state shared by the queue and the caller's handle.
 class WorkState : public Work {
@@ -41,22 +44,39 @@ class WorkState : public Work {
   // deadline, naming the operation. Cheap: the text is made only on expiry.
   // `waiters` counts the callers blocked in wait() on this group's work: the
   // communication thread polls without sleeping while one is (its core is idle).
-  void arm(double timeout_s, OpKind kind, uint64_t seq, const std::string* group, std::atomic<int>* waiters) {
+  // A caller waiting longer than a second answers peers' questions in place of
+  // its communication thread (which may be inside the library), and on expiry
+  // asks the peers itself, so the error names a peer that cannot answer
+  // (stopped, dead) even when the operation hangs mid-transfer.
+  void arm(double timeout_s, OpKind kind, uint64_t seq, const std::string* group, std::atomic<int>* waiters,
+           QueuedComm* owner) {
     timeout_s_ = timeout_s;
     kind_ = kind;
     seq_ = seq;
     group_ = group;
     waiters_ = waiters;
+    owner_ = owner;
+  }
+  // The communication thread is asking the peers what they are doing after
+  // this operation's deadline (for up to `budget_s`): it is not stuck, and its
+  // error names the ranks, so the watchdog waits that much longer for it.
+  void diagnosing(double budget_s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    diagnosing_s_ = budget_s;
   }
 
  private:
+  void watch(std::unique_lock<std::mutex>& lock);  // wait() with the watchdog
+
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   bool running_ = false;
   double timeout_s_ = 0;
+  double diagnosing_s_ = 0;  // set once the comm thread diagnoses a timeout
   OpKind kind_ = OpKind::Barrier;
   uint64_t seq_ = 0;
   const std::string* group_ = nullptr;   // the group's name (outlives the wait)
   std::atomic<int>* waiters_ = nullptr;  // the group's count of blocked callers (outlives the wait)
+  QueuedComm* owner_ = nullptr;          // the group (outlives the wait)
   double seconds_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -123,13 +143,18 @@ class QueuedComm : public Communicator {
   virtual std::unique_ptr<Pending> start(Op& op) = 0;
   virtual void service() {}                               // answer peers' questions while waiting
   virtual std::string diagnose(const Op&) { return ""; }  // on a timeout: what the peers are doing
-  virtual bool threaded() const { return true; }          // false: run ops inline on the caller
-  virtual bool host_only() const { return true; }         // false: the backend takes device tensors too
+  // How long diagnose() may wait for the peers' answers: short next to the
+  // waiter's watchdog grace (max(2 s, timeout / 10)), so a peer that cannot
+  // answer (stopped, dead) is named before the watchdog gives up unnamed.
+  double diagnose_budget_s() const { return std::min(5.0, std::max(1.0, 0.05 * options_.timeout_s)); }
+  virtual bool threaded() const { return true; }   // false: run ops inline on the caller
+  virtual bool host_only() const { return true; }  // false: the backend takes device tensors too
   // On the caller's thread as an operation is issued, before it is queued
   // (e.g. to mark where the caller's GPU work stands); may throw.
   virtual void issued(Op&) {}
   virtual void thread_started() {}  // first thing on the communication thread
   bool broken();                    // an operation failed: the group is unusable
+  friend class WorkState;           // a waiter answers and diagnoses when this thread is stuck
   // Derived constructors call start_thread() last and destructors stop_thread() first.
   void start_thread();
   void stop_thread();

@@ -8,15 +8,38 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/fileio.h"
 
 namespace parallm {
 
+namespace {
+IoError not_regular(const std::string& where, const std::string& path, unsigned mode) {
+  return IoError(where, fmt::format("{} is {}, not a regular file: remove it so the run can write its records there",
+                                    path, file_kind(mode)));
+}
+}  // namespace
+
 AppendFile::AppendFile(const std::string& path, bool truncate, const std::string& where) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0644);
-  PARALLM_CHECK(fd_ >= 0, IoError, where, "cannot open {} for writing: {}", path, std::strerror(errno));
-  // Records go at the end, by offset (pwrite ignores the offset under O_APPEND on Linux).
+  // A FIFO at `path` must be refused, not wait for a reader: by its kind
+  // before the open, and (O_NONBLOCK) if one appears in between.
   struct stat st {};
-  if (::fstat(fd_, &st) == 0) size_ = st.st_size;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) throw not_regular(where, path, st.st_mode);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
+  PARALLM_CHECK(fd_ >= 0, IoError, where, "cannot open {} for writing: {}", path, std::strerror(errno));
+  const bool regular = ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode);
+  if (!regular) {
+    ::close(fd_);
+    fd_ = -1;
+    throw not_regular(where, path, st.st_mode);
+  }
+  if (truncate && ::ftruncate(fd_, 0) != 0) {
+    const int e = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw IoError(where, fmt::format("cannot empty {}: {}", path, std::strerror(e)));
+  }
+  // Records go at the end, by offset (pwrite ignores the offset under O_APPEND on Linux).
+  size_ = truncate ? 0 : st.st_size;
 }
 
 AppendFile::~AppendFile() {

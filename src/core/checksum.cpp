@@ -1,11 +1,7 @@
 #include "core/checksum.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
-#include <cerrno>
-#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -23,22 +19,11 @@ uint32_t crc32_of(std::initializer_list<ConstFilePiece> pieces) {
 }
 
 uint32_t file_crc32(const std::string& path, const std::string& where) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  PARALLM_CHECK(fd >= 0, IoError, where, "cannot read {}: {}", path, std::strerror(errno));
+  const RegularFile f(path, where);  // a FIFO or a directory is refused by name
   std::vector<char> buf(size_t{1} << 20);
   uint32_t crc = 0;
-  for (;;) {
-    const ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int e = errno;
-      ::close(fd);
-      throw IoError(where, fmt::format("cannot read {}: {}", path, std::strerror(e)));
-    }
-    if (n == 0) break;
-    crc = crc32_update(crc, buf.data(), static_cast<size_t>(n));
-  }
-  ::close(fd);
+  for (size_t at = 0, n; (n = f.read_at(at, buf.data(), buf.size())) > 0; at += n)
+    crc = crc32_update(crc, buf.data(), n);
   return crc;
 }
 

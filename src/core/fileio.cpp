@@ -56,45 +56,83 @@ void write_file_atomic(const std::string& path, std::initializer_list<ConstFileP
   }
 }
 
+std::string file_kind(unsigned mode) {
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+namespace {
+[[noreturn]] void refuse_kind(const std::string& path, const std::string& where, unsigned mode) {
+  throw IoError(where, fmt::format("{} is {}, not a regular file: parallm reads data, configs and checkpoints only "
+                                   "from regular files; put the file itself at that path",
+                                   path, file_kind(mode)));
+}
+}  // namespace
+
+RegularFile::RegularFile(const std::string& path, const std::string& where, const std::string& hint) : path_(path) {
+  struct stat st {};
+  // stat first: opening a device can have side effects, and a socket cannot be opened.
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) refuse_kind(path, where, st.st_mode);
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  PARALLM_CHECK(fd_ >= 0, IoError, where, "cannot read {}: {}{}", path, std::strerror(errno), hint);
+  const bool stat_ok = ::fstat(fd_, &st) == 0;
+  const int e = errno;
+  if (!stat_ok || !S_ISREG(st.st_mode)) {  // replaced between stat and open
+    ::close(fd_);
+    if (stat_ok) refuse_kind(path, where, st.st_mode);
+    throw IoError(where, fmt::format("cannot stat {}: {}", path, std::strerror(e)));
+  }
+  size_ = static_cast<size_t>(st.st_size);
+}
+
+RegularFile::~RegularFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+size_t RegularFile::current_size() const {
+  struct stat st {};
+  PARALLM_CHECK(::fstat(fd_, &st) == 0, IoError, "io.read", "cannot stat {}: {}", path_, std::strerror(errno));
+  return static_cast<size_t>(st.st_size);
+}
+
+size_t RegularFile::read_at(size_t offset, void* out, size_t bytes) const {
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd_, static_cast<char*>(out) + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    PARALLM_CHECK(n >= 0, IoError, "io.read", "read of {} failed: {}", path_, std::strerror(errno));
+    if (n == 0) break;  // end of file
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
 void read_file(const std::string& path, std::initializer_list<FilePiece> pieces) {
   size_t want = 0;
   for (const auto& p : pieces) want += p.bytes;
-  int fd = ::open(path.c_str(), O_RDONLY);
-  PARALLM_CHECK(fd >= 0, IoError, "io.read", "cannot read {}: {}", path, std::strerror(errno));
-  struct stat st {};
-  ::fstat(fd, &st);
-  if (static_cast<size_t>(st.st_size) != want) {
-    ::close(fd);
-    throw IoError("io.read", fmt::format("{} has {} bytes, expected {} (truncated or another model?)", path,
-                                         static_cast<size_t>(st.st_size), want));
-  }
+  const RegularFile f(path, "io.read");
+  PARALLM_CHECK(f.size() == want, IoError, "io.read", "{} has {} bytes, expected {} (truncated or another model?)",
+                path, f.size(), want);
+  size_t offset = 0;
   for (const auto& p : pieces) {
-    int e = transfer(fd, static_cast<char*>(p.data), p.bytes, false);
-    if (e != 0) {
-      ::close(fd);
-      throw IoError("io.read", fmt::format("read of {} failed: {}", path, std::strerror(e)));
-    }
+    const size_t got = f.read_at(offset, p.data, p.bytes);
+    PARALLM_CHECK(got == p.bytes, IoError, "io.read", "{} ended at byte {} while being read, expected {} bytes", path,
+                  offset + got, want);
+    offset += p.bytes;
   }
-  ::close(fd);
 }
 
 void read_file_range(const std::string& path, size_t file_size, size_t offset, void* out, size_t bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  PARALLM_CHECK(fd >= 0, IoError, "io.read", "cannot read {}: {}", path, std::strerror(errno));
-  struct stat st {};
-  ::fstat(fd, &st);
-  if (static_cast<size_t>(st.st_size) != file_size || offset + bytes > file_size) {
-    ::close(fd);
-    throw IoError("io.read", fmt::format("{} has {} bytes, expected {} (truncated or another model?)", path,
-                                         static_cast<size_t>(st.st_size), file_size));
-  }
-  if (::lseek(fd, static_cast<off_t>(offset), SEEK_SET) < 0) {
-    ::close(fd);
-    throw IoError("io.read", fmt::format("cannot seek in {}: {}", path, std::strerror(errno)));
-  }
-  const int e = transfer(fd, static_cast<char*>(out), bytes, false);
-  ::close(fd);
-  PARALLM_CHECK(e == 0, IoError, "io.read", "read of {} failed: {}", path, std::strerror(e));
+  const RegularFile f(path, "io.read");
+  PARALLM_CHECK(f.size() == file_size && offset + bytes <= file_size, IoError, "io.read",
+                "{} has {} bytes, expected {} (truncated or another model?)", path, f.size(), file_size);
+  const size_t got = f.read_at(offset, out, bytes);
+  PARALLM_CHECK(got == bytes, IoError, "io.read", "{} ended at byte {} while being read, expected {} bytes", path,
+                offset + got, file_size);
 }
 
 void make_directories(const std::string& path, const std::string& where, const std::string& what) {
@@ -105,15 +143,11 @@ void make_directories(const std::string& path, const std::string& where, const s
 }
 
 std::string read_text_file(const std::string& path, const std::string& where) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  PARALLM_CHECK(f, IoError, where, "cannot read {}: {}", path, std::strerror(errno));
+  const RegularFile f(path, where);
   std::string s;
   char buf[65536];
   size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, n);
-  const bool bad = std::ferror(f) != 0;
-  std::fclose(f);
-  PARALLM_CHECK(!bad, IoError, where, "error reading {}", path);
+  while ((n = f.read_at(s.size(), buf, sizeof(buf))) > 0) s.append(buf, n);
   return s;
 }
 

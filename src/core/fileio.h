@@ -3,6 +3,9 @@
 // go to one file without being copied together first), fsynced before close.
 // write_file_atomic goes through "<path>.tmp" and a rename, so readers see
 // either the old file or the complete new one.
+// Every reader opens through RegularFile, which refuses a FIFO, a directory,
+// a device or a socket by name before reading (a FIFO would block the open,
+// a directory fails later with a message that names no file).
 #pragma once
 #include <cstddef>
 #include <initializer_list>
@@ -18,6 +21,34 @@ struct ConstFilePiece {
   const void* data;
   size_t bytes;
 };
+
+// A regular file open for reading. Stats the path first and opens it with
+// O_NONBLOCK (a FIFO put there meanwhile must not block), then checks the open
+// file again. IoError "[where] <path> is a FIFO (named pipe), not a regular
+// file: ..." for anything else; "[where] cannot read <path>: <reason><hint>"
+// when it cannot be opened (`hint`, e.g. how to make the file, follows the reason).
+class RegularFile {
+ public:
+  RegularFile(const std::string& path, const std::string& where, const std::string& hint = "");
+  ~RegularFile();
+  RegularFile(const RegularFile&) = delete;
+  RegularFile& operator=(const RegularFile&) = delete;
+  int fd() const { return fd_; }
+  size_t size() const { return size_; }  // at open
+  size_t current_size() const;           // now (the file may have shrunk or grown since)
+  // Up to `bytes` at `offset` (pread, any thread); returns how many there were,
+  // fewer only at the end of the file. IoError naming the file on a read error.
+  size_t read_at(size_t offset, void* out, size_t bytes) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  size_t size_ = 0;
+};
+
+// "a FIFO (named pipe)", "a directory", ... for a file mode that is not a regular file.
+std::string file_kind(unsigned mode);
 
 void write_file(const std::string& path, std::initializer_list<ConstFilePiece> pieces);
 void write_file_atomic(const std::string& path, std::initializer_list<ConstFilePiece> pieces);

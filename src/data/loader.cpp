@@ -1,14 +1,9 @@
 #include "data/loader.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -16,30 +11,38 @@
 
 namespace parallm::data {
 
-TokenFile::TokenFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  PARALLM_CHECK(fd >= 0, IoError, "data.open", "cannot open {}: {} (prepare the dataset first: parallm prepare ...)",
-                path, std::strerror(errno));
-  struct stat st {};
-  ::fstat(fd, &st);
-  map_bytes_ = static_cast<size_t>(st.st_size);
-  if (map_bytes_ % 2 != 0) {
-    ::close(fd);
-    throw IoError("data.open", fmt::format("{} has an odd size ({} bytes); expected uint16 tokens", path, map_bytes_));
-  }
-  n_ = static_cast<int64_t>(map_bytes_ / 2);
-  if (map_bytes_ > 0) {
-    void* p = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    PARALLM_CHECK(p != MAP_FAILED, IoError, "data.open", "cannot map {}: {}", path, std::strerror(errno));
-    data_ = static_cast<const uint16_t*>(p);
-  } else {
-    ::close(fd);
-  }
+namespace {
+std::string prepare_hint(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return fmt::format("; prepare the dataset first (`parallm prepare shakespeare_char --out {}`)",
+                     dir.empty() ? "." : dir);
+}
+}  // namespace
+
+TokenFile::TokenFile(const std::string& path) : file_(path, "data.open", prepare_hint(path)) {
+  PARALLM_CHECK(file_.size() % 2 == 0, IoError, "data.open",
+                "{} has an odd size ({} bytes) but holds uint16 tokens: prepare the dataset again", path, file_.size());
+  n_ = static_cast<int64_t>(file_.size() / 2);
 }
 
-TokenFile::~TokenFile() {
-  if (data_) ::munmap(const_cast<uint16_t*>(data_), map_bytes_);
+void TokenFile::read(int64_t start, int64_t count, uint16_t* out) const {
+  const size_t want = static_cast<size_t>(count) * 2;
+  if (file_.read_at(static_cast<size_t>(start) * 2, out, want) == want) return;
+  throw IoError("data.read", fmt::format("{} shrank from {} to {} bytes while the run was using it: something "
+                                         "truncated or rewrote it; restore the dataset (or prepare it again) and "
+                                         "resume from the last checkpoint",
+                                         path(), static_cast<size_t>(n_) * 2, file_.current_size()));
+}
+
+uint16_t TokenFile::max_token() const {
+  std::vector<uint16_t> buf(int64_t{1} << 20);
+  uint16_t mx = 0;
+  for (int64_t at = 0; at < n_; at += static_cast<int64_t>(buf.size())) {
+    const int64_t count = std::min<int64_t>(static_cast<int64_t>(buf.size()), n_ - at);
+    read(at, count, buf.data());
+    mx = std::max(mx, *std::max_element(buf.begin(), buf.begin() + count));
+  }
+  return mx;
 }
 
 Loader::Loader(const std::string& dir, int64_t vocab_size, BatchSpec spec, uint64_t seed)
@@ -48,8 +51,7 @@ Loader::Loader(const std::string& dir, int64_t vocab_size, BatchSpec spec, uint6
     PARALLM_CHECK(f->size() > spec.seq_len + 1, ConfigError, "data.loader",
                   "{} has {} tokens, fewer than block_size + 2 = {}", f->path(), f->size(), spec.seq_len + 2);
     // One pass over the tokens at startup: a wrong vocab_size fails here, not mid-run.
-    uint16_t mx = 0;
-    for (int64_t i = 0; i < f->size(); ++i) mx = std::max(mx, f->data()[i]);
+    const uint16_t mx = f->max_token();
     PARALLM_CHECK(mx < vocab_size, ConfigError, "data.loader", "{} holds token id {} but the vocabulary has {} entries",
                   f->path(), mx, vocab_size);
   }
@@ -71,10 +73,11 @@ void Loader::get(Split split, int64_t step, int64_t micro, int32_t* x, int32_t* 
   const int64_t B = spec_.batch_size, T = spec_.seq_len;
   const uint64_t stream = stream_id(kRngData, static_cast<uint64_t>(split), static_cast<uint64_t>(step), eval ? 1 : 0);
   const uint64_t range = static_cast<uint64_t>(f.size() - T);  // start in [0, n - T - 1], as torch.randint(n - T)
+  std::vector<uint16_t> src(static_cast<size_t>(T) + 1);
   for (int64_t b = 0; b < B; ++b) {
     const uint64_t g = static_cast<uint64_t>((micro * spec_.world + spec_.rank) * B + b);
     const int64_t start = static_cast<int64_t>(random_below(range, seed_, stream, g));
-    const uint16_t* src = f.data() + start;
+    f.read(start, T + 1, src.data());
     for (int64_t t = 0; t < T; ++t) {
       x[b * T + t] = src[t];
       y[b * T + t] = src[t + 1];

@@ -1,4 +1,10 @@
-// Token data loader over memory-mapped uint16 files (train.bin / val.bin).
+// Token data loader over uint16 files (train.bin / val.bin).
+//
+// Each sample's T + 1 tokens are read with pread() from a file kept open, not
+// through a memory map: a file truncated under a running job (another prepare,
+// a full disk, a user) then reads short, which is an IoError naming the file,
+// instead of SIGBUS on a page that is gone. A step's B reads of T + 1 tokens
+// come from the page cache in microseconds, next to a step of milliseconds.
 //
 // Sampling is a pure function: the g-th sample of step s of a split starts at
 // random_below(n - T, seed, stream(split, s), g). A step's global batch is
@@ -11,25 +17,27 @@
 #include <cstdint>
 #include <string>
 
+#include "core/fileio.h"
+
 namespace parallm::data {
 
 enum class Split : uint32_t { Train = 0, Val = 1 };
 
 class TokenFile {
  public:
+  // IoError naming the file if it is missing, not a regular file, or of odd size.
   explicit TokenFile(const std::string& path);
-  ~TokenFile();
-  TokenFile(const TokenFile&) = delete;
-  TokenFile& operator=(const TokenFile&) = delete;
-  int64_t size() const { return n_; }
-  const uint16_t* data() const { return data_; }
-  const std::string& path() const { return path_; }
+  int64_t size() const { return n_; }  // tokens, as at open
+  const std::string& path() const { return file_.path(); }
+  // Tokens [start, start + count) into `out`; IoError naming the file if it
+  // has shrunk since it was opened.
+  void read(int64_t start, int64_t count, uint16_t* out) const;
+  // The largest token id in the file (one pass, in chunks).
+  uint16_t max_token() const;
 
  private:
-  std::string path_;
-  const uint16_t* data_ = nullptr;
+  RegularFile file_;
   int64_t n_ = 0;
-  size_t map_bytes_ = 0;
 };
 
 struct BatchSpec {

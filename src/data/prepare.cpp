@@ -124,12 +124,17 @@ PrepareResult prepare_char_dataset(const std::string& input_path, const std::str
 }
 
 nlohmann::json read_dataset_meta(const std::string& dir) {
+  PARALLM_CHECK(!dir.empty(), ConfigError, "data.meta",
+                "no dataset directory given (data.dir is empty): set data.dir to a prepared dataset, e.g. one made by "
+                "`parallm prepare shakespeare_char --out data/shakespeare_char`");
   const std::string path = (fs::path(dir) / "meta.json").string();
-  std::ifstream f(path);
-  PARALLM_CHECK(f.good(), IoError, "data.meta",
-                "no {} (prepare the dataset first: parallm prepare shakespeare_char --out {})", path, dir);
-  auto meta = nlohmann::json::parse(f, nullptr, false);
-  PARALLM_CHECK(meta.is_object(), IoError, "data.meta", "{} is not a JSON object (prepare the dataset again)", path);
+  std::error_code ec;
+  PARALLM_CHECK(fs::exists(fs::symlink_status(path, ec)), IoError, "data.meta",
+                "no {}: prepare the dataset first (`parallm prepare shakespeare_char --out {}`), or set data.dir to a "
+                "prepared dataset",
+                path, dir);
+  auto meta = nlohmann::json::parse(read_text_file(path, "data.meta"), nullptr, false);
+  PARALLM_CHECK(meta.is_object(), IoError, "data.meta", "{} is not a JSON object: prepare the dataset again", path);
   return meta;
 }
 

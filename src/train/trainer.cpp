@@ -26,6 +26,7 @@
 #include "parallel/ddp.h"
 #include "parallel/deterministic.h"
 #include "parallel/zero.h"
+#include "train/agree.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/peak.h"
@@ -159,6 +160,7 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
   const data::CharVocab vocab = dataset_vocabulary(cfg, resume ? &ck_meta["config"] : nullptr);
   cfg.validate();  // train.threads in range before libgomp is asked for them
   if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
+  check_ranks_agree(cfg, world);  // every rank, before anything is written or decided
   if (resume) {
     RunSummary done;
     done.nothing_to_do = nothing_left(cfg, checkpoint_state(ck_meta, nullptr).iter);

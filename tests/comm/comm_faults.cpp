@@ -3,6 +3,12 @@
 //   skip    rank 1 calls barrier where the others call all_reduce
 //   absent  rank 1 stops issuing collectives (still alive); the others time out
 //   kill    rank 2 dies by SIGKILL before a collective
+//   stop    rank 1 stops itself (SIGSTOP) before collective #3, which the
+//           others issue asynchronously, as DDP does: it can answer nothing,
+//           and the error must still name it (not the waiter's watchdog)
+//   stop_mid rank 1 is stopped by a thread of its own while the ranks run
+//           large all-reduces, so mostly inside the library's data phase: the
+//           waiters' watchdog asks the peers and names it
 // Like the parallm program, a rank that catches a CommError prints it and
 // aborts the job, so no peer is left waiting. As in the program, a timeout
 // writes every thread's stack to a trace file; the rank checks it names the
@@ -50,8 +56,21 @@ int main(int argc, char** argv) {
     } else if (scenario == "kill") {
       if (me == 2) std::raise(SIGKILL);
       world->all_reduce(x);
+    } else if (scenario == "stop") {
+      if (me == 1) std::raise(SIGSTOP);  // the job's abort kills it
+      world->all_reduce_async(x, ReduceOp::Sum)->wait();
+    } else if (scenario == "stop_mid") {
+      Tensor big = Tensor::empty({int64_t{16} << 20}, DType::F32);
+      std::thread stopper;
+      if (me == 1)
+        stopper = std::thread([] {
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          std::raise(SIGSTOP);
+        });
+      for (int i = 0; i < 10000; ++i) world->all_reduce_async(big, ReduceOp::Sum)->wait();
+      if (stopper.joinable()) stopper.join();
     } else {
-      std::fprintf(stderr, "usage: comm_faults skip|absent|kill\n");
+      std::fprintf(stderr, "usage: comm_faults skip|absent|kill|stop|stop_mid\n");
       return 2;
     }
     world->barrier();

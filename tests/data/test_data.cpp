@@ -1,10 +1,15 @@
 // Dataset preparation (nanoGPT-compatible bytes) and the loader's sampling
 // contract: batches depend only on (seed, step), ranks read slices of the
 // same global batch.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -165,4 +170,86 @@ TEST_F(LoaderTest, RefusesTokenFilesThatMetaJsonDoesNotDescribe) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("train_tokens"), std::string::npos) << e.what();
   }
+}
+
+// A token file truncated under a running job (another prepare, a user's
+// `truncate -s 0`) is an IoError naming it; through a memory map it was SIGBUS.
+TEST_F(LoaderTest, TokenFileTruncatedWhileInUseIsAnIoErrorNamingIt) {
+  const int64_t B = 2, T = 8;
+  data::Loader loader(dir_.string(), 26, {B, T, 1, 0}, 1);
+  std::vector<int32_t> x(B * T), y(B * T);
+  loader.get(data::Split::Train, 0, 0, x.data(), y.data());
+  const fs::path train = dir_ / "train.bin";
+  const auto bytes = fs::file_size(train);
+  fs::resize_file(train, 0);
+  try {
+    loader.get(data::Split::Train, 1, 0, x.data(), y.data());
+    FAIL() << "read a truncated train.bin";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("[data.read] {} shrank from {} to 0 bytes while the run was using it: something truncated "
+                          "or rewrote it; restore the dataset (or prepare it again) and resume from the last "
+                          "checkpoint",
+                          train.string(), bytes));
+  }
+  loader.get(data::Split::Val, 1, 0, x.data(), y.data());  // val.bin is intact
+}
+
+// train.bin, val.bin or meta.json that is not a regular file is refused by
+// name at once (a FIFO blocked the open; a directory gave "No such device" or
+// a stream error without the path).
+TEST_F(LoaderTest, RefusesDataFilesThatAreNotRegularFiles) {
+  auto expect_refused = [&](const std::string& file, const std::string& kind) {
+    auto done = std::async(std::launch::async, [&]() -> std::string {
+      try {
+        data::Loader(dir_.string(), 26, {2, 8, 1, 0}, 1);
+      } catch (const IoError& e) {
+        return e.what();
+      }
+      return "(no error)";
+    });
+    if (done.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+      const int w = ::open((dir_ / file).c_str(), O_WRONLY | O_NONBLOCK);  // releases a blocked reader
+      if (w >= 0) ::close(w);
+      done.wait();
+      FAIL() << "opening a dataset whose " << file << " is " << kind << " blocked";
+    }
+    const std::string msg = done.get();
+    EXPECT_NE(msg.find((dir_ / file).string() + " is " + kind + ", not a regular file"), std::string::npos) << msg;
+  };
+  for (const char* file : {"train.bin", "val.bin", "meta.json"}) {
+    const fs::path p = dir_ / file, saved = dir_ / (std::string(file) + ".saved");
+    fs::rename(p, saved);
+    ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0);
+    expect_refused(file, "a FIFO (named pipe)");
+    fs::remove(p);
+    fs::create_directory(p);
+    expect_refused(file, "a directory");
+    fs::remove(p);
+    fs::rename(saved, p);
+  }
+  EXPECT_NO_THROW(data::Loader(dir_.string(), 26, {2, 8, 1, 0}, 1));
+}
+
+// The hints for a missing dataset are sentences that name what to set.
+TEST(Prepare, MissingOrUnsetDatasetSaysWhatToDo) {
+  try {
+    data::read_dataset_meta("");
+    FAIL() << "read meta.json of an empty data.dir";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[data.meta] no dataset directory given (data.dir is empty): set data.dir to a prepared dataset, e.g. "
+              "one made by `parallm prepare shakespeare_char --out data/shakespeare_char`");
+  }
+  const auto d = tmpdir("nometa");
+  try {
+    data::read_dataset_meta(d.string());
+    FAIL() << "read a missing meta.json";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("[data.meta] no {}/meta.json: prepare the dataset first (`parallm prepare shakespeare_char "
+                          "--out {}`), or set data.dir to a prepared dataset",
+                          d.string(), d.string()));
+  }
+  fs::remove_all(d);
 }
