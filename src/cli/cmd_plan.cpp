@@ -5,13 +5,13 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "data/vocab.h"
 #include "model/params.h"
 #include "train/config.h"
 #include "train/plan.h"
@@ -69,13 +69,14 @@ Runner add_plan(CLI::App& app) {
                     kMaxParams);
       what = fmt::format("{:.4g}B parameters", in.params / 1e9);
     } else {
-      if (!cfg.vocab_size_set) {
-        const auto meta = std::filesystem::path(cfg.data_dir) / "meta.json";
-        std::ifstream f(meta);
-        PARALLM_CHECK(f.good(), ConfigError, "cli.plan",
-                      "no vocabulary size: set model.vocab_size=V or data.dir to a prepared dataset ({} not found)",
-                      meta.string());
-        cfg.model.vocab_size = nlohmann::json::parse(f).at("vocab_size").get<int64_t>();
+      if (!cfg.vocab_size_set) {  // the dataset's (a regular file, its meta.json checked strictly)
+        try {
+          cfg.model.vocab_size = data::CharVocab::load(cfg.data_dir).size();
+        } catch (const IoError& e) {
+          throw ConfigError("cli.plan", fmt::format("no vocabulary size: set model.vocab_size=V, or data.dir to a "
+                                                    "prepared dataset ({})",
+                                                    e.message()));
+        }
       }
       cfg.model.validate();  // again, with the dataset's vocabulary
       in.model = cfg.model;

@@ -9,8 +9,8 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
-#include "core/text.h"
 #include "data/vocab.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
@@ -20,28 +20,7 @@
 namespace parallm::cli {
 
 namespace {
-
-// An integer option >= lo, whose errors say which of the two it is not.
-CLI::Validator int_at_least(int64_t lo) {
-  return CLI::Validator(
-      [lo](std::string& s) -> std::string {
-        const auto v = to_int(s);
-        if (!v) return fmt::format("expected an integer, got \"{}\"", s);
-        return *v < lo ? fmt::format("must be >= {}, got {}", lo, *v) : std::string();
-      },
-      "");
-}
-
-CLI::Validator positive_number() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        const auto v = to_decimal(s);
-        if (!v) return fmt::format("expected a number, got \"{}\"", s);
-        return *v > 0 ? std::string() : fmt::format("must be > 0, got {}", s);
-      },
-      "");
-}
-
+constexpr int64_t kMaxNewTokens = 10'000'000;  // the whole sample is kept in memory (4 bytes a token)
 }  // namespace
 
 Runner add_sample(CLI::App& app) {
@@ -56,15 +35,17 @@ Runner add_sample(CLI::App& app) {
   cmd->add_option("--ckpt", o->ckpt, "run directory (train.out_dir) holding ckpt/")->required();
   cmd->add_option("--prompt", o->prompt, "prompt text (default a newline)");
   cmd->add_option("--max_new_tokens", o->max_new_tokens, "tokens to generate")
-      ->check(int_at_least(0))
+      ->check(int_in(0, kMaxNewTokens))
       ->capture_default_str();
   cmd->add_option("--temperature", o->temperature, "sampling temperature (> 0)")
-      ->check(positive_number())
+      ->check(number_in(0, 100, /*lo_open=*/true))
       ->capture_default_str();
   cmd->add_option("--top_k", o->top_k, "keep the k most likely tokens (0 = all)")
-      ->check(int_at_least(0))
+      ->check(int_in(0, INT32_MAX))
       ->capture_default_str();
-  cmd->add_option("--num_samples", o->num_samples, "how many samples")->check(int_at_least(1))->capture_default_str();
+  cmd->add_option("--num_samples", o->num_samples, "how many samples")
+      ->check(int_in(1, 1'000'000))
+      ->capture_default_str();
   cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--data", o->data, "dataset directory with meta.json (default: the run's own vocabulary)");
   return [o]() {

@@ -46,7 +46,11 @@ uint16_t TokenFile::max_token() const {
 }
 
 Loader::Loader(const std::string& dir, int64_t vocab_size, BatchSpec spec, uint64_t seed)
-    : train_(dir + "/train.bin"), val_(dir + "/val.bin"), spec_(spec), seed_(seed) {
+    : train_(dir + "/train.bin"),
+      val_(dir + "/val.bin"),
+      spec_(spec),
+      seed_(seed),
+      row_(static_cast<size_t>(spec.seq_len) + 1) {
   for (const TokenFile* f : {&train_, &val_}) {
     PARALLM_CHECK(f->size() > spec.seq_len + 1, ConfigError, "data.loader",
                   "{} has {} tokens, fewer than block_size + 2 = {}", f->path(), f->size(), spec.seq_len + 2);
@@ -73,11 +77,11 @@ void Loader::get(Split split, int64_t step, int64_t micro, int32_t* x, int32_t* 
   const int64_t B = spec_.batch_size, T = spec_.seq_len;
   const uint64_t stream = stream_id(kRngData, static_cast<uint64_t>(split), static_cast<uint64_t>(step), eval ? 1 : 0);
   const uint64_t range = static_cast<uint64_t>(f.size() - T);  // start in [0, n - T - 1], as torch.randint(n - T)
-  std::vector<uint16_t> src(static_cast<size_t>(T) + 1);
+  uint16_t* src = row_.data();
   for (int64_t b = 0; b < B; ++b) {
     const uint64_t g = static_cast<uint64_t>((micro * spec_.world + spec_.rank) * B + b);
     const int64_t start = static_cast<int64_t>(random_below(range, seed_, stream, g));
-    f.read(start, T + 1, src.data());
+    f.read(start, T + 1, src);
     for (int64_t t = 0; t < T; ++t) {
       x[b * T + t] = src[t];
       y[b * T + t] = src[t + 1];

@@ -1,8 +1,8 @@
 // Token data loader over uint16 files (train.bin / val.bin).
 //
 // Each sample's T + 1 tokens are read with pread() from a file kept open, not
-// through a memory map: a file truncated under a running job (another prepare,
-// a full disk, a user) then reads short, which is an IoError naming the file,
+// through a memory map: a file truncated under a running job (a user, a
+// script writing the dataset in place) then reads short, which is an IoError naming the file,
 // instead of SIGBUS on a page that is gone. A step's B reads of T + 1 tokens
 // come from the page cache in microseconds, next to a step of milliseconds.
 //
@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/fileio.h"
 
@@ -62,6 +63,7 @@ class Loader {
   TokenFile train_, val_;
   BatchSpec spec_;
   uint64_t seed_;
+  mutable std::vector<uint16_t> row_;  // one sample's T + 1 tokens (made once: no allocation per step)
 };
 
 }  // namespace parallm::data

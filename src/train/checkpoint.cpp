@@ -49,12 +49,19 @@ nlohmann::json state_json(int format, const model::ParamLayout& layout, int64_t 
 // The message of a save that failed with `what`, once its partial ckpt.tmp is
 // removed (so a full disk is not kept full by it).
 std::string failed_save(const fs::path& out_dir, const std::string& what) {
-  std::error_code ec;
-  fs::remove_all(out_dir / "ckpt.tmp", ec);
+  std::error_code removed, ec;
+  fs::remove_all(out_dir / "ckpt.tmp", removed);
   const bool have = fs::exists(out_dir / "ckpt" / "state.json", ec) || fs::exists(out_dir / "ckpt.old", ec);
   return fmt::format("saving the checkpoint in {} failed: {}; {}; {}", out_dir.string(), what,
-                     ec ? "the partial ckpt.tmp could not be removed: delete it" : "the partial ckpt.tmp was removed",
+                     removed ? "the partial ckpt.tmp could not be removed (" + removed.message() + "): delete it"
+                             : std::string("the partial ckpt.tmp was removed"),
                      have ? "the previous checkpoint is intact" : "no earlier checkpoint exists");
+}
+
+// What a failed step of a save says: a parallm error without its [where].
+std::string reason(const std::exception& e) {
+  const auto* pe = dynamic_cast<const Error*>(&e);
+  return pe ? pe->message() : e.what();
 }
 
 // Writes state.json into the finished tmp directory, then swaps it in:
@@ -102,7 +109,7 @@ void save_checkpoint(const std::string& out_dir, const model::ParamLayout& layou
                       {"optim.bin", crc32_hex(crc32_of({{om, pbytes}, {ov, pbytes}}))}};
     finish_and_swap(out_dir, s);
   } catch (const std::exception& e) {
-    throw IoError("checkpoint.save", failed_save(out_dir, e.what()));
+    throw IoError("checkpoint.save", failed_save(out_dir, reason(e)));
   }
 }
 
@@ -157,12 +164,18 @@ void verify_checkpoint(const nlohmann::json& meta, comm::Communicator* world, bo
       why = e.message();
     }
   }
-  if (n > 1) {
+  if (n > 1) {  // every rank names the first damaged file, and the rank that read it
     Tensor t = Tensor::empty({1}, DType::I32);
-    t.data<int32_t>()[0] = bad;
-    world->all_reduce(t, comm::ReduceOp::Min);
-    if (t.data<int32_t>()[0] != bad) why = "found by another rank";
-    bad = t.data<int32_t>()[0];
+    auto min_of = [&](int32_t v) {
+      t.data<int32_t>()[0] = v;
+      world->all_reduce(t, comm::ReduceOp::Min);
+      return t.data<int32_t>()[0];
+    };
+    const int32_t first = min_of(bad);
+    const int32_t finder = min_of(bad == first ? me : n);
+    if (first != static_cast<int32_t>(files.size()) && finder != me)
+      why = fmt::format("found by rank {}, whose error says how", finder);
+    bad = first;
   }
   PARALLM_CHECK(bad == static_cast<int32_t>(files.size()), IoError, "checkpoint.load",
                 "{} is damaged ({}): the checkpoint cannot be trusted; restore it from a copy, or start over with "
@@ -262,8 +275,8 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
     ok.data<int32_t>()[0] = mine ? 1 : 0;
     world.all_reduce(ok, comm::ReduceOp::Min);
     if (ok.data<int32_t>()[0] == 1) return;
-    const std::string msg = failed_save(out_dir, what + " failed on at least one rank");
-    throw IoError("checkpoint.save", me == 0 ? msg : what + " failed on at least one rank (rank 0 reports it)");
+    if (me != 0) throw IoError("checkpoint.save", what + " failed on at least one rank (rank 0 reports it)");
+    throw IoError("checkpoint.save", failed_save(out_dir, what + " failed on at least one rank"));
   };
   std::string err;
   if (me == 0) {
@@ -271,7 +284,7 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
       fs::remove_all(tmp_dir);
       fs::create_directories(tmp_dir);
     } catch (const std::exception& e) {
-      err = e.what();
+      err = reason(e);
     }
   }
   agree(err.empty(), "creating " + tmp_dir.string() + (err.empty() ? "" : ": " + err));
@@ -283,7 +296,7 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
   try {
     write_file((tmp_dir / file_of(me)).string(), {{params, bytes}, {om, bytes}, {ov, bytes}});
   } catch (const Error& e) {
-    err = e.what();
+    err = reason(e);
   }
   agree(err.empty(), "writing the shard files" + (err.empty() ? "" : ": " + err));
   world.all_gather(mine, crcs);
@@ -301,7 +314,7 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
       }
       finish_and_swap(out_dir, s);
     } catch (const std::exception& e) {
-      err = e.what();
+      err = reason(e);
     }
   }
   agree(err.empty(), "writing the manifest" + (err.empty() ? "" : ": " + err));

@@ -61,8 +61,9 @@ void save_checkpoint(const std::string& out_dir, const model::ParamLayout& layou
 nlohmann::json read_checkpoint_meta(const std::string& out_dir);
 // Checks the CRC-32 of every file the checkpoint lists (with `params_only`,
 // only those holding parameters): IoError naming the first damaged file. With
-// a world of several ranks the files are shared out among the ranks and every
-// rank throws the same error.
+// a world of several ranks the files are shared out among the ranks, and
+// every rank throws an IoError naming that file (the rank that read it gives
+// the checksums, the others name that rank).
 void verify_checkpoint(const nlohmann::json& meta, comm::Communicator* world = nullptr, bool params_only = false);
 // Loads weights and optimizer state into an existing model/optimizer; throws
 // IoError naming the mismatch if the layout differs, a file is truncated or

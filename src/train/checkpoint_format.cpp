@@ -83,8 +83,11 @@ void check_sharded(const Checker& c, const nlohmann::json& s, int64_t flat, bool
           !p[2].is_number_integer())
         c.fail(fmt::format("shard piece {} is not [flat, count, offset]", p.dump()));
       const auto f = p[0].get<int64_t>(), n = p[1].get<int64_t>(), o = p[2].get<int64_t>();
-      if (f < 0 || n < 0 || o < 0 || f > flat - n || o > size - n)
-        c.fail(fmt::format("shard piece {} lies outside the model ({}) or its shard ({})", p.dump(), flat, size));
+      if (f < 0 || n < 0 || o < 0 || f > flat - n || o > size - n || n > flat - covered)
+        c.fail(
+            fmt::format("shard piece {} lies outside the model ({}) or its shard ({}), or the pieces hold more "
+                        "than the model",
+                        p.dump(), flat, size));
       covered += n;
     }
   }
@@ -110,6 +113,10 @@ void check_state(const nlohmann::json& s, const std::string& dir) {
                                                  "reads formats 1 to {}: resume with the parallm that wrote it",
                                                  path, format, kFormatSharded));
   const bool checksums = format >= kFormat;
+  // One flipped bit turns format 3 into 1 (or 4 into 2): a checkpoint with
+  // checksums says so whatever its format claims, and is never read unverified.
+  if (!checksums && (s.contains("state_crc32") || s.contains("checksums")))
+    c.fail(fmt::format("format {} predates checksums, yet the file has them: its format field is damaged", format));
   if (checksums && c.string(s, "state_crc32") != state_crc(s))
     c.fail("its content does not match its checksum (state_crc32)");
   c.integer(s, "iter", 0, INT32_MAX);

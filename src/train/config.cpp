@@ -1,8 +1,10 @@
 #include "train/config.h"
 
+#include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +16,7 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/fileio.h"
 #include "core/gpu.h"
 #include "core/host.h"
 #include "core/text.h"
@@ -121,7 +124,9 @@ Range below(double lo, double hi) {  // [lo, hi)
 
 // Upper bounds of the counts that have no natural one: far above any real
 // run, low enough that products of them stay exact.
-constexpr double kMaxIters = 1e12;                 // iteration counts and intervals
+// Iteration counts and intervals: a checkpoint's iteration (up to
+// train.max_iters + 1) is kept and sent between ranks as an int32.
+constexpr double kMaxIters = INT32_MAX - 1;
 constexpr double kMaxBatch = 1 << 20;              // model.batch_size, optimizer.gas
 constexpr double kMaxEvalIters = 1e6;              // train.eval_iters
 constexpr double kMaxSampleTokens = 1e5;           // train.sample_tokens
@@ -367,40 +372,21 @@ void flatten(const YAML::Node& n, const std::string& prefix, RunConfig& c, std::
 }  // namespace
 
 namespace {
-// What a path is, for a message ("a directory", "a FIFO (named pipe)", ...).
-std::string file_kind(std::filesystem::file_type t) {
-  using T = std::filesystem::file_type;
-  switch (t) {
-    case T::directory:
-      return "a directory";
-    case T::fifo:
-      return "a FIFO (named pipe)";
-    case T::character:
-      return "a character device";
-    case T::block:
-      return "a block device";
-    case T::socket:
-      return "a socket";
-    default:
-      return "not a regular file";
-  }
-}
-
 // The one YAML document of a config file. Its type is checked without
 // opening it (a FIFO would block the open); a second document (after ---)
 // is an error, not silently ignored.
 YAML::Node load_one_document(const std::string& path) {
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  PARALLM_CHECK(st.type() != std::filesystem::file_type::not_found, IoError, "config", "config file {} does not exist",
-                path);
-  PARALLM_CHECK(ec || st.type() == std::filesystem::file_type::regular, ConfigError, "config",
-                "config file {} is {}, not a YAML file; pass the path of a regular file", path, file_kind(st.type()));
-  std::ifstream f(path);
-  PARALLM_CHECK(f.good(), IoError, "config", "cannot read config file {}", path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    PARALLM_CHECK(errno != ENOENT, IoError, "config", "config file {} does not exist", path);
+  else
+    PARALLM_CHECK(S_ISREG(st.st_mode), ConfigError, "config",
+                  "config file {} is {}, not a YAML file; pass the path of a regular file", path,
+                  file_kind(st.st_mode));
+  const std::string text = read_text_file(path, "config");  // a FIFO put there meanwhile is refused too
   std::vector<YAML::Node> docs;
   try {
-    docs = YAML::LoadAll(f);
+    docs = YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
     throw ConfigError("config", fmt::format("{}: {}", path, e.what()));
   }

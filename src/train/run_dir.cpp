@@ -1,5 +1,6 @@
 #include "train/run_dir.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
@@ -19,8 +20,9 @@ void write_text(const fs::path& p, const std::string& text) {
 }
 
 // metrics.jsonl without the records of steps >= `from` (a resumed run writes
-// them again), nor a line a crash left half written.
-void drop_metrics_from(const fs::path& p, int64_t from) {
+// them again), nor any of `carried` (written again after it), nor a line a
+// crash left half written.
+void drop_metrics_from(const fs::path& p, int64_t from, const nlohmann::json& carried) {
   std::error_code ec;
   if (!fs::exists(p, ec)) return;
   std::istringstream in(read_text_file(p.string(), "train"));  // a regular file, or an error naming it
@@ -29,6 +31,7 @@ void drop_metrics_from(const fs::path& p, int64_t from) {
     const auto j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_object()) continue;
     if (j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() >= from) continue;
+    if (std::find(carried.begin(), carried.end(), j) != carried.end()) continue;
     kept += line + "\n";
   }
   write_text(p, kept);
@@ -92,20 +95,24 @@ RunDir::RunDir(const RunConfig& cfg, Mode mode, int64_t resume_iter, const nlohm
     : dir_(cfg.out_dir), log_((made(dir_) / "train.log").string(), mode == Mode::Scratch) {
   const fs::path dir(dir_);
   std::error_code ec;
-  if (mode != Mode::EvalOnly) remove_leftovers(dir);
+  const bool rewrites = mode == Mode::Scratch || mode == Mode::Resume;  // config.json and meta.json
+  if (rewrites) remove_leftovers(dir);
   if (mode == Mode::Scratch)  // a fresh directory, or train.overwrite=true: nothing of an earlier run stays
     for (const char* old : {"ckpt", "ckpt.old", "meta.json", "memory.json"}) {
       fs::remove_all(dir / old, ec);
       PARALLM_CHECK(!ec, IoError, "train", "cannot delete {}: {}", (dir / old).string(), ec.message());
     }
-  if (mode != Mode::EvalOnly) {
+  if (rewrites) {
     write_text(dir / "config.json", cfg.to_json().dump(2) + "\n");
     const fs::path meta = fs::path(cfg.data_dir) / "meta.json";
     if (fs::exists(meta, ec)) write_text(dir / "meta.json", read_text_file(meta.string(), "train"));
   }
-  if (mode == Mode::Resume) drop_metrics_from(dir / "metrics.jsonl", resume_iter);
+  // A second resume of the same checkpoint finds the carried records written
+  // by the first: they are dropped and written again, so they stand once.
+  const bool carries = mode == Mode::Resume || mode == Mode::Records;
+  if (carries) drop_metrics_from(dir / "metrics.jsonl", mode == Mode::Resume ? resume_iter : INT64_MAX, carried);
   metrics_ = std::make_unique<MetricsWriter>((dir / "metrics.jsonl").string(), mode != Mode::Scratch);
-  if (mode == Mode::Resume)
+  if (carries)
     for (const auto& r : carried) metrics_->write(r);
 }
 

@@ -18,7 +18,8 @@
 // (a full disk) is kept as write_error(), which the trainer polls every step
 // to stop the run (after a best-effort checkpoint) instead of training on
 // with its records lost. Leftovers of an interrupted save (ckpt.tmp, *.tmp)
-// are removed when the directory opens, with a line saying what they were.
+// are removed when a scratch or resumed run opens the directory, with a line
+// saying what they were.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -37,9 +38,10 @@ std::string scratch_refusal(const RunConfig& cfg);
 class RunDir {
  public:
   enum class Mode {
-    Scratch,  // a new run: log and metrics start empty; with train.overwrite the old checkpoint is deleted
-    Resume,   // metrics of steps >= resume_iter are dropped (the run redoes them); the log goes on
-    EvalOnly  // appends its evaluation to metrics and log, rewrites nothing
+    Scratch,   // a new run: log and metrics start empty; with train.overwrite the old checkpoint is deleted
+    Resume,    // metrics of steps >= resume_iter are dropped (the run redoes them); the log goes on
+    EvalOnly,  // appends its evaluation to metrics and log, rewrites nothing
+    Records    // a finished run's checkpoint kept records (`carried`): writes them, nothing else
   };
   // `carried`: records a run that stopped on a write error could not write
   // (kept in its checkpoint); a resumed run writes them first.

@@ -151,6 +151,7 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
     for (const auto& c : changed) resume_changes += (resume_changes.empty() ? "" : ", ") + c;
   }
   if (!lead) cfg.progress = false;
+  check_ranks_agree(cfg, world);  // every rank, before any check or decision that could differ between them
   // Every check that needs no file comes before the dataset is read (the
   // vocabulary size, unless given, comes from it).
   if (cfg.vocab_size_set)
@@ -160,12 +161,24 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
   const data::CharVocab vocab = dataset_vocabulary(cfg, resume ? &ck_meta["config"] : nullptr);
   cfg.validate();  // train.threads in range before libgomp is asked for them
   if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
-  check_ranks_agree(cfg, world);  // every rank, before anything is written or decided
   if (resume) {
     RunSummary done;
-    done.nothing_to_do = nothing_left(cfg, checkpoint_state(ck_meta, nullptr).iter);
-    if (!done.nothing_to_do.empty()) return done;  // a queued job that finished before: no file is touched
-    verify_checkpoint(ck_meta, &world);            // every file's checksum, before anything is written
+    const int64_t at = checkpoint_state(ck_meta, nullptr).iter;
+    done.nothing_to_do = nothing_left(cfg, at);
+    if (!done.nothing_to_do.empty()) {
+      // A queued job that finished before: no file is touched, except to write
+      // the records a full disk kept in the checkpoint (a stop at the last steps).
+      const auto carried = ck_meta.value("unwritten_records", nlohmann::json::array());
+      if (lead && !carried.empty()) {
+        RunDir(cfg, RunDir::Mode::Records, at, carried);
+        done.nothing_to_do += fmt::format(
+            "; the {} metrics records a full disk kept in the checkpoint are now in {}/"
+            "metrics.jsonl",
+            carried.size(), cfg.out_dir);
+      }
+      return done;
+    }
+    verify_checkpoint(ck_meta, &world);  // every file's checksum, before anything is written
   }
   Device dev = parse_device(cfg.device);
   if (!dev.is_cpu()) {
@@ -388,11 +401,11 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
   auto stop_if_records_lost = [&](int64_t it) {
     const std::string lost = run_dir ? run_dir->write_error() : std::string();
     if (world_all(lost.empty())) return;
-    std::string saved;
+    std::string saved = "rank 0 reports whether the state was saved";  // it alone saves, without ZeRO
     try {
       if (run_dir) st.unwritten_records = run_dir->unwritten_metrics();  // written when the run resumes
       save_state(it + 1);
-      saved = fmt::format("the state after iteration {} is saved in {}/ckpt", it, cfg.out_dir);
+      if (lead || zero) saved = fmt::format("the state after iteration {} is saved in {}/ckpt", it, cfg.out_dir);
     } catch (const Error& e) {
       saved = "saving the state failed too (" + e.message() + ")";
     }
@@ -445,9 +458,9 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
     if (cfg.sample_tokens > 0 && (lead || zstage == 3)) {
       auto prompt = vocab.encode(prompt_text);
       const auto n_prompt = static_cast<std::ptrdiff_t>(prompt.size());
-      auto out =
-          generate(m, prompt,
-                   {cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed + static_cast<uint64_t>(it), vocab.size()});
+      auto out = generate(
+          m, prompt,
+          {cfg.sample_tokens, cfg.temperature, cfg.top_k, cfg.seed + static_cast<uint64_t>(it), vocab.size(), {}});
       if (lead)
         progress.print("sample:\n" + vocab.decode(std::vector<int32_t>(out.begin() + n_prompt, out.end())) + "\n---");
     }
@@ -467,7 +480,11 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
     // Every eval_interval steps, and at the last iteration (train.final_eval): a run ends evaluated and checkpointed.
     if (it % cfg.eval_interval == 0 || (it == cfg.max_iters && cfg.final_eval) || cfg.eval_only) {
       evaluate(it, lr);
-      if (cfg.eval_only) break;
+      if (cfg.eval_only) {
+        PARALLM_CHECK(!run_dir || run_dir->write_error().empty(), IoError, "train",
+                      "{}: the evaluation's record was not written", run_dir->write_error());
+        break;
+      }
     }
     Timer t_iter;
     double dtf = 0, dtb = 0, loss_acc = 0;
