@@ -2,15 +2,21 @@
 // mpirun on 2 and 3 ranks (tests/CMakeLists.txt): equal configs pass, the
 // per-rank keys may differ, and a key that differs on one rank is the same
 // ConfigError on every rank, naming the key, the values and the ranks, before
-// the run directory exists.
+// the run directory exists. Ranks agree on failures too: a damaged checkpoint
+// file found by one rank, and a record rank 0 could not write, stop every rank
+// with an error naming the file.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "core/error.h"
 #include "parallel/dist_run.h"
 #include "train/agree.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 using namespace parallm;
@@ -83,6 +89,85 @@ TEST_F(AgreeTest, TrainingRefusesAnotherSeedOnOneRankBeforeTheRunDirectory) {
         << e.what();
   }
   EXPECT_FALSE(fs::exists(c.out_dir)) << c.out_dir;
+}
+
+TEST_F(AgreeTest, EveryRankRefusesADamagedCheckpointNamingTheFile) {
+  auto c = tiny("dmg", 2);
+  c.max_iters = 6;
+  train::run_training(c, world);
+  const fs::path optim = fs::path(c.out_dir) / "ckpt" / "optim.bin";
+  if (world->rank() == 0) {  // one byte in the middle of the moments
+    std::fstream f(optim, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(fs::file_size(optim) / 2);
+    f.seekg(at);
+    const char was = static_cast<char>(f.get());
+    f.seekp(at);
+    f.put(static_cast<char>(was ^ 0xff));
+  }
+  world->barrier();
+  auto r = tiny("dmg", 2);
+  r.init_from = "resume";
+  r.max_iters = 8;
+  try {
+    train::run_training(r, world);
+    FAIL() << "rank " << world->rank() << " resumed from a damaged checkpoint";
+  } catch (const IoError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(optim.string() + " is damaged"), std::string::npos) << msg;
+    // The files are shared out: optim.bin is the second, read by rank 1.
+    if (world->size() > 1 && world->rank() != 1) {
+      EXPECT_NE(msg.find("found by rank 1"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST_F(AgreeTest, ARecordRankZeroCannotWriteStopsEveryRank) {
+  auto c = tiny("rec", 2);
+  c.apply_overrides({"train.max_iters=6", "train.eval_interval=1000"});
+  train::run_training(c, world);
+  const fs::path metrics = fs::path(c.out_dir) / "metrics.jsonl";
+  rlimit old{};
+  ::getrlimit(RLIMIT_FSIZE, &old);
+  if (world->rank() == 0) {  // metrics.jsonl within a few records of a file size limit
+    const auto limit = static_cast<rlim_t>(fs::file_size(fs::path(c.out_dir) / "ckpt" / "optim.bin") + 4096);
+    std::ofstream pad(metrics, std::ios::app);
+    const std::string line = "{\"kind\":\"pad\",\"step\":0,\"x\":\"" + std::string(200, 'x') + "\"}\n";
+    for (auto size = fs::file_size(metrics); size + 1200 < limit; size += line.size()) pad << line;
+    pad.close();
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit small = old;
+    small.rlim_cur = limit;
+    ::setrlimit(RLIMIT_FSIZE, &small);
+  }
+  auto r = tiny("rec", 2);
+  r.apply_overrides({"train.init_from=resume", "train.max_iters=40", "train.eval_interval=1000"});
+  try {
+    train::run_training(r, world);
+    FAIL() << "rank " << world->rank() << " trained on without its records";
+  } catch (const IoError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(
+        msg.find(world->rank() == 0 ? "cannot write " + metrics.string() : "rank 0 could not write the run's records"),
+        std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("the run stopped after iteration"), std::string::npos) << msg;
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  world->barrier();
+  const auto s = train::run_training(r, world);  // with room again: on from the saved state
+  EXPECT_GT(s.first_iter, 6);
+  EXPECT_EQ(s.last_iter, 40);
+  if (world->rank() == 0) {  // every step's record once
+    std::vector<int64_t> steps;
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["kind"] == "train") steps.push_back(j["step"].get<int64_t>());
+    }
+    std::vector<int64_t> want(41);
+    for (int64_t i = 0; i <= 40; ++i) want[static_cast<size_t>(i)] = i;
+    EXPECT_EQ(steps, want);
+  }
 }
 
 }  // namespace
