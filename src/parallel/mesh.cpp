@@ -1,0 +1,94 @@
+#include "parallel/mesh.h"
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace parallm::parallel {
+
+MeshDims resolve_mesh_dims(MeshDims d, int world_size, int ranks_per_node, bool tp_across_nodes) {
+  const auto check_axis = [](int v, const char* key) {
+    PARALLM_CHECK(v >= 1, ConfigError, "config", "{}={}: every parallel degree is a positive integer", key, v);
+  };
+  check_axis(d.tp, "parallel.tp");
+  check_axis(d.pp, "parallel.pp");
+  check_axis(d.cp, "parallel.cp");
+  const int64_t model = int64_t{d.tp} * d.pp * d.cp;  // ranks per data-parallel replica
+  if (d.dp == 0) {
+    PARALLM_CHECK(world_size % model == 0, ConfigError, "config",
+                  "parallel.tp={} x parallel.pp={} x parallel.cp={} = {} does not divide the {} ranks: launch a "
+                  "multiple of {} ranks, or change the degrees",
+                  d.tp, d.pp, d.cp, model, world_size, model);
+    d.dp = static_cast<int>(world_size / model);
+  }
+  check_axis(d.dp, "parallel.dp");
+  PARALLM_CHECK(d.dp * model == world_size, ConfigError, "config",
+                "parallel.dp={} x parallel.tp={} x parallel.pp={} x parallel.cp={} = {} ranks, but the job has {}: "
+                "the degrees must multiply to the world size (leave parallel.dp unset to derive it)",
+                d.dp, d.tp, d.pp, d.cp, d.dp * model, world_size);
+  if (ranks_per_node > 0 && d.tp > 1 && (d.tp > ranks_per_node || ranks_per_node % d.tp != 0)) {
+    PARALLM_CHECK(tp_across_nodes, ConfigError, "config",
+                  "parallel.tp={} does not fit the {} ranks of a node: tensor parallelism exchanges activations in "
+                  "every layer and belongs inside a node (set parallel.tp_across_nodes=true to allow it anyway)",
+                  d.tp, ranks_per_node);
+    log::warn(
+        "parallel.tp={} spans nodes ({} ranks per node): every layer's tensor-parallel exchange crosses the "
+        "network",
+        d.tp, ranks_per_node);
+  }
+  return d;
+}
+
+Mesh::Mesh(comm::Communicator& world, MeshDims dims, int ranks_per_node, bool tp_across_nodes)
+    : world_(world), dims_(resolve_mesh_dims(dims, world.size(), ranks_per_node, tp_across_nodes)) {
+  me_ = coord_of(world.rank());
+  const MeshDims& d = dims_;
+  const MeshCoord& c = me_;
+  // color: the coordinates the group's ranks share; key: the position along the group's axes.
+  tp_ = world.split((c.pp * d.dp + c.dp) * d.cp + c.cp, c.tp, "tp");
+  cp_ = world.split((c.pp * d.dp + c.dp) * d.tp + c.tp, c.cp, "cp");
+  dp_ = world.split((c.pp * d.cp + c.cp) * d.tp + c.tp, c.dp, "dp");
+  pp_ = world.split((c.dp * d.cp + c.cp) * d.tp + c.tp, c.pp, "pp");
+  dp_cp_ = world.split(c.pp * d.tp + c.tp, c.dp * d.cp + c.cp, "dp_cp");
+}
+
+MeshCoord Mesh::coord_of(int r) const {
+  const MeshDims& d = dims_;
+  MeshCoord c;
+  c.tp = r % d.tp;
+  r /= d.tp;
+  c.cp = r % d.cp;
+  r /= d.cp;
+  c.dp = r % d.dp;
+  c.pp = r / d.dp;
+  return c;
+}
+
+int Mesh::rank_of(const MeshCoord& c) const {
+  const MeshDims& d = dims_;
+  return ((c.pp * d.dp + c.dp) * d.cp + c.cp) * d.tp + c.tp;
+}
+
+int Mesh::pp_prev() const {
+  if (first_stage()) return -1;
+  MeshCoord c = me_;
+  --c.pp;
+  return rank_of(c);
+}
+
+int Mesh::pp_next() const {
+  if (last_stage()) return -1;
+  MeshCoord c = me_;
+  ++c.pp;
+  return rank_of(c);
+}
+
+std::string Mesh::summary() const {
+  return fmt::format("dp={} tp={} pp={} cp={}", dims_.dp, dims_.tp, dims_.pp, dims_.cp);
+}
+
+std::string Mesh::coord_text() const {
+  return fmt::format("[dp {}/{} tp {}/{} pp {}/{} cp {}/{}]", me_.dp, dims_.dp, me_.tp, dims_.tp, me_.pp, dims_.pp,
+                     me_.cp, dims_.cp);
+}
+
+}  // namespace parallm::parallel

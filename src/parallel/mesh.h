@@ -1,0 +1,73 @@
+// The device mesh: the world's ranks arranged on four axes, data (dp),
+// tensor (tp), pipeline (pp) and context (cp) parallel, in Megatron's order:
+// tp varies fastest (tp ranks are neighbours, so on one node), then cp, then
+// dp, and pp is outermost:
+//   rank = ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i
+// One Mesh validates the layout and makes every group once (with
+// Communicator::split); everything else asks it for a group, a coordinate or
+// a neighbour by name and never computes one itself (picotron's process-group
+// manager and torchtitan's ParallelDims have this shape).
+// Groups: tp, cp, dp, pp (the ranks differing only along that axis) and
+// dp x cp (the ranks holding the same model shard: gradient reduction). Each
+// group orders its ranks by their coordinate along its axes.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace parallm::parallel {
+
+struct MeshDims {
+  int dp = 0;  // 0: the world size / (tp * pp * cp)
+  int tp = 1;
+  int pp = 1;
+  int cp = 1;
+};
+
+struct MeshCoord {
+  int dp = 0, tp = 0, pp = 0, cp = 0;
+};
+
+class Mesh {
+ public:
+  // Collective over `world`. `ranks_per_node` (0 = unknown) bounds tp: a tp
+  // group must lie inside one node unless `tp_across_nodes` (then a warning).
+  // ConfigError naming the problem for a layout that does not fit the world.
+  Mesh(comm::Communicator& world, MeshDims dims, int ranks_per_node = 0, bool tp_across_nodes = false);
+
+  const MeshDims& dims() const { return dims_; }
+  // This rank's coordinates, and any world rank's.
+  const MeshCoord& coord() const { return me_; }
+  MeshCoord coord_of(int world_rank) const;
+  int rank_of(const MeshCoord& c) const;
+
+  comm::Communicator& world() const { return world_; }
+  comm::Communicator& dp() const { return *dp_; }
+  comm::Communicator& tp() const { return *tp_; }
+  comm::Communicator& pp() const { return *pp_; }
+  comm::Communicator& cp() const { return *cp_; }
+  comm::Communicator& dp_cp() const { return *dp_cp_; }  // same model shard: gradients are reduced here
+
+  // Pipeline neighbours (world ranks), -1 at either end; and the ends.
+  int pp_prev() const;
+  int pp_next() const;
+  bool first_stage() const { return me_.pp == 0; }
+  bool last_stage() const { return me_.pp == dims_.pp - 1; }
+
+  // "dp=2 tp=1 pp=1 cp=1" and "[dp 1/2 tp 0/1 pp 0/1 cp 0/1]", for the dist info.
+  std::string summary() const;
+  std::string coord_text() const;
+
+ private:
+  comm::Communicator& world_;
+  MeshDims dims_;
+  MeshCoord me_;
+  std::unique_ptr<comm::Communicator> dp_, tp_, pp_, cp_, dp_cp_;
+};
+
+// The dims with dp filled in, checked against a world of `world_size` ranks
+// (ConfigError naming the sizes otherwise); no communication.
+MeshDims resolve_mesh_dims(MeshDims dims, int world_size, int ranks_per_node = 0, bool tp_across_nodes = false);
+
+}  // namespace parallm::parallel
