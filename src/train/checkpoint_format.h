@@ -8,7 +8,7 @@
 
 namespace parallm::train::ckpt {
 
-constexpr int kFormatLegacy = 1, kFormatLegacySharded = 2;  // before checksums
+constexpr int kFormatLegacySharded = 2;  // format 1 (one file per part) and 2: before checksums
 constexpr int kFormat = 3, kFormatSharded = 4;
 inline bool sharded(int format) {
   return format == kFormatLegacySharded || format == kFormatSharded;

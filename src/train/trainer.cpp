@@ -161,16 +161,18 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
   const data::CharVocab vocab = dataset_vocabulary(cfg, resume ? &ck_meta["config"] : nullptr);
   cfg.validate();  // train.threads in range before libgomp is asked for them
   if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
+  // Where a resumed run starts, and the records a stop on a full disk kept in its checkpoint.
+  const int64_t ck_iter = resume ? checkpoint_state(ck_meta, nullptr).iter : 0;
+  const nlohmann::json carried =
+      resume ? ck_meta.value("unwritten_records", nlohmann::json::array()) : nlohmann::json::array();
   if (resume) {
     RunSummary done;
-    const int64_t at = checkpoint_state(ck_meta, nullptr).iter;
-    done.nothing_to_do = nothing_left(cfg, at);
+    done.nothing_to_do = nothing_left(cfg, ck_iter);
     if (!done.nothing_to_do.empty()) {
       // A queued job that finished before: no file is touched, except to write
       // the records a full disk kept in the checkpoint (a stop at the last steps).
-      const auto carried = ck_meta.value("unwritten_records", nlohmann::json::array());
       if (lead && !carried.empty()) {
-        RunDir(cfg, RunDir::Mode::Records, at, carried);
+        RunDir(cfg, RunDir::Mode::Records, ck_iter, carried);
         done.nothing_to_do += fmt::format(
             "; the {} metrics records a full disk kept in the checkpoint are now in {}/"
             "metrics.jsonl",
@@ -232,12 +234,7 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
   }
   if (lead) {
     using Mode = RunDir::Mode;
-    run_dir.emplace(cfg,
-                    !resume         ? Mode::Scratch
-                    : cfg.eval_only ? Mode::EvalOnly
-                                    : Mode::Resume,
-                    resume ? checkpoint_state(ck_meta, nullptr).iter : 0,
-                    resume ? ck_meta.value("unwritten_records", nlohmann::json::array()) : nlohmann::json::array());
+    run_dir.emplace(cfg, !resume ? Mode::Scratch : cfg.eval_only ? Mode::EvalOnly : Mode::Resume, ck_iter, carried);
   }
   if (!resume_changes.empty()) log::info("resume: the checkpoint's settings, except {}", resume_changes);
   auto write_metrics = [&](const nlohmann::json& rec) {
