@@ -56,11 +56,11 @@ Runner add_plan(CLI::App& app) {
     train::PlanInput in;
     in.dtype = o->dtype;
     in.world = o->world;
-    in.prefetch = static_cast<int>(cfg.zero_prefetch);
-    in.offload = cfg.zero_offload;
-    in.micro_batch = cfg.batch_size;
+    in.prefetch = static_cast<int>(cfg.parallel.zero.prefetch);
+    in.offload = cfg.parallel.zero.offload;
+    in.micro_batch = cfg.train.batch_size;
     in.seq_len = cfg.model.block_size;
-    in.threads = cfg.threads > 0 ? static_cast<int>(cfg.threads) : num_threads();
+    in.threads = cfg.train.threads > 0 ? static_cast<int>(cfg.train.threads) : num_threads();
     std::string what;
     if (!o->params.empty()) {
       in.params = train::parse_count(o->params, "--params");
@@ -71,7 +71,7 @@ Runner add_plan(CLI::App& app) {
     } else {
       if (!cfg.vocab_size_set) {  // the dataset's (a regular file, its meta.json checked strictly)
         try {
-          cfg.model.vocab_size = data::CharVocab::load(cfg.data_dir).size();
+          cfg.model.vocab_size = data::CharVocab::load(cfg.data.dir).size();
         } catch (const IoError& e) {
           throw ConfigError("cli.plan", fmt::format("no vocabulary size: set model.vocab_size=V, or data.dir to a "
                                                     "prepared dataset ({})",
@@ -95,8 +95,8 @@ Runner add_plan(CLI::App& app) {
                 "activations", "comm", "scratch", "total", "state/p", "host pool");
     for (int s = 0; s <= 3; ++s) {
       const auto b = train::plan_memory(in, s);
-      const std::string name =
-          fmt::format("{}{}{}", s, s == 3 ? fmt::format(" (pf {})", in.prefetch) : "", s == cfg.zero_stage ? " *" : "");
+      const std::string name = fmt::format("{}{}{}", s, s == 3 ? fmt::format(" (pf {})", in.prefetch) : "",
+                                           s == cfg.parallel.zero.stage ? " *" : "");
       std::printf("  %-13s %11s %11s %11s %11s %11s %11s %11s %7.2f B %11s\n", name.c_str(), gb(b.params).c_str(),
                   gb(b.grads).c_str(), gb(b.optimizer).c_str(), exact ? gb(b.activations).c_str() : "-",
                   exact ? gb(b.comm).c_str() : "-", exact ? gb(b.scratch).c_str() : "-", gb(b.total()).c_str(),
@@ -105,7 +105,7 @@ Runner add_plan(CLI::App& app) {
     std::printf(
         "  (* zero.stage as configured; total: device memory; state/p: params + grads + optimizer per parameter on "
         "the device; host pool: zero.offload=%s)\n",
-        in.offload.c_str());
+        parallel::offload_name(in.offload));
     std::printf(
         "quick rules: mixed-precision AdamW keeps 18 B/param (2 bf16 weights + 4 fp32 grads + 12 fp32 master and "
         "moments; fp32 training 16), so %.4g parameters need %.1f GB (%s) of training state before sharding\n",

@@ -52,7 +52,7 @@ Runner add_sample(CLI::App& app) {
     auto meta = train::read_checkpoint_meta(o->ckpt);
     auto cfg = train::RunConfig::from_json(meta["config"]);
     const bool own = std::filesystem::exists(std::filesystem::path(o->ckpt) / "meta.json");
-    auto vocab = data::CharVocab::load(!o->data.empty() ? o->data : own ? o->ckpt : cfg.data_dir);
+    auto vocab = data::CharVocab::load(!o->data.empty() ? o->data : own ? o->ckpt : cfg.data.dir);
     if (!o->data.empty() && own) {
       const auto trained = data::CharVocab::load(o->ckpt);
       PARALLM_CHECK(vocab == trained, ConfigError, "cli.sample",

@@ -41,11 +41,13 @@ Runner add_train(CLI::App& app) {
     }
     train::RunConfig cfg = run_config_from_args(*args, "cli.train");
     comm::CommOptions copt;
-    copt.timeout_s = cfg.comm_timeout_s;
-    World world = start_world(comm::resolve_backend(cfg.comm_backend, !parse_device(cfg.device).is_cpu()), copt);
+    copt.timeout_s = cfg.comm.timeout_s;
+    World world = start_world(comm::resolve_backend(cfg.comm.backend, !cfg.train.device.is_cpu()), copt,
+                              /*announce=*/false);
     train::RunSummary s;
     run_guarded(world, [&] {
-      s = train::run_training(cfg, world.comm.get());
+      announce_mesh(world, cfg.mesh_dims(), cfg.parallel.tp_across_nodes);
+      s = train::run_training(cfg, world.comm.get(), ranks_per_node(world.topo));
       return 0;
     });
     if (!s.nothing_to_do.empty()) {

@@ -1,5 +1,6 @@
 #include "cli/world.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -23,14 +24,37 @@ World start_world(const std::string& backend, const comm::CommOptions& options, 
     w.topo = comm::discover_topology(*w.comm, w.host);
     return 0;
   });
-  if (announce && w.comm->rank() == 0) {
-    const std::string device = w.comm->gpu_device() >= 0 ? "cuda (one GPU per rank, by local rank)"
-                                                         : fmt::format("cpu ({} thread{} per rank)", num_threads(),
-                                                                       num_threads() == 1 ? "" : "s");
-    std::fputs(comm::dist_info(w.topo, w.comm->backend(), device).c_str(), stdout);
-    std::fflush(stdout);
-  }
+  if (announce) announce_world(w);
   return w;
+}
+
+void announce_world(const World& w, const std::vector<std::string>& rank_notes) {
+  if (w.comm->rank() != 0) return;
+  const std::string device = w.comm->gpu_device() >= 0 ? "cuda (one GPU per rank, by local rank)"
+                                                       : fmt::format("cpu ({} thread{} per rank)", num_threads(),
+                                                                     num_threads() == 1 ? "" : "s");
+  std::fputs(comm::dist_info(w.topo, w.comm->backend(), device, rank_notes).c_str(), stdout);
+  std::fflush(stdout);
+}
+
+int ranks_per_node(const comm::Topology& t) {
+  int most = 0;
+  for (const comm::RankPlace& p : t.ranks) most = std::max(most, p.local_size);
+  return most;
+}
+
+void announce_mesh(const World& w, const parallel::MeshDims& dims, bool tp_across_nodes) {
+  parallel::MeshDims d;
+  try {
+    d = parallel::resolve_mesh_dims(dims, w.comm->size(), ranks_per_node(w.topo), tp_across_nodes);
+  } catch (const ConfigError&) {  // the trainer says what is wrong, after the config's own checks
+    announce_world(w);
+    return;
+  }
+  std::vector<std::string> notes;
+  for (int r = 0; w.comm->rank() == 0 && r < w.comm->size(); ++r)
+    notes.push_back(parallel::coord_text(d, parallel::mesh_coord(d, r)));
+  announce_world(w, notes);
 }
 
 void add_world_options(CLI::App* cmd, std::string& backend, double& timeout_s, const std::string& timeout_help) {

@@ -7,9 +7,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "comm/topology.h"
+#include "parallel/mesh.h"
 
 namespace parallm::cli {
 
@@ -24,6 +26,14 @@ struct World {
 // Makes the world communicator, tags log lines with [host:rank], finds where
 // every rank runs and (on rank 0, when `announce`) prints the dist info block.
 World start_world(const std::string& backend, const comm::CommOptions& options, bool announce = true);
+// Rank 0 prints the dist info block; `rank_notes` (one per rank) end each rank's line.
+void announce_world(const World& w, const std::vector<std::string>& rank_notes = {});
+// The dist info with each rank's coordinates on the mesh `dims` describes,
+// as `parallm train` prints it (without them when the layout does not fit
+// the world: the trainer then names the problem).
+void announce_mesh(const World& w, const parallel::MeshDims& dims, bool tp_across_nodes);
+// The most ranks any node runs (bounds a tensor-parallel group).
+int ranks_per_node(const comm::Topology& t);
 
 // The --backend and --timeout options every world-starting subcommand has;
 // `timeout_help` says what the timeout means for that command.

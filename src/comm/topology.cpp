@@ -112,7 +112,8 @@ Topology discover_topology(Communicator& world, const std::string& host) {
   return topology_from_hosts(hosts);
 }
 
-std::string dist_info(const Topology& t, const std::string& backend, const std::string& device) {
+std::string dist_info(const Topology& t, const std::string& backend, const std::string& device,
+                      const std::vector<std::string>& rank_notes) {
   const int m = static_cast<int>(t.nodes.size());
   int lo = t.size, hi = 0;
   for (const RankPlace& p : t.ranks) {
@@ -130,8 +131,8 @@ std::string dist_info(const Topology& t, const std::string& backend, const std::
   for (const RankPlace& p : t.ranks) {
     if (t.size > 64 && p.rank == 32) s += fmt::format("dist: ... ({} ranks)\n", t.size - 64);
     if (t.size > 64 && p.rank >= 32 && p.rank < t.size - 32) continue;
-    s += fmt::format("dist: [rank {}/{}][local_rank {}][node {}/{}][{}]\n", p.rank, t.size, p.local_rank, p.node, m,
-                     p.host);
+    s += fmt::format("dist: [rank {}/{}][local_rank {}][node {}/{}][{}]{}\n", p.rank, t.size, p.local_rank, p.node, m,
+                     p.host, p.rank < static_cast<int>(rank_notes.size()) ? rank_notes[p.rank] : "");
   }
   return s;
 }

@@ -47,7 +47,9 @@ Topology topology_from_hosts(const std::vector<std::string>& hosts);
 // The dist info block rank 0 prints at start: world size, nodes, ranks per
 // node, hosts, backend, device, then one line per rank
 // "[rank r/N][local_rank l][node k/M][host]".
-std::string dist_info(const Topology& t, const std::string& backend, const std::string& device);
+// `rank_notes` (optional, one per rank) ends each rank's line, e.g. its mesh coordinates.
+std::string dist_info(const Topology& t, const std::string& backend, const std::string& device,
+                      const std::vector<std::string>& rank_notes = {});
 
 std::string this_host();
 

@@ -44,15 +44,23 @@ Mesh::Mesh(comm::Communicator& world, MeshDims dims, int ranks_per_node, bool tp
   const MeshDims& d = dims_;
   const MeshCoord& c = me_;
   // color: the coordinates the group's ranks share; key: the position along the group's axes.
-  tp_ = world.split((c.pp * d.dp + c.dp) * d.cp + c.cp, c.tp, "tp");
-  cp_ = world.split((c.pp * d.dp + c.dp) * d.tp + c.tp, c.cp, "cp");
-  dp_ = world.split((c.pp * d.cp + c.cp) * d.tp + c.tp, c.dp, "dp");
-  pp_ = world.split((c.dp * d.cp + c.cp) * d.tp + c.tp, c.pp, "pp");
-  dp_cp_ = world.split(c.pp * d.tp + c.tp, c.dp * d.cp + c.cp, "dp_cp");
+  tp_ = group(d.tp, (c.pp * d.dp + c.dp) * d.cp + c.cp, c.tp, "tp");
+  cp_ = group(d.cp, (c.pp * d.dp + c.dp) * d.tp + c.tp, c.cp, "cp");
+  dp_ = group(d.dp, (c.pp * d.cp + c.cp) * d.tp + c.tp, c.dp, "dp");
+  pp_ = group(d.pp, (c.dp * d.cp + c.cp) * d.tp + c.tp, c.pp, "pp");
+  dp_cp_ = group(d.dp * d.cp, c.pp * d.tp + c.tp, c.dp * d.cp + c.cp, "dp_cp");
 }
 
-MeshCoord Mesh::coord_of(int r) const {
-  const MeshDims& d = dims_;
+comm::Communicator* Mesh::group(int size, int color, int key, const std::string& name) {
+  // A group spanning the world is the world itself (the other axes have size
+  // one, so its order is the world's): nothing new to make, and a mesh of
+  // data parallelism alone communicates exactly as the world does.
+  if (size == world_.size()) return &world_;
+  owned_.push_back(world_.split(color, key, name));
+  return owned_.back().get();
+}
+
+MeshCoord mesh_coord(const MeshDims& d, int r) {
   MeshCoord c;
   c.tp = r % d.tp;
   r /= d.tp;
@@ -61,6 +69,14 @@ MeshCoord Mesh::coord_of(int r) const {
   c.dp = r % d.dp;
   c.pp = r / d.dp;
   return c;
+}
+
+std::string coord_text(const MeshDims& d, const MeshCoord& c) {
+  return fmt::format("[dp {}/{} tp {}/{} pp {}/{} cp {}/{}]", c.dp, d.dp, c.tp, d.tp, c.pp, d.pp, c.cp, d.cp);
+}
+
+MeshCoord Mesh::coord_of(int r) const {
+  return mesh_coord(dims_, r);
 }
 
 int Mesh::rank_of(const MeshCoord& c) const {
@@ -87,8 +103,7 @@ std::string Mesh::summary() const {
 }
 
 std::string Mesh::coord_text() const {
-  return fmt::format("[dp {}/{} tp {}/{} pp {}/{} cp {}/{}]", me_.dp, dims_.dp, me_.tp, dims_.tp, me_.pp, dims_.pp,
-                     me_.cp, dims_.cp);
+  return parallel::coord_text(dims_, me_);
 }
 
 }  // namespace parallm::parallel

@@ -9,10 +9,13 @@
 // manager and torchtitan's ParallelDims have this shape).
 // Groups: tp, cp, dp, pp (the ranks differing only along that axis) and
 // dp x cp (the ranks holding the same model shard: gradient reduction). Each
-// group orders its ranks by their coordinate along its axes.
+// group orders its ranks by their coordinate along its axes. A group that
+// spans the world is the world communicator itself (data parallelism alone
+// runs exactly as before the mesh existed).
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -63,8 +66,16 @@ class Mesh {
   comm::Communicator& world_;
   MeshDims dims_;
   MeshCoord me_;
-  std::unique_ptr<comm::Communicator> dp_, tp_, pp_, cp_, dp_cp_;
+  // Collective over the world: a group of `size` ranks made by split, or the world when it spans it.
+  comm::Communicator* group(int size, int color, int key, const std::string& name);
+  comm::Communicator *dp_ = nullptr, *tp_ = nullptr, *pp_ = nullptr, *cp_ = nullptr, *dp_cp_ = nullptr;
+  std::vector<std::unique_ptr<comm::Communicator>> owned_;
 };
+
+// Rank r's coordinates on a mesh of (resolved) `dims`, and their text
+// "[dp 1/2 tp 0/1 pp 0/1 cp 0/1]" (no communication: for the dist info).
+MeshCoord mesh_coord(const MeshDims& dims, int rank);
+std::string coord_text(const MeshDims& dims, const MeshCoord& c);
 
 // The dims with dp filled in, checked against a world of `world_size` ranks
 // (ConfigError naming the sizes otherwise); no communication.

@@ -22,6 +22,10 @@ Offload parse_offload(const std::string& s) {
   throw ConfigError("config", fmt::format("zero.offload: expected none, optimizer or params, got \"{}\"", s));
 }
 
+const char* offload_name(Offload o) {
+  return o == Offload::None ? "none" : o == Offload::Optimizer ? "optimizer" : "params";
+}
+
 Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads,
            int prefetch, Offload offload)
     : comm_(comm),

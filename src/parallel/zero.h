@@ -79,6 +79,7 @@ struct ZeroSizes {
 
 enum class Offload { None, Optimizer, Params };
 Offload parse_offload(const std::string& s);  // none | optimizer | params (ConfigError otherwise)
+const char* offload_name(Offload o);
 
 // One optimizer step's communication.
 struct ZeroStats {

@@ -64,32 +64,38 @@ bool parse_bool(const std::string& key, const std::string& v) {
   throw ConfigError("config", fmt::format("{}: expected true or false, got \"{}\"", key, v));
 }
 
-// train.loss_scale's value for a run of `dtype`: "auto" (dynamic for fp16,
-// off otherwise), "dynamic", "off" or a static power of two; `init` and
-// `window` are train.loss_scale_init and train.loss_scale_window.
-optim::LossScaleConfig loss_scale_of(const std::string& value, const std::string& dtype, double init, int64_t window) {
-  using optim::LossScaleMode;
-  PARALLM_CHECK(window > 0 && window <= INT32_MAX, ConfigError, "config",
-                "train.loss_scale_window must be in [1, 2^31 - 1], got {}", window);
-  optim::LossScaleConfig c{LossScaleMode::Off, init, window};
-  if (value == "auto" || value == "dynamic") {
-    c.mode = value == "dynamic" || dtype == "fp16" ? LossScaleMode::Dynamic : LossScaleMode::Off;
-    PARALLM_CHECK(optim::is_loss_scale(init), ConfigError, "config",
-                  "train.loss_scale_init={}: must be a power of two in [1, 2^64], so scaling is exact", init);
-    return c;
-  }
-  if (value == "off" || value == "none") return c;
-  try {
-    c.scale = parse_float("train.loss_scale", value);
-  } catch (const ConfigError&) {
-    throw ConfigError("config", fmt::format("train.loss_scale: expected auto, dynamic, off or a power of two (a "
-                                            "static scale), got \"{}\"",
-                                            value));
-  }
-  PARALLM_CHECK(optim::is_loss_scale(c.scale), ConfigError, "config",
+const char* precision_name(Precision p) {
+  return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp16";
+}
+
+// train.loss_scale's value: "auto" (dynamic for fp16, off otherwise),
+// "dynamic", "off" (or "none") or a static power of two.
+LossScaleSetting parse_loss_scale(const std::string& value) {
+  using Kind = LossScaleSetting::Kind;
+  if (value == "auto") return {Kind::Auto};
+  if (value == "dynamic") return {Kind::Dynamic};
+  if (value == "off" || value == "none") return {Kind::Off};
+  const auto scale = to_decimal(value);
+  PARALLM_CHECK(scale, ConfigError, "config",
+                "train.loss_scale: expected auto, dynamic, off or a power of two (a static scale), got \"{}\"", value);
+  PARALLM_CHECK(optim::is_loss_scale(*scale), ConfigError, "config",
                 "train.loss_scale={}: a static scale must be a power of two in [1, 2^64], so scaling is exact", value);
-  c.mode = c.scale == 1 ? LossScaleMode::Off : LossScaleMode::Static;
-  return c;
+  return {Kind::Static, *scale};
+}
+
+std::string loss_scale_text(const LossScaleSetting& l) {
+  using Kind = LossScaleSetting::Kind;
+  switch (l.kind) {
+    case Kind::Auto:
+      return "auto";
+    case Kind::Dynamic:
+      return "dynamic";
+    case Kind::Off:
+      return "off";
+    case Kind::Static:
+      break;
+  }
+  return fmt::format("{}", l.scale);
 }
 
 // A numeric key's valid values: from lo to hi, either end open or closed;
@@ -131,6 +137,7 @@ constexpr double kMaxBatch = 1 << 20;              // model.batch_size, optimize
 constexpr double kMaxEvalIters = 1e6;              // train.eval_iters
 constexpr double kMaxSampleTokens = 1e5;           // train.sample_tokens
 constexpr int64_t kMaxTokensPerBatch = INT32_MAX;  // model.batch_size x model.block_size
+constexpr double kMaxRanks = 1 << 24;              // parallel.* degrees
 
 struct Key {
   std::string type, help;
@@ -171,158 +178,202 @@ struct Key {
     }                                                                                              \
   }
 
-const std::map<std::string, Key>& keys() {
-  static const std::map<std::string, Key> table = {
-      INT_KEY("model.n_layer", model.n_layer, 1, model::kMaxLayers, "transformer blocks"),
-      INT_KEY("model.n_head", model.n_head, 1, model::kMaxHeads, "attention heads"),
-      INT_KEY("model.n_embd", model.n_embd, 1, model::kMaxEmbd, "embedding width"),
-      INT_KEY("model.block_size", model.block_size, 1, model::kMaxBlockSize, "context length (tokens per sample)"),
-      INT_KEY("model.batch_size", batch_size, 1, kMaxBatch, "micro batch per rank"),
-      FLOAT_KEY("model.dropout", model.dropout, below(0, 1), "dropout probability"),
-      BOOL_KEY("model.bias", model.bias, "biases in Linear and LayerNorm"),
-      {"model.vocab_size",
-       {"int", "vocabulary size (default: from the dataset's meta.json)",
-        [](RunConfig& c, const std::string& k, const std::string& v) {
-          c.model.vocab_size = parse_int(k, v);
-          c.vocab_size_set = true;
-        },
-        [](const RunConfig& c) { return nlohmann::json(c.model.vocab_size); }, closed(1, model::kMaxVocab)}},
-      {"model.gelu",
-       {"string", "exact | tanh",
-        [](RunConfig& c, const std::string& k, const std::string& v) {
-          std::string l = lower(v);
-          if (l == "exact" || l == "erf")
-            c.model.gelu = kernels::GeluKind::Exact;
-          else if (l == "tanh")
-            c.model.gelu = kernels::GeluKind::Tanh;
-          else
-            throw ConfigError("config", fmt::format("{}: expected exact or tanh, got \"{}\"", k, v));
-        },
-        [](const RunConfig& c) { return nlohmann::json(c.model.gelu == kernels::GeluKind::Exact ? "exact" : "tanh"); },
-        std::nullopt}},
-      INT_KEY("train.max_iters", max_iters, 0, kMaxIters, "last iteration"),
-      INT_KEY("train.eval_interval", eval_interval, 1, kMaxIters, "iterations between evaluations"),
-      INT_KEY("train.eval_iters", eval_iters, 1, kMaxEvalIters, "batches per evaluation"),
-      INT_KEY("train.log_interval", log_interval, 1, kMaxIters, "iterations between log lines"),
-      {"train.seed",
-       {"int", "seed of init, data order and dropout (>= 0)",
-        [](RunConfig& c, const std::string& k, const std::string& v) {
-          const int64_t x = parse_int(k, v);
-          PARALLM_CHECK(x >= 0, ConfigError, "config", "{}: must be >= 0, got {}", k, x);
-          c.seed = static_cast<uint64_t>(x);
-        },
-        [](const RunConfig& c) { return nlohmann::json(c.seed); }, closed(0, 0x1p63 - 1)}},
-      STR_KEY("train.out_dir", out_dir, "run directory"),
-      {"train.init_from",
-       {"string", "scratch | resume",
-        [](RunConfig& c, const std::string& k, const std::string& v) {
-          PARALLM_CHECK(v == "scratch" || v == "resume", ConfigError, "config",
-                        "{}: expected scratch or resume, got \"{}\"", k, v);
-          c.init_from = v;
-        },
-        [](const RunConfig& c) { return nlohmann::json(c.init_from); }, std::nullopt}},
-      BOOL_KEY("train.always_save_checkpoint", always_save_checkpoint, "save at every eval, not only on improvement"),
-      BOOL_KEY("train.eval_only", eval_only, "evaluate once and exit"),
-      BOOL_KEY("train.final_eval", final_eval,
-               "also evaluate (and checkpoint) at the last iteration when it is not a multiple of eval_interval"),
-      BOOL_KEY("train.overwrite", overwrite,
-               "start a scratch run in a train.out_dir that already holds a checkpoint (deleting it)"),
-      FLOAT_KEY("train.peak_flops", peak_flops, closed(0, 1e21), "peak FLOP/s for MFU (0 = measured GEMM peak)"),
-      {"train.threads",
-       {"int", "CPU threads (0 = OMP_NUM_THREADS or all cores; at most 4 per core this process may use)",
-        [](RunConfig& c, const std::string& k, const std::string& v) { c.threads = parse_int(k, v); },
-        [](const RunConfig& c) { return nlohmann::json(c.threads); }, Range{0, 0, false, false, max_threads}}},
-      INT_KEY("train.sample_tokens", sample_tokens, 0, kMaxSampleTokens, "tokens sampled at each eval (0 = none)"),
-      STR_KEY("train.sample_prompt", sample_prompt, "prompt of the eval samples"),
-      FLOAT_KEY("train.temperature", temperature, above(0, 100), "sampling temperature"),
-      INT_KEY("train.top_k", top_k, 0, model::kMaxVocab, "sampling top-k (0 = all)"),
-      BOOL_KEY("train.progress", progress, "progress bar on a terminal"),
-      {"train.device",
-       {"string", "cpu | cuda | cuda:N (one process on the GPU for now)",
-        [](RunConfig& c, const std::string& k, const std::string& v) {
-          try {
-            parse_device(lower(v));
-          } catch (const ConfigError& e) {
-            throw ConfigError("config", fmt::format("{}: {}", k, e.message()));
-          }
-          c.device = lower(v);
-        },
-        [](const RunConfig& c) { return nlohmann::json(c.device); }, std::nullopt}},
-      {"train.dtype",
-       {"string",
-        "fp32 | bf16 (mixed precision: bf16 products, fp32 master weights, gradients and optimizer state; on the GPU "
-        "activations in bf16 too, on the CPU in fp32 with AMX products)",
-        [](RunConfig& c, const std::string& k, const std::string& v) {
-          const std::string l = lower(v);
-          if (l == "fp32" || l == "float32" || l == "float")
-            c.dtype = "fp32";
-          else if (l == "bf16" || l == "bfloat16")
-            c.dtype = "bf16";
-          else if (l == "fp16" || l == "float16" || l == "half")
-            c.dtype = "fp16";
-          else
-            throw ConfigError("config", fmt::format("{}: unknown dtype \"{}\" (fp32, bf16 or fp16)", k, v));
-        },
-        [](const RunConfig& c) { return nlohmann::json(c.dtype); }, std::nullopt}},
-      {"train.loss_scale",
-       {"string",
-        "auto (dynamic for fp16, off otherwise) | dynamic (skip a step whose gradients overflow and halve the scale; "
-        "double it after loss_scale_window finite steps) | off | a static power of two",
-        [](RunConfig& c, const std::string&, const std::string& v) {
-          // The value's form only (the init and window are checked in validate()).
-          loss_scale_of(lower(v), c.dtype, 65536, 2000);
-          c.loss_scale = lower(v);
-        },
-        [](const RunConfig& c) { return nlohmann::json(c.loss_scale); }, std::nullopt}},
-      FLOAT_KEY("train.loss_scale_init", loss_scale_init, closed(1, 0x1p64),
-                "dynamic loss scaling: the first scale (a power of two)"),
-      INT_KEY("train.loss_scale_window", loss_scale_window, 1, INT32_MAX,
-              "dynamic loss scaling: finite steps in a row before the scale doubles"),
-      FLOAT_KEY("optimizer.learning_rate", learning_rate, closed(0, 100), "peak learning rate"),
-      FLOAT_KEY("optimizer.min_lr", min_lr, closed(0, 100), "final learning rate of the cosine decay"),
-      INT_KEY("optimizer.warmup_iters", warmup_iters, 0, kMaxIters, "linear warmup iterations"),
-      INT_KEY("optimizer.lr_decay_iters", lr_decay_iters, 0, kMaxIters, "iteration where the decay reaches min_lr"),
-      BOOL_KEY("optimizer.decay_lr", decay_lr, "use warmup + cosine decay (else constant)"),
-      FLOAT_KEY("optimizer.weight_decay", weight_decay, closed(0, 100), "AdamW weight decay (2-D weights only)"),
-      FLOAT_KEY("optimizer.beta1", beta1, below(0, 1), "AdamW beta1"),
-      FLOAT_KEY("optimizer.beta2", beta2, below(0, 1), "AdamW beta2"),
-      FLOAT_KEY("optimizer.eps", eps, above(0, 1), "AdamW epsilon"),
-      FLOAT_KEY("optimizer.grad_clip", grad_clip, closed(0, 1e9), "global gradient-norm clip (0 = off)"),
-      INT_KEY("optimizer.gas", gas, 1, kMaxBatch, "gradient accumulation steps"),
-      STR_KEY("data.dir", data_dir, "prepared dataset directory (train.bin, val.bin, meta.json)"),
-      {"comm.backend",
-       {"string",
-        "auto | self | mpi | nccl (auto: when a launcher started several ranks, nccl on GPUs, mpi on the CPU)",
-        [](RunConfig& c, const std::string& k, const std::string& v) {
-          PARALLM_CHECK(v == "auto" || v == "self" || v == "mpi" || v == "nccl", ConfigError, "config",
-                        "{}: expected auto, self, mpi or nccl, got \"{}\"", k, v);
-          c.comm_backend = v;
-        },
-        [](const RunConfig& c) { return nlohmann::json(c.comm_backend); }, std::nullopt}},
-      FLOAT_KEY("comm.timeout_s", comm_timeout_s, above(0, 604800),
-                "seconds before a communication operation is an error"),
-      FLOAT_KEY("ddp.bucket_mb", ddp_bucket_mb, above(0, 65536),
-                "gradient bucket size (MiB) for the overlapped all-reduce"),
-      BOOL_KEY("ddp.deterministic", ddp_deterministic,
-               "sum gradients and losses in a fixed order (bitwise equal for any split over ranks; no overlap)"),
-      INT_KEY("ddp.shards", ddp_shards, 0, kMaxBatch,
-              "deterministic: shards of the global micro-batch (0 = one per rank; on 1 rank, N reproduces N ranks)"),
-      INT_KEY("zero.stage", zero_stage, 0, 3,
-              "ZeRO: 0 = plain data parallel, 1 = shard optimizer state, 2 = also gradients (overlapped "
-              "reduce-scatter), 3 = also parameters (gathered per block, FSDP)"),
-      INT_KEY("zero.prefetch", zero_prefetch, 0, model::kMaxLayers,
-              "ZeRO stage 3: blocks gathered ahead of the one computing"),
-      {"zero.offload",
-       {"string",
-        "none | optimizer (moments, master weights, optimizer step in the host pool) | params (stage 3: "
-        "also the parameter shard)",
-        [](RunConfig& c, const std::string& k, const std::string& v) {
-          PARALLM_CHECK(v == "none" || v == "optimizer" || v == "params", ConfigError, "config",
-                        "{}: expected none, optimizer or params, got \"{}\"", k, v);
-          c.zero_offload = v;
-        },
-        [](const RunConfig& c) { return nlohmann::json(c.zero_offload); }, std::nullopt}},
-  };
+using KeyTable = std::map<std::string, Key>;
+
+// model.* (and model.batch_size, the micro-batch)
+void add_model_keys(KeyTable& t) {
+  t.insert(
+      {INT_KEY("model.n_layer", model.n_layer, 1, model::kMaxLayers, "transformer blocks"),
+       INT_KEY("model.n_head", model.n_head, 1, model::kMaxHeads, "attention heads"),
+       INT_KEY("model.n_embd", model.n_embd, 1, model::kMaxEmbd, "embedding width"),
+       INT_KEY("model.block_size", model.block_size, 1, model::kMaxBlockSize, "context length (tokens per sample)"),
+       INT_KEY("model.batch_size", train.batch_size, 1, kMaxBatch, "micro batch per rank"),
+       FLOAT_KEY("model.dropout", model.dropout, below(0, 1), "dropout probability"),
+       BOOL_KEY("model.bias", model.bias, "biases in Linear and LayerNorm"),
+       {"model.vocab_size",
+        {"int", "vocabulary size (default: from the dataset's meta.json)",
+         [](RunConfig& c, const std::string& k, const std::string& v) {
+           c.model.vocab_size = parse_int(k, v);
+           c.vocab_size_set = true;
+         },
+         [](const RunConfig& c) { return nlohmann::json(c.model.vocab_size); }, closed(1, model::kMaxVocab)}},
+       {"model.gelu",
+        {"string", "exact | tanh",
+         [](RunConfig& c, const std::string& k, const std::string& v) {
+           std::string l = lower(v);
+           if (l == "exact" || l == "erf")
+             c.model.gelu = kernels::GeluKind::Exact;
+           else if (l == "tanh")
+             c.model.gelu = kernels::GeluKind::Tanh;
+           else
+             throw ConfigError("config", fmt::format("{}: expected exact or tanh, got \"{}\"", k, v));
+         },
+         [](const RunConfig& c) { return nlohmann::json(c.model.gelu == kernels::GeluKind::Exact ? "exact" : "tanh"); },
+         std::nullopt}}});
+}
+
+// train.*
+void add_train_keys(KeyTable& t) {
+  t.insert(
+      {INT_KEY("train.max_iters", train.max_iters, 0, kMaxIters, "last iteration"),
+       INT_KEY("train.eval_interval", train.eval_interval, 1, kMaxIters, "iterations between evaluations"),
+       INT_KEY("train.eval_iters", train.eval_iters, 1, kMaxEvalIters, "batches per evaluation"),
+       INT_KEY("train.log_interval", train.log_interval, 1, kMaxIters, "iterations between log lines"),
+       {"train.seed",
+        {"int", "seed of init, data order and dropout (>= 0)",
+         [](RunConfig& c, const std::string& k, const std::string& v) {
+           const int64_t x = parse_int(k, v);
+           PARALLM_CHECK(x >= 0, ConfigError, "config", "{}: must be >= 0, got {}", k, x);
+           c.train.seed = static_cast<uint64_t>(x);
+         },
+         [](const RunConfig& c) { return nlohmann::json(c.train.seed); }, closed(0, 0x1p63 - 1)}},
+       STR_KEY("train.out_dir", train.out_dir, "run directory"),
+       {"train.init_from",
+        {"string", "scratch | resume",
+         [](RunConfig& c, const std::string& k, const std::string& v) {
+           PARALLM_CHECK(v == "scratch" || v == "resume", ConfigError, "config",
+                         "{}: expected scratch or resume, got \"{}\"", k, v);
+           c.train.init_from = v == "resume" ? InitFrom::Resume : InitFrom::Scratch;
+         },
+         [](const RunConfig& c) { return nlohmann::json(c.train.resume() ? "resume" : "scratch"); }, std::nullopt}},
+       BOOL_KEY("train.always_save_checkpoint", train.always_save_checkpoint,
+                "save at every eval, not only on improvement"),
+       BOOL_KEY("train.eval_only", train.eval_only, "evaluate once and exit"),
+       BOOL_KEY("train.final_eval", train.final_eval,
+                "also evaluate (and checkpoint) at the last iteration when it is not a multiple of eval_interval"),
+       BOOL_KEY("train.overwrite", train.overwrite,
+                "start a scratch run in a train.out_dir that already holds a checkpoint (deleting it)"),
+       FLOAT_KEY("train.peak_flops", train.peak_flops, closed(0, 1e21), "peak FLOP/s for MFU (0 = measured GEMM peak)"),
+       {"train.threads",
+        {"int", "CPU threads (0 = OMP_NUM_THREADS or all cores; at most 4 per core this process may use)",
+         [](RunConfig& c, const std::string& k, const std::string& v) { c.train.threads = parse_int(k, v); },
+         [](const RunConfig& c) { return nlohmann::json(c.train.threads); }, Range{0, 0, false, false, max_threads}}},
+       INT_KEY("train.sample_tokens", train.sample_tokens, 0, kMaxSampleTokens,
+               "tokens sampled at each eval (0 = none)"),
+       STR_KEY("train.sample_prompt", train.sample_prompt, "prompt of the eval samples"),
+       FLOAT_KEY("train.temperature", train.temperature, above(0, 100), "sampling temperature"),
+       INT_KEY("train.top_k", train.top_k, 0, model::kMaxVocab, "sampling top-k (0 = all)"),
+       BOOL_KEY("train.progress", train.progress, "progress bar on a terminal"),
+       {"train.device",
+        {"string", "cpu | cuda | cuda:N (one process on the GPU for now)",
+         [](RunConfig& c, const std::string& k, const std::string& v) {
+           try {
+             c.train.device = parse_device(lower(v));
+           } catch (const ConfigError& e) {
+             throw ConfigError("config", fmt::format("{}: {}", k, e.message()));
+           }
+           c.train.device_by_rank = lower(v) == "cuda";
+         },
+         [](const RunConfig& c) { return nlohmann::json(c.train.device_by_rank ? "cuda" : c.train.device.str()); },
+         std::nullopt}},
+       {"train.dtype",
+        {"string",
+         "fp32 | bf16 (mixed precision: bf16 products, fp32 master weights, gradients and optimizer state; on the GPU "
+         "activations in bf16 too, on the CPU in fp32 with AMX products)",
+         [](RunConfig& c, const std::string& k, const std::string& v) {
+           const std::string l = lower(v);
+           if (l == "fp32" || l == "float32" || l == "float")
+             c.train.dtype = Precision::FP32;
+           else if (l == "bf16" || l == "bfloat16")
+             c.train.dtype = Precision::BF16;
+           else if (l == "fp16" || l == "float16" || l == "half")
+             c.train.dtype = Precision::FP16;
+           else
+             throw ConfigError("config", fmt::format("{}: unknown dtype \"{}\" (fp32, bf16 or fp16)", k, v));
+         },
+         [](const RunConfig& c) { return nlohmann::json(precision_name(c.train.dtype)); }, std::nullopt}},
+       {"train.loss_scale",
+        {"string",
+         "auto (dynamic for fp16, off otherwise) | dynamic (skip a step whose gradients overflow and halve the scale; "
+         "double it after loss_scale_window finite steps) | off | a static power of two",
+         [](RunConfig& c, const std::string&, const std::string& v) {
+           c.train.loss_scale = parse_loss_scale(lower(v));
+         },
+         [](const RunConfig& c) { return nlohmann::json(loss_scale_text(c.train.loss_scale)); }, std::nullopt}},
+       FLOAT_KEY("train.loss_scale_init", train.loss_scale_init, closed(1, 0x1p64),
+                 "dynamic loss scaling: the first scale (a power of two)"),
+       INT_KEY("train.loss_scale_window", train.loss_scale_window, 1, INT32_MAX,
+               "dynamic loss scaling: finite steps in a row before the scale doubles")});
+}
+
+// optimizer.*
+void add_optimizer_keys(KeyTable& t) {
+  t.insert(
+      {FLOAT_KEY("optimizer.learning_rate", optimizer.learning_rate, closed(0, 100), "peak learning rate"),
+       FLOAT_KEY("optimizer.min_lr", optimizer.min_lr, closed(0, 100), "final learning rate of the cosine decay"),
+       INT_KEY("optimizer.warmup_iters", optimizer.warmup_iters, 0, kMaxIters, "linear warmup iterations"),
+       INT_KEY("optimizer.lr_decay_iters", optimizer.lr_decay_iters, 0, kMaxIters,
+               "iteration where the decay reaches min_lr"),
+       BOOL_KEY("optimizer.decay_lr", optimizer.decay_lr, "use warmup + cosine decay (else constant)"),
+       FLOAT_KEY("optimizer.weight_decay", optimizer.weight_decay, closed(0, 100),
+                 "AdamW weight decay (2-D weights only)"),
+       FLOAT_KEY("optimizer.beta1", optimizer.beta1, below(0, 1), "AdamW beta1"),
+       FLOAT_KEY("optimizer.beta2", optimizer.beta2, below(0, 1), "AdamW beta2"),
+       FLOAT_KEY("optimizer.eps", optimizer.eps, above(0, 1), "AdamW epsilon"),
+       FLOAT_KEY("optimizer.grad_clip", optimizer.grad_clip, closed(0, 1e9), "global gradient-norm clip (0 = off)"),
+       INT_KEY("optimizer.gas", optimizer.gas, 1, kMaxBatch, "gradient accumulation steps")});
+}
+
+// data.* and comm.*
+void add_run_keys(KeyTable& t) {
+  t.insert({STR_KEY("data.dir", data.dir, "prepared dataset directory (train.bin, val.bin, meta.json)"),
+            {"comm.backend",
+             {"string",
+              "auto | self | mpi | nccl (auto: when a launcher started several ranks, nccl on GPUs, mpi on the CPU)",
+              [](RunConfig& c, const std::string& k, const std::string& v) {
+                PARALLM_CHECK(v == "auto" || v == "self" || v == "mpi" || v == "nccl", ConfigError, "config",
+                              "{}: expected auto, self, mpi or nccl, got \"{}\"", k, v);
+                c.comm.backend = v;
+              },
+              [](const RunConfig& c) { return nlohmann::json(c.comm.backend); }, std::nullopt}},
+            FLOAT_KEY("comm.timeout_s", comm.timeout_s, above(0, 604800),
+                      "seconds before a communication operation is an error")});
+}
+
+// parallel.*, ddp.* and zero.*
+void add_parallel_keys(KeyTable& t) {
+  t.insert(
+      {FLOAT_KEY("ddp.bucket_mb", parallel.ddp.bucket_mb, above(0, 65536),
+                 "gradient bucket size (MiB) for the overlapped all-reduce"),
+       BOOL_KEY("ddp.deterministic", parallel.ddp.deterministic,
+                "sum gradients and losses in a fixed order (bitwise equal for any split over ranks; no overlap)"),
+       INT_KEY("ddp.shards", parallel.ddp.shards, 0, kMaxBatch,
+               "deterministic: shards of the global micro-batch (0 = one per rank; on 1 rank, N reproduces N ranks)"),
+       INT_KEY("zero.stage", parallel.zero.stage, 0, 3,
+               "ZeRO: 0 = plain data parallel, 1 = shard optimizer state, 2 = also gradients (overlapped "
+               "reduce-scatter), 3 = also parameters (gathered per block, FSDP)"),
+       INT_KEY("zero.prefetch", parallel.zero.prefetch, 0, model::kMaxLayers,
+               "ZeRO stage 3: blocks gathered ahead of the one computing"),
+       {"zero.offload",
+        {"string",
+         "none | optimizer (moments, master weights, optimizer step in the host pool) | params (stage 3: "
+         "also the parameter shard)",
+         [](RunConfig& c, const std::string& k, const std::string& v) {
+           PARALLM_CHECK(v == "none" || v == "optimizer" || v == "params", ConfigError, "config",
+                         "{}: expected none, optimizer or params, got \"{}\"", k, v);
+           c.parallel.zero.offload = parallel::parse_offload(v);
+         },
+         [](const RunConfig& c) { return nlohmann::json(parallel::offload_name(c.parallel.zero.offload)); },
+         std::nullopt}},
+       INT_KEY("parallel.dp", parallel.dp, 0, kMaxRanks, "data-parallel degree (0 = the world size / (tp x pp x cp))"),
+       INT_KEY("parallel.tp", parallel.tp, 1, kMaxRanks, "tensor-parallel degree (ranks inside a node)"),
+       INT_KEY("parallel.pp", parallel.pp, 1, kMaxRanks, "pipeline-parallel degree (stages)"),
+       INT_KEY("parallel.cp", parallel.cp, 1, kMaxRanks, "context-parallel degree"),
+       BOOL_KEY("parallel.tp_across_nodes", parallel.tp_across_nodes,
+                "allow a tensor-parallel group to span nodes (a warning: its exchanges then cross the network)")});
+}
+
+// Every key, in one table: --help-keys prints it, set() and to_json() read it.
+const KeyTable& keys() {
+  static const KeyTable table = [] {
+    KeyTable t;
+    add_model_keys(t);
+    add_train_keys(t);
+    add_optimizer_keys(t);
+    add_run_keys(t);
+    add_parallel_keys(t);
+    return t;
+  }();
   return table;
 }
 
@@ -427,8 +478,8 @@ void check_key_ranges(const RunConfig& c) {
 // A CPU run's least memory (train/plan.h's closed form, no allocation)
 // against this machine's physical memory, before anything is written.
 void check_fits_host(const RunConfig& c) {
-  if (!parse_device(c.device).is_cpu()) return;  // the GPU's allocations report themselves
-  const uint64_t need = min_run_bytes(c.model, c.batch_size, static_cast<int>(c.zero_stage));
+  if (!c.train.device.is_cpu()) return;  // the GPU's allocations report themselves
+  const uint64_t need = min_run_bytes(c.model, c.train.batch_size, static_cast<int>(c.parallel.zero.stage));
   const uint64_t have = physical_memory_bytes();
   PARALLM_CHECK(
       have == 0 || need <= have, ConfigError, "config",
@@ -436,67 +487,121 @@ void check_fits_host(const RunConfig& c) {
       "model.batch_size={} (zero.stage={}) need at least {} of memory for the parameters, gradients, "
       "optimizer state and activations, but this machine has {} ({} bytes); make the model or the "
       "micro-batch smaller (or shard it: zero.stage and more ranks)",
-      c.model.n_layer, c.model.n_embd, c.model.vocab_size, c.model.block_size, c.batch_size, c.zero_stage,
+      c.model.n_layer, c.model.n_embd, c.model.vocab_size, c.model.block_size, c.train.batch_size,
+      c.parallel.zero.stage,
       need == UINT64_MAX ? std::string("more than 2^64 bytes") : fmt::format("{} ({} bytes)", format_bytes(need), need),
       format_bytes(have), have);
 }
 }  // namespace
 
-void RunConfig::check_ranges() const {
-  model.validate();
-  check_thread_count(threads, "config", "train.threads");
-  check_key_ranges(*this);
-  PARALLM_CHECK(batch_size * model.block_size <= kMaxTokensPerBatch, ConfigError, "config",
-                "model.batch_size x model.block_size = {} x {} = {} tokens per micro-batch is more than {} (2^31 - 1); "
-                "lower one of them (optimizer.gas accumulates micro-batches)",
-                batch_size, model.block_size, batch_size * model.block_size, kMaxTokensPerBatch);
-}
-
-void RunConfig::validate() const {
-  check_ranges();
-  if (decay_lr) {
-    PARALLM_CHECK(min_lr <= learning_rate, ConfigError, "config",
-                  "optimizer.min_lr={} is above optimizer.learning_rate={}: the decay would raise the rate", min_lr,
-                  learning_rate);
-    PARALLM_CHECK(lr_decay_iters >= warmup_iters, ConfigError, "config",
-                  "optimizer.lr_decay_iters={} is before the end of warmup (optimizer.warmup_iters={}): the rate "
-                  "would drop to min_lr right after warmup",
-                  lr_decay_iters, warmup_iters);
-  }
-  PARALLM_CHECK(!out_dir.empty(), ConfigError, "config", "train.out_dir must not be empty");
-  PARALLM_CHECK(!data_dir.empty(), ConfigError, "config", "data.dir must not be empty");
-  PARALLM_CHECK(ddp_shards == 0 || ddp_deterministic, ConfigError, "config",
-                "ddp.shards={} only applies with ddp.deterministic=true", ddp_shards);
-  PARALLM_CHECK(zero_offload == "none" || zero_stage > 0, ConfigError, "config",
-                "zero.offload={} needs a sharded stage (zero.stage=1, 2 or 3)", zero_offload);
-  PARALLM_CHECK(zero_offload != "params" || zero_stage == 3, ConfigError, "config",
-                "zero.offload=params needs zero.stage=3 (sharded parameters), got zero.stage={}", zero_stage);
-  PARALLM_CHECK(zero_stage == 0 || !ddp_deterministic, ConfigError, "config",
+namespace {
+// The axes of the mesh whose parallelism is not built yet, in words.
+void check_parallel(const ParallelSection& p) {
+  const auto missing = [](int64_t degree, const char* key, const char* what) {
+    PARALLM_CHECK(degree == 1, ConfigError, "config",
+                  "{}={}: {} is not implemented yet; leave {} at 1 (data parallelism, DDP or ZeRO, uses every rank)",
+                  key, degree, what, key);
+  };
+  missing(p.tp, "parallel.tp", "tensor parallelism");
+  missing(p.pp, "parallel.pp", "pipeline parallelism");
+  missing(p.cp, "parallel.cp", "context parallelism");
+  PARALLM_CHECK(p.ddp.shards == 0 || p.ddp.deterministic, ConfigError, "config",
+                "ddp.shards={} only applies with ddp.deterministic=true", p.ddp.shards);
+  using parallel::Offload;
+  PARALLM_CHECK(p.zero.offload == Offload::None || p.zero.stage > 0, ConfigError, "config",
+                "zero.offload={} needs a sharded stage (zero.stage=1, 2 or 3)", parallel::offload_name(p.zero.offload));
+  PARALLM_CHECK(p.zero.offload != Offload::Params || p.zero.stage == 3, ConfigError, "config",
+                "zero.offload=params needs zero.stage=3 (sharded parameters), got zero.stage={}", p.zero.stage);
+  PARALLM_CHECK(p.zero.stage == 0 || !p.ddp.deterministic, ConfigError, "config",
                 "zero.stage={} with ddp.deterministic=true: the deterministic reduction is for plain data parallel "
                 "(zero.stage=0)",
-                zero_stage);
-  PARALLM_CHECK(dtype != "fp16", ConfigError, "config",
+                p.zero.stage);
+}
+
+}  // namespace
+
+void RunConfig::check_ranges() const {
+  model.validate();
+  check_thread_count(train.threads, "config", "train.threads");
+  check_key_ranges(*this);
+  const int64_t B = train.batch_size;
+  PARALLM_CHECK(B * model.block_size <= kMaxTokensPerBatch, ConfigError, "config",
+                "model.batch_size x model.block_size = {} x {} = {} tokens per micro-batch is more than {} (2^31 - 1); "
+                "lower one of them (optimizer.gas accumulates micro-batches)",
+                B, model.block_size, B * model.block_size, kMaxTokensPerBatch);
+  check_parallel(parallel);
+}
+
+namespace {
+void check_device(const RunConfig& c) {
+  const TrainSection& t = c.train;
+  PARALLM_CHECK(t.dtype != Precision::FP16, ConfigError, "config",
                 "train.dtype=fp16 is not implemented yet; use bf16 or fp32 (its dynamic loss scaling is: "
                 "train.loss_scale=dynamic)");
-  loss_scale_config();
-  PARALLM_CHECK(dtype != "bf16" || !parse_device(device).is_cpu() || kernels::cpu::bf16_products_supported(),
+  PARALLM_CHECK(t.dtype != Precision::BF16 || !t.device.is_cpu() || kernels::cpu::bf16_products_supported(),
                 ConfigError, "config",
                 "train.dtype=bf16 on the CPU needs bf16 matrix hardware (AMX or AVX-512 BF16), which this CPU lacks "
                 "(oneDNN offers \"{}\"); use train.dtype=fp32",
                 kernels::cpu::bf16_products_impl());
-  if (!parse_device(device).is_cpu()) {
-    PARALLM_CHECK(zero_stage == 0, ConfigError, "config", "zero.stage={} is CPU-only for now (train.device={})",
-                  zero_stage, device);
-    PARALLM_CHECK(gpu::built(), ConfigError, "config",
-                  "train.device={}: this parallm was built without CUDA (configure with -DPARALLM_CUDA=ON)", device);
-    PARALLM_CHECK(!ddp_deterministic, ConfigError, "config", "ddp.deterministic is CPU-only for now (train.device={})",
-                  device);
+  if (t.device.is_cpu()) return;
+  const std::string dev = t.device_by_rank ? "cuda" : t.device.str();
+  PARALLM_CHECK(c.parallel.zero.stage == 0, ConfigError, "config",
+                "zero.stage={} is CPU-only for now (train.device={})", c.parallel.zero.stage, dev);
+  PARALLM_CHECK(gpu::built(), ConfigError, "config",
+                "train.device={}: this parallm was built without CUDA (configure with -DPARALLM_CUDA=ON)", dev);
+  PARALLM_CHECK(!c.parallel.ddp.deterministic, ConfigError, "config",
+                "ddp.deterministic is CPU-only for now (train.device={})", dev);
+}
+}  // namespace
+
+void RunConfig::validate() const {
+  check_ranges();
+  const OptimizerSection& o = optimizer;
+  if (o.decay_lr) {
+    PARALLM_CHECK(o.min_lr <= o.learning_rate, ConfigError, "config",
+                  "optimizer.min_lr={} is above optimizer.learning_rate={}: the decay would raise the rate", o.min_lr,
+                  o.learning_rate);
+    PARALLM_CHECK(o.lr_decay_iters >= o.warmup_iters, ConfigError, "config",
+                  "optimizer.lr_decay_iters={} is before the end of warmup (optimizer.warmup_iters={}): the rate "
+                  "would drop to min_lr right after warmup",
+                  o.lr_decay_iters, o.warmup_iters);
   }
+  PARALLM_CHECK(!train.out_dir.empty(), ConfigError, "config", "train.out_dir must not be empty");
+  PARALLM_CHECK(!data.dir.empty(), ConfigError, "config", "data.dir must not be empty");
+  loss_scale_config();
+  check_device(*this);
   check_fits_host(*this);
 }
 
 optim::LossScaleConfig RunConfig::loss_scale_config() const {
-  return loss_scale_of(loss_scale, dtype, loss_scale_init, loss_scale_window);
+  using optim::LossScaleMode;
+  using Kind = LossScaleSetting::Kind;
+  const TrainSection& t = train;
+  PARALLM_CHECK(t.loss_scale_window > 0 && t.loss_scale_window <= INT32_MAX, ConfigError, "config",
+                "train.loss_scale_window must be in [1, 2^31 - 1], got {}", t.loss_scale_window);
+  optim::LossScaleConfig c{LossScaleMode::Off, t.loss_scale_init, t.loss_scale_window};
+  switch (t.loss_scale.kind) {
+    case Kind::Auto:
+    case Kind::Dynamic:
+      c.mode = t.loss_scale.kind == Kind::Dynamic || t.dtype == Precision::FP16 ? LossScaleMode::Dynamic
+                                                                                : LossScaleMode::Off;
+      PARALLM_CHECK(optim::is_loss_scale(t.loss_scale_init), ConfigError, "config",
+                    "train.loss_scale_init={}: must be a power of two in [1, 2^64], so scaling is exact",
+                    t.loss_scale_init);
+      return c;
+    case Kind::Off:
+      return c;
+    case Kind::Static:
+      break;
+  }
+  c.scale = t.loss_scale.scale;
+  c.mode = c.scale == 1 ? LossScaleMode::Off : LossScaleMode::Static;
+  return c;
+}
+
+parallel::MeshDims RunConfig::mesh_dims() const {
+  return {static_cast<int>(parallel.dp), static_cast<int>(parallel.tp), static_cast<int>(parallel.pp),
+          static_cast<int>(parallel.cp)};
 }
 
 nlohmann::json RunConfig::to_json() const {
@@ -518,7 +623,8 @@ RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::
   // Where and how this process runs, not what the run is: always this invocation's.
   static const std::set<std::string> this_run = {
       "train.out_dir", "train.init_from",  "train.eval_only", "train.overwrite", "train.threads",
-      "train.device",  "train.peak_flops", "train.progress",  "comm.backend",    "comm.timeout_s"};
+      "train.device",  "train.peak_flops", "train.progress",  "comm.backend",    "comm.timeout_s",
+      "parallel.dp",   "parallel.tp",      "parallel.pp",     "parallel.cp",     "parallel.tp_across_nodes"};
   RunConfig r = from_json(saved);
   const RunConfig defaults;
   for (const auto& [k, key] : keys()) {
@@ -528,7 +634,7 @@ RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::
     PARALLM_CHECK(!architecture.count(k), ConfigError, "config",
                   "{}={}: the checkpoint in {} was trained with {}={}; a resumed run keeps its architecture (drop "
                   "the key, or start a new run in another train.out_dir)",
-                  k, mine.dump(), out_dir, k, theirs.dump());
+                  k, mine.dump(), train.out_dir, k, theirs.dump());
     key.set(r, k, mine.is_string() ? mine.get<std::string>() : mine.dump());
     if (changed && !this_run.count(k)) changed->push_back(fmt::format("{}={} (was {})", k, mine.dump(), theirs.dump()));
   }

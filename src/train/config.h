@@ -10,23 +10,37 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+#include "core/dtype.h"
 #include "model/config.h"
 #include "optim/loss_scale.h"
+#include "parallel/mesh.h"
+#include "parallel/zero.h"
 
 namespace parallm::train {
 
-struct RunConfig {
-  model::GPTConfig model;  // vocab_size comes from the dataset unless set explicitly
-  bool vocab_size_set = false;
-  int64_t batch_size = 12;  // micro batch per rank
+// train.init_from
+enum class InitFrom { Scratch, Resume };
+// train.dtype: the training precision (fp16 is parsed, and refused by validate() until it exists).
+enum class Precision { FP32, BF16, FP16 };
+// train.loss_scale as given: auto (dynamic for fp16, else off), dynamic, off, or a static scale.
+struct LossScaleSetting {
+  enum class Kind { Auto, Dynamic, Off, Static } kind = Kind::Auto;
+  double scale = 1;  // Static: the power of two
+};
 
+// The sections mirror the keys (model.*, train.*, optimizer.*, data.*, comm.*,
+// parallel.*, ddp.*, zero.*); every string a user gives is parsed into its
+// enum or number once, by set().
+struct TrainSection {
+  int64_t batch_size = 12;  // key model.batch_size: the micro-batch each data-parallel rank reads
   int64_t max_iters = 5000;
   int64_t eval_interval = 250;
   int64_t eval_iters = 200;
   int64_t log_interval = 10;
   uint64_t seed = 1337;
   std::string out_dir = "out";
-  std::string init_from = "scratch";  // scratch | resume
+  InitFrom init_from = InitFrom::Scratch;
   bool always_save_checkpoint = false;
   bool eval_only = false;
   bool overwrite = false;       // a scratch run may replace (delete) the checkpoint already in out_dir
@@ -37,13 +51,18 @@ struct RunConfig {
   std::string sample_prompt = "\n";
   float temperature = 0.8f;
   int64_t top_k = 200;
-  bool progress = true;              // progress bar when stdout is a terminal
-  std::string device = "cpu";        // cpu | cuda | cuda:N
-  std::string dtype = "fp32";        // fp32 | bf16 (mixed precision; on the CPU bf16 products only) | fp16 (not yet)
-  std::string loss_scale = "auto";   // auto (dynamic for fp16, else off) | dynamic | off | a static power of two
+  bool progress = true;           // progress bar when stdout is a terminal
+  Device device = Device::cpu();  // cpu | cuda | cuda:N
+  bool device_by_rank = false;    // "cuda" without an index: the GPU of this rank (NCCL picks it by local rank)
+  Precision dtype = Precision::FP32;
+  LossScaleSetting loss_scale;
   double loss_scale_init = 65536;    // dynamic: the first scale
   int64_t loss_scale_window = 2000;  // dynamic: finite steps in a row before the scale doubles
 
+  bool resume() const { return init_from == InitFrom::Resume; }
+};
+
+struct OptimizerSection {
   float learning_rate = 1e-3f;
   float min_lr = 1e-4f;
   int64_t warmup_iters = 100;
@@ -55,16 +74,51 @@ struct RunConfig {
   float eps = 1e-8f;
   float grad_clip = 1.0f;
   int64_t gas = 1;  // gradient accumulation steps
+};
 
-  std::string data_dir = "data/shakespeare_char";
-  std::string comm_backend = "auto";  // auto | self | mpi
-  double comm_timeout_s = 300;        // per communication operation
-  double ddp_bucket_mb = 25;          // gradient bucket size for the all-reduce
-  bool ddp_deterministic = false;     // fixed reduction order: bitwise equal for any split of the batch
-  int64_t ddp_shards = 0;             // deterministic: shards per global micro-batch (0 = one per rank)
-  int64_t zero_stage = 0;             // 0 = DDP, 1 = sharded optimizer state, 2 = + gradients, 3 = + parameters
-  int64_t zero_prefetch = 1;          // stage 3: blocks gathered ahead
-  std::string zero_offload = "none";  // none | optimizer | params (stage 3): state in the host pool
+struct DataSection {
+  std::string dir = "data/shakespeare_char";
+};
+
+struct CommSection {
+  std::string backend = "auto";  // auto | self | mpi | nccl (comm::resolve_backend reads it)
+  double timeout_s = 300;        // per communication operation
+};
+
+struct DdpSection {
+  double bucket_mb = 25;       // gradient bucket size for the all-reduce
+  bool deterministic = false;  // fixed reduction order: bitwise equal for any split of the batch
+  int64_t shards = 0;          // deterministic: shards per global micro-batch (0 = one per data-parallel rank)
+};
+
+struct ZeroSection {
+  int stage = 0;         // 0 = DDP, 1 = sharded optimizer state, 2 = + gradients, 3 = + parameters
+  int64_t prefetch = 1;  // stage 3: blocks gathered ahead
+  parallel::Offload offload = parallel::Offload::None;
+};
+
+// The device mesh (parallel/mesh.h) and the data-parallel strategy on it.
+struct ParallelSection {
+  int64_t dp = 0;  // 0: the world size / (tp x pp x cp)
+  int64_t tp = 1, pp = 1, cp = 1;
+  bool tp_across_nodes = false;
+  DdpSection ddp;
+  ZeroSection zero;
+};
+
+struct RunConfig {
+  model::GPTConfig model;  // vocab_size comes from the dataset unless set explicitly
+  bool vocab_size_set = false;
+  TrainSection train;
+  OptimizerSection optimizer;
+  DataSection data;
+  CommSection comm;
+  ParallelSection parallel;
+
+  // The dtype the model computes in (train.dtype).
+  DType compute_dtype() const { return train.dtype == Precision::BF16 ? DType::BF16 : DType::F32; }
+  // The mesh's degrees as configured (dp 0: derived from the world).
+  parallel::MeshDims mesh_dims() const;
 
   // Sets one key from its string form; throws ConfigError naming the key.
   void set(const std::string& key, const std::string& value);
@@ -74,7 +128,9 @@ struct RunConfig {
   void load_file(const std::string& path);
   // Every numeric key in its range (the table --help-keys prints; model
   // sizes by model/config.h's bounds, train.threads by this machine's cores)
-  // and the micro-batch's token count: checks that need no other resource.
+  // the micro-batch's token count, and the parallel.*, ddp.* and zero.* keys
+  // together (a parallelism not built yet is refused in words): checks that
+  // need no other resource.
   void check_ranges() const;
   // check_ranges(), the cross-key checks, and that the run's least memory
   // (train/plan.h: min_run_bytes) fits this machine (after everything is set).

@@ -44,11 +44,11 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
     b.params = n * q.params;
     b.grads = n * q.grads;
     b.optimizer = n * q.optimizer;
-    if (stage > 0 && in.offload != "none") {  // the optimizer state on the host
+    if (stage > 0 && in.offload != parallel::Offload::None) {  // the optimizer state on the host
       b.offloaded = b.optimizer;
       b.optimizer = 0;
     }
-    if (stage == 3 && in.offload == "params") {  // and the parameter shard
+    if (stage == 3 && in.offload == parallel::Offload::Params) {  // and the parameter shard
       b.offloaded += b.params;
       b.params = 0;
     }
@@ -57,7 +57,7 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
   // fp32 with a shape: the model's and ZeRO's own sizing, in bytes.
   const model::ParamLayout layout(*in.model);
   const auto total = static_cast<double>(layout.total());
-  parallel::Offload off = parallel::parse_offload(in.offload);
+  parallel::Offload off = in.offload;
   if (stage == 0 || (off == parallel::Offload::Params && stage < 3)) off = parallel::Offload::None;
   const auto z =
       stage > 0 ? parallel::Zero::sizes(layout, stage, in.world, 0, in.prefetch, off) : parallel::ZeroSizes{};

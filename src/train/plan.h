@@ -14,18 +14,19 @@
 #include <vector>
 
 #include "model/config.h"
+#include "parallel/zero.h"
 
 namespace parallm::train {
 
 struct PlanInput {
-  std::optional<model::GPTConfig> model;  // the shape; else only `params`
-  double params = 0;                      // parameter count (used when there is no model)
-  std::string dtype = "fp32";             // fp32 | bf16 (mixed-precision AdamW)
-  int world = 1;                          // data-parallel ranks
-  int prefetch = 1;                       // ZeRO stage 3 blocks gathered ahead
-  std::string offload = "none";           // ZeRO offload: none | optimizer | params (stage 3 only)
-  int64_t micro_batch = 1, seq_len = 1;   // per rank
-  int threads = 1;                        // kernel workspaces depend on it
+  std::optional<model::GPTConfig> model;                // the shape; else only `params`
+  double params = 0;                                    // parameter count (used when there is no model)
+  std::string dtype = "fp32";                           // fp32 | bf16 (mixed-precision AdamW)
+  int world = 1;                                        // data-parallel ranks
+  int prefetch = 1;                                     // ZeRO stage 3 blocks gathered ahead
+  parallel::Offload offload = parallel::Offload::None;  // ZeRO offload (params: stage 3 only)
+  int64_t micro_batch = 1, seq_len = 1;                 // per rank
+  int threads = 1;                                      // kernel workspaces depend on it
 };
 
 // Predicted peak bytes of one rank (rank 0, which holds the largest shards).

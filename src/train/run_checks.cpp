@@ -10,22 +10,22 @@ namespace parallm::train {
 namespace fs = std::filesystem;
 
 data::CharVocab dataset_vocabulary(RunConfig& cfg, const nlohmann::json* saved_config) {
-  data::CharVocab vocab = data::CharVocab::load(cfg.data_dir);
+  data::CharVocab vocab = data::CharVocab::load(cfg.data.dir);
   std::error_code ec;
-  if (saved_config && fs::exists(fs::path(cfg.out_dir) / "meta.json", ec)) {
-    const data::CharVocab trained = data::CharVocab::load(cfg.out_dir);
+  if (saved_config && fs::exists(fs::path(cfg.train.out_dir) / "meta.json", ec)) {
+    const data::CharVocab trained = data::CharVocab::load(cfg.train.out_dir);
     const std::string saved_dir = saved_config->value("data.dir", std::string("?"));
     PARALLM_CHECK(vocab == trained, ConfigError, "config",
                   "data.dir={}: its vocabulary ({} characters) is not the one the run in {} was trained with ({} "
                   "characters, in {}/meta.json); resume on the run's dataset (data.dir={}), or start a new run in "
                   "another train.out_dir",
-                  cfg.data_dir, vocab.size(), cfg.out_dir, trained.size(), cfg.out_dir, saved_dir);
+                  cfg.data.dir, vocab.size(), cfg.train.out_dir, trained.size(), cfg.train.out_dir, saved_dir);
   }
   if (!cfg.vocab_size_set) cfg.model.vocab_size = vocab.size();
   PARALLM_CHECK(cfg.model.vocab_size >= vocab.size(), ConfigError, "config",
                 "model.vocab_size={} is smaller than the dataset's vocabulary ({} characters in {}/meta.json): "
                 "leave model.vocab_size unset (it then comes from the dataset) or set it to at least {}",
-                cfg.model.vocab_size, vocab.size(), cfg.data_dir, vocab.size());
+                cfg.model.vocab_size, vocab.size(), cfg.data.dir, vocab.size());
   if (cfg.model.vocab_size > vocab.size())
     log::info(
         "model.vocab_size={} pads the dataset's {} characters: ids {} to {} never occur in the data and are "
@@ -35,11 +35,11 @@ data::CharVocab dataset_vocabulary(RunConfig& cfg, const nlohmann::json* saved_c
 }
 
 std::string nothing_left(const RunConfig& cfg, int64_t ckpt_iter) {
-  if (cfg.eval_only || ckpt_iter < cfg.max_iters) return "";
+  if (cfg.train.eval_only || ckpt_iter < cfg.train.max_iters) return "";
   return fmt::format(
       "nothing to do: the checkpoint in {} is at iteration {}, at or past train.max_iters={}; the run is left as "
       "it is (raise train.max_iters to train further)",
-      cfg.out_dir, ckpt_iter, cfg.max_iters);
+      cfg.train.out_dir, ckpt_iter, cfg.train.max_iters);
 }
 
 }  // namespace parallm::train

@@ -40,20 +40,20 @@ void drop_metrics_from(const fs::path& p, int64_t from, const nlohmann::json& ca
 }  // namespace
 
 std::string scratch_refusal(const RunConfig& cfg) {
-  if (cfg.overwrite) return "";
-  const fs::path dir(cfg.out_dir);
+  if (cfg.train.overwrite) return "";
+  const fs::path dir(cfg.train.out_dir);
   std::error_code ec;
   if (!fs::exists(dir / "ckpt", ec) && !fs::exists(dir / "ckpt.old", ec)) return "";
   std::string at;
   try {
-    at = fmt::format(" (iteration {})", read_checkpoint_meta(cfg.out_dir).value("iter", int64_t{-1}));
+    at = fmt::format(" (iteration {})", read_checkpoint_meta(cfg.train.out_dir).value("iter", int64_t{-1}));
   } catch (const std::exception&) {
     at = " (not readable)";
   }
   return fmt::format(
       "train.out_dir={} already holds a checkpoint{}; continue it with train.init_from=resume, start over with "
       "train.overwrite=true (which deletes it), or choose another train.out_dir",
-      cfg.out_dir, at);
+      cfg.train.out_dir, at);
 }
 
 RunDir::LogAttach::LogAttach(const std::string& path, bool truncate) {
@@ -92,7 +92,7 @@ void remove_leftovers(const fs::path& dir) {
 }  // namespace
 
 RunDir::RunDir(const RunConfig& cfg, Mode mode, int64_t resume_iter, const nlohmann::json& carried)
-    : dir_(cfg.out_dir), log_((made(dir_) / "train.log").string(), mode == Mode::Scratch) {
+    : dir_(cfg.train.out_dir), log_((made(dir_) / "train.log").string(), mode == Mode::Scratch) {
   const fs::path dir(dir_);
   std::error_code ec;
   const bool rewrites = mode == Mode::Scratch || mode == Mode::Resume;  // config.json and meta.json
@@ -104,7 +104,7 @@ RunDir::RunDir(const RunConfig& cfg, Mode mode, int64_t resume_iter, const nlohm
     }
   if (rewrites) {
     write_text(dir / "config.json", cfg.to_json().dump(2) + "\n");
-    const fs::path meta = fs::path(cfg.data_dir) / "meta.json";
+    const fs::path meta = fs::path(cfg.data.dir) / "meta.json";
     if (fs::exists(meta, ec)) write_text(dir / "meta.json", read_text_file(meta.string(), "train"));
   }
   // A second resume of the same checkpoint finds the carried records written

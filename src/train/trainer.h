@@ -32,9 +32,11 @@ struct RunSummary {
   std::string nothing_to_do;
 };
 
-// Runs training as configured, data parallel over `world` when it has more
-// than one rank (nullptr: a world of one). Throws parallm::Error on bad input;
-// the run directory keeps whatever was written until then.
-RunSummary run_training(RunConfig cfg, comm::Communicator* world = nullptr);
+// Runs training as configured over `world` (nullptr: a world of one),
+// arranged on the mesh parallel.* describes (data parallel over every rank
+// by default). `ranks_per_node` (0 = unknown) keeps a tensor-parallel group
+// inside a node. Throws parallm::Error on bad input; the run directory
+// keeps whatever was written until then.
+RunSummary run_training(RunConfig cfg, comm::Communicator* world = nullptr, int ranks_per_node = 0);
 
 }  // namespace parallm::train

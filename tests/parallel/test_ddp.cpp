@@ -31,11 +31,11 @@ using test_util::world;
 TEST_F(DdpTest, NRanksEqualOneRankWithTheWholeBatch) {
   const int n = world->size();
   auto dp = tiny("dp", 2);
-  dp.max_iters = 12;
+  dp.train.max_iters = 12;
   auto r = train::run_training(dp, world);
   // The reference: one process, micro batch 2N, no communicator (each rank runs it alone).
   auto one = tiny("one" + std::to_string(world->rank()), 2 * n);
-  one.max_iters = 12;
+  one.train.max_iters = 12;
   auto r1 = train::run_training(one);
   ASSERT_EQ(r.train_losses.size(), r1.train_losses.size());
   const double d = max_rel_diff(r.train_losses, r1.train_losses);
@@ -49,11 +49,11 @@ TEST_F(DdpTest, NRanksEqualOneRankWithTheWholeBatch) {
 TEST_F(DdpTest, DeterministicIsBitwiseEqualToOneRankWithShards) {
   const int n = world->size();
   auto dp = tiny("det", 2);
-  dp.max_iters = 12;
+  dp.train.max_iters = 12;
   dp.apply_overrides({"ddp.deterministic=true"});
   auto r = train::run_training(dp, world);
   auto one = tiny("det_one" + std::to_string(world->rank()), 2 * n);
-  one.max_iters = 12;
+  one.train.max_iters = 12;
   one.apply_overrides({"ddp.deterministic=true", "ddp.shards=" + std::to_string(n)});
   auto r1 = train::run_training(one);
   ASSERT_EQ(r.train_losses.size(), r1.train_losses.size());
@@ -74,11 +74,11 @@ TEST_F(DdpTest, LossScalingSkipsTheSameStepsOnEveryRank) {
   const std::vector<std::string> scaled = {"train.loss_scale=dynamic", "train.loss_scale_window=2"};
   const int n = world->size();
   auto dp = tiny("ls", 2);
-  dp.max_iters = 8;
+  dp.train.max_iters = 8;
   dp.apply_overrides(scaled);
   auto r = train::run_training(dp, world);
   auto one = tiny("ls_one" + std::to_string(world->rank()), 2 * n);
-  one.max_iters = 8;
+  one.train.max_iters = 8;
   one.apply_overrides(scaled);
   auto r1 = train::run_training(one);
   EXPECT_EQ(r.skipped_steps, 2);
@@ -111,13 +111,13 @@ TEST(OrderedSum, AddsLeftToRightInRankOrderOnEveryRank) {
 
 TEST_F(DdpTest, ResumeUnderDdpContinuesTheTrajectory) {
   auto full = tiny("full", 2);
-  full.max_iters = 12;
+  full.train.max_iters = 12;
   auto rf = train::run_training(full, world);
   auto part = tiny("part", 2);
-  part.max_iters = 6;
+  part.train.max_iters = 6;
   train::run_training(part, world);
-  part.max_iters = 12;
-  part.init_from = "resume";
+  part.train.max_iters = 12;
+  part.train.init_from = train::InitFrom::Resume;
   auto rp = train::run_training(part, world);  // from the checkpoint of the iter-6 evaluation
   ASSERT_EQ(rp.first_iter, 6);
   ASSERT_EQ(rp.train_losses.size(), 7u);

@@ -50,10 +50,10 @@ TEST_F(ZeroTest, StagesFollowDdpAndOneRank) {
     return c;
   };
   auto ddp = tiny("ddp", 2);
-  ddp.max_iters = 12;
+  ddp.train.max_iters = 12;
   const auto rd = train::run_training(ddp, world);
   auto one = tiny("one" + std::to_string(world->rank()), 2 * n);
-  one.max_iters = 12;
+  one.train.max_iters = 12;
   const auto r1 = train::run_training(one);
   struct Case {
     int stage, prefetch;
@@ -64,7 +64,7 @@ TEST_F(ZeroTest, StagesFollowDdpAndOneRank) {
         Case{1, 1, "optimizer"}, Case{2, 1, "optimizer"}, Case{3, 1, "optimizer"}, Case{3, 1, "params"}}) {
     const int stage = k.stage, prefetch = k.prefetch;
     auto z = tiny("zero" + std::to_string(stage) + std::to_string(prefetch) + k.offload, 2);
-    z.max_iters = 12;
+    z.train.max_iters = 12;
     z.apply_overrides({"zero.stage=" + std::to_string(stage), "zero.prefetch=" + std::to_string(prefetch),
                        std::string("zero.offload=") + k.offload});
     const auto rz = train::run_training(z, world);
@@ -90,13 +90,13 @@ TEST_F(ZeroTest, LossScalingSkipsTheSameStepsAtEveryStage) {
   const std::vector<std::string> scaled = {"train.loss_scale=dynamic", "train.loss_scale_window=2"};
   const int n = world->size();
   auto one = DistRunTest::tiny("ls_one" + std::to_string(world->rank()), 2 * n);
-  one.max_iters = 8;
+  one.train.max_iters = 8;
   one.apply_overrides(scaled);
   const auto r1 = train::run_training(one);
   EXPECT_EQ(r1.skipped_steps, 2);
   for (int stage : {1, 3}) {
     auto z = DistRunTest::tiny("ls_zero" + std::to_string(stage), 2);
-    z.max_iters = 8;
+    z.train.max_iters = 8;
     z.apply_overrides(scaled);
     z.apply_overrides({"zero.stage=" + std::to_string(stage)});
     const auto rz = train::run_training(z, world);
@@ -113,12 +113,12 @@ TEST_F(ZeroTest, LossScalingSkipsTheSameStepsAtEveryStage) {
 TEST_F(ZeroTest, CpuBf16StagesFollowBf16Ddp) {
   if (!kernels::cpu::bf16_products_supported()) GTEST_SKIP() << "no bf16 matrix hardware on this CPU";
   auto ddp = DistRunTest::tiny("bf16ddp", 2);
-  ddp.max_iters = 8;
+  ddp.train.max_iters = 8;
   ddp.apply_overrides({"train.dtype=bf16"});
   const auto rd = train::run_training(ddp, world);
   for (int stage : {2, 3}) {
     auto z = DistRunTest::tiny("bf16zero" + std::to_string(stage), 2);
-    z.max_iters = 8;
+    z.train.max_iters = 8;
     z.apply_overrides({"train.dtype=bf16", "zero.stage=" + std::to_string(stage)});
     const auto rz = train::run_training(z, world);
     ASSERT_EQ(rz.train_losses.size(), rd.train_losses.size());
@@ -130,13 +130,13 @@ TEST_F(ZeroTest, CpuBf16StagesFollowBf16Ddp) {
 TEST_F(ZeroTest, StageThreeCheckpointResumesAtStageOneOnFewerRanks) {
   const int n = world->size(), me = world->rank();
   auto full = tiny("full", 2);
-  full.max_iters = 12;
+  full.train.max_iters = 12;
   full.apply_overrides({"zero.stage=3"});
   const auto rf = train::run_training(full, world);
   const std::vector<float> tail(rf.train_losses.begin() + 6, rf.train_losses.end());
   // Stage 3 on every rank saves at iter 6 (parameters and moments gathered from the shards) ...
   auto part = tiny("part", 2);
-  part.max_iters = 6;
+  part.train.max_iters = 6;
   part.apply_overrides({"zero.stage=3"});
   train::run_training(part, world);
   if (me == 0)
@@ -144,9 +144,9 @@ TEST_F(ZeroTest, StageThreeCheckpointResumesAtStageOneOnFewerRanks) {
       std::filesystem::copy(root_ / "part", root_ / copy, std::filesystem::copy_options::recursive);
   world->barrier();
   // ... stage 1 on the same ranks continues (moments scattered again) ...
-  part.max_iters = 12;
-  part.init_from = "resume";
-  part.zero_stage = 1;
+  part.train.max_iters = 12;
+  part.train.init_from = train::InitFrom::Resume;
+  part.parallel.zero.stage = 1;
   const auto rp = train::run_training(part, world);
   ASSERT_EQ(rp.first_iter, 6);
   ASSERT_EQ(rp.train_losses.size(), 7u);
@@ -157,9 +157,9 @@ TEST_F(ZeroTest, StageThreeCheckpointResumesAtStageOneOnFewerRanks) {
   double d_two = 0;
   if (two) {
     auto c = tiny("part_two", 2 * n / std::min(n, 2));  // the same global batch on min(n, 2) ranks
-    c.max_iters = 12;
-    c.init_from = "resume";
-    c.zero_stage = 1;
+    c.train.max_iters = 12;
+    c.train.init_from = train::InitFrom::Resume;
+    c.parallel.zero.stage = 1;
     const auto r2 = train::run_training(c, two.get());
     ASSERT_EQ(r2.first_iter, 6);
     d_two = max_rel_diff(r2.train_losses, tail);
@@ -171,8 +171,8 @@ TEST_F(ZeroTest, StageThreeCheckpointResumesAtStageOneOnFewerRanks) {
     std::filesystem::copy(root_ / "part_one", root_ / "part_broken", std::filesystem::copy_options::recursive);
     std::filesystem::remove(root_ / "part_broken" / "ckpt" / fmt::format("shard-00000-of-{:05d}.bin", n));
     auto broken = tiny("part_broken", 2 * n);
-    broken.max_iters = 12;
-    broken.init_from = "resume";
+    broken.train.max_iters = 12;
+    broken.train.init_from = train::InitFrom::Resume;
     try {
       train::run_training(broken);
       ADD_FAILURE() << "resumed from a checkpoint with a missing shard";
@@ -180,8 +180,8 @@ TEST_F(ZeroTest, StageThreeCheckpointResumesAtStageOneOnFewerRanks) {
       EXPECT_NE(std::string(e.what()).find("shard-00000"), std::string::npos) << e.what();
     }
     auto one = tiny("part_one", 2 * n);
-    one.max_iters = 12;
-    one.init_from = "resume";
+    one.train.max_iters = 12;
+    one.train.init_from = train::InitFrom::Resume;
     one.apply_overrides({"zero.stage=0"});  // given, not left to the checkpoint's stage 3
     const auto r1 = train::run_training(one);
     ASSERT_EQ(r1.first_iter, 6);
@@ -287,7 +287,7 @@ TEST(ZeroPlan, PredictsWhatRankZeroAllocates) {
         in.model = c;
         in.world = n;
         in.prefetch = prefetch;
-        in.offload = offload;
+        in.offload = off;
         in.micro_batch = B;
         in.seq_len = c.block_size;
         in.threads = num_threads();

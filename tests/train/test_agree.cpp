@@ -54,9 +54,9 @@ TEST(Agree, DescribesEachKeyWithItsValuesAndRanks) {
 TEST_F(AgreeTest, EqualConfigsAndPerRankKeysPass) {
   auto c = tiny("out", 2);
   EXPECT_NO_THROW(train::check_ranks_agree(c, *world));
-  c.threads = world->rank() + 1;
-  c.progress = world->rank() == 0;
-  c.comm_timeout_s = 30 + world->rank();
+  c.train.threads = world->rank() + 1;
+  c.train.progress = world->rank() == 0;
+  c.comm.timeout_s = 30 + world->rank();
   EXPECT_NO_THROW(train::check_ranks_agree(c, *world));
 }
 
@@ -78,8 +78,8 @@ TEST_F(AgreeTest, OneRankWithAnotherLearningRateFailsOnEveryRank) {
 TEST_F(AgreeTest, TrainingRefusesAnotherSeedOnOneRankBeforeTheRunDirectory) {
   if (world->size() < 2) GTEST_SKIP() << "needs 2 ranks";
   auto c = tiny("seed_out", 2);
-  c.max_iters = 2;
-  if (world->rank() == 1) c.seed = 7;
+  c.train.max_iters = 2;
+  if (world->rank() == 1) c.train.seed = 7;
   try {
     train::run_training(c, world);
     FAIL() << "rank " << world->rank() << " trained with a seed that differs on rank 1";
@@ -88,14 +88,14 @@ TEST_F(AgreeTest, TrainingRefusesAnotherSeedOnOneRankBeforeTheRunDirectory) {
               std::string::npos)
         << e.what();
   }
-  EXPECT_FALSE(fs::exists(c.out_dir)) << c.out_dir;
+  EXPECT_FALSE(fs::exists(c.train.out_dir)) << c.train.out_dir;
 }
 
 TEST_F(AgreeTest, EveryRankRefusesADamagedCheckpointNamingTheFile) {
   auto c = tiny("dmg", 2);
-  c.max_iters = 6;
+  c.train.max_iters = 6;
   train::run_training(c, world);
-  const fs::path optim = fs::path(c.out_dir) / "ckpt" / "optim.bin";
+  const fs::path optim = fs::path(c.train.out_dir) / "ckpt" / "optim.bin";
   if (world->rank() == 0) {  // one byte in the middle of the moments
     std::fstream f(optim, std::ios::in | std::ios::out | std::ios::binary);
     const auto at = static_cast<std::streamoff>(fs::file_size(optim) / 2);
@@ -106,8 +106,8 @@ TEST_F(AgreeTest, EveryRankRefusesADamagedCheckpointNamingTheFile) {
   }
   world->barrier();
   auto r = tiny("dmg", 2);
-  r.init_from = "resume";
-  r.max_iters = 8;
+  r.train.init_from = train::InitFrom::Resume;
+  r.train.max_iters = 8;
   try {
     train::run_training(r, world);
     FAIL() << "rank " << world->rank() << " resumed from a damaged checkpoint";
@@ -125,11 +125,11 @@ TEST_F(AgreeTest, ARecordRankZeroCannotWriteStopsEveryRank) {
   auto c = tiny("rec", 2);
   c.apply_overrides({"train.max_iters=6", "train.eval_interval=1000"});
   train::run_training(c, world);
-  const fs::path metrics = fs::path(c.out_dir) / "metrics.jsonl";
+  const fs::path metrics = fs::path(c.train.out_dir) / "metrics.jsonl";
   rlimit old{};
   ::getrlimit(RLIMIT_FSIZE, &old);
   if (world->rank() == 0) {  // metrics.jsonl within a few records of a file size limit
-    const auto limit = static_cast<rlim_t>(fs::file_size(fs::path(c.out_dir) / "ckpt" / "optim.bin") + 4096);
+    const auto limit = static_cast<rlim_t>(fs::file_size(fs::path(c.train.out_dir) / "ckpt" / "optim.bin") + 4096);
     std::ofstream pad(metrics, std::ios::app);
     const std::string line = "{\"kind\":\"pad\",\"step\":0,\"x\":\"" + std::string(200, 'x') + "\"}\n";
     for (auto size = fs::file_size(metrics); size + 1200 < limit; size += line.size()) pad << line;

@@ -31,10 +31,10 @@ TEST(Config, OverridesSetTypedValues) {
   EXPECT_EQ(c.model.n_layer, 4);
   EXPECT_FLOAT_EQ(c.model.dropout, 0.1f);
   EXPECT_TRUE(c.model.bias);
-  EXPECT_FLOAT_EQ(c.learning_rate, 1e-3f);
-  EXPECT_EQ(c.out_dir, "/tmp/x");
-  EXPECT_EQ(c.gas, 2);
-  EXPECT_EQ(c.max_iters, 5000);
+  EXPECT_FLOAT_EQ(c.optimizer.learning_rate, 1e-3f);
+  EXPECT_EQ(c.train.out_dir, "/tmp/x");
+  EXPECT_EQ(c.optimizer.gas, 2);
+  EXPECT_EQ(c.train.max_iters, 5000);
 }
 
 TEST(Config, ErrorsNameTheKey) {
@@ -70,12 +70,35 @@ TEST(Config, ZeroKeysAreCheckedTogether) {
   EXPECT_EQ(validate_error({"zero.stage=3", "zero.offload=params", "zero.prefetch=2"}), "");
 }
 
+// The mesh's keys: parsed into numbers, and the parallelisms that are not
+// built yet refused in words, naming the key.
+TEST(Config, ParallelKeysAndTheAxesNotBuiltYet) {
+  auto validate_error = [](std::vector<std::string> kv) {
+    train::RunConfig c;
+    c.apply_overrides(kv);
+    return error_of([&] { c.validate(); });
+  };
+  train::RunConfig c;
+  c.apply_overrides({"parallel.dp=3", "parallel.tp_across_nodes=true"});
+  EXPECT_EQ(c.mesh_dims().dp, 3);
+  EXPECT_EQ(c.mesh_dims().tp, 1);
+  EXPECT_TRUE(c.parallel.tp_across_nodes);
+  EXPECT_EQ(train::RunConfig().mesh_dims().dp, 0);  // derived from the world
+  const std::string tp = validate_error({"parallel.tp=2"});
+  EXPECT_NE(tp.find("parallel.tp=2: tensor parallelism is not implemented yet"), std::string::npos) << tp;
+  EXPECT_NE(validate_error({"parallel.pp=2"}).find("pipeline parallelism is not implemented yet"), std::string::npos);
+  EXPECT_NE(validate_error({"parallel.cp=3"}).find("context parallelism is not implemented yet"), std::string::npos);
+  EXPECT_NE(validate_error({"parallel.tp=0"}).find("parallel.tp must be in [1, "), std::string::npos);
+  EXPECT_NE(validate_error({"parallel.dp=-1"}).find("parallel.dp must be in [0, "), std::string::npos);
+  EXPECT_EQ(validate_error({"parallel.dp=4", "parallel.tp=1"}), "");
+}
+
 TEST(Config, DeviceKeyParsesAndExplainsWhatIsMissing) {
   train::RunConfig c;
   EXPECT_NE(error_of([&] { c.set("train.device", "tpu"); }).find("train.device"), std::string::npos);
   EXPECT_NE(error_of([&] { c.set("train.device", "cuda:x"); }).find("train.device"), std::string::npos);
   c.set("train.device", "CUDA:1");
-  EXPECT_EQ(c.device, "cuda:1");
+  EXPECT_EQ(c.to_json()["train.device"], "cuda:1");
   if (!gpu::built()) {
     EXPECT_NE(error_of([&] { c.validate(); }).find("built without CUDA"), std::string::npos);
   }
@@ -92,7 +115,7 @@ TEST(Config, CommBackendNamesTheChoices) {
   train::RunConfig c;
   for (const char* b : {"auto", "self", "mpi", "nccl"}) {
     c.set("comm.backend", b);
-    EXPECT_EQ(c.comm_backend, b);
+    EXPECT_EQ(c.comm.backend, b);
   }
   const std::string e = error_of([&] { c.set("comm.backend", "gloo"); });
   EXPECT_NE(e.find("comm.backend"), std::string::npos) << e;
@@ -120,7 +143,7 @@ TEST(Config, DtypeSpellingsMapAndFp16IsRefused) {
                                                                                  {"float16", "fp16"}}) {
     train::RunConfig c;
     c.set("train.dtype", in);
-    EXPECT_EQ(c.dtype, want) << in;
+    EXPECT_EQ(c.to_json()["train.dtype"], want) << in;
   }
   train::RunConfig c;
   const std::string bad = error_of([&] { c.set("train.dtype", "fp8"); });
@@ -139,10 +162,10 @@ TEST(Config, DtypeSpellingsMapAndFp16IsRefused) {
 namespace {
 optim::LossScaleConfig loss_scale_of(const std::string& value, const std::string& dtype, double init, int64_t window) {
   train::RunConfig c;
-  c.loss_scale = value;
-  c.dtype = dtype;
-  c.loss_scale_init = init;
-  c.loss_scale_window = window;
+  c.set("train.dtype", dtype);
+  c.set("train.loss_scale", value);
+  c.train.loss_scale_init = init;
+  c.train.loss_scale_window = window;
   return c.loss_scale_config();
 }
 }  // namespace
@@ -180,7 +203,7 @@ TEST(Config, LossScaleKeysParseAndNameTheKey) {
     c.set("train.loss_scale", v);
     c.validate();
   }
-  EXPECT_EQ(c.loss_scale, "1024");
+  EXPECT_EQ(c.to_json()["train.loss_scale"], "1024");
   c.set("train.loss_scale", "dynamic");
   c.set("train.loss_scale_init", "4096");
   c.set("train.loss_scale_window", "500");
@@ -208,8 +231,8 @@ TEST(Config, YamlNestedAndDottedKeysAndJsonRoundTrip) {
   c.load_file(p.string());
   EXPECT_EQ(c.model.n_layer, 3);
   EXPECT_EQ(c.model.n_embd, 96);
-  EXPECT_EQ(c.max_iters, 77);
-  EXPECT_FLOAT_EQ(c.beta2, 0.99f);
+  EXPECT_EQ(c.train.max_iters, 77);
+  EXPECT_FLOAT_EQ(c.optimizer.beta2, 0.99f);
   auto back = train::RunConfig::from_json(c.to_json());
   EXPECT_EQ(back.to_json(), c.to_json());
   std::ofstream(p) << "model:\n  n_layers: 3\n";
@@ -228,7 +251,7 @@ TEST(Config, NumbersAreFiniteDecimalsAndRangesNameTheKey) {
   EXPECT_NE(error_of([&] { c.set("optimizer.grad_clip", "nan"); }).find("optimizer.grad_clip"), std::string::npos);
   EXPECT_NE(error_of([&] { c.set("train.seed", "-1"); }).find("train.seed"), std::string::npos);
   c.set("train.max_iters", "1e3");
-  EXPECT_EQ(c.max_iters, 1000);
+  EXPECT_EQ(c.train.max_iters, 1000);
   auto validate_error = [](std::vector<std::string> kv) {
     train::RunConfig r;
     r.apply_overrides(kv);
@@ -260,7 +283,7 @@ TEST(Config, FloatsReadBackAsWritten) {
   EXPECT_EQ(j["optimizer.learning_rate"].dump(), "0.001");
   EXPECT_EQ(j["optimizer.beta1"].dump(), "0.9");
   EXPECT_EQ(j["optimizer.eps"].dump(), "1e-08");
-  EXPECT_EQ(train::RunConfig::from_json(j).learning_rate, c.learning_rate);
+  EXPECT_EQ(train::RunConfig::from_json(j).optimizer.learning_rate, c.optimizer.learning_rate);
 }
 
 TEST(Config, FilesRefuseDuplicateAndEmptyKeysAndDirectories) {
@@ -294,13 +317,13 @@ TEST(Config, ResumedRunsLayTheGivenKeysOverTheSavedOnes) {
   std::vector<std::string> changed;
   const auto r = now.resumed_from(saved.to_json(), &changed);
   EXPECT_EQ(r.model.n_layer, 2);
-  EXPECT_EQ(r.batch_size, 3);
-  EXPECT_EQ(r.max_iters, 9);
+  EXPECT_EQ(r.train.batch_size, 3);
+  EXPECT_EQ(r.train.max_iters, 9);
   EXPECT_EQ(r.model.dropout, 0.0f);  // given, though it is the default
-  EXPECT_EQ(r.out_dir, "/new");
-  EXPECT_EQ(r.init_from, "resume");
-  EXPECT_EQ(r.threads, 0);  // where and how this process runs is this invocation's
-  EXPECT_EQ(r.comm_timeout_s, 300);
+  EXPECT_EQ(r.train.out_dir, "/new");
+  EXPECT_EQ(r.train.init_from, train::InitFrom::Resume);
+  EXPECT_EQ(r.train.threads, 0);  // where and how this process runs is this invocation's
+  EXPECT_EQ(r.comm.timeout_s, 300);
   ASSERT_EQ(changed.size(), 2u);
   EXPECT_EQ(changed[0], "model.dropout=0.0 (was 0.1)");
   EXPECT_EQ(changed[1], "train.max_iters=9 (was 5)");

@@ -148,7 +148,7 @@ TEST(ConfigLimits, EveryNumericKeyHasItsRangeInTheHelpAndItIsChecked) {
   }
   // A saved run's threads were this machine's choice: resuming elsewhere re-checks them, but they still load.
   train::RunConfig saved;
-  saved.threads = 100000;
+  saved.train.threads = 100000;
   EXPECT_NO_THROW(train::RunConfig::from_json(saved.to_json()));
 }
 

@@ -168,7 +168,7 @@ TEST_F(TrainerTest, MetaJsonMustDescribeItsData) {
     edit(m);
     std::ofstream(meta) << m.dump();
     auto c = tiny("never");
-    c.max_iters = 2;
+    c.train.max_iters = 2;
     const std::string e = error_of([&] { train::run_training(c); });
     EXPECT_NE(e.find(says), std::string::npos) << e;
     EXPECT_FALSE(fs::exists(root_ / "never")) << "the run directory was made for a dataset that was refused";

@@ -22,8 +22,8 @@ TEST(RunDir, ResumeRefusesAMetricsFileThatIsAFifo) {
   fs::remove_all(d);
   fs::create_directories(d);
   train::RunConfig cfg;
-  cfg.out_dir = d.string();
-  cfg.data_dir = (d / "no_data").string();
+  cfg.train.out_dir = d.string();
+  cfg.data.dir = (d / "no_data").string();
   const fs::path metrics = d / "metrics.jsonl";
   ASSERT_EQ(::mkfifo(metrics.c_str(), 0644), 0);
   auto done = std::async(std::launch::async, [&]() -> std::string {

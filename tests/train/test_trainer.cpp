@@ -26,7 +26,7 @@ namespace {
 
 TEST_F(TrainerTest, SameSeedGivesBitwiseSameLosses) {
   auto a = tiny("a"), b = tiny("b");
-  a.max_iters = b.max_iters = 5;
+  a.train.max_iters = b.train.max_iters = 5;
   auto ra = train::run_training(a), rb = train::run_training(b);
   ASSERT_EQ(ra.train_losses.size(), 6u);
   EXPECT_EQ(ra.train_losses, rb.train_losses);
@@ -35,7 +35,7 @@ TEST_F(TrainerTest, SameSeedGivesBitwiseSameLosses) {
 
 TEST_F(TrainerTest, DeterministicOnOneRankWithOneShardIsTheOrdinaryRun) {
   auto a = tiny("plain"), d = tiny("det");
-  a.max_iters = d.max_iters = 5;
+  a.train.max_iters = d.train.max_iters = 5;
   d.apply_overrides({"ddp.deterministic=true"});
   auto ra = train::run_training(a), rd = train::run_training(d);
   ASSERT_EQ(ra.train_losses.size(), rd.train_losses.size());
@@ -49,7 +49,7 @@ TEST_F(TrainerTest, DeterministicOnOneRankWithOneShardIsTheOrdinaryRun) {
 
 TEST_F(TrainerTest, ResumeContinuesTheIdenticalTrajectory) {
   auto full = tiny("full");
-  full.max_iters = 12;
+  full.train.max_iters = 12;
   auto rf = train::run_training(full);
   ASSERT_EQ(rf.train_losses.size(), 13u);
 
@@ -61,7 +61,7 @@ TEST_F(TrainerTest, ResumeContinuesTheIdenticalTrajectory) {
 TEST_F(TrainerTest, CpuBf16IsDeterministicResumesBitwiseAndStaysNearFp32) {
   if (!kernels::cpu::bf16_products_supported()) GTEST_SKIP() << "no bf16 matrix hardware on this CPU";
   auto f = tiny("f32"), a = tiny("a"), b = tiny("b");
-  f.max_iters = a.max_iters = b.max_iters = 12;
+  f.train.max_iters = a.train.max_iters = b.train.max_iters = 12;
   a.apply_overrides({"train.dtype=bf16"});
   b.apply_overrides({"train.dtype=bf16"});
   auto rf = train::run_training(f), ra = train::run_training(a), rb = train::run_training(b);
@@ -79,7 +79,7 @@ TEST_F(TrainerTest, CpuBf16IsDeterministicResumesBitwiseAndStaysNearFp32) {
 // static loss scaling gives bitwise the unscaled run, whatever the scale grew to.
 TEST_F(TrainerTest, LossScalingByPowersOfTwoChangesNothingInFp32) {
   auto plain = tiny("plain"), dyn = tiny("dyn"), fixed = tiny("fixed"), top = tiny("top");
-  plain.max_iters = dyn.max_iters = fixed.max_iters = top.max_iters = 12;
+  plain.train.max_iters = dyn.train.max_iters = fixed.train.max_iters = top.train.max_iters = 12;
   dyn.apply_overrides({"train.loss_scale=dynamic", "train.loss_scale_window=3"});
   fixed.apply_overrides({"train.loss_scale=1024"});
   top.apply_overrides({"train.loss_scale=18446744073709551616"});  // 2^64, the largest scale
@@ -108,7 +108,7 @@ TEST_F(TrainerTest, OverflowSkipsTheUpdateHalvesTheScaleAndResumesBitwise) {
                                            "train.loss_scale_window=3", "train.eval_interval=1"};
   auto full = tiny("full");
   full.apply_overrides(scaled);
-  full.max_iters = 12;
+  full.train.max_iters = 12;
   auto rf = train::run_training(full);
   ASSERT_EQ(rf.train_losses.size(), 13u);
   EXPECT_EQ(rf.skipped_steps, 4);
@@ -142,7 +142,7 @@ TEST_F(TrainerTest, OverflowSkipsTheUpdateHalvesTheScaleAndResumesBitwise) {
   for (const char* mode : {"train.loss_scale=off", "train.loss_scale=1024"}) {
     auto c = tiny(std::string("err") + mode);
     c.apply_overrides({mode});
-    c.max_iters = 2;
+    c.train.max_iters = 2;
     try {
       train::run_training(c);
       ADD_FAILURE() << "no error with " << mode;
@@ -164,8 +164,8 @@ TEST_F(TrainerTest, OverflowSkipsTheUpdateHalvesTheScaleAndResumesBitwise) {
 
 TEST_F(TrainerTest, MetricsHaveTheDocumentedKeys) {
   auto c = tiny("m");
-  c.max_iters = 6;
-  c.sample_tokens = 20;  // also exercises sampling at eval
+  c.train.max_iters = 6;
+  c.train.sample_tokens = 20;  // also exercises sampling at eval
   train::run_training(c);
   int train_recs = 0, eval_recs = 0;
   for (const auto& j : records("m")) {
@@ -186,14 +186,14 @@ TEST_F(TrainerTest, MetricsHaveTheDocumentedKeys) {
 
 TEST_F(TrainerTest, EvalOnlyLeavesTheCheckpointAlone) {
   auto c = tiny("eo");
-  c.max_iters = 6;
+  c.train.max_iters = 6;
   train::run_training(c);
   const auto stamp = fs::last_write_time(root_ / "eo" / "ckpt" / "model.bin");
   auto e = tiny("eo");
-  e.init_from = "resume";
-  e.eval_only = true;
-  e.eval_iters = 5;
-  e.always_save_checkpoint = true;
+  e.train.init_from = train::InitFrom::Resume;
+  e.train.eval_only = true;
+  e.train.eval_iters = 5;
+  e.train.always_save_checkpoint = true;
   auto r = train::run_training(e);
   EXPECT_TRUE(r.train_losses.empty());
   EXPECT_EQ(fs::last_write_time(root_ / "eo" / "ckpt" / "model.bin"), stamp);
@@ -201,7 +201,7 @@ TEST_F(TrainerTest, EvalOnlyLeavesTheCheckpointAlone) {
 
 TEST_F(TrainerTest, CheckpointRejectsOtherModelsAndTruncation) {
   auto c = tiny("ck");
-  c.max_iters = 6;
+  c.train.max_iters = 6;
   train::run_training(c);
   model::GPTConfig other = c.model;
   other.vocab_size = 64;
@@ -210,8 +210,8 @@ TEST_F(TrainerTest, CheckpointRejectsOtherModelsAndTruncation) {
   EXPECT_THROW(train::load_checkpoint((root_ / "ck").string(), m, nullptr), IoError);
   fs::resize_file(root_ / "ck" / "ckpt" / "model.bin", 100);
   auto r = tiny("ck");
-  r.init_from = "resume";
-  r.max_iters = 8;
+  r.train.init_from = train::InitFrom::Resume;
+  r.train.max_iters = 8;
   EXPECT_THROW(train::run_training(r), IoError);
   EXPECT_THROW(train::read_checkpoint_meta((root_ / "nothing").string()), IoError);
 }
@@ -221,7 +221,7 @@ TEST_F(TrainerTest, CheckpointRejectsOtherModelsAndTruncation) {
 // cannot encode leave every file as it was.
 TEST_F(TrainerTest, BadInputLeavesAnExistingRunAlone) {
   auto c = tiny("keep");
-  c.max_iters = 6;
+  c.train.max_iters = 6;
   train::run_training(c);
   auto slurp = [&](const char* f) {
     std::ifstream in(root_ / "keep" / f, std::ios::binary);
@@ -230,7 +230,7 @@ TEST_F(TrainerTest, BadInputLeavesAnExistingRunAlone) {
   const std::string metrics = slurp("metrics.jsonl"), config = slurp("config.json"), log = slurp("train.log");
   const auto stamp = fs::last_write_time(root_ / "keep" / "ckpt" / "model.bin");
   auto again = tiny("keep");
-  again.max_iters = 6;
+  again.train.max_iters = 6;
   try {
     train::run_training(again);
     ADD_FAILURE() << "a scratch run replaced a checkpoint";
@@ -251,12 +251,12 @@ TEST_F(TrainerTest, BadInputLeavesAnExistingRunAlone) {
   EXPECT_EQ(slurp("train.log"), log);
   EXPECT_EQ(fs::last_write_time(root_ / "keep" / "ckpt" / "model.bin"), stamp);
   auto eval_only = tiny("keep");
-  eval_only.eval_only = true;  // of a fresh model, into the directory of a trained one: refused too
+  eval_only.train.eval_only = true;  // of a fresh model, into the directory of a trained one: refused too
   EXPECT_THROW(train::run_training(eval_only), ConfigError);
   EXPECT_EQ(slurp("metrics.jsonl"), metrics);
-  again.overwrite = true;  // asked for: the run starts over, and nothing of the old one stays
-  again.max_iters = 2;
-  again.eval_interval = 100;
+  again.train.overwrite = true;  // asked for: the run starts over, and nothing of the old one stays
+  again.train.max_iters = 2;
+  again.train.eval_interval = 100;
   EXPECT_NO_THROW(train::run_training(again));
   EXPECT_EQ(train::read_checkpoint_meta((root_ / "keep").string())["iter"].get<int64_t>(), 2);
   EXPECT_EQ(records("keep", "train").size(), 3u);
@@ -267,12 +267,12 @@ TEST_F(TrainerTest, BadInputLeavesAnExistingRunAlone) {
 // metrics.jsonl reads as one run: each step once.
 TEST_F(TrainerTest, ResumeTakesTheCheckpointsSettingsAndMetricsReadAsOneRun) {
   auto full = tiny("full");
-  full.max_iters = 12;
+  full.train.max_iters = 12;
   const auto rf = train::run_training(full);
   auto part = tiny("part");
-  part.max_iters = 8;  // checkpoint at the iter-6 evaluation; iters 6-8 are written, then redone
-  part.eval_interval = 6;
-  part.always_save_checkpoint = false;
+  part.train.max_iters = 8;  // checkpoint at the iter-6 evaluation; iters 6-8 are written, then redone
+  part.train.eval_interval = 6;
+  part.train.always_save_checkpoint = false;
   train::run_training(part);
   // Saved at iter 8 too (the last iteration) if val improved; resume from whichever is there.
   const int64_t at = train::read_checkpoint_meta((root_ / "part").string())["iter"];
@@ -294,8 +294,8 @@ TEST_F(TrainerTest, ResumeTakesTheCheckpointsSettingsAndMetricsReadAsOneRun) {
 // directory holds what `parallm sample` and tools need.
 TEST_F(TrainerTest, ShortRunsEndWithACheckpointAndTheRunDirectoryIsComplete) {
   auto c = tiny("short");
-  c.max_iters = 4;  // before the first eval_interval (6)
-  c.always_save_checkpoint = false;
+  c.train.max_iters = 4;  // before the first eval_interval (6)
+  c.train.always_save_checkpoint = false;
   // A rate of 0: the last evaluation equals the first, so no improvement saves it; being the last does.
   c.apply_overrides({"optimizer.learning_rate=0", "optimizer.min_lr=0"});
   train::run_training(c);
@@ -309,8 +309,8 @@ TEST_F(TrainerTest, ShortRunsEndWithACheckpointAndTheRunDirectoryIsComplete) {
   EXPECT_GT(m["total_peak_bytes"].get<int64_t>(), 0);
   EXPECT_TRUE(fs::exists(root_ / "short" / "meta.json"));
   auto none = tiny("no_final");
-  none.max_iters = 4;
-  none.final_eval = false;  // e.g. a benchmark: only the evaluations at multiples of eval_interval
+  none.train.max_iters = 4;
+  none.train.final_eval = false;  // e.g. a benchmark: only the evaluations at multiples of eval_interval
   train::run_training(none);
   EXPECT_EQ(records("no_final", "eval").size(), 1u);
 }
@@ -319,7 +319,7 @@ TEST_F(TrainerTest, ShortRunsEndWithACheckpointAndTheRunDirectoryIsComplete) {
 TEST_F(TrainerTest, TrainLogRecordsTheErrorThatEndedTheRun) {
   test_util::InfGradAt inf("0");
   auto c = tiny("fail");
-  c.max_iters = 2;
+  c.train.max_iters = 2;
   EXPECT_THROW(train::run_training(c), NumericError);
   std::ifstream f(root_ / "fail" / "train.log");
   std::string line, last;

@@ -35,14 +35,14 @@ class TrainerTest : public ::testing::Test {
   // Trains run `out` from scratch to iteration `iters`.
   void train_to(const std::string& out, int64_t iters) {
     auto c = tiny(out);
-    c.max_iters = iters;
+    c.train.max_iters = iters;
     train::run_training(c);
   }
   // The config that resumes run `out` up to iteration `iters`.
   train::RunConfig resume_to(const std::string& out, int64_t iters) {
     auto c = tiny(out);
-    c.init_from = "resume";
-    c.max_iters = iters;
+    c.train.init_from = train::InitFrom::Resume;
+    c.train.max_iters = iters;
     return c;
   }
   // The records of run `out`'s metrics.jsonl whose "kind" is `kind` (every one but memory's when empty).
@@ -63,12 +63,12 @@ class TrainerTest : public ::testing::Test {
                            train::RunSummary* resumed) {
     auto part = tiny("part");
     part.apply_overrides(overrides);
-    part.max_iters = 6;
+    part.train.max_iters = 6;
     train::run_training(part);
     auto again = tiny("part");
     again.apply_overrides(overrides);
-    again.init_from = "resume";
-    again.max_iters = 12;
+    again.train.init_from = train::InitFrom::Resume;
+    again.train.max_iters = 12;
     *resumed = train::run_training(again);
     ASSERT_EQ(resumed->first_iter, 6);
     ASSERT_EQ(resumed->train_losses.size(), 7u);

@@ -1,0 +1,48 @@
+// Small collectives over a group that the training loop and the gradient
+// syncs use every step: a float's mean and a bool's "true everywhere", each
+// through a one-element buffer made once. On a group of one rank they
+// communicate nothing.
+#pragma once
+#include "comm/communicator.h"
+#include "core/tensor.h"
+
+namespace parallm::parallel {
+
+// One float averaged over the group.
+class GroupMean {
+ public:
+  explicit GroupMean(comm::Communicator& g) : g_(g), t_(Tensor::empty({1}, DType::F32)) {}
+  float operator()(float v) {
+    if (g_.size() == 1) return v;
+    t_.data<float>()[0] = v;
+    g_.all_reduce(t_, comm::ReduceOp::Avg);
+    return t_.data<float>()[0];
+  }
+
+ private:
+  comm::Communicator& g_;
+  Tensor t_;
+};
+
+// True on every rank when it is true on every rank of the group.
+class GroupAll {
+ public:
+  explicit GroupAll(comm::Communicator& g) : g_(g), t_(Tensor::empty({1}, DType::I32)) {}
+  bool operator()(bool v) {
+    if (g_.size() == 1) return v;
+    t_.data<int32_t>()[0] = v ? 1 : 0;
+    g_.all_reduce(t_, comm::ReduceOp::Min);
+    return t_.data<int32_t>()[0] != 0;
+  }
+
+ private:
+  comm::Communicator& g_;
+  Tensor t_;
+};
+
+// Rank 0's floats on every rank of the group.
+inline void broadcast_floats(comm::Communicator& g, float* p, int64_t n) {
+  if (g.size() > 1) g.broadcast(Tensor::view_of(p, {n}, DType::F32), 0);
+}
+
+}  // namespace parallm::parallel

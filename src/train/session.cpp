@@ -1,0 +1,223 @@
+// Setup of a training run (session.h): the checks come first, in the order a
+// user's mistake is cheapest to report (the config alone, then the dataset,
+// then the checkpoint, then the device), and nothing is written until every
+// rank has passed them.
+#include "train/session.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "core/gpu.h"
+#include "core/log.h"
+#include "core/text.h"
+#include "core/threads.h"
+#include "parallel/group_ops.h"
+#include "train/agree.h"
+#include "train/peak.h"
+#include "train/run_checks.h"
+#include "train/run_log.h"
+#include "train/state_io.h"
+
+namespace parallm::train {
+
+namespace {
+
+// PARALLM_FAULT_INF_GRAD="3,7": iterations whose reduced gradients get an
+// inf written into them on every rank, to exercise overflow handling.
+std::vector<int64_t> fault_inf_grad_iters() {
+  const char* env = std::getenv("PARALLM_FAULT_INF_GRAD");
+  return env ? parse_int_list(env, "train", "PARALLM_FAULT_INF_GRAD") : std::vector<int64_t>{};
+}
+
+// The config this run trains with, the same on every rank: a resumed run's
+// checkpoint config with this invocation's keys laid over it, checked, with
+// the dataset's vocabulary. Returns the keys a resume changed ("" if none).
+std::string resolve_config(Session& s, int ranks_per_node) {
+  RunConfig& cfg = s.cfg;
+  std::string changes;  // "key=new (was old), ..."
+  if (s.resume) {
+    s.ck_meta = read_checkpoint_meta(cfg.train.out_dir);
+    std::vector<std::string> changed;
+    cfg = cfg.resumed_from(s.ck_meta["config"], &changed);
+    for (const auto& c : changed) changes += (changes.empty() ? "" : ", ") + c;
+  }
+  if (!s.lead) cfg.train.progress = false;
+  check_ranks_agree(cfg, s.world);  // every rank, before any check or decision that could differ between them
+  // Every check that needs no file comes before the dataset is read (the
+  // vocabulary size, unless given, comes from it).
+  if (cfg.vocab_size_set)
+    cfg.validate();
+  else
+    cfg.check_ranges();
+  parallel::resolve_mesh_dims(cfg.mesh_dims(), s.world.size(), ranks_per_node, cfg.parallel.tp_across_nodes);
+  s.vocab = dataset_vocabulary(cfg, s.resume ? &s.ck_meta["config"] : nullptr);
+  cfg.validate();  // train.threads in range before libgomp is asked for them
+  if (cfg.train.threads > 0) set_num_threads(static_cast<int>(cfg.train.threads));
+  return changes;
+}
+
+// A resumed run whose checkpoint is already at or past train.max_iters: the
+// sentence saying so ("" otherwise). No file is touched, except to write the
+// records a full disk kept in the checkpoint (a stop at the last steps).
+std::string finished_run(const Session& s, int64_t ck_iter, const nlohmann::json& carried) {
+  std::string done = nothing_left(s.cfg, ck_iter);
+  if (done.empty() || !s.lead || carried.empty()) return done;
+  RunDir(s.cfg, RunDir::Mode::Records, ck_iter, carried);
+  return done + fmt::format("; the {} metrics records a full disk kept in the checkpoint are now in {}/metrics.jsonl",
+                            carried.size(), s.cfg.train.out_dir);
+}
+
+// The device this rank trains on.
+Device choose_device(const TrainSection& t, comm::Communicator& world) {
+  Device dev = t.device;
+  const std::string name = t.device_by_rank ? "cuda" : dev.str();
+  if (dev.is_cpu()) {
+    PARALLM_CHECK(world.gpu_device() < 0, ConfigError, "config",
+                  "train.device=cpu with comm.backend={}: NCCL moves GPU memory; use comm.backend=mpi for the CPU",
+                  world.backend());
+    return dev;
+  }
+  if (world.size() > 1) {
+    // Several GPU ranks: NCCL picked each rank's GPU (by local rank); "cuda" means that one.
+    PARALLM_CHECK(world.gpu_device() >= 0, ConfigError, "config",
+                  "train.device={} on {} ranks needs comm.backend=nccl (or auto), not {}", name, world.size(),
+                  world.backend());
+    PARALLM_CHECK(t.device_by_rank || dev.index == world.gpu_device(), ConfigError, "config",
+                  "train.device={}: this rank's communicator runs on cuda:{} (chosen by local rank); use "
+                  "train.device=cuda",
+                  name, world.gpu_device());
+    dev.index = world.gpu_device();
+  }
+  PARALLM_CHECK(dev.index < gpu::device_count(), ConfigError, "config",
+                "train.device={}: {} GPU{} visible to this process", name, gpu::device_count(),
+                gpu::device_count() == 1 ? " is" : "s are");
+  gpu::set_device(dev.index);
+  return dev;
+}
+
+// The data-parallel strategy's options; ddp.deterministic on one rank may
+// cut each micro-batch into ddp.shards passes (reproducing that many ranks).
+parallel::GradSyncOptions sync_options(const RunConfig& cfg, int dp_size) {
+  const ParallelSection& p = cfg.parallel;
+  parallel::GradSyncOptions o{p.ddp.bucket_mb,
+                              p.ddp.deterministic,
+                              1,
+                              cfg.train.batch_size,
+                              static_cast<int>(p.zero.stage),
+                              static_cast<int>(p.zero.prefetch),
+                              p.zero.offload};
+  if (!p.ddp.deterministic) return o;
+  PARALLM_CHECK(dp_size == 1 || p.ddp.shards == 0 || p.ddp.shards == dp_size, ConfigError, "config",
+                "ddp.shards={} on {} data-parallel ranks: each rank is one shard there (leave ddp.shards unset)",
+                p.ddp.shards, dp_size);
+  o.local_shards = dp_size == 1 && p.ddp.shards > 0 ? static_cast<int>(p.ddp.shards) : 1;
+  PARALLM_CHECK(cfg.train.batch_size % o.local_shards == 0, ConfigError, "config",
+                "ddp.shards={} does not divide model.batch_size={}", o.local_shards, cfg.train.batch_size);
+  return o;
+}
+
+// The samples' prompt, checked against the vocabulary before anything is written.
+std::string sample_prompt(const RunConfig& cfg, const data::CharVocab& vocab) {
+  const std::string prompt = cfg.train.sample_prompt.empty() ? "\n" : cfg.train.sample_prompt;
+  if (cfg.train.sample_tokens > 0) {
+    try {
+      vocab.encode(prompt);
+    } catch (const ConfigError& e) {
+      throw ConfigError("config", fmt::format("train.sample_prompt: {}", e.message()));
+    }
+  }
+  return prompt;
+}
+
+// Rank 0's run directory, opened once every rank may start (rank 0's
+// directory decides for a scratch run: it is the one that writes).
+void open_run_dir(Session& s, int64_t ck_iter, const nlohmann::json& carried) {
+  if (!s.resume) {
+    const std::string refusal = s.lead ? scratch_refusal(s.cfg) : std::string();
+    if (!parallel::GroupAll(s.world)(refusal.empty()))
+      throw ConfigError("config", s.lead ? refusal : "rank 0 refused train.out_dir (its error says why)");
+  }
+  if (!s.lead) return;
+  using Mode = RunDir::Mode;
+  s.run_dir.emplace(s.cfg,
+                    !s.resume               ? Mode::Scratch
+                    : s.cfg.train.eval_only ? Mode::EvalOnly
+                                            : Mode::Resume,
+                    ck_iter, carried);
+}
+
+// The model, its gradient sync over the data-parallel group, the optimizer
+// over what the sync updates, and the loss scaler.
+void build_model(Session& s, const parallel::GradSyncOptions& so) {
+  const RunConfig& cfg = s.cfg;
+  s.model = std::make_unique<model::GPT>(cfg.model, s.batch(), s.seq(), s.dev,
+                                         parallel::model_storage(so, cfg.compute_dtype()));
+  s.sync = parallel::make_grad_sync(s.dp(), *s.model, s.dev, so);
+  const OptimizerSection& o = cfg.optimizer;
+  const optim::AdamWConfig acfg{o.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay};
+  const parallel::UpdateTarget u = s.sync->update();
+  s.opt = u.runs ? std::make_unique<optim::AdamW>(*u.runs, u.state_size, acfg, s.dev, u.state_category)
+                 : std::make_unique<optim::AdamW>(s.model->layout(), acfg, s.dev);
+  s.scaler = std::make_unique<optim::LossScaler>(cfg.loss_scale_config());
+  s.sched = {o.learning_rate, o.min_lr, o.warmup_iters, o.lr_decay_iters, o.decay_lr};
+}
+
+// The job's peak FLOP/s: rank 0's measurement (made while the others wait) times the ranks.
+double job_peak(const Session& s) {
+  const int n = s.world.size();
+  float peak_rank = 0;
+  if (s.lead)
+    peak_rank = static_cast<float>(s.cfg.train.peak_flops > 0 ? s.cfg.train.peak_flops / n
+                                   : s.dev.is_cpu() ? cpu_gemm_peak_flops(num_threads(), s.model->bf16_products())
+                                                    : gpu_peak_flops(s.dev.index));
+  parallel::broadcast_floats(s.world, &peak_rank, 1);
+  return static_cast<double>(peak_rank) * n;
+}
+
+}  // namespace
+
+std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, int ranks_per_node,
+                                      std::optional<RunDir>& run_dir, std::string* nothing_to_do) {
+  auto s = std::make_unique<Session>(std::move(cfg), world, run_dir);
+  s->lead = world.rank() == 0;
+  s->resume = s->cfg.train.resume();
+  s->fault_inf = fault_inf_grad_iters();  // before anything is written
+  const std::string changes = resolve_config(*s, ranks_per_node);
+  // Where a resumed run starts, and the records a stop on a full disk kept in its checkpoint.
+  const int64_t ck_iter = s->resume ? checkpoint_state(s->ck_meta, nullptr).iter : 0;
+  const nlohmann::json carried =
+      s->resume ? s->ck_meta.value("unwritten_records", nlohmann::json::array()) : nlohmann::json::array();
+  if (s->resume) {
+    *nothing_to_do = finished_run(*s, ck_iter, carried);
+    if (!nothing_to_do->empty()) return nullptr;
+    verify_checkpoint(s->ck_meta, &world);  // every file's checksum, before anything is written
+  }
+  s->dev = choose_device(s->cfg.train, world);
+  s->mesh =
+      std::make_unique<parallel::Mesh>(world, s->cfg.mesh_dims(), ranks_per_node, s->cfg.parallel.tp_across_nodes);
+  const parallel::MeshCoord& at = s->mesh->coord();
+  s->loader =
+      std::make_unique<data::Loader>(s->cfg.data.dir, s->cfg.model.vocab_size,
+                                     data::BatchSpec{s->batch(), s->seq(), s->dp().size(), at.dp}, s->cfg.train.seed);
+  s->prompt = sample_prompt(s->cfg, s->vocab);
+  const parallel::GradSyncOptions so = sync_options(s->cfg, s->dp().size());
+  open_run_dir(*s, ck_iter, carried);
+  if (!changes.empty()) log::info("resume: the checkpoint's settings, except {}", changes);
+  build_model(*s, so);
+  if (s->resume)
+    restore_state(*s);
+  else
+    s->sync->init_params(s->cfg.train.seed);
+  s->peak = job_peak(*s);
+  s->tokens_per_iter = s->batch() * s->seq() * s->cfg.optimizer.gas * s->dp().size();
+  s->losses.reserve(std::max(s->cfg.optimizer.gas, s->cfg.train.eval_iters) * s->sync->passes());
+  s->flops_per_iter = s->model->flops_per_token(s->seq()) * static_cast<double>(s->tokens_per_iter);
+  log_run(*s);
+  // Launchers (mpirun, srun) relay output line by line, often through a pty: no bar there.
+  s->progress =
+      std::make_unique<Progress>(s->st.iter, s->cfg.train.max_iters, s->cfg.train.progress && world.size() == 1);
+  return s;
+}
+
+}  // namespace parallm::train

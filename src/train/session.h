@@ -1,0 +1,78 @@
+// A training run's parts, built once by open_session (setup) and then used
+// by the loop (trainer.cpp), one optimizer step (step.h), evaluation
+// (evaluate.h) and the checkpoint of the state (state_io.h):
+//   the resolved config (a resumed run's checkpoint config with this
+//   invocation's keys laid over it), checked alike on every rank;
+//   the device; the mesh over the world and its data-parallel group;
+//   the dataset's vocabulary and this rank's loader;
+//   the model, the gradient sync (the data-parallel strategy), the optimizer,
+//   the loss scaler and the learning-rate schedule;
+//   the state a checkpoint carries (restored, or fresh weights);
+//   the run directory (rank 0), opened once every check has passed.
+// Nothing here asks which data-parallel strategy runs: make_grad_sync chose it.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "data/loader.h"
+#include "data/vocab.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
+#include "optim/loss_scale.h"
+#include "optim/schedule.h"
+#include "parallel/grad_sync.h"
+#include "parallel/mesh.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/metrics.h"
+#include "train/run_dir.h"
+
+namespace parallm::train {
+
+struct Session {
+  RunConfig cfg;
+  comm::Communicator& world;
+  std::optional<RunDir>& run_dir;  // rank 0's, once opened
+  bool lead = false;               // world rank 0: writes files, logs, samples and checkpoints
+  bool resume = false;
+  nlohmann::json ck_meta;  // the checkpoint's state.json (resume)
+  Device dev;
+  std::unique_ptr<parallel::Mesh> mesh;
+  data::CharVocab vocab;
+  std::string prompt;  // the samples' prompt
+  std::unique_ptr<data::Loader> loader;
+  std::unique_ptr<model::GPT> model;
+  std::unique_ptr<parallel::GradSync> sync;
+  std::unique_ptr<optim::AdamW> opt;
+  std::unique_ptr<optim::LossScaler> scaler;
+  optim::LrSchedule sched;
+  TrainState st;
+  bool saved_any = false;          // a checkpoint of this run exists
+  double peak = 0;                 // the job's FLOP/s for MFU
+  int64_t tokens_per_iter = 0;     // the global batch's tokens
+  double flops_per_iter = 0;       // of the global batch
+  std::vector<int64_t> fault_inf;  // PARALLM_FAULT_INF_GRAD's iterations
+  std::unique_ptr<Progress> progress;
+  std::vector<float> losses;  // the current step's (or evaluation's) pass losses, in order
+
+  Session(RunConfig c, comm::Communicator& w, std::optional<RunDir>& rd) : cfg(std::move(c)), world(w), run_dir(rd) {}
+  comm::Communicator& dp() const { return mesh->dp(); }
+  int64_t batch() const { return cfg.train.batch_size; }
+  int64_t seq() const { return cfg.model.block_size; }
+  void write_metrics(const nlohmann::json& rec) const {
+    if (run_dir) run_dir->write_metrics(rec);
+  }
+};
+
+// Builds the run. With a checkpoint already at or past train.max_iters it
+// returns no session and sets *nothing_to_do to the sentence saying so (the
+// records a full disk kept in the checkpoint are written first). Throws
+// ConfigError/IoError on bad input, before anything is written where it can.
+std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, int ranks_per_node,
+                                      std::optional<RunDir>& run_dir, std::string* nothing_to_do);
+
+}  // namespace parallm::train

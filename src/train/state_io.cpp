@@ -1,0 +1,104 @@
+#include "train/state_io.h"
+
+#include "core/log.h"
+#include "parallel/group_ops.h"
+
+namespace parallm::train {
+
+namespace {
+
+// Rank 0's values of the few scalars a resumed run continues from.
+void broadcast_scalars(comm::Communicator& g, TrainState& st, optim::AdamW& opt) {
+  if (g.size() == 1) return;
+  // Floats: best val loss (an fp32 loss, so exact), loss scale (a power of two <= 2^64, exact).
+  Tensor t = Tensor::empty({2}, DType::F32);
+  Tensor it = Tensor::empty({5}, DType::I32);
+  const optim::LossScaleState ls = st.loss_scale.value_or(optim::LossScaleState{});
+  t.data<float>()[0] = static_cast<float>(st.best_val_loss);
+  t.data<float>()[1] = static_cast<float>(ls.scale);
+  it.data<int32_t>()[0] = static_cast<int32_t>(st.iter);
+  it.data<int32_t>()[1] = static_cast<int32_t>(opt.steps_taken());
+  it.data<int32_t>()[2] = st.loss_scale ? 1 : 0;
+  it.data<int32_t>()[3] = static_cast<int32_t>(ls.good_steps);
+  it.data<int32_t>()[4] = static_cast<int32_t>(ls.skipped);
+  g.broadcast(t, 0);
+  g.broadcast(it, 0);
+  st.best_val_loss = t.data<float>()[0];
+  st.iter = it.data<int32_t>()[0];
+  opt.set_steps_taken(it.data<int32_t>()[1]);
+  st.loss_scale.reset();
+  if (it.data<int32_t>()[2])
+    st.loss_scale = optim::LossScaleState{t.data<float>()[1], it.data<int32_t>()[3], it.data<int32_t>()[4]};
+}
+
+// Each rank reads the ranges it holds.
+void read_sharded(Session& s, const parallel::HeldState& h) {
+  check_checkpoint_layout(s.ck_meta, s.model->layout());
+  int64_t steps = 0;
+  s.st = checkpoint_state(s.ck_meta, &steps);
+  s.opt->set_steps_taken(steps);
+  for (const auto& p : h.pieces) {
+    read_checkpoint_range(s.ck_meta, CkptPart::M, p.flat, p.count, s.opt->m() + p.local);
+    read_checkpoint_range(s.ck_meta, CkptPart::V, p.flat, p.count, s.opt->v() + p.local);
+    if (h.param_shard) read_checkpoint_range(s.ck_meta, CkptPart::Params, p.flat, p.count, h.param_shard + p.local);
+  }
+  if (!h.param_shard) read_checkpoint_range(s.ck_meta, CkptPart::Params, 0, s.model->flat_size(), s.model->params());
+}
+
+// A dynamic scale goes on where it was.
+void restore_loss_scale(Session& s) {
+  const auto& saved = s.st.loss_scale;
+  if (!saved) return;
+  if (s.scaler->dynamic()) {
+    s.scaler->set_state(*saved);
+    return;
+  }
+  log::warn(
+      "the checkpoint holds dynamic loss scaling's state (scale {:g}, {} skipped steps), but "
+      "train.loss_scale={} does not scale dynamically here: the saved scale is not used",
+      saved->scale, saved->skipped, s.cfg.to_json()["train.loss_scale"].get<std::string>());
+}
+
+}  // namespace
+
+void restore_state(Session& s) {
+  const parallel::HeldState h = s.sync->held();
+  comm::Communicator& dp = s.dp();
+  if (h.sharded) {
+    read_sharded(s, h);
+  } else {
+    if (s.lead) s.st = load_checkpoint(s.cfg.train.out_dir, *s.model, s.opt.get(), /*verify=*/false);  // verified
+    // Every rank continues from rank 0's weights (params_loaded), optimizer state and step.
+    parallel::broadcast_floats(dp, s.opt->m(), s.opt->size());
+    parallel::broadcast_floats(dp, s.opt->v(), s.opt->size());
+  }
+  broadcast_scalars(dp, s.st, *s.opt);
+  restore_loss_scale(s);
+  log::info("resuming from {} at iter {} (best val loss {:.4f})", s.cfg.train.out_dir, s.st.iter, s.st.best_val_loss);
+  s.sync->params_loaded();
+  s.saved_any = true;
+}
+
+bool saves_state(const Session& s) {
+  return s.lead || s.sync->held().sharded;
+}
+
+void save_state(Session& s, int64_t next) {
+  s.saved_any = true;
+  s.st.iter = next;
+  s.st.loss_scale.reset();
+  if (s.scaler->dynamic()) s.st.loss_scale = s.scaler->state();
+  const std::string& dir = s.cfg.train.out_dir;
+  if (s.sync->held().sharded) {
+    // Every rank writes its shard (stages 1-2: its pieces of the replicated parameters).
+    Array<float> scratch;
+    const float* params = s.sync->params_to_save(scratch);
+    save_checkpoint_sharded(s.dp(), dir, s.model->layout(), params, s.opt->m(), s.opt->v(), s.opt->steps_taken(), s.st,
+                            s.cfg.to_json());
+  } else if (s.lead) {
+    save_checkpoint(dir, *s.model, *s.opt, s.st, s.cfg.to_json());
+  }
+  if (s.lead) s.progress->print(fmt::format("saved checkpoint to {}/ckpt", dir));
+}
+
+}  // namespace parallm::train

@@ -1,0 +1,22 @@
+// The training state between a run and its checkpoint: what the gradient
+// sync says this rank holds (held()) decides the form. Replicated state is
+// saved by rank 0 and, on resume, read by rank 0 and broadcast over the
+// data-parallel group; sharded state (ZeRO) is saved by every rank in its
+// shard file and read back range by range, from a checkpoint of any stage
+// and world size. The few scalars a run continues from (iteration, best
+// val loss, optimizer steps, loss scale) are rank 0's, everywhere.
+#pragma once
+#include <cstdint>
+
+#include "train/session.h"
+
+namespace parallm::train {
+
+// A resumed run's weights, optimizer state and scalars (every rank).
+void restore_state(Session& s);
+// The checkpoint of the state before iteration `next` (collective when the state is sharded).
+void save_state(Session& s, int64_t next);
+// Whether this rank's save stands for the checkpoint (rank 0, or every rank of a sharded state).
+bool saves_state(const Session& s);
+
+}  // namespace parallm::train

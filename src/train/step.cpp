@@ -1,0 +1,159 @@
+#include "train/step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "core/gpu.h"
+#include "core/profiler.h"
+#include "core/timer.h"
+
+namespace parallm::train {
+
+namespace {
+
+// optimizer.gas micro-batches in order; each is cut into the sync's passes
+// (one, unless a single rank reproduces several deterministic shards).
+// One process on the GPU: the GPU is never drained inside the step. The loss
+// of a micro-batch is read once its forward is done (its backward still
+// running), forward and backward are timed by events marking the step's
+// start and each micro-step's forward and backward end, and the first wait
+// for the GPU is the gradient norm's.
+class MicroBatches : public Schedule {
+ public:
+  explicit MicroBatches(Session& s)
+      : s_(s),
+        x_(s.batch() * s.seq()),
+        y_(s.batch() * s.seq()),
+        gpu_async_(!s.dev.is_cpu() && !s.sync->communicates()) {
+    if (gpu_async_)
+      for (int64_t k = 0; k < 1 + 2 * s.cfg.optimizer.gas; ++k) marks_.push_back(std::make_unique<gpu::Event>());
+  }
+
+  PassTimes run(int64_t it, std::vector<float>& losses) override {
+    model::GPT& m = *s_.model;
+    parallel::GradSync& sync = *s_.sync;
+    const int64_t gas = s_.cfg.optimizer.gas, T = s_.seq(), passes = sync.passes(), Bs = s_.batch() / passes;
+    PassTimes t;
+    if (gpu_async_) marks_.front()->record();
+    m.zero_grad();
+    sync.begin_step();
+    losses.clear();
+    for (int64_t micro = 0; micro < gas; ++micro) {
+      {
+        PARALLM_PROFILE("data");
+        s_.loader->get(data::Split::Train, it, micro, x_.data(), y_.data());
+      }
+      for (int64_t j = 0; j < passes; ++j) {
+        model::StepContext ctx{true,
+                               true,
+                               s_.cfg.train.seed,
+                               static_cast<uint64_t>(it * gas + micro),
+                               s_.scaler->scale() / static_cast<float>(gas),  // exact: S is a power of two
+                               nullptr,
+                               s_.mesh->coord().dp * s_.batch() + j * Bs};
+        ctx.grads_ready = sync.before_pass(static_cast<int>(micro), static_cast<int>(gas), static_cast<int>(j));
+        ctx.defer_loss = gpu_async_;
+        const int32_t* xs = x_.data() + j * Bs * T;
+        Timer tf;
+        float l = m.forward(xs, y_.data() + j * Bs * T, Bs, T, ctx);
+        if (gpu_async_) marks_[1 + 2 * micro]->record();
+        t.dtf += tf.seconds();
+        Timer tb;
+        m.backward(xs, Bs, T, ctx);
+        if (gpu_async_) {
+          marks_[2 + 2 * micro]->record();
+          l = m.deferred_loss();
+        } else if (!s_.dev.is_cpu()) {
+          gpu::synchronize();  // dtb times the GPU's work, not its queueing
+        }
+        losses.push_back(l);
+        sync.after_pass(static_cast<int>(j));
+        t.dtb += tb.seconds();
+      }
+      Timer tc;
+      sync.after_micro_step();
+      t.dtb += tc.seconds();
+    }
+    return t;
+  }
+
+  void settle(PassTimes& t) override {
+    if (!gpu_async_) return;
+    t.dtf = 0;  // the norm's readback waited for the backward: the marks are done
+    for (int64_t k = 0; k < s_.cfg.optimizer.gas; ++k)
+      t.dtf += marks_[1 + 2 * k]->elapsed_ms_since(*marks_[2 * k]) * 1e-3;
+    t.device_timed = true;
+  }
+
+ private:
+  Session& s_;
+  std::vector<int32_t> x_, y_;
+  bool gpu_async_;
+  std::vector<std::unique_ptr<gpu::Event>> marks_;
+};
+
+void write_inf(float* p, Device dev) {
+  const float inf = std::numeric_limits<float>::infinity();
+  if (dev.is_cpu())
+    *p = inf;
+  else
+    gpu::memcpy_h2d(p, &inf, sizeof(float));
+}
+
+// PARALLM_FAULT_INF_GRAD: an inf in this rank's reduced gradients (where it holds any).
+void inject_fault(const Session& s, int64_t it) {
+  if (std::find(s.fault_inf.begin(), s.fault_inf.end(), it) == s.fault_inf.end()) return;
+  const parallel::UpdateTarget u = s.sync->update();
+  if (u.state_size > 0) write_inf(u.grads, u.device);
+}
+
+// The update itself, when the loss scaler allows it. The gradients are
+// scaled by S (1 without loss scaling): clipping sees the true norm and
+// AdamW divides by S, both exact for a power of two.
+void update(Session& s, int64_t it, float lr, double norm, StepResult& r) {
+  r.scale = s.scaler->scale();
+  r.norm = norm / r.scale;
+  r.applied = s.scaler->update(norm, it);  // every rank decides alike: the norm is global
+  if (!r.applied) {
+    s.progress->print(fmt::format("iter {}: gradients overflowed at loss scale {:g}: update skipped, scale now {:g}",
+                                  it, r.scale, s.scaler->state().scale));
+    return;
+  }
+  // AdamW writes the model's bf16 weight copy as it updates the weights (where there is one).
+  const parallel::UpdateTarget u = s.sync->update();
+  s.opt->step(u.params, u.grads, lr, optim::clip_factor(r.norm, s.cfg.optimizer.grad_clip) / r.scale, u.weight_copy);
+  s.sync->updated(u.weight_copy != nullptr);
+}
+
+}  // namespace
+
+std::unique_ptr<Schedule> make_schedule(Session& s) {
+  return std::make_unique<MicroBatches>(s);
+}
+
+StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr) {
+  std::vector<float>& losses = s.losses;
+  Timer t_iter;
+  PassTimes t = schedule.run(it, losses);
+  Timer to;
+  s.sync->finish_step();
+  inject_fault(s, it);
+  const double norm = s.sync->grad_norm(s.scaler->dynamic());
+  schedule.settle(t);
+  StepResult r;
+  r.loss = s.sync->mean_loss(losses, s.cfg.optimizer.gas);
+  if (!std::isfinite(r.loss))
+    throw NumericError("train", fmt::format("non-finite loss ({}) at iter {}; lower optimizer.learning_rate or set "
+                                            "optimizer.grad_clip",
+                                            r.loss, it));
+  update(s, it, lr, norm, r);
+  r.dtf = t.dtf;
+  r.dtb = t.dtb + to.seconds();
+  r.dt = t_iter.seconds();
+  if (t.device_timed) r.dtb = r.dt - r.dtf;  // the GPU's forwards, then everything else: backward and optimizer
+  return r;
+}
+
+}  // namespace parallm::train

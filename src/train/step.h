@@ -1,0 +1,46 @@
+// One optimizer step: a schedule runs the step's forward and backward passes
+// (here gradient accumulation over optimizer.gas micro-batches, each cut into
+// the passes the gradient sync asks for; a pipeline schedule will be a second
+// implementation of the same Schedule), then the gradient sync finishes the
+// gradients, the loss scaler decides on the global norm, and the optimizer
+// updates what the sync names. The loop calls optimizer_step and never sees
+// which strategy or schedule runs.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "train/session.h"
+
+namespace parallm::train {
+
+struct PassTimes {
+  double dtf = 0, dtb = 0;    // seconds in forward passes, and in backward passes with their gradient work
+  bool device_timed = false;  // dtf is the device's own time (settle): the rest of the step is backward's
+};
+
+class Schedule {
+ public:
+  virtual ~Schedule() = default;
+  // Every forward and backward pass of iteration `it`, from zeroed
+  // gradients; `losses` receives each pass's loss, in order.
+  virtual PassTimes run(int64_t it, std::vector<float>& losses) = 0;
+  // After the step's first wait for the device: the forward time as the
+  // device measured it (a lone GPU process is timed by events, not by the host).
+  virtual void settle(PassTimes& t) {}
+};
+
+// The schedule this run uses.
+std::unique_ptr<Schedule> make_schedule(Session& s);
+
+struct StepResult {
+  float loss = 0;       // mean over the global batch
+  double norm = 0;      // global gradient norm (unscaled)
+  float scale = 1;      // the loss scale the step used
+  bool applied = true;  // false: the update was skipped (overflow under dynamic loss scaling)
+  double dt = 0, dtf = 0, dtb = 0;
+};
+
+StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr);
+
+}  // namespace parallm::train
