@@ -51,6 +51,7 @@
 #include "core/timer.h"
 #include "data/loader.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "train/peak.h"
@@ -445,18 +446,12 @@ void print_summary(const std::vector<Outcome>& outs) {
     }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"parallm vs PyTorch training throughput"};
-  Options o;
-  add_options(app, o);
-  CLI11_PARSE(app, argc, argv);
+int run_bench(Options& o) {
   if (o.threads <= 0) o.threads = usable_cores();
   set_num_threads(o.threads);
-
   Peaks pk;
   pk.bf16 = parse_dtype(o.dtype) == DType::BF16;
+  if (pk.bf16) kernels::cpu_bf16_product_ops();  // ConfigError, naming why, without bf16 matrix hardware
   pk.gemm = train::measure_gemm_flops(o.threads, 1.0, pk.bf16);
   pk.fma = fma_peak_flops(o.threads);
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
@@ -477,4 +472,20 @@ int main(int argc, char** argv) {
   print_summary(outs);
   fmt::print("\n{}\n", report.dump());
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"parallm vs PyTorch training throughput"};
+  Options o;
+  add_options(app, o);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run_bench(o);
+  } catch (const Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "bench_train: error: %s\n", e.what());
+    return 1;
+  }
 }
