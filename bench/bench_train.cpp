@@ -11,13 +11,16 @@
 // Shakespeare when it is prepared (data/shakespeare_char), else random tokens.
 //
 // The peer is tools/torch_ref/bench_peer.py under /usr/bin/python3, run at its
-// best: every variant of its settings is tried (OPENBLAS_CORETYPE unset, torch
-// intra-op threads 1 or all, the pthread or OpenMP OpenBLAS build) and the
-// fastest counts. parallm runs in this process's environment as it is.
-// parallm is timed before and after the peer (the better run counts, as the
-// peer's best setting does), since machine speed drifts over minutes.
-// Printed per config: tokens/s of each, the ratio, achieved GFLOP/s
-// (nanoGPT's 6N + 12LHQT per token) and its fraction of the measured sgemm peak.
+// best: every variant of its settings is tried (OPENBLAS_CORETYPE unset or a
+// named core type, torch intra-op threads 1 or all usable cores, OpenMP
+// threads spinning or OMP_WAIT_POLICY=PASSIVE, the pthread or OpenMP OpenBLAS
+// build) and the fastest counts. parallm runs in this process's environment
+// as it is. parallm is timed before and after the peer (the better run counts,
+// as the peer's best setting does), since machine speed drifts over minutes.
+// Printed per config: tokens/s of each, the peer's winning setting, the ratio,
+// achieved GFLOP/s (nanoGPT's 6N + 12LHQT per token) and its fraction of the
+// measured sgemm peak; at the end a table of every peer setting's tokens/s
+// with the winner marked.
 // The header also prints the cores' fp32 FMA ceiling (a loop of independent
 // vector FMAs), the bound no GEMM on them can pass; in fp32, each side's
 // fraction of it is printed too, with the ratio a step running wholly at the
@@ -41,12 +44,14 @@
 #include <string>
 #include <vector>
 
+#include "core/host.h"
 #include "core/profiler.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "train/peak.h"
@@ -210,162 +215,277 @@ struct PeerVariant {
   int intra_threads;
 };
 
+// Every setting of the peer worth trying (--peer quick: the first three that
+// exist). torch's intra-op threads are an OpenMP pool; beside the pthread
+// OpenBLAS, whose own threads do the products, that pool's threads spin
+// between parallel regions unless OMP_WAIT_POLICY=PASSIVE puts them to sleep.
 std::vector<PeerVariant> peer_variants(int threads, bool quick) {
   const std::string omp_dir = "/usr/lib/x86_64-linux-gnu/openblas-openmp";
   const std::string pth_dir = "/usr/lib/x86_64-linux-gnu/openblas-pthread";
+  const std::string all = "intra-op " + std::to_string(threads), passive = "OMP_WAIT_POLICY=PASSIVE";
+  const std::string omp_lib = "LD_LIBRARY_PATH=" + omp_dir, pth_lib = "LD_LIBRARY_PATH=" + pth_dir;
+  const std::string pth_threads = "OPENBLAS_NUM_THREADS=" + std::to_string(threads);
   std::vector<PeerVariant> v;
-  if (fs::exists(omp_dir))
-    v.push_back({"openblas-openmp, intra-op " + std::to_string(threads), {"LD_LIBRARY_PATH=" + omp_dir}, threads});
-  if (fs::exists(pth_dir))
-    v.push_back({"openblas-pthread, intra-op 1",
-                 {"LD_LIBRARY_PATH=" + pth_dir, "OPENBLAS_NUM_THREADS=" + std::to_string(threads)},
-                 1});
-  // OpenBLAS picks its kernels from the CPU's model; on CPUs it does not know
-  // (AMD Zen 4 reads as Cooperlake in 0.3.21) a named core type can be faster.
-  if (fs::exists(omp_dir) && !quick)
-    for (const char* core : {"Haswell", "Zen"})
-      v.push_back({std::string("openblas-openmp, intra-op ") + std::to_string(threads) + ", OPENBLAS_CORETYPE=" + core,
-                   {"LD_LIBRARY_PATH=" + omp_dir, std::string("OPENBLAS_CORETYPE=") + core},
-                   threads});
+  if (fs::exists(omp_dir)) v.push_back({"openblas-openmp, " + all, {omp_lib}, threads});
+  if (fs::exists(pth_dir)) {
+    v.push_back({"openblas-pthread, intra-op 1", {pth_lib, pth_threads}, 1});
+    v.push_back({"openblas-pthread, " + all + ", OMP passive", {pth_lib, pth_threads, passive}, threads});
+  }
+  if (fs::exists(omp_dir) && !quick) {
+    v.push_back({"openblas-openmp, " + all + ", OMP passive", {omp_lib, passive}, threads});
+    // OpenBLAS picks its kernels from the CPU's model; on CPUs it does not know
+    // (AMD Zen 4 reads as Cooperlake in 0.3.21) a named core type can be faster.
+    for (const std::string core : {"Haswell", "Zen"})
+      v.push_back(
+          {"openblas-openmp, " + all + ", OPENBLAS_CORETYPE=" + core, {omp_lib, "OPENBLAS_CORETYPE=" + core}, threads});
+  }
   if (v.empty())
     std::fprintf(stderr,
                  "bench_train: warning: no OpenBLAS (%s, %s); the peer runs on the system BLAS, which may be the slow "
                  "reference one: apt-get install libopenblas0-pthread libopenblas0-openmp for a fair peer\n",
                  omp_dir.c_str(), pth_dir.c_str());
   if (v.empty() || !quick) {
-    v.push_back({"system BLAS, intra-op " + std::to_string(threads), {}, threads});
-    v.push_back({"system BLAS, intra-op 1, OMP passive", {"OMP_WAIT_POLICY=PASSIVE"}, 1});
+    v.push_back({"system BLAS, " + all, {}, threads});
+    v.push_back({"system BLAS, intra-op 1, OMP passive", {passive}, 1});
+    v.push_back({"system BLAS, " + all + ", OMP passive", {passive}, threads});
   }
   return v;
 }
 
-Result run_peer(const BenchConfig& bc, const std::string& data_dir, int iters, int threads, bool quick,
-                const std::string& script, const std::string& dtype) {
-  Result best;
-  for (const auto& var : peer_variants(threads, quick)) {
-    std::vector<std::string> argv{"env", "-u", "OPENBLAS_CORETYPE"};
-    for (const auto& e : var.env) argv.push_back(e);
-    for (const std::string& a : {std::string("/usr/bin/python3"), script,
-                                 std::string("--n_layer"),        std::to_string(bc.m.n_layer),
-                                 std::string("--n_head"),         std::to_string(bc.m.n_head),
-                                 std::string("--n_embd"),         std::to_string(bc.m.n_embd),
-                                 std::string("--block_size"),     std::to_string(bc.m.block_size),
-                                 std::string("--batch_size"),     std::to_string(bc.batch),
-                                 std::string("--vocab_size"),     std::to_string(bc.m.vocab_size),
-                                 std::string("--bias"),           std::string(bc.m.bias ? "1" : "0"),
-                                 std::string("--iters"),          std::to_string(iters),
-                                 std::string("--warmup"),         std::string("1"),
-                                 std::string("--intra_threads"),  std::to_string(var.intra_threads),
-                                 std::string("--dtype"),          dtype})
-      argv.push_back(a);
-    if (bc.use_shakespeare && fs::exists(data_dir + "/train.bin")) {
-      argv.push_back("--data");
-      argv.push_back(data_dir + "/train.bin");
-    }
-    const std::string out = run_capture(argv);
-    auto pos = out.rfind('{');
-    if (pos == std::string::npos) {
-      fmt::print("  peer [{}]: no result (is python3-torch installed?)\n", var.label);
-      continue;
-    }
+struct PeerRequest {
+  const BenchConfig& bc;
+  std::string data_dir, script, dtype;
+  int iters;
+};
+
+// The peer's command line for one setting. OPENBLAS_CORETYPE and
+// OMP_WAIT_POLICY are cleared first, so each setting is what its label says.
+std::vector<std::string> peer_argv(const PeerRequest& rq, const PeerVariant& var) {
+  const auto& m = rq.bc.m;
+  std::vector<std::string> argv{"env", "-u", "OPENBLAS_CORETYPE", "-u", "OMP_WAIT_POLICY"};
+  argv.insert(argv.end(), var.env.begin(), var.env.end());
+  argv.insert(argv.end(), {"/usr/bin/python3", rq.script,
+                           "--n_layer",        std::to_string(m.n_layer),
+                           "--n_head",         std::to_string(m.n_head),
+                           "--n_embd",         std::to_string(m.n_embd),
+                           "--block_size",     std::to_string(m.block_size),
+                           "--batch_size",     std::to_string(rq.bc.batch),
+                           "--vocab_size",     std::to_string(m.vocab_size),
+                           "--bias",           m.bias ? "1" : "0",
+                           "--iters",          std::to_string(rq.iters),
+                           "--warmup",         "1",
+                           "--intra_threads",  std::to_string(var.intra_threads),
+                           "--dtype",          rq.dtype});
+  if (rq.bc.use_shakespeare && fs::exists(rq.data_dir + "/train.bin"))
+    argv.insert(argv.end(), {"--data", rq.data_dir + "/train.bin"});
+  return argv;
+}
+
+struct PeerRun {
+  std::string label;
+  Result r;  // tokens_per_s 0: the setting gave no result
+};
+
+struct PeerResult {
+  std::vector<PeerRun> runs;  // every setting tried, in order
+  int best = -1;              // the fastest run; -1 when none gave a result
+  Result best_result() const { return best < 0 ? Result{} : runs[static_cast<size_t>(best)].r; }
+};
+
+PeerRun run_peer_variant(const PeerRequest& rq, const PeerVariant& var) {
+  PeerRun run{var.label, {}};
+  const std::string out = run_capture(peer_argv(rq, var));
+  if (const auto pos = out.rfind('{'); pos != std::string::npos) {
     auto j = nlohmann::json::parse(out.substr(pos), nullptr, false);
-    if (j.is_discarded() || !j.contains("tokens_per_s")) continue;
-    const double tps = j["tokens_per_s"].get<double>();
-    fmt::print("  peer [{}]: {:.0f} tokens/s\n", var.label, tps);
-    std::fflush(stdout);
-    if (tps > best.tokens_per_s) best = {tps, j["s_per_iter"].get<double>()};
+    if (!j.is_discarded() && j.contains("tokens_per_s") && j.contains("s_per_iter"))
+      run.r = {j["tokens_per_s"].get<double>(), j["s_per_iter"].get<double>()};
   }
-  return best;
+  if (run.r.tokens_per_s > 0)
+    fmt::print("  peer [{}]: {:.0f} tokens/s\n", var.label, run.r.tokens_per_s);
+  else
+    fmt::print("  peer [{}]: no result (is python3-torch installed?)\n", var.label);
+  std::fflush(stdout);
+  return run;
+}
+
+PeerResult run_peer(const PeerRequest& rq, int threads, bool quick) {
+  PeerResult res;
+  for (const auto& var : peer_variants(threads, quick)) {
+    res.runs.push_back(run_peer_variant(rq, var));
+    const double best = res.best_result().tokens_per_s;
+    if (res.runs.back().r.tokens_per_s > best) res.best = static_cast<int>(res.runs.size()) - 1;
+  }
+  return res;
+}
+
+struct Options {
+  std::string configs = "a,b,c", peer = "all", data_dir = "data/shakespeare_char", dtype = "fp32";
+  std::string script = PARALLM_SOURCE_DIR "/tools/torch_ref/bench_peer.py";
+  int iters = 20, warmup = 2, peer_iters = 0, threads = 0;
+};
+
+void add_options(CLI::App& app, Options& o) {
+  app.add_option("--configs", o.configs, "comma-separated subset of a,b,c");
+  app.add_option("--iters", o.iters, "timed parallm iterations");
+  app.add_option("--warmup", o.warmup, "untimed parallm iterations first");
+  app.add_option("--peer-iters", o.peer_iters, "timed PyTorch iterations (default: per config)");
+  app.add_option("--peer", o.peer, "all (every peer setting, keep the best) | quick | none")
+      ->check(CLI::IsMember({"all", "quick", "none"}));
+  app.add_option("--threads", o.threads, "threads for both (default: all usable cores)");
+  app.add_option("--data", o.data_dir, "prepared tiny Shakespeare");
+  app.add_option("--dtype", o.dtype, "fp32, or bf16 mixed precision on both sides")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--peer-script", o.script, "the PyTorch peer (default: the one in this source tree)");
+}
+
+// What the machine measured at the start: the GEMM peak of the bench's dtype
+// and the fp32 FMA ceiling (0 where there is no FMA loop for the CPU).
+struct Peaks {
+  double gemm = 0, fma = 0;
+  bool bf16 = false;
+  const char* gemm_name() const { return bf16 ? "bf16 GEMM" : "sgemm"; }
+};
+
+// One config's outcome, kept for the summary table.
+struct Outcome {
+  std::string config;
+  double parallm_tokens_per_s = 0;
+  PeerResult peer;
+};
+
+void print_peer_best(const Outcome& o, double fpt, const Peaks& pk, nlohmann::json& rec) {
+  const Result theirs = o.peer.best_result();
+  const double ours = o.parallm_tokens_per_s;
+  const std::string& label = o.peer.runs[static_cast<size_t>(o.peer.best)].label;
+  fmt::print("  pytorch (best: {}): {:.0f} tokens/s ({:.3f} s/iter), {:.1f} GFLOP/s = {:.1f}% of {} peak\n", label,
+             theirs.tokens_per_s, theirs.s_per_iter, theirs.tokens_per_s * fpt / 1e9,
+             100 * theirs.tokens_per_s * fpt / pk.gemm, pk.gemm_name());
+  fmt::print("  parallm (best of 2): {:.0f} tokens/s | ratio parallm / pytorch: {:.2f}x\n", ours,
+             ours / theirs.tokens_per_s);
+  rec["pytorch_tokens_per_s"] = theirs.tokens_per_s;
+  rec["pytorch_best_setting"] = label;
+  rec["ratio"] = ours / theirs.tokens_per_s;
+  if (pk.bf16 || pk.fma <= 0) return;
+  // What this machine allows at all: a step whose every flop ran at the FMA
+  // ceiling, against the peer as measured (fp32 only: the ceiling is the fp32
+  // FMA loop's).
+  const double theirs_flops = theirs.tokens_per_s * fpt;
+  fmt::print(
+      "  FMA ceiling: parallm at {:.1f}% of it, pytorch at {:.1f}%; a step at the ceiling would be {:.2f}x pytorch\n",
+      100 * ours * fpt / pk.fma, 100 * theirs_flops / pk.fma, pk.fma / theirs_flops);
+  rec["ratio_at_fma_ceiling"] = pk.fma / theirs_flops;
+}
+
+nlohmann::json peer_settings_json(const PeerResult& p) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& run : p.runs)
+    a.push_back({{"setting", run.label},
+                 {"tokens_per_s", run.r.tokens_per_s > 0 ? nlohmann::json(run.r.tokens_per_s) : nlohmann::json()}});
+  return a;
+}
+
+// Times parallm, then (unless --peer none) every peer setting and parallm
+// again: machine speed drifts over minutes, so parallm's better run counts,
+// as the peer's best setting does.
+Outcome bench_config(const BenchConfig& bc, const Options& o, const Peaks& pk, nlohmann::json& rec) {
+  model::GPT probe(bc.m, 1, 1);
+  const double fpt = probe.flops_per_token(bc.m.block_size);
+  const DType dtype = parse_dtype(o.dtype);
+  fmt::print("\n({}) {} | batch {} | {:.2f}M params (nanoGPT count)\n", bc.name, bc.m.summary(), bc.batch,
+             probe.num_params_nanogpt() / 1e6);
+  std::fflush(stdout);
+  const int it = bc.name == "a" ? o.iters * 5 : o.iters;
+  prof::reset();
+  Outcome out{bc.name, run_parallm(bc, o.data_dir, it, o.warmup, dtype).tokens_per_s, {}};
+  if (prof::enabled()) fmt::print("{}", prof::table());
+  const double ours = out.parallm_tokens_per_s;
+  fmt::print("  parallm: {:.0f} tokens/s ({:.3f} s/iter), {:.1f} GFLOP/s = {:.1f}% of {} peak\n", ours,
+             static_cast<double>(bc.batch * bc.m.block_size) / ours, ours * fpt / 1e9, 100 * ours * fpt / pk.gemm,
+             pk.gemm_name());
+  std::fflush(stdout);
+  rec = {{"config", bc.name},
+         {"parallm_tokens_per_s", ours},
+         {"parallm_gflops", ours * fpt / 1e9},
+         {"peak_gflops", pk.gemm / 1e9},
+         {"fma_peak_gflops", pk.fma / 1e9},
+         {"dtype", o.dtype}};
+  if (o.peer == "none") return out;
+  const int pit = o.peer_iters > 0 ? o.peer_iters : bc.name == "a" ? 40 : bc.name == "b" ? 3 : 6;
+  out.peer = run_peer({bc, o.data_dir, o.script, o.dtype, pit}, o.threads, o.peer == "quick");
+  const double again = run_parallm(bc, o.data_dir, it, o.warmup, dtype).tokens_per_s;
+  fmt::print("  parallm again after the peer: {:.0f} tokens/s\n", again);
+  out.parallm_tokens_per_s = std::max(ours, again);
+  rec["parallm_tokens_per_s"] = out.parallm_tokens_per_s;
+  rec["parallm_gflops"] = out.parallm_tokens_per_s * fpt / 1e9;
+  rec["pytorch_settings"] = peer_settings_json(out.peer);
+  if (out.peer.best >= 0) print_peer_best(out, fpt, pk, rec);
+  return out;
+}
+
+// Every peer setting's tokens/s beside parallm's best run, the peer's best
+// marked: the ratio each setting would have given, so a setting missing from
+// the list shows up as the one that wins when it is added.
+void print_summary(const std::vector<Outcome>& outs) {
+  size_t width = 15;
+  for (const auto& o : outs)
+    for (const auto& run : o.peer.runs) width = std::max(width, run.label.size());
+  bool any = false;
+  for (const auto& o : outs) any = any || !o.peer.runs.empty();
+  if (!any) return;
+  fmt::print("\nsummary (tokens/s; every pytorch setting tried, the best one marked; its ratio is the one above)\n");
+  fmt::print("| config | {:<{}} | best | pytorch | parallm | parallm / pytorch |\n", "pytorch setting", width);
+  fmt::print("| --- | {:-<{}} | --- | --- | --- | --- |\n", "", width);
+  for (const auto& o : outs)
+    for (size_t i = 0; i < o.peer.runs.size(); ++i) {
+      const PeerRun& run = o.peer.runs[i];
+      const bool won = static_cast<int>(i) == o.peer.best;
+      const double t = run.r.tokens_per_s;
+      fmt::print("| ({}) | {:<{}} | {:<4} | {:>7} | {:>7.0f} | {:>17} |\n", o.config, run.label, width, won ? "*" : "",
+                 t > 0 ? fmt::format("{:.0f}", t) : "failed", o.parallm_tokens_per_s,
+                 t > 0 ? fmt::format("{:.2f}x", o.parallm_tokens_per_s / t) : "");
+    }
+}
+
+int run_bench(Options& o) {
+  if (o.threads <= 0) o.threads = usable_cores();
+  set_num_threads(o.threads);
+  Peaks pk;
+  pk.bf16 = parse_dtype(o.dtype) == DType::BF16;
+  if (pk.bf16) kernels::cpu_bf16_product_ops();  // ConfigError, naming why, without bf16 matrix hardware
+  pk.gemm = train::measure_gemm_flops(o.threads, 1.0, pk.bf16);
+  pk.fma = fma_peak_flops(o.threads);
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  fmt::print(
+      "threads {} | dtype {} | measured {} peak (oneDNN, 1024^3): {:.1f} GFLOP/s | fp32 FMA ceiling (loop): "
+      "{:.1f} GFLOP/s | kernels {} | OPENBLAS_CORETYPE={}\n",
+      o.threads, o.dtype, pk.bf16 ? "bf16 GEMM" : "fp32 sgemm", pk.gemm / 1e9, pk.fma / 1e9, kernels::cpu_kernel_isa(),
+      coretype ? coretype : "(unset)");
+  nlohmann::json report = nlohmann::json::array();
+  std::vector<Outcome> outs;
+  for (const auto& bc : all_configs()) {
+    if (o.configs.find(bc.name) == std::string::npos) continue;
+    nlohmann::json rec;
+    outs.push_back(bench_config(bc, o, pk, rec));
+    report.push_back(rec);
+    std::fflush(stdout);
+  }
+  print_summary(outs);
+  fmt::print("\n{}\n", report.dump());
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"parallm vs PyTorch training throughput"};
-  std::string configs = "a,b,c", peer = "all", data_dir = "data/shakespeare_char";
-  int iters = 20, warmup = 2, peer_iters = 0, threads = 0;
-  app.add_option("--configs", configs, "comma-separated subset of a,b,c");
-  app.add_option("--iters", iters, "timed parallm iterations");
-  app.add_option("--warmup", warmup, "untimed parallm iterations first");
-  app.add_option("--peer-iters", peer_iters, "timed PyTorch iterations (default: per config)");
-  app.add_option("--peer", peer, "all (every peer setting, keep the best) | quick | none")
-      ->check(CLI::IsMember({"all", "quick", "none"}));
-  app.add_option("--threads", threads, "threads for both (default: all cores)");
-  app.add_option("--data", data_dir, "prepared tiny Shakespeare");
-  std::string dtype_s = "fp32";
-  app.add_option("--dtype", dtype_s, "fp32, or bf16 mixed precision on both sides")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
-  std::string script = PARALLM_SOURCE_DIR "/tools/torch_ref/bench_peer.py";
-  app.add_option("--peer-script", script, "the PyTorch peer (default: the one in this source tree)");
+  Options o;
+  add_options(app, o);
   CLI11_PARSE(app, argc, argv);
-  if (threads <= 0) threads = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  set_num_threads(threads);
-
-  const DType dtype = parse_dtype(dtype_s);
-  const bool bf16 = dtype == DType::BF16;
-  const double peak = train::measure_gemm_flops(threads, 1.0, bf16);
-  const double fma_peak = fma_peak_flops(threads);
-  fmt::print(
-      "threads {} | dtype {} | measured {} peak (oneDNN, 1024^3): {:.1f} GFLOP/s | fp32 FMA ceiling (loop): "
-      "{:.1f} GFLOP/s | kernels {} | OPENBLAS_CORETYPE={}\n",
-      threads, dtype_s, bf16 ? "bf16 GEMM" : "fp32 sgemm", peak / 1e9, fma_peak / 1e9, kernels::cpu_kernel_isa(),
-      std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)");
-  nlohmann::json report = nlohmann::json::array();
-  for (const auto& bc : all_configs()) {
-    if (configs.find(bc.name) == std::string::npos) continue;
-    model::GPT probe(bc.m, 1, 1);
-    const double fpt = probe.flops_per_token(bc.m.block_size);
-    fmt::print("\n({}) {} | batch {} | {:.2f}M params (nanoGPT count)\n", bc.name, bc.m.summary(), bc.batch,
-               probe.num_params_nanogpt() / 1e6);
+  try {
+    return run_bench(o);
+  } catch (const Error& e) {
     std::fflush(stdout);
-    const int it = bc.name == "a" ? iters * 5 : iters;
-    prof::reset();
-    Result ours = run_parallm(bc, data_dir, it, warmup, dtype);
-    if (prof::enabled()) fmt::print("{}", prof::table());
-    fmt::print("  parallm: {:.0f} tokens/s ({:.3f} s/iter), {:.1f} GFLOP/s = {:.1f}% of {} peak\n", ours.tokens_per_s,
-               ours.s_per_iter, ours.tokens_per_s * fpt / 1e9, 100 * ours.tokens_per_s * fpt / peak,
-               bf16 ? "bf16 GEMM" : "sgemm");
-    std::fflush(stdout);
-    nlohmann::json rec{{"config", bc.name},
-                       {"parallm_tokens_per_s", ours.tokens_per_s},
-                       {"parallm_gflops", ours.tokens_per_s * fpt / 1e9},
-                       {"peak_gflops", peak / 1e9},
-                       {"fma_peak_gflops", fma_peak / 1e9},
-                       {"dtype", dtype_s}};
-    if (peer != "none") {
-      const int pit = peer_iters > 0 ? peer_iters : bc.name == "a" ? 40 : bc.name == "b" ? 3 : 6;
-      Result theirs = run_peer(bc, data_dir, pit, threads, peer == "quick", script, dtype_s);
-      // Machine speed drifts over minutes: time parallm again after the peer
-      // and keep its better run, as the peer keeps its best setting.
-      Result again = run_parallm(bc, data_dir, it, warmup, dtype);
-      fmt::print("  parallm again after the peer: {:.0f} tokens/s\n", again.tokens_per_s);
-      if (again.tokens_per_s > ours.tokens_per_s) ours = again;
-      rec["parallm_tokens_per_s"] = ours.tokens_per_s;
-      rec["parallm_gflops"] = ours.tokens_per_s * fpt / 1e9;
-      if (theirs.tokens_per_s > 0) {
-        fmt::print("  pytorch (best): {:.0f} tokens/s ({:.3f} s/iter), {:.1f} GFLOP/s = {:.1f}% of {} peak\n",
-                   theirs.tokens_per_s, theirs.s_per_iter, theirs.tokens_per_s * fpt / 1e9,
-                   100 * theirs.tokens_per_s * fpt / peak, bf16 ? "bf16 GEMM" : "sgemm");
-        fmt::print("  parallm (best of 2): {:.0f} tokens/s | ratio parallm / pytorch: {:.2f}x\n", ours.tokens_per_s,
-                   ours.tokens_per_s / theirs.tokens_per_s);
-        rec["pytorch_tokens_per_s"] = theirs.tokens_per_s;
-        rec["ratio"] = ours.tokens_per_s / theirs.tokens_per_s;
-        if (!bf16 && fma_peak > 0) {
-          // What this machine allows at all: a step whose every flop ran at the
-          // FMA ceiling, against the peer as measured (fp32 only: the ceiling
-          // is the fp32 FMA loop's).
-          const double theirs_flops = theirs.tokens_per_s * fpt;
-          fmt::print(
-              "  FMA ceiling: parallm at {:.1f}% of it, pytorch at {:.1f}%; a step at the ceiling would be "
-              "{:.2f}x pytorch\n",
-              100 * ours.tokens_per_s * fpt / fma_peak, 100 * theirs_flops / fma_peak, fma_peak / theirs_flops);
-          rec["ratio_at_fma_ceiling"] = fma_peak / theirs_flops;
-        }
-      }
-    }
-    report.push_back(rec);
-    std::fflush(stdout);
+    std::fprintf(stderr, "bench_train: error: %s\n", e.what());
+    return 1;
   }
-  fmt::print("\n{}\n", report.dump());
-  return 0;
 }
