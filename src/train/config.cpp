@@ -20,7 +20,7 @@
 #include "core/gpu.h"
 #include "core/host.h"
 #include "core/text.h"
-#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/bf16.h"
 #include "train/plan.h"
 
 namespace parallm::train {
@@ -479,11 +479,11 @@ void RunConfig::validate() const {
                 "train.dtype=fp16 is not implemented yet; use bf16 or fp32 (its dynamic loss scaling is: "
                 "train.loss_scale=dynamic)");
   loss_scale_config();
-  PARALLM_CHECK(dtype != "bf16" || !parse_device(device).is_cpu() || kernels::cpu::bf16_products_supported(),
-                ConfigError, "config",
+  PARALLM_CHECK(dtype != "bf16" || !parse_device(device).is_cpu() || kernels::bf16_products_supported(), ConfigError,
+                "config",
                 "train.dtype=bf16 on the CPU needs bf16 matrix hardware (AMX or AVX-512 BF16), which this CPU lacks "
                 "(oneDNN offers \"{}\"); use train.dtype=fp32",
-                kernels::cpu::bf16_products_impl());
+                kernels::bf16_products_impl());
   if (!parse_device(device).is_cpu()) {
     PARALLM_CHECK(zero_stage == 0, ConfigError, "config", "zero.stage={} is CPU-only for now (train.device={})",
                   zero_stage, device);

@@ -18,7 +18,7 @@
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "data/vocab.h"
-#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/bf16.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
@@ -348,7 +348,7 @@ RunSummary train_run(RunConfig cfg, comm::Communicator& world, std::optional<Run
     log::info(
         "dtype: bf16 mixed precision on the CPU: bf16 products ({}) with fp32 accumulation; activations, "
         "weights, gradients and optimizer state fp32",
-        kernels::cpu::bf16_products_impl());
+        kernels::bf16_products_impl());
   if (scaler.dynamic())
     log::info(
         "loss scaling: dynamic from {:g} (a step whose gradients overflow is skipped and the scale halves; it "
