@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "comm/communicator.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/log.h"
@@ -123,8 +124,8 @@ void broadcast_state(comm::Communicator& w, TrainState& st, optim::AdamW& opt) {
 // PARALLM_FAULT_INF_GRAD="3,7": iterations whose reduced gradients get an
 // inf written into them on every rank, to exercise overflow handling.
 std::vector<int64_t> fault_inf_grad_iters() {
-  const char* env = std::getenv("PARALLM_FAULT_INF_GRAD");
-  return env ? parse_int_list(env, "train", "PARALLM_FAULT_INF_GRAD") : std::vector<int64_t>{};
+  const char* list = env::get(env::Var::FaultInfGrad);
+  return list ? parse_int_list(list, "train", "PARALLM_FAULT_INF_GRAD") : std::vector<int64_t>{};
 }
 
 void write_inf(float* p, Device dev) {
