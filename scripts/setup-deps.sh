@@ -14,6 +14,7 @@ PKGS=(
   libcurl4-openssl-dev   # dataset download
   libopenmpi-dev openmpi-bin  # MPI: multi-rank runs and their tests (mpirun inside ctest)
   libgtest-dev libgmock-dev libbenchmark-dev
+  python3                # .ci/check-layers (a ctest too), bench/compare_runs.py
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "cli/world.h"
 #include "comm/communicator.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -31,12 +32,18 @@ Runner add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a GPT (config file and/or key=value overrides)");
   auto args = std::make_shared<std::vector<std::string>>();
   auto help_keys = std::make_shared<bool>(false);
+  auto help_env = std::make_shared<bool>(false);
   cmd->add_option("args", *args, "[config.yaml] key=value ...");
   cmd->add_flag("--help-keys", *help_keys, "List every config key with its type and default");
+  cmd->add_flag("--help-env", *help_env, "List the environment variables parallm reads, with defaults and meaning");
   cmd->footer("Example: parallm train model.n_layer=4 model.n_embd=128 train.max_iters=2000");
-  return [args, help_keys]() {
+  return [args, help_keys, help_env]() {
     if (*help_keys) {
       for (const auto& [k, d] : train::RunConfig::describe()) std::printf("  %-32s %s\n", k.c_str(), d.c_str());
+      return 0;
+    }
+    if (*help_env) {
+      std::fputs(env::help_table().c_str(), stdout);
       return 0;
     }
     train::RunConfig cfg = run_config_from_args(*args, "cli.train");

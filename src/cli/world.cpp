@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "cli/options.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/threads.h"
@@ -18,8 +19,8 @@ World start_world(const std::string& backend, const comm::CommOptions& options, 
   w.host = comm::this_host();
   log::set_rank(w.comm->rank(), w.host);
   // kill -USR2 (or a communication timeout) writes every thread's stack here.
-  const char* dir = std::getenv("PARALLM_TRACE_DIR");
-  trace::install(fmt::format("{}/trace-{}-{}.txt", dir && *dir ? dir : ".", w.host, w.comm->rank()));
+  const std::string dir = env::value(env::Var::TraceDir);
+  trace::install(fmt::format("{}/trace-{}-{}.txt", dir, w.host, w.comm->rank()));
   run_guarded(w, [&] {
     w.topo = comm::discover_topology(*w.comm, w.host);
     return 0;

@@ -7,6 +7,7 @@
 #include <list>
 #include <utility>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/trace.h"
 
@@ -123,10 +124,19 @@ std::string Op::describe() const {
 
 // ---- QueuedComm: validation on the caller's thread ----
 
+namespace {
+// How long the comm thread sleeps between polls (PARALLM_COMM_POLL_US), read once.
+std::chrono::microseconds poll_interval() {
+  static const std::chrono::microseconds us(env::integer(env::Var::CommPollUs, 0, 1000000));
+  return us;
+}
+}  // namespace
+
 QueuedComm::QueuedComm(int rank, int size, std::string name, CommOptions options)
     : rank_(rank), size_(size), name_(std::move(name)), options_(options) {
   PARALLM_CHECK(options_.timeout_s > 0, ConfigError, "comm", "comm.timeout_s must be positive, got {}",
                 options_.timeout_s);
+  poll_interval();  // a bad PARALLM_COMM_POLL_US is an error here, not on the comm thread
 }
 
 QueuedComm::~QueuedComm() {
@@ -420,10 +430,7 @@ void QueuedComm::loop() {
   auto last_service = Clock::now();
   auto last_progress_check = Clock::now();
   auto last_busy = Clock::now();
-  static const auto poll_sleep = std::chrono::microseconds([] {
-    const char* v = std::getenv("PARALLM_COMM_POLL_US");
-    return v ? std::atoi(v) : 50;
-  }());
+  const auto poll_sleep = poll_interval();
   const auto spin_window = std::chrono::microseconds(200);
   auto fail_active = [&](std::exception_ptr err) {
     for (Active& x : active) x.op.work->finish(err);

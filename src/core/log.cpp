@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/append_file.h"
+#include "core/env.h"
 
 namespace parallm::log {
 
@@ -80,8 +81,7 @@ void remove_file() {
 void set_rank(int rank, const std::string& host) {
   init_console();
   if (rank == 0) return;
-  const char* all = std::getenv("LOG_FROM_ALL_RANKS");
-  const bool verbose = all && std::string(all) == "1";
+  const bool verbose = env::value(env::Var::LogFromAllRanks) == "1";
   g_console->set_pattern(fmt::format("[{}:{}] %^%v%$", host, rank));
   g_console->set_level(verbose ? spdlog::level::trace : spdlog::level::warn);
 }

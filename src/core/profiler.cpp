@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "core/env.h"
+
 namespace parallm::prof {
 
 namespace {
@@ -18,10 +20,7 @@ constexpr int kMax = 128;
 Entry g_entries[kMax];
 std::atomic<int> g_count{0};
 std::mutex g_mu;
-std::atomic<bool> g_enabled{[] {
-  const char* e = std::getenv("PARALLM_PROFILE");
-  return e && *e && std::string(e) != "0";
-}()};
+std::atomic<bool> g_enabled{env::value(env::Var::Profile) != "0"};
 }  // namespace
 
 bool enabled() {

@@ -11,12 +11,20 @@
 
 namespace parallm::kernels {
 
-struct AdamWParams {
+// AdamW's five hyperparameters, declared once for the program: the kernels
+// read them in AdamWParams, the optimizer is configured with them
+// (optim::AdamWConfig is this type). The defaults are `parallm train`'s
+// (the optimizer.* keys of train/config.h).
+struct AdamWHyperparams {
   float lr = 1e-3f;
   float beta1 = 0.9f;
-  float beta2 = 0.999f;
+  float beta2 = 0.99f;
   float eps = 1e-8f;
-  float weight_decay = 0.0f;
+  float weight_decay = 0.1f;
+};
+
+// One update's parameters: the hyperparameters, then the step.
+struct AdamWParams : AdamWHyperparams {
   int64_t step = 1;  // 1-based step count for bias correction
   float grad_scale = 1.0f;
 };

@@ -3,7 +3,9 @@
 #include "kernels/ops.h"
 
 #include "core/error.h"
+#include "kernels/bf16.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/elementwise.h"
 
 namespace parallm::kernels {
 
@@ -70,11 +72,18 @@ const ModelOps<bfloat16>& bf16_ops_for(Device dev) {
 }
 
 const Ops& cpu_bf16_product_ops() {
-  PARALLM_CHECK(cpu::bf16_products_supported(), ConfigError, "kernels",
+  PARALLM_CHECK(bf16_products_supported(), ConfigError, "kernels",
                 "train.dtype=bf16 on the CPU needs bf16 matrix hardware (AMX or AVX-512 BF16), which this CPU lacks "
                 "(oneDNN offers \"{}\"); use train.dtype=fp32",
-                cpu::bf16_products_impl());
+                bf16_products_impl());
   return kCpuBf16Products;
+}
+
+void convert_to_bf16(Device dev, bfloat16* dst, const float* src, int64_t n) {
+  if (dev.is_cpu())
+    cpu::to_bf16(dst, src, 1, n, n);
+  else
+    cuda::convert(dst, src, n);
 }
 
 }  // namespace parallm::kernels

@@ -13,8 +13,8 @@
 #include "core/profiler.h"
 #include "core/rng.h"
 #include "kernels/attention.h"
+#include "kernels/bf16.h"
 #include "kernels/classifier.h"
-#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gelu.h"
@@ -184,7 +184,7 @@ const A* GPT::params_of(int g, Pass pass) {
   } else {
     if (lp_stale_) {
       PARALLM_CHECK(params_.data(), InternalError, "gpt", "bf16 compute weights need the fp32 parameters");
-      kernels::cuda::convert(params_lp_.data(), params_.data(), layout_.total());
+      kernels::convert_to_bf16(dev_, params_lp_.data(), params_.data(), layout_.total());
       lp_stale_ = false;
     }
     return params_lp_.data() + layout_.group(g).begin;
@@ -224,14 +224,14 @@ double GPT::flops_per_token(int64_t T) const {
   return 6.0 * N + 12.0 * cfg_.n_layer * cfg_.n_embd * static_cast<double>(T);
 }
 
-std::optional<kernels::cpu::Bf16CopyScope> GPT::weight_copy_scope() {
+std::optional<kernels::Bf16CopyScope> GPT::weight_copy_scope() {
   if (!bf16_products_ || !params_lp_.data()) return std::nullopt;
   if (lp_stale_) {
     PARALLM_PROFILE("to_bf16");
-    kernels::cpu::to_bf16(params_lp_.data(), params_.data(), 1, layout_.total(), layout_.total());
+    kernels::convert_to_bf16(dev_, params_lp_.data(), params_.data(), layout_.total());
     lp_stale_ = false;
   }
-  return std::optional<kernels::cpu::Bf16CopyScope>(std::in_place, params_.data(), params_lp_.data(), layout_.total());
+  return std::optional<kernels::Bf16CopyScope>(std::in_place, params_.data(), params_lp_.data(), layout_.total());
 }
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, const StepContext& ctx) {

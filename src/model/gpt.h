@@ -22,7 +22,7 @@
 #include "core/device_array.h"
 #include "core/gpu.h"
 #include "core/tensor.h"
-#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/bf16.h"
 #include "model/config.h"
 #include "model/param_store.h"
 #include "model/params.h"
@@ -158,7 +158,7 @@ class GPT {
   void group_grads_done(int g) const;
   // CPU bf16 products with the model's own parameters: the scope under which
   // the kernels read weights from params_lp_ (redrawn first if stale).
-  std::optional<kernels::cpu::Bf16CopyScope> weight_copy_scope();
+  std::optional<kernels::Bf16CopyScope> weight_copy_scope();
   // Group g's parameters in the compute type A (bf16: the refreshed copy).
   template <class A>
   const A* params_of(int g, Pass pass);

@@ -6,11 +6,9 @@
 
 #include "core/error.h"
 #include "kernels/gelu.h"
-#include "kernels/matmul.h"
+#include "kernels/ops.h"
 
 namespace parallm::model {
-
-namespace k = kernels::cpu;
 
 MLP::MLP(std::vector<int64_t> dims, int64_t max_batch) : dims_(std::move(dims)), max_B_(max_batch) {
   PARALLM_CHECK(dims_.size() >= 2, ConfigError, "model.mlp", "needs at least an input and an output width, got {}",
@@ -46,13 +44,14 @@ void MLP::zero_grad() {
 
 float MLP::forward(const float* x, const float* target, int64_t B) {
   PARALLM_CHECK(B > 0 && B <= max_B_, ShapeError, "model.mlp.forward", "batch {} outside 1..{}", B, max_B_);
+  const kernels::Ops& k = kernels::ops_for(Device::cpu());
   const size_t L = dims_.size() - 1;
   const float* in = x;
   for (size_t l = 0; l < L; ++l) {
     const int64_t n_in = dims_[l], n_out = dims_[l + 1];
-    k::matmul_forward(z_[l].data(), in, params() + w_[l], params() + b_[l], B, n_in, n_out);
+    k.matmul_forward(z_[l].data(), in, params() + w_[l], params() + b_[l], B, n_in, n_out);
     if (l + 1 < L) {
-      k::gelu_forward(a_[l].data(), z_[l].data(), B * n_out, kernels::GeluKind::Tanh);
+      k.gelu_forward(a_[l].data(), z_[l].data(), B * n_out, kernels::GeluKind::Tanh);
       in = a_[l].data();
     }
   }
@@ -72,6 +71,7 @@ float MLP::forward(const float* x, const float* target, int64_t B) {
 void MLP::backward(const float* x, int64_t B, const std::function<void(int)>& grads_ready) {
   PARALLM_CHECK(B == cur_B_ && target_, InternalError, "model.mlp.backward",
                 "backward with batch {} after forward with batch {}", B, cur_B_);
+  const kernels::Ops& k = kernels::ops_for(Device::cpu());
   const int L = static_cast<int>(dims_.size()) - 1;
   const int64_t n = B * dims_.back();
   const float* y = z_[L - 1].data();
@@ -82,13 +82,13 @@ void MLP::backward(const float* x, int64_t B, const std::function<void(int)>& gr
   for (int l = L - 1; l >= 0; --l) {
     const int64_t n_in = dims_[l], n_out = dims_[l + 1];
     const float* in = l == 0 ? x : a_[l - 1].data();
-    k::matmul_backward(l > 0 ? dx_.data() : nullptr, grads() + w_[l], grads() + b_[l], dy, in, params() + w_[l], B,
-                       n_in, n_out);
+    k.matmul_backward(l > 0 ? dx_.data() : nullptr, grads() + w_[l], grads() + b_[l], dy, in, params() + w_[l], B, n_in,
+                      n_out);
     if (grads_ready) {
       grads_ready(2 * l);  // units follow the layout: weight then bias of each layer
       grads_ready(2 * l + 1);
     }
-    if (l > 0) k::gelu_backward(dy, z_[l - 1].data(), dx_.data(), B * n_in, kernels::GeluKind::Tanh);
+    if (l > 0) k.gelu_backward(dy, z_[l - 1].data(), dx_.data(), B * n_in, kernels::GeluKind::Tanh);
   }
 }
 

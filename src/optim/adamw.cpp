@@ -31,13 +31,10 @@ AdamW::AdamW(std::vector<model::UpdateRun> runs, int64_t state_size, const AdamW
 void AdamW::step(float* params, const float* grads, float lr, float grad_scale, bfloat16* params_bf16) {
   ++t_;
   kernels::AdamWParams p;
+  static_cast<kernels::AdamWHyperparams&>(p) = cfg_;  // weight_decay applies to the runs with decay set
   p.lr = lr;
-  p.beta1 = cfg_.beta1;
-  p.beta2 = cfg_.beta2;
-  p.eps = cfg_.eps;
   p.step = t_;
   p.grad_scale = grad_scale;
-  p.weight_decay = cfg_.weight_decay;  // on the runs with decay set
   kernels::ops_for(m_.device())
       .adamw_runs(params, grads, m_.data(), v_.data(), runs_.data(), static_cast<int64_t>(runs_.size()), p,
                   params_bf16);

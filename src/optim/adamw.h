@@ -9,17 +9,15 @@
 
 #include "core/allocator.h"
 #include "core/device_array.h"
+#include "kernels/adamw.h"
 #include "model/params.h"
 
 namespace parallm::optim {
 
-struct AdamWConfig {
-  float lr = 6e-4f;
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.1f;
-};
+// lr, beta1, beta2, eps, weight_decay: one declaration with its defaults, in
+// kernels/adamw.h. The learning rate of a step is step()'s argument (the
+// schedule's); lr here is the configured peak.
+using AdamWConfig = kernels::AdamWHyperparams;
 
 class AdamW {
  public:

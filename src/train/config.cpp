@@ -20,7 +20,7 @@
 #include "core/gpu.h"
 #include "core/host.h"
 #include "core/text.h"
-#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/bf16.h"
 #include "train/plan.h"
 
 namespace parallm::train {
@@ -538,11 +538,11 @@ void check_device(const RunConfig& c) {
   PARALLM_CHECK(t.dtype != Precision::FP16, ConfigError, "config",
                 "train.dtype=fp16 is not implemented yet; use bf16 or fp32 (its dynamic loss scaling is: "
                 "train.loss_scale=dynamic)");
-  PARALLM_CHECK(t.dtype != Precision::BF16 || !t.device.is_cpu() || kernels::cpu::bf16_products_supported(),
-                ConfigError, "config",
+  PARALLM_CHECK(t.dtype != Precision::BF16 || !t.device.is_cpu() || kernels::bf16_products_supported(), ConfigError,
+                "config",
                 "train.dtype=bf16 on the CPU needs bf16 matrix hardware (AMX or AVX-512 BF16), which this CPU lacks "
                 "(oneDNN offers \"{}\"); use train.dtype=fp32",
-                kernels::cpu::bf16_products_impl());
+                kernels::bf16_products_impl());
   if (t.device.is_cpu()) return;
   const std::string dev = t.device_by_rank ? "cuda" : t.device.str();
   PARALLM_CHECK(c.parallel.zero.stage == 0, ConfigError, "config",

@@ -11,7 +11,7 @@
 
 #include "core/gpu.h"
 #include "core/timer.h"
-#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/bf16.h"
 #include "kernels/matmul.h"
 
 namespace parallm::train {
@@ -42,7 +42,7 @@ double measure_gemm_flops(int threads, double seconds, bool bf16) {
   std::vector<bfloat16> ab(n * n, bfloat16{0x3f00}), bb(n * n, bfloat16{0x3e80});  // 0.5, 0.25
   auto gemm = [&] {
     if (bf16)
-      kernels::cpu::gemm_bf16(false, true, n, n, n, ab.data(), bb.data(), 0.0f, c.data(), n);
+      kernels::gemm_bf16(false, true, n, n, n, ab.data(), bb.data(), 0.0f, c.data(), n);
     else
       kernels::sgemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
   };

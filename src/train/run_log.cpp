@@ -4,7 +4,7 @@
 #include "core/log.h"
 #include "core/text.h"
 #include "core/threads.h"
-#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/bf16.h"
 
 namespace parallm::train {
 
@@ -43,7 +43,7 @@ void log_precision(const Session& s) {
     log::info(
         "dtype: bf16 mixed precision on the CPU: bf16 products ({}) with fp32 accumulation; activations, "
         "weights, gradients and optimizer state fp32",
-        kernels::cpu::bf16_products_impl());
+        kernels::bf16_products_impl());
   const optim::LossScaler& scaler = *s.scaler;
   if (scaler.dynamic())
     log::info(

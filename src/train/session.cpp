@@ -5,8 +5,8 @@
 #include "train/session.h"
 
 #include <algorithm>
-#include <cstdlib>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "core/log.h"
@@ -26,8 +26,8 @@ namespace {
 // PARALLM_FAULT_INF_GRAD="3,7": iterations whose reduced gradients get an
 // inf written into them on every rank, to exercise overflow handling.
 std::vector<int64_t> fault_inf_grad_iters() {
-  const char* env = std::getenv("PARALLM_FAULT_INF_GRAD");
-  return env ? parse_int_list(env, "train", "PARALLM_FAULT_INF_GRAD") : std::vector<int64_t>{};
+  const char* list = env::get(env::Var::FaultInfGrad);
+  return list ? parse_int_list(list, "train", "PARALLM_FAULT_INF_GRAD") : std::vector<int64_t>{};
 }
 
 // The config this run trains with, the same on every rank: a resumed run's

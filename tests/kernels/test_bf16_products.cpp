@@ -21,9 +21,9 @@ using parallm::test::expect_close;
 using parallm::test::randv;
 
 namespace {
-#define SKIP_WITHOUT_BF16()            \
-  if (!cpu::bf16_products_supported()) \
-  GTEST_SKIP() << "no bf16 matrix hardware here (oneDNN offers \"" << cpu::bf16_products_impl() << "\")"
+#define SKIP_WITHOUT_BF16()       \
+  if (!bf16_products_supported()) \
+  GTEST_SKIP() << "no bf16 matrix hardware here (oneDNN offers \"" << bf16_products_impl() << "\")"
 
 std::vector<float> rounded(std::vector<float> v) {
   for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
@@ -72,7 +72,7 @@ TEST(Bf16Products, GemmEqualsExactProductOfRoundedOperandsForEveryLayout) {
           std::vector<bfloat16> a((ta ? K : M) * (ta ? M : K)), b((tb ? N : K) * (tb ? K : N));
           cpu::to_bf16(a.data(), A.data(), ta ? K : M, ta ? M : K, lda);
           cpu::to_bf16(b.data(), B.data(), tb ? N : K, tb ? K : N, ldb);
-          cpu::gemm_bf16(ta, tb, M, N, K, a.data(), b.data(), beta, got_b.data(), ldc);
+          gemm_bf16(ta, tb, M, N, K, a.data(), b.data(), beta, got_b.data(), ldc);
           EXPECT_EQ(got_b, got) << M << "x" << N << "x" << K;
         }
   }
@@ -193,23 +193,23 @@ TEST(Bf16Products, CopyScopeServesCoveredOperandsBitwiseAndOnlyThose) {
   // Lookup: wholly inside the range, at a float boundary, innermost first.
   std::vector<float> base(100);
   std::vector<bfloat16> copy(100), inner(10);
-  EXPECT_EQ(cpu::Bf16CopyScope::find(base.data(), 1), nullptr);
+  EXPECT_EQ(Bf16CopyScope::find(base.data(), 1), nullptr);
   {
-    cpu::Bf16CopyScope s(base.data(), copy.data(), 100);
-    EXPECT_EQ(cpu::Bf16CopyScope::find(base.data(), 100), copy.data());
-    EXPECT_EQ(cpu::Bf16CopyScope::find(base.data() + 40, 60), copy.data() + 40);
-    EXPECT_EQ(cpu::Bf16CopyScope::find(base.data() + 40, 61), nullptr);  // runs past the end
-    EXPECT_EQ(cpu::Bf16CopyScope::find(base.data() + 100, 1), nullptr);
+    Bf16CopyScope s(base.data(), copy.data(), 100);
+    EXPECT_EQ(Bf16CopyScope::find(base.data(), 100), copy.data());
+    EXPECT_EQ(Bf16CopyScope::find(base.data() + 40, 60), copy.data() + 40);
+    EXPECT_EQ(Bf16CopyScope::find(base.data() + 40, 61), nullptr);  // runs past the end
+    EXPECT_EQ(Bf16CopyScope::find(base.data() + 100, 1), nullptr);
     const float* misaligned = reinterpret_cast<const float*>(reinterpret_cast<const char*>(base.data()) + 2);
-    EXPECT_EQ(cpu::Bf16CopyScope::find(misaligned, 1), nullptr);
+    EXPECT_EQ(Bf16CopyScope::find(misaligned, 1), nullptr);
     {
-      cpu::Bf16CopyScope t(base.data() + 10, inner.data(), 10);
-      EXPECT_EQ(cpu::Bf16CopyScope::find(base.data() + 12, 3), inner.data() + 2);
-      EXPECT_EQ(cpu::Bf16CopyScope::find(base.data() + 5, 3), copy.data() + 5);  // the outer one
+      Bf16CopyScope t(base.data() + 10, inner.data(), 10);
+      EXPECT_EQ(Bf16CopyScope::find(base.data() + 12, 3), inner.data() + 2);
+      EXPECT_EQ(Bf16CopyScope::find(base.data() + 5, 3), copy.data() + 5);  // the outer one
     }
-    EXPECT_EQ(cpu::Bf16CopyScope::find(base.data() + 12, 3), copy.data() + 12);
+    EXPECT_EQ(Bf16CopyScope::find(base.data() + 12, 3), copy.data() + 12);
   }
-  EXPECT_EQ(cpu::Bf16CopyScope::find(base.data(), 1), nullptr);
+  EXPECT_EQ(Bf16CopyScope::find(base.data(), 1), nullptr);
 
   SKIP_WITHOUT_BF16();
   // A linear layer and the classifier whose weights sit in a "parameter"
@@ -242,7 +242,7 @@ TEST(Bf16Products, CopyScopeServesCoveredOperandsBitwiseAndOnlyThose) {
   const Out plain = run();
   {
     const std::vector<bfloat16> exact = to_b(params);
-    cpu::Bf16CopyScope s(params.data(), exact.data(), static_cast<int64_t>(params.size()));
+    Bf16CopyScope s(params.data(), exact.data(), static_cast<int64_t>(params.size()));
     const Out o = run();
     EXPECT_TRUE(same(o.y, plain.y) && same(o.dx, plain.dx) && same(o.dw, plain.dw));
     EXPECT_TRUE(same(o.loss, plain.loss) && same(o.cdx, plain.cdx) && same(o.cdw, plain.cdw));
@@ -253,7 +253,7 @@ TEST(Bf16Products, CopyScopeServesCoveredOperandsBitwiseAndOnlyThose) {
     auto half = params;
     for (float& v : half) v = bf16_to_f32(f32_to_bf16(v)) * 0.5f;
     const std::vector<bfloat16> h = to_b(half);
-    cpu::Bf16CopyScope s(params.data(), h.data(), static_cast<int64_t>(params.size()));
+    Bf16CopyScope s(params.data(), h.data(), static_cast<int64_t>(params.size()));
     const Out o = run();
     for (size_t i = 0; i < o.y.size(); ++i) ASSERT_EQ(o.y[i], 0.5f * plain.y[i]) << i;
     for (size_t i = 0; i < o.dx.size(); ++i) ASSERT_EQ(o.dx[i], 0.5f * plain.dx[i]) << i;

@@ -246,7 +246,7 @@ TEST_F(Cuda, AdamWAndSumSquaresMatchReference) {
   for (int step = 1; step <= 3; ++step) {
     auto g = randv(n, 80 + step);
     Dev<float> gg(g);
-    kernels::AdamWParams ap{1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f, step, 0.5f};
+    kernels::AdamWParams ap{{1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f}, step, 0.5f};
     kr::adamw_step(p.data(), g.data(), m.data(), v.data(), n, ap);
     kc::adamw_step(gp.p(), gg.p(), gm.p(), gv.p(), n, ap);
   }
@@ -261,7 +261,7 @@ TEST_F(Cuda, AdamWAndSumSquaresMatchReference) {
     auto g = randv(n, 95);
     Dev<float> gg(g);
     Dev<bfloat16> gc(std::vector<bfloat16>(n, bfloat16{0}));
-    kernels::AdamWParams ap{1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f, 4, 0.5f};
+    kernels::AdamWParams ap{{1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f}, 4, 0.5f};
     kc::adamw_step(gp.p() + off, gg.p() + off, gm.p() + off, gv.p() + off, n - off, ap, gc.p() + off);
     const auto w = gp.back();
     const auto c = gc.back();
@@ -283,7 +283,7 @@ TEST_F(Cuda, AdamWAndSumSquaresMatchReference) {
     for (auto& x : v0) x = x * x;
     Dev<float> wa(w0), ma(m0), va(v0), wb(w0), mb(m0), vb(v0), gg(g);
     Dev<bfloat16> ca(std::vector<bfloat16>(total, bfloat16{0})), cb(std::vector<bfloat16>(total, bfloat16{0}));
-    kernels::AdamWParams ap{1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f, 2, 0.7f};
+    kernels::AdamWParams ap{{1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f}, 2, 0.7f};
     kc::adamw_runs(wa.p(), gg.p(), ma.p(), va.p(), runs.data(), static_cast<int64_t>(runs.size()), ap, ca.p());
     for (const auto& r : runs) {
       auto q = ap;

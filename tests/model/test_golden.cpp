@@ -14,7 +14,7 @@
 
 #include "core/gpu.h"
 #include "golden.h"
-#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/bf16.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 
@@ -62,8 +62,7 @@ TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
   const Device dev = parse_device(where == "cuda_bf16" ? "cuda" : where == "cpu_bf16" ? "cpu" : where);
   if (!dev.is_cpu() && !gpu::available())
     GTEST_SKIP() << (gpu::built() ? "no GPU on this machine" : "CUDA not built") << ": GPU golden test skipped";
-  if (where == "cpu_bf16" && !kernels::cpu::bf16_products_supported())
-    GTEST_SKIP() << "no bf16 matrix hardware on this CPU";
+  if (where == "cpu_bf16" && !kernels::bf16_products_supported()) GTEST_SKIP() << "no bf16 matrix hardware on this CPU";
   test::Golden g(std::string(PARALLM_TEST_DIR) + "/golden/" + std::get<0>(GetParam()));
   auto cfg = config_of(g.config);
   const int64_t B = g.config["batch_size"], T = g.config["seq_len"];

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/gpu.h"
-#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/bf16.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 
@@ -120,7 +120,7 @@ TEST(GPT, RejectsBadConfigAndTokens) {
   EXPECT_THROW(model::GPT(ok, 1, 9), ConfigError);  // longer than block_size
   // bf16 on the CPU runs bf16 products with fp32 buffers where the CPU has the
   // hardware, and is refused otherwise; integer types are not compute types.
-  if (kernels::cpu::bf16_products_supported()) {
+  if (kernels::bf16_products_supported()) {
     model::GPT b(ok, 1, 4, Device::cpu(), {true, true, DType::BF16});
     EXPECT_TRUE(b.bf16_products());
     EXPECT_EQ(b.compute_dtype(), DType::F32);
@@ -134,7 +134,7 @@ TEST(GPT, RejectsBadConfigAndTokens) {
 }
 
 TEST(GPT, CpuBf16WeightCopyFollowsEveryParameterChange) {
-  if (!kernels::cpu::bf16_products_supported()) GTEST_SKIP() << "no bf16 matrix hardware on this CPU";
+  if (!kernels::bf16_products_supported()) GTEST_SKIP() << "no bf16 matrix hardware on this CPU";
   // The products read a bf16 copy of the parameters, redrawn after
   // params_changed(): a model whose parameters were replaced must give
   // bitwise what a fresh model with those parameters gives.

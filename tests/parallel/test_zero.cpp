@@ -12,7 +12,7 @@
 
 #include "comm/communicator.h"
 #include "core/threads.h"
-#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/bf16.h"
 #include "model/gpt.h"
 #include "model/params.h"
 #include "optim/adamw.h"
@@ -111,7 +111,7 @@ TEST_F(ZeroTest, LossScalingSkipsTheSameStepsAtEveryStage) {
 // in fp32 and follows bf16 DDP (a rounding apart in the gradient sums can
 // round a weight's bf16 copy the other way, hence 1e-3, not fp32's 2e-5).
 TEST_F(ZeroTest, CpuBf16StagesFollowBf16Ddp) {
-  if (!kernels::cpu::bf16_products_supported()) GTEST_SKIP() << "no bf16 matrix hardware on this CPU";
+  if (!kernels::bf16_products_supported()) GTEST_SKIP() << "no bf16 matrix hardware on this CPU";
   auto ddp = DistRunTest::tiny("bf16ddp", 2);
   ddp.train.max_iters = 8;
   ddp.apply_overrides({"train.dtype=bf16"});

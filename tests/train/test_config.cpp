@@ -8,7 +8,7 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "core/gpu.h"
-#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/bf16.h"
 #include "train/config.h"
 
 using namespace parallm;
@@ -150,7 +150,7 @@ TEST(Config, DtypeSpellingsMapAndFp16IsRefused) {
   EXPECT_NE(bad.find("train.dtype"), std::string::npos) << bad;
   EXPECT_NE(bad.find("fp8"), std::string::npos) << bad;
   c.set("train.dtype", "bf16");
-  if (kernels::cpu::bf16_products_supported())
+  if (kernels::bf16_products_supported())
     EXPECT_NO_THROW(c.validate());  // the CPU runs bf16 products
   else
     EXPECT_NE(error_of([&] { c.validate(); }).find("train.dtype=bf16"), std::string::npos);

@@ -11,7 +11,7 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/bf16.h"
 #include "optim/loss_scale.h"
 #include "train/checkpoint.h"
 #include "train/tiny_run.h"
@@ -59,7 +59,7 @@ TEST_F(TrainerTest, ResumeContinuesTheIdenticalTrajectory) {
 }
 
 TEST_F(TrainerTest, CpuBf16IsDeterministicResumesBitwiseAndStaysNearFp32) {
-  if (!kernels::cpu::bf16_products_supported()) GTEST_SKIP() << "no bf16 matrix hardware on this CPU";
+  if (!kernels::bf16_products_supported()) GTEST_SKIP() << "no bf16 matrix hardware on this CPU";
   auto f = tiny("f32"), a = tiny("a"), b = tiny("b");
   f.train.max_iters = a.train.max_iters = b.train.max_iters = 12;
   a.apply_overrides({"train.dtype=bf16"});

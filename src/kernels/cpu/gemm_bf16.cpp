@@ -91,6 +91,55 @@ struct Scratch {
 };
 }  // namespace
 
+void to_bf16(bfloat16* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+  auto* d = reinterpret_cast<uint16_t*>(dst);
+  if (ld == cols) {  // one flat run, cut into blocks of 64 KiB of output
+    const int64_t n = rows * cols, blk = 32768;
+#pragma omp parallel for schedule(static) if (n > 2 * blk)
+    for (int64_t i = 0; i < n; i += blk) to_bf16_run(d + i, src + i, std::min(blk, n - i));
+    return;
+  }
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t r = 0; r < rows; ++r) to_bf16_run(d + r * cols, src + r * ld, cols);
+}
+
+void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  bfloat16* a = bf16_scratch(0, M * K);
+  bfloat16* b = bf16_scratch(1, K * N);
+  {
+    PARALLM_PROFILE("to_bf16");
+    to_bf16(a, A, trans_a ? K : M, trans_a ? M : K, lda);
+    to_bf16(b, B, trans_b ? N : K, trans_b ? K : N, ldb);
+  }
+  gemm_bf16(trans_a, trans_b, M, N, K, a, b, beta, C, ldc);
+}
+
+const bfloat16* bf16_operand(int slot, const float* src, int64_t n) {
+  if (const bfloat16* c = Bf16CopyScope::find(src, n)) return c;
+  bfloat16* d = bf16_scratch(slot, n);
+  PARALLM_PROFILE("to_bf16");
+  to_bf16(d, src, 1, n, n);
+  return d;
+}
+
+bfloat16* bf16_scratch(int slot, int64_t n) {
+  static Scratch s;
+  PARALLM_CHECK(slot >= 0 && slot < static_cast<int>(s.slot.size()), InternalError, "kernels.bf16_scratch",
+                "slot {} out of range", slot);
+  Array<bfloat16>& a = s.slot[static_cast<size_t>(slot)];
+  if (static_cast<int64_t>(a.size()) < n) a = Array<bfloat16>(static_cast<size_t>(n), MemCategory::Scratch);
+  return a.data();
+}
+
+}  // namespace parallm::kernels::cpu
+
+// The contract of kernels/bf16.h (its conversion is in ops.cpp, with the
+// other choices between the devices).
+namespace parallm::kernels {
+
+using namespace cpu;  // the primitive cache and the engine above
+
 bool bf16_products_supported() {
   // oneDNN also offers bf16 on plain AVX-512 by emulation ("gemm:jit",
   // "brg:avx512_core"), slower than fp32: only AMX or AVX-512 BF16 count.
@@ -113,18 +162,6 @@ std::string bf16_products_impl() {
   }
 }
 
-void to_bf16(bfloat16* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
-  auto* d = reinterpret_cast<uint16_t*>(dst);
-  if (ld == cols) {  // one flat run, cut into blocks of 64 KiB of output
-    const int64_t n = rows * cols, blk = 32768;
-#pragma omp parallel for schedule(static) if (n > 2 * blk)
-    for (int64_t i = 0; i < n; i += blk) to_bf16_run(d + i, src + i, std::min(blk, n - i));
-    return;
-  }
-#pragma omp parallel for schedule(static) if (rows * cols > 65536)
-  for (int64_t r = 0; r < rows; ++r) to_bf16_run(d + r * cols, src + r * ld, cols);
-}
-
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const bfloat16* A, const bfloat16* B,
                float beta, float* C, int64_t ldc) {
   PARALLM_CHECK(beta == 0.0f || beta == 1.0f, InternalError, "kernels.gemm_bf16", "beta must be 0 or 1, got {}", beta);
@@ -145,18 +182,6 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
     throw InternalError("kernels.gemm_bf16",
                         fmt::format("oneDNN matmul failed ({}) for M={} N={} K={}", err.what(), M, N, K));
   }
-}
-
-void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  bfloat16* a = bf16_scratch(0, M * K);
-  bfloat16* b = bf16_scratch(1, K * N);
-  {
-    PARALLM_PROFILE("to_bf16");
-    to_bf16(a, A, trans_a ? K : M, trans_a ? M : K, lda);
-    to_bf16(b, B, trans_b ? N : K, trans_b ? K : N, ldb);
-  }
-  gemm_bf16(trans_a, trans_b, M, N, K, a, b, beta, C, ldc);
 }
 
 namespace {
@@ -182,21 +207,4 @@ const bfloat16* Bf16CopyScope::find(const float* src, int64_t n) {
   return nullptr;
 }
 
-const bfloat16* bf16_operand(int slot, const float* src, int64_t n) {
-  if (const bfloat16* c = Bf16CopyScope::find(src, n)) return c;
-  bfloat16* d = bf16_scratch(slot, n);
-  PARALLM_PROFILE("to_bf16");
-  to_bf16(d, src, 1, n, n);
-  return d;
-}
-
-bfloat16* bf16_scratch(int slot, int64_t n) {
-  static Scratch s;
-  PARALLM_CHECK(slot >= 0 && slot < static_cast<int>(s.slot.size()), InternalError, "kernels.bf16_scratch",
-                "slot {} out of range", slot);
-  Array<bfloat16>& a = s.slot[static_cast<size_t>(slot)];
-  if (static_cast<int64_t>(a.size()) < n) a = Array<bfloat16>(static_cast<size_t>(n), MemCategory::Scratch);
-  return a.data();
-}
-
-}  // namespace parallm::kernels::cpu
+}  // namespace parallm::kernels

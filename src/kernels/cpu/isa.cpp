@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "kernels/matmul.h"
 
@@ -29,7 +30,7 @@ Isa cap_isa(Isa have, const char* v) {
 }
 
 Isa isa() {
-  static const Isa v = cap_isa(detect(), std::getenv("PARALLM_ISA"));
+  static const Isa v = cap_isa(detect(), env::get(env::Var::Isa));
   return v;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/profiler.h"
 #include "kernels/cpu/gemm.h"
@@ -24,10 +25,7 @@ namespace {
 // oneDNN. Default oneDNN: on this project's 2-core AVX-512 machines the two
 // measured within noise of each other on full training steps (see docs/design.md).
 bool use_parallm_gemm() {
-  static const bool on = [] {
-    const char* v = std::getenv("PARALLM_GEMM");
-    return v && std::string(v) == "parallm";
-  }();
+  static const bool on = [] { return env::value(env::Var::Gemm) == "parallm"; }();
   return on;
 }
 }  // namespace

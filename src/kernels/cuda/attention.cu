@@ -21,6 +21,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/common.cuh"
@@ -162,8 +163,7 @@ namespace {
 std::optional<AttentionImpl> g_impl;
 AttentionImpl impl() {
   if (!g_impl) {
-    const char* env = std::getenv("PARALLM_ATTENTION");
-    const std::string v = env ? env : "cudnn";
+    const std::string v = env::value(env::Var::Attention);
     PARALLM_CHECK(v == "cudnn" || v == "cudnn-fast" || v == "own", ConfigError, "kernels.cuda.attention",
                   "PARALLM_ATTENTION={} is none of cudnn, cudnn-fast, own", v);
     g_impl = v == "own" ? AttentionImpl::Own : v == "cudnn-fast" ? AttentionImpl::CudnnFast : AttentionImpl::Cudnn;

@@ -15,6 +15,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/env.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/matmul_lt.h"
 #include "kernels/cuda/reduce.h"
@@ -169,10 +170,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 namespace {
 // PARALLM_CUBLASLT=0 turns the fused paths (bias, residual) off, to compare or to rule them out.
 bool use_lt() {
-  static const bool on = [] {
-    const char* e = std::getenv("PARALLM_CUBLASLT");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = [] { return env::value(env::Var::CublasLt) != "0"; }();
   return on;
 }
 }  // namespace

@@ -1,0 +1,96 @@
+// The registry of environment variables (see env.h). The table is constant
+// data, so code that runs before main (the profiler's switch) can read it.
+#include "core/env.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <string_view>
+
+#include "core/error.h"
+
+namespace parallm::env {
+
+namespace {
+// In the order of Var (info() checks it).
+const Info kVars[] = {
+    {Var::Isa, "PARALLM_ISA", "",
+     "cap on the instruction set the CPU kernels choose at run time: avx512, avx2 or baseline (default: the best "
+     "this CPU has)"},
+    {Var::Gemm, "PARALLM_GEMM", "onednn",
+     "the CPU's fp32 GEMM: onednn, or parallm (parallm's packed GEMM, kernels/cpu/gemm.h)"},
+    {Var::Attention, "PARALLM_ATTENTION", "cudnn",
+     "GPU bf16 attention: cudnn (bitwise repeatable), cudnn-fast (dQ summed in no fixed order) or own (parallm's "
+     "kernels)"},
+    {Var::CublasLt, "PARALLM_CUBLASLT", "1", "0 turns off cuBLASLt's fused bias and residual epilogues on the GPU"},
+    {Var::Profile, "PARALLM_PROFILE", "0",
+     "1 (any value but 0) prints the time per kernel at the end of a run or a benchmark"},
+    {Var::LogFromAllRanks, "LOG_FROM_ALL_RANKS", "0",
+     "1: ranks other than 0 log everything, each line prefixed [host:rank] (otherwise only their warnings)"},
+    {Var::TraceDir, "PARALLM_TRACE_DIR", ".",
+     "directory of the stack dumps trace-<host>-<rank>.txt (kill -USR2, a communication timeout)"},
+    {Var::CommPollUs, "PARALLM_COMM_POLL_US", "50",
+     "microseconds the communication thread sleeps between polls of a pending MPI operation"},
+    {Var::StoreDir, "PARALLM_STORE_DIR", "",
+     "a directory all ranks share, through which NCCL's id is passed where there is no MPI (needs a job id)"},
+    {Var::JobId, "PARALLM_JOB_ID", "",
+     "the run's id in PARALLM_STORE_DIR (default: SLURM_JOB_ID with its step, or PBS_JOBID)"},
+    {Var::FaultInfGrad, "PARALLM_FAULT_INF_GRAD", "",
+     "testing: iterations (e.g. 3,7) whose reduced gradients get an inf on every rank, to exercise overflow "
+     "handling"},
+};
+}  // namespace
+
+const std::vector<Info>& registry() {
+  static const std::vector<Info> all(std::begin(kVars), std::end(kVars));
+  return all;
+}
+
+const Info& info(Var v) {
+  const auto i = static_cast<size_t>(v);
+  PARALLM_CHECK(i < std::size(kVars) && kVars[i].var == v, InternalError, "env",
+                "variable {} is not in the registry's order", static_cast<int>(v));
+  return kVars[i];
+}
+
+const char* get(Var v) {
+  const char* s = std::getenv(info(v).name);
+  return s && *s ? s : nullptr;
+}
+
+std::string value(Var v) {
+  const char* s = get(v);
+  return s ? s : info(v).fallback;
+}
+
+int64_t integer(Var v, int64_t lo, int64_t hi) {
+  const std::string s = value(v);
+  errno = 0;
+  char* end = nullptr;
+  const long long x = std::strtoll(s.c_str(), &end, 10);
+  const bool digits = !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-');
+  PARALLM_CHECK(digits && *end == '\0' && errno == 0 && x >= lo && x <= hi, ConfigError, "env",
+                "{}=\"{}\": expected an integer in [{}, {}] ({})", name(v), s, lo, hi, info(v).meaning);
+  return x;
+}
+
+std::string help_table() {
+  size_t wn = 0, wd = 0;
+  for (const Info& i : kVars) {
+    wn = std::max(wn, std::string_view(i.name).size());
+    wd = std::max(wd, std::string_view(i.fallback).size());
+  }
+  std::string out = fmt::format("{:<{}}  {:<{}}  {}\n", "variable", wn, "default", std::max<size_t>(wd, 7), "meaning");
+  for (const Info& i : kVars)
+    out += fmt::format("{:<{}}  {:<{}}  {}\n", i.name, wn, *i.fallback ? i.fallback : "-", std::max<size_t>(wd, 7),
+                       i.meaning);
+  out +=
+      "Unset and empty mean the default. Other programs' variables that parallm reads (OMP_NUM_THREADS, SLURM_*, "
+      "OMPI_*, PMI*) keep their own meaning.\n";
+  return out;
+}
+
+}  // namespace parallm::env
