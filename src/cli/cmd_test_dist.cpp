@@ -102,10 +102,9 @@ double median(std::vector<double> v) {
 
 int test_dist(const TestDistOptions& o) {
   const std::vector<int64_t> dims = checked_dims(o);  // the other options' ranges are checked by CLI11
-  if (o.threads > 0) set_num_threads(static_cast<int>(o.threads));
   comm::CommOptions copt;
   copt.timeout_s = o.timeout_s;
-  World w = start_world(o.backend, copt);
+  World w = start_world(o.backend, copt, true, static_cast<int>(o.threads));
   return run_guarded(w, [&] {
     comm::Communicator& c = *w;
     const int n = c.size(), me = c.rank();
@@ -239,7 +238,7 @@ Runner add_test_dist(CLI::App& app) {
   cmd->add_option("--bucket-mb", o->bucket_mb, "DDP gradient bucket size (MiB)")
       ->check(number_in(0, 65536, true))
       ->capture_default_str();
-  cmd->add_option("--threads", o->threads, "CPU threads per rank (0 = OMP_NUM_THREADS or all cores)")
+  cmd->add_option("--threads", o->threads, "CPU threads per rank (0 = OMP_NUM_THREADS or the cores per rank)")
       ->check(thread_count());
   add_world_options(cmd, o->backend, o->timeout_s, "Seconds before a communication operation is an error");
   cmd->add_flag("!--no-plot", o->plot, "Leave out the terminal plots");

@@ -38,7 +38,7 @@ CLI::Validator thread_count() {
         if (!v || *v < 0 || *v > limit)
           return fmt::format(
               "must be an integer in [0, {}] ({} threads per core on the {} core{} this process may use; 0 = "
-              "OMP_NUM_THREADS or all cores), got \"{}\"",
+              "OMP_NUM_THREADS or the cores per rank), got \"{}\"",
               limit, kMaxThreadsPerCore, cores, cores == 1 ? "" : "s", s);
         return "";
       },

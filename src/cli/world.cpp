@@ -13,9 +13,12 @@
 
 namespace parallm::cli {
 
-World start_world(const std::string& backend, const comm::CommOptions& options, bool announce) {
+World start_world(const std::string& backend, const comm::CommOptions& options, bool announce, int threads) {
   World w;
+  const comm::EnvRank launched = comm::env_rank();  // before MPI starts: MPI_Init may add its own variables
   w.comm = comm::make_world(backend, options);
+  // One of several tasks that could not join them stops here, on every task, rather than train alone.
+  comm::check_joined(*w.comm, launched);
   w.host = comm::this_host();
   log::set_rank(w.comm->rank(), w.host);
   // kill -USR2 (or a communication timeout) writes every thread's stack here.
@@ -23,6 +26,8 @@ World start_world(const std::string& backend, const comm::CommOptions& options, 
   trace::install(fmt::format("{}/trace-{}-{}.txt", dir, w.host, w.comm->rank()));
   run_guarded(w, [&] {
     w.topo = comm::discover_topology(*w.comm, w.host);
+    const int t = comm::default_threads(*w.comm, w.topo.me(w.comm->rank()).node);
+    if (threads > 0 || t > 0) set_num_threads(threads > 0 ? threads : t);
     return 0;
   });
   if (announce) announce_world(w);

@@ -23,9 +23,13 @@ struct World {
   comm::Communicator* operator->() const { return comm.get(); }
 };
 
-// Makes the world communicator, tags log lines with [host:rank], finds where
-// every rank runs and (on rank 0, when `announce`) prints the dist info block.
-World start_world(const std::string& backend, const comm::CommOptions& options, bool announce = true);
+// Makes the world communicator (an error, on every rank, when this process
+// is one of several launched tasks that the world does not join), tags log
+// lines with [host:rank], finds where every rank runs, sets the threads per
+// rank (`threads` when positive, else OMP_NUM_THREADS, else the cores the
+// scheduler and the affinity masks give each rank: comm::default_threads)
+// and (on rank 0, when `announce`) prints the dist info block.
+World start_world(const std::string& backend, const comm::CommOptions& options, bool announce = true, int threads = 0);
 // Rank 0 prints the dist info block; `rank_notes` (one per rank) end each rank's line.
 void announce_world(const World& w, const std::vector<std::string>& rank_notes = {});
 // The dist info with each rank's coordinates on the mesh `dims` describes,

@@ -3,8 +3,9 @@
 #include <cstdlib>
 
 #include "comm/backends.h"
-#include "comm/topology.h"
+#include "comm/launch_env.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace parallm::comm {
 
@@ -71,14 +72,22 @@ std::string Communicator::where() const {
 }
 
 bool launched_multi_rank() {
-  return env_rank().size > 1;
+  return env_rank().several();
 }
+
+namespace {
+std::unique_ptr<Communicator> mpi_world(const CommOptions& options) {
+  const EnvLookup env = process_env();
+  if (const std::string w = missing_pmi_warning(env, env_rank(env)); !w.empty()) log::warn("[comm] {}", w);
+  return make_mpi_world(options);
+}
+}  // namespace
 
 std::unique_ptr<Communicator> make_world(const std::string& backend, const CommOptions& options) {
   if (backend == "self") return make_self_world(options);
-  if (backend == "mpi") return make_mpi_world(options);
+  if (backend == "mpi") return mpi_world(options);
   if (backend == "nccl") return make_nccl_world(options);
-  if (backend == "auto") return launched_multi_rank() ? make_mpi_world(options) : make_self_world(options);
+  if (backend == "auto") return launched_multi_rank() ? mpi_world(options) : make_self_world(options);
   throw ConfigError("config", fmt::format("comm.backend must be auto, self, mpi or nccl, got \"{}\"", backend));
 }
 

@@ -4,71 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 
-#include "core/error.h"
-
 namespace parallm::comm {
-
-EnvLookup process_env() {
-  return [](const char* k) -> const char* { return std::getenv(k); };
-}
-
-namespace {
-
-// -1 when unset; a ConfigError when set but not a non-negative integer.
-int env_int(const EnvLookup& env, const char* name) {
-  const char* v = env(name);
-  if (!v || !*v) return -1;
-  errno = 0;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  PARALLM_CHECK(errno == 0 && *end == '\0' && x >= 0 && x < (1L << 30), ConfigError, "comm.env",
-                "{}=\"{}\" is not a rank number", name, v);
-  return static_cast<int>(x);
-}
-
-struct Scheme {
-  const char* source;
-  const char *rank, *size, *local_rank, *local_size;
-  const char* required;  // only trusted when this one is set too (nullptr: rank suffices)
-};
-
-// SLURM_PROCID is also set in a batch script (rank 0 of nothing); only a step
-// started by srun has SLURM_STEP_ID together with it.
-constexpr Scheme kSchemes[] = {
-    {"OMPI_COMM_WORLD", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-     "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr},
-    {"PALS", "PALS_RANKID", "PMI_SIZE", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE", nullptr},
-    {"PMIX", "PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE", nullptr},
-    {"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", nullptr},
-    {"SLURM", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_STEP_ID"},
-    {"RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", nullptr},
-};
-
-}  // namespace
-
-EnvRank env_rank(const EnvLookup& env) {
-  for (const Scheme& s : kSchemes) {
-    const int rank = env_int(env, s.rank);
-    if (rank < 0 || (s.required && !env(s.required))) continue;
-    EnvRank r;
-    r.source = s.source;
-    r.rank = rank;
-    r.size = env_int(env, s.size);
-    r.local_rank = env_int(env, s.local_rank);
-    // SLURM_NTASKS_PER_NODE may read "2(x3)"; only a plain number is taken.
-    const char* ls = env(s.local_size);
-    r.local_size = ls && std::strchr(ls, '(') ? -1 : env_int(env, s.local_size);
-    PARALLM_CHECK(r.size < 0 || r.rank < r.size, ConfigError, "comm.env", "{}={} is not below {}={}", s.rank, r.rank,
-                  s.size, r.size);
-    return r;
-  }
-  return {};
-}
 
 std::string this_host() {
   char host[256] = {};

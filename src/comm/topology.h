@@ -1,30 +1,17 @@
-// Where ranks run: what the launcher's environment says before MPI starts,
-// and what the ranks find out together once it has.
+// Where ranks run: what the ranks find out together once the world is up
+// (what the launcher's environment says before is comm/launch_env.h).
 //
-// Design: the environment is read through a lookup function so tests can
-// feed any scheduler's variables. The placement (node, local rank) is not
-// taken from the environment but computed from the host names all ranks
-// exchange, so it is right under every launcher, including none.
+// Design: the placement (node, local rank) is not taken from the
+// environment but computed from the host names all ranks exchange, so it is
+// right under every launcher, including none.
 #pragma once
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/launch_env.h"
 
 namespace parallm::comm {
-
-using EnvLookup = std::function<const char*(const char*)>;
-EnvLookup process_env();  // std::getenv
-
-// A rank's identity as the launcher published it (-1: not given).
-struct EnvRank {
-  int rank = -1, size = -1, local_rank = -1, local_size = -1;
-  std::string source;  // "OMPI_COMM_WORLD", "PMI", "PMIX", "PALS", "SLURM", "RANK", or "" when none
-};
-// Reads, in order: OMPI_COMM_WORLD_*, PALS_*, PMIX_*, PMI_* (MPI_LOCAL*), SLURM_* (only inside an
-// srun step), then RANK/LOCAL_RANK/WORLD_SIZE. Malformed numbers are a ConfigError naming the variable.
-EnvRank env_rank(const EnvLookup& env = process_env());
 
 struct RankPlace {
   int rank = 0, node = 0, local_rank = 0, local_size = 1;

@@ -17,6 +17,28 @@ int usable_cores() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+int CpuMask::count() const {
+  int n = 0;
+  for (uint64_t w : words) n += __builtin_popcountll(w);
+  return n;
+}
+
+bool CpuMask::overlaps(const CpuMask& other) const {
+  for (int i = 0; i < kWords; ++i)
+    if (words[i] & other.words[i]) return true;
+  return false;
+}
+
+CpuMask affinity_mask() {
+  CpuMask m;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return m;
+  for (int cpu = 0; cpu < CpuMask::kWords * 64 && cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) m.words[cpu / 64] |= uint64_t{1} << (cpu % 64);
+  return m;
+}
+
 int max_threads() {
   return kMaxThreadsPerCore * usable_cores();
 }
@@ -25,7 +47,7 @@ void check_thread_count(int64_t n, const std::string& where, const std::string& 
   const int cores = usable_cores(), limit = max_threads();
   PARALLM_CHECK(n >= 0 && n <= limit, ConfigError, where,
                 "{}={} is out of range: it must be in [0, {}] ({} threads per core on the {} core{} this process may "
-                "use; 0 = OMP_NUM_THREADS or all cores); use at most {}",
+                "use; 0 = OMP_NUM_THREADS or the cores per rank); use at most {}",
                 what, n, limit, kMaxThreadsPerCore, cores, cores == 1 ? "" : "s", limit);
 }
 

@@ -16,6 +16,15 @@ inline constexpr int kMaxThreadsPerCore = 4;
 // Cores this process may run on: its sched_getaffinity mask (taskset,
 // cgroups, a launcher's binding), else std::thread::hardware_concurrency; >= 1.
 int usable_cores();
+// The CPUs this process may run on (its sched_getaffinity mask), as bits:
+// CPU i is bit i % 64 of words[i / 64]. All zero where the mask is unknown.
+struct CpuMask {
+  static constexpr int kWords = 16;  // 1024 CPUs, as cpu_set_t
+  uint64_t words[kWords] = {};
+  int count() const;
+  bool overlaps(const CpuMask& other) const;
+};
+CpuMask affinity_mask();
 // kMaxThreadsPerCore x usable_cores().
 int max_threads();
 // Throws ConfigError(where) naming `what` unless 0 <= n <= max_threads();

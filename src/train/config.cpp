@@ -245,7 +245,7 @@ void add_train_keys(KeyTable& t) {
                 "start a scratch run in a train.out_dir that already holds a checkpoint (deleting it)"),
        FLOAT_KEY("train.peak_flops", train.peak_flops, closed(0, 1e21), "peak FLOP/s for MFU (0 = measured GEMM peak)"),
        {"train.threads",
-        {"int", "CPU threads (0 = OMP_NUM_THREADS or all cores; at most 4 per core this process may use)",
+        {"int", "CPU threads (0 = OMP_NUM_THREADS or the cores per rank; at most 4 per core this process may use)",
          [](RunConfig& c, const std::string& k, const std::string& v) { c.train.threads = parse_int(k, v); },
          [](const RunConfig& c) { return nlohmann::json(c.train.threads); }, Range{0, 0, false, false, max_threads}}},
        INT_KEY("train.sample_tokens", train.sample_tokens, 0, kMaxSampleTokens,

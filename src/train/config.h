@@ -46,7 +46,7 @@ struct TrainSection {
   bool overwrite = false;       // a scratch run may replace (delete) the checkpoint already in out_dir
   bool final_eval = true;       // evaluate (and checkpoint) at max_iters too
   double peak_flops = 0;        // FLOP/s for MFU; 0 = measure the GEMM peak once per machine
-  int64_t threads = 0;          // OpenMP threads; 0 = OMP_NUM_THREADS or all cores
+  int64_t threads = 0;          // OpenMP threads; 0 = OMP_NUM_THREADS or the cores per rank
   int64_t sample_tokens = 200;  // tokens sampled at each eval (0 = none)
   std::string sample_prompt = "\n";
   float temperature = 0.8f;

@@ -209,30 +209,5 @@ TEST(Topology, ManyRanksAreSummarized) {
   EXPECT_LT(std::count(info.begin(), info.end(), '\n'), 80);
 }
 
-TEST(EnvRank, Schemes) {
-  std::map<std::string, std::string> vars;
-  auto env = [&vars](const char* k) -> const char* {
-    auto it = vars.find(k);
-    return it == vars.end() ? nullptr : it->second.c_str();
-  };
-  EXPECT_EQ(env_rank(env).source, "");
-  vars = {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}};  // batch script, not a step
-  EXPECT_EQ(env_rank(env).size, -1);
-  vars["SLURM_STEP_ID"] = "0";
-  vars["SLURM_LOCALID"] = "0";
-  EXPECT_EQ(env_rank(env).size, 4);
-  vars = {{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}, {"MPI_LOCALRANKID", "0"}};
-  EnvRank r = env_rank(env);
-  EXPECT_EQ(r.source, "PMI");
-  EXPECT_EQ(r.rank, 2);
-  EXPECT_EQ(r.local_rank, 0);
-  vars = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}};
-  EXPECT_EQ(env_rank(env).source, "RANK");
-  vars = {{"RANK", "x"}};
-  EXPECT_THROW(env_rank(env), ConfigError);
-  vars = {{"RANK", "2"}, {"WORLD_SIZE", "2"}};
-  EXPECT_THROW(env_rank(env), ConfigError);
-}
-
 }  // namespace
 }  // namespace parallm::comm
