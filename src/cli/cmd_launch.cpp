@@ -33,6 +33,16 @@ bool on_path(const std::string& prog) {
   return false;
 }
 
+// `srun --mpi=list` (stdout and stderr: older Slurm prints it as "srun: ..." lines on stderr).
+std::string srun_mpi_list() {
+  FILE* f = popen("srun --mpi=list 2>&1", "r");
+  if (!f) return "";
+  std::string text;
+  char buf[512];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+  return pclose(f) == 0 ? text : "";
+}
+
 std::string self_exe() {
   char buf[4096];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -57,8 +67,9 @@ Runner add_launch(CLI::App& app) {
   cmd->add_option("command", req->command, "The command (write it after --)");
   cmd->positionals_at_end();
   cmd->footer(
-      "Detects Slurm (srun), PBS (mpiexec with $PBS_NODEFILE), a hostfile, or this host alone, and sets\n"
-      "OMP_NUM_THREADS to the cores per rank unless it is set. Example: parallm launch -n 2 -- parallm train");
+      "Detects Slurm (srun, with the PMI plugin this MPI needs from srun --mpi=list), PBS (mpiexec with\n"
+      "$PBS_NODEFILE), a hostfile, or this host alone, and sets OMP_NUM_THREADS to the cores per rank unless\n"
+      "it is set. Example: parallm launch -n 2 -- parallm train");
   return [req, dry]() {
     // "parallm" means this very program, wherever it was built.
     if (!req->command.empty() && req->command.front() == "parallm") req->command.front() = self_exe();
@@ -69,6 +80,7 @@ Runner add_launch(CLI::App& app) {
     m.root = geteuid() == 0;
     m.on_path = on_path;
     m.read_file = [](const std::string& path) { return read_text_file(path, "launch"); };
+    m.srun_mpi_list = srun_mpi_list;
     const LaunchPlan p = plan_launch(*req, comm::process_env(), m);
     std::printf("launch: %s\n", p.why.c_str());
     for (const auto& [k, v] : p.env) std::printf("launch: %s=%s\n", k.c_str(), v.c_str());

@@ -56,7 +56,85 @@ std::string first_on_path(const Machine& m, std::initializer_list<const char*> n
   return "";
 }
 
+// The srun options: the job's shape and the PMI plugin this MPI needs,
+// unless the user named one (--mpi-arg --mpi=..., or SLURM_MPI_TYPE).
+std::vector<std::string> srun_argv(const LaunchRequest& req, const comm::EnvLookup& env, const Machine& m,
+                                   MpiFlavor flavor, LaunchPlan& p) {
+  PARALLM_CHECK(m.on_path("srun"), ConfigError, "launch", "a Slurm job, but no srun on PATH");
+  const std::string n = std::to_string(p.ranks), ppn = std::to_string(p.ppn), t = std::to_string(p.threads);
+  std::vector<std::string> a = {"srun", "-n", n, "--ntasks-per-node", ppn, "--cpus-per-task", t};
+  const bool named =
+      std::any_of(req.extra.begin(), req.extra.end(), [](const std::string& x) { return x.rfind("--mpi", 0) == 0; });
+  const char* type = env("SLURM_MPI_TYPE");
+  if (named || (type && *type)) {
+    p.why += named ? "; PMI as given by --mpi-arg" : fmt::format("; PMI from SLURM_MPI_TYPE={}", type);
+    return a;
+  }
+  const std::vector<std::string> offered = parse_srun_mpi_list(m.srun_mpi_list ? m.srun_mpi_list() : "");
+  std::string list;
+  for (const auto& o : offered) list += (list.empty() ? "" : ", ") + o;
+  const std::string pick = pick_srun_mpi(flavor, offered);
+  if (!pick.empty()) {
+    a.push_back("--mpi=" + pick);
+    p.why += fmt::format("; PMI {} for {} (srun offers {})", pick, flavor_name(flavor), list);
+  } else {
+    p.why += offered.empty() ? "; srun --mpi=list named no plugin: srun's MpiDefault applies"
+                             : fmt::format("; srun offers no PMI {} uses ({}): srun's MpiDefault applies",
+                                           flavor_name(flavor), list);
+  }
+  return a;
+}
+
 }  // namespace
+
+std::vector<std::string> parse_srun_mpi_list(const std::string& text) {
+  std::vector<std::string> names;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("srun:", 0) == 0) line = line.substr(5);
+    const auto colon = line.find("available:");
+    if (colon != std::string::npos)
+      line = line.substr(colon + 10);  // "specific pmix plugin versions available: pmix_v4"
+    else if (line.find("...") != std::string::npos)
+      continue;  // "MPI plugin types are..."
+    for (char& c : line)
+      if (c == ',') c = ' ';
+    std::istringstream words(line);
+    for (std::string w; words >> w;)
+      if (w.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos &&
+          std::find(names.begin(), names.end(), w) == names.end())
+        names.push_back(w);
+  }
+  return names;
+}
+
+std::string pick_srun_mpi(MpiFlavor flavor, const std::vector<std::string>& offered) {
+  auto has = [&](const std::string& x) { return std::find(offered.begin(), offered.end(), x) != offered.end(); };
+  auto any_pmix = [&]() -> std::string {
+    if (has("pmix")) return "pmix";
+    for (const auto& o : offered)
+      if (o.rfind("pmix_v", 0) == 0) return o;
+    return "";
+  };
+  std::vector<std::string> order;
+  switch (flavor) {
+    case MpiFlavor::OpenMpi:
+      order = {any_pmix(), "pmi2"};
+      break;
+    case MpiFlavor::Mpich:
+      order = {"pmi2", any_pmix()};
+      break;
+    case MpiFlavor::Pals:
+      order = {"cray_shasta", "pmi2"};
+      break;
+    case MpiFlavor::None:
+      break;
+  }
+  for (const auto& o : order)
+    if (!o.empty() && has(o)) return o;
+  return "";
+}
 
 Hostfile parse_hostfile(const std::string& text, const std::string& path) {
   Hostfile h;
@@ -187,8 +265,7 @@ LaunchPlan plan_launch(const LaunchRequest& req, const comm::EnvLookup& env, con
                   p.nodes, p.nodes == 1 ? "" : "s", p.ppn, p.threads, p.threads == 1 ? "" : "s");
 
   if (p.mode == "slurm") {
-    PARALLM_CHECK(m.on_path("srun"), ConfigError, "launch", "a Slurm job, but no srun on PATH");
-    a = {"srun", "-n", n, "--ntasks-per-node", ppn, "--cpus-per-task", t};
+    a = srun_argv(req, env, m, flavor, p);
   } else if (flavor == MpiFlavor::Pals) {
     a = {"mpiexec", "-n", n, "--ppn", ppn};
     if (!hostfile.empty()) a.insert(a.end(), {"--hostfile", hostfile});

@@ -37,6 +37,7 @@ struct Machine {
   bool root = false;
   std::function<bool(const std::string&)> on_path;           // is this program on PATH?
   std::function<std::string(const std::string&)> read_file;  // hostfile contents (IoError if unreadable)
+  std::function<std::string()> srun_mpi_list;                // `srun --mpi=list`'s output ("" if it failed)
 };
 
 struct LaunchPlan {
@@ -54,6 +55,14 @@ struct Hostfile {
 // Accepts Open MPI ("host slots=N"), MPICH ("host:N") and PBS node files
 // (one line per slot); '#' starts a comment. Errors name the file and line.
 Hostfile parse_hostfile(const std::string& text, const std::string& path);
+
+// The PMI plugins in `srun --mpi=list`'s output (Slurm 20-24 formats: one
+// per line, "srun: " prefixed in older ones, "versions available: pmix_v4").
+std::vector<std::string> parse_srun_mpi_list(const std::string& text);
+// The plugin srun must start ranks of this MPI with, among those offered:
+// pmix (then pmi2) for Open MPI, pmi2 (then pmix) for MPICH, cray_shasta
+// (then pmi2) for PALS; "" when none fits (srun's MpiDefault then applies).
+std::string pick_srun_mpi(MpiFlavor flavor, const std::vector<std::string>& offered);
 
 LaunchPlan plan_launch(const LaunchRequest& req, const comm::EnvLookup& env, const Machine& m);
 

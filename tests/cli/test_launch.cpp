@@ -105,6 +105,58 @@ TEST(Launch, SlurmUsesSrunWithTheJobsShape) {
   EXPECT_EQ(q.ranks, 3);
 }
 
+// srun gets the PMI plugin this MPI needs among those `srun --mpi=list` offers (MpiDefault=none otherwise).
+TEST(Launch, SlurmPicksThePmiThisMpiNeeds) {
+  FakeEnv env;
+  env.vars = {{"SLURM_JOB_ID", "5"}, {"SLURM_JOB_NUM_NODES", "1"}, {"SLURM_NTASKS", "2"}};
+  auto m = machine(MpiFlavor::OpenMpi, 2);
+  m.srun_mpi_list = [] {
+    return "MPI plugin types are...\n\tpmix\n\tnone\n\tcray_shasta\n\tpmi2\n"
+           "specific pmix plugin versions available: pmix_v4\n";
+  };
+  LaunchPlan p = plan_launch(request(-1), env.lookup(), m);
+  EXPECT_EQ(joined(p), "srun -n 2 --ntasks-per-node 2 --cpus-per-task 1 --mpi=pmix parallm train");
+  EXPECT_NE(p.why.find("PMI pmix for Open MPI"), std::string::npos) << p.why;
+  m.flavor = MpiFlavor::Mpich;
+  EXPECT_NE(joined(plan_launch(request(-1), env.lookup(), m)).find(" --mpi=pmi2 "), std::string::npos);
+  // The user's choice stays: --mpi-arg --mpi=..., or SLURM_MPI_TYPE (which srun reads itself).
+  LaunchRequest r = request(-1);
+  r.extra = {"--mpi=pmix_v4"};
+  EXPECT_EQ(joined(plan_launch(r, env.lookup(), m)),
+            "srun -n 2 --ntasks-per-node 2 --cpus-per-task 1 --mpi=pmix_v4 parallm train");
+  env.vars["SLURM_MPI_TYPE"] = "pmi2";
+  p = plan_launch(request(-1), env.lookup(), m);
+  EXPECT_EQ(joined(p).find("--mpi"), std::string::npos) << joined(p);
+  EXPECT_NE(p.why.find("SLURM_MPI_TYPE=pmi2"), std::string::npos) << p.why;
+  // Nothing that fits: srun's MpiDefault applies, and the plan says so.
+  env.vars.erase("SLURM_MPI_TYPE");
+  m.flavor = MpiFlavor::OpenMpi;
+  m.srun_mpi_list = [] { return "srun: MPI types are...\nsrun: none\n"; };
+  p = plan_launch(request(-1), env.lookup(), m);
+  EXPECT_EQ(joined(p).find("--mpi"), std::string::npos) << joined(p);
+  EXPECT_NE(p.why.find("srun offers no PMI Open MPI uses (none)"), std::string::npos) << p.why;
+}
+
+TEST(Launch, SrunMpiList) {
+  // Slurm 22.05 and later.
+  EXPECT_EQ(parse_srun_mpi_list("MPI plugin types are...\n\tpmix\n\tnone\n\tcray_shasta\n\tpmi2\n"
+                                "specific pmix plugin versions available: pmix_v4\n"),
+            (std::vector<std::string>{"pmix", "none", "cray_shasta", "pmi2", "pmix_v4"}));
+  // Slurm 20.11 and earlier, on stderr with srun's prefix.
+  EXPECT_EQ(parse_srun_mpi_list("srun: MPI types are...\nsrun: none\nsrun: pmi2\nsrun: pmix_v3\n"),
+            (std::vector<std::string>{"none", "pmi2", "pmix_v3"}));
+  EXPECT_TRUE(parse_srun_mpi_list("").empty());
+  const std::vector<std::string> all = {"none", "pmi2", "pmix", "cray_shasta"};
+  EXPECT_EQ(pick_srun_mpi(MpiFlavor::OpenMpi, all), "pmix");
+  EXPECT_EQ(pick_srun_mpi(MpiFlavor::OpenMpi, {"none", "pmix_v3"}), "pmix_v3");
+  EXPECT_EQ(pick_srun_mpi(MpiFlavor::OpenMpi, {"none", "pmi2"}), "pmi2");
+  EXPECT_EQ(pick_srun_mpi(MpiFlavor::Mpich, all), "pmi2");
+  EXPECT_EQ(pick_srun_mpi(MpiFlavor::Mpich, {"none", "pmix"}), "pmix");
+  EXPECT_EQ(pick_srun_mpi(MpiFlavor::Pals, all), "cray_shasta");
+  EXPECT_EQ(pick_srun_mpi(MpiFlavor::OpenMpi, {"none"}), "");
+  EXPECT_EQ(pick_srun_mpi(MpiFlavor::None, all), "");
+}
+
 TEST(Launch, PbsReadsTheNodeFile) {
   FakeEnv env;
   env.vars = {{"PBS_JOBID", "9.pbs"}, {"PBS_NODEFILE", "/var/spool/nodes"}};
