@@ -66,7 +66,8 @@ std::vector<std::string> srun_argv(const LaunchRequest& req, const comm::EnvLook
   const bool named =
       std::any_of(req.extra.begin(), req.extra.end(), [](const std::string& x) { return x.rfind("--mpi", 0) == 0; });
   const char* type = env("SLURM_MPI_TYPE");
-  if (named || (type && *type)) {
+  // SLURM_MPI_TYPE=none (Slurm's default) names no PMI: tasks could not join; pick one as if unset.
+  if (named || (type && *type && std::string(type) != "none")) {
     p.why += named ? "; PMI as given by --mpi-arg" : fmt::format("; PMI from SLURM_MPI_TYPE={}", type);
     return a;
   }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/error.h"
 #include "core/text.h"
 #include "kernels/ops.h"
 #include "parallel/ddp.h"
@@ -250,6 +251,18 @@ class ZeroSync : public GradSync {
 };
 
 }  // namespace
+
+GradSyncOptions resolve_grad_sync(GradSyncOptions o, int dp_size) {
+  o.local_shards = 1;
+  if (!o.deterministic) return o;
+  PARALLM_CHECK(dp_size == 1 || o.shards == 0 || o.shards == dp_size, ConfigError, "config",
+                "ddp.shards={} on {} data-parallel ranks: each rank is one shard there (leave ddp.shards unset)",
+                o.shards, dp_size);
+  if (dp_size == 1 && o.shards > 0) o.local_shards = static_cast<int>(o.shards);
+  PARALLM_CHECK(o.micro_batch % o.local_shards == 0, ConfigError, "config",
+                "ddp.shards={} does not divide model.batch_size={}", o.local_shards, o.micro_batch);
+  return o;
+}
 
 std::unique_ptr<GradSync> make_grad_sync(comm::Communicator& dp, model::GPT& m, Device dev,
                                          const GradSyncOptions& opt) {

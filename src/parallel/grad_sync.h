@@ -33,7 +33,8 @@ namespace parallm::parallel {
 struct GradSyncOptions {
   double bucket_mb = 25;       // ddp.bucket_mb
   bool deterministic = false;  // ddp.deterministic
-  int local_shards = 1;        // deterministic on one rank: shards it computes (reproduces that many ranks)
+  int64_t shards = 0;          // ddp.shards as given (0: one per rank)
+  int local_shards = 1;        // deterministic on one rank: shards it computes (resolve_grad_sync fills it)
   int64_t micro_batch = 1;     // samples per rank per micro-step (model.batch_size)
   int zero_stage = 0;          // zero.stage
   int zero_prefetch = 1;       // zero.prefetch
@@ -126,7 +127,13 @@ class GradSync {
   virtual std::string memory_note(const MemStats& peak) const { return ""; }
 };
 
-// The strategy `opt` names, over the data-parallel group `dp`, for model `m`
+// `opt` checked against a data-parallel group of `dp_size` ranks, with
+// local_shards filled in: ddp.shards=N on one rank cuts each micro-batch
+// into N passes (reproducing N ranks); on several ranks each rank is one
+// shard. ConfigError naming the keys otherwise (before anything is made).
+GradSyncOptions resolve_grad_sync(GradSyncOptions opt, int dp_size);
+
+// The strategy `opt` (resolved) names, over the data-parallel group `dp`, for model `m`
 // (a ZeRO stage from 2 becomes the model's parameter store).
 std::unique_ptr<GradSync> make_grad_sync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt);
 

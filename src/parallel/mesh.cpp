@@ -51,13 +51,23 @@ Mesh::Mesh(comm::Communicator& world, MeshDims dims, int ranks_per_node, bool tp
   dp_cp_ = group(d.dp * d.cp, c.pp * d.tp + c.tp, c.dp * d.cp + c.cp, "dp_cp");
 }
 
-comm::Communicator* Mesh::group(int size, int color, int key, const std::string& name) {
+Mesh::Group Mesh::group(int size, int color, int key, const std::string& name) {
   // A group spanning the world is the world itself (the other axes have size
   // one, so its order is the world's): nothing new to make, and a mesh of
   // data parallelism alone communicates exactly as the world does.
-  if (size == world_.size()) return &world_;
+  if (size == world_.size()) return {&world_};
+  // A group of one rank needs no collective: it is made on first use.
+  if (size == 1) return {};
   owned_.push_back(world_.split(color, key, name));
-  return owned_.back().get();
+  return {owned_.back().get()};
+}
+
+comm::Communicator& Mesh::get(Group& g) const {
+  if (!g.comm) {
+    owned_.push_back(comm::make_world("self", world_.options()));
+    g.comm = owned_.back().get();
+  }
+  return *g.comm;
 }
 
 MeshCoord mesh_coord(const MeshDims& d, int r) {

@@ -11,7 +11,9 @@
 // dp x cp (the ranks holding the same model shard: gradient reduction). Each
 // group orders its ranks by their coordinate along its axes. A group that
 // spans the world is the world communicator itself (data parallelism alone
-// runs exactly as before the mesh existed).
+// runs exactly as before the mesh existed); a group of one rank is a local
+// self communicator, made without a collective the first time it is asked
+// for (no thread or NCCL communicator for an axis of degree one).
 #pragma once
 #include <memory>
 #include <string>
@@ -46,11 +48,11 @@ class Mesh {
   int rank_of(const MeshCoord& c) const;
 
   comm::Communicator& world() const { return world_; }
-  comm::Communicator& dp() const { return *dp_; }
-  comm::Communicator& tp() const { return *tp_; }
-  comm::Communicator& pp() const { return *pp_; }
-  comm::Communicator& cp() const { return *cp_; }
-  comm::Communicator& dp_cp() const { return *dp_cp_; }  // same model shard: gradients are reduced here
+  comm::Communicator& dp() const { return get(dp_); }
+  comm::Communicator& tp() const { return get(tp_); }
+  comm::Communicator& pp() const { return get(pp_); }
+  comm::Communicator& cp() const { return get(cp_); }
+  comm::Communicator& dp_cp() const { return get(dp_cp_); }  // same model shard: gradients are reduced here
 
   // Pipeline neighbours (world ranks), -1 at either end; and the ends.
   int pp_prev() const;
@@ -66,10 +68,15 @@ class Mesh {
   comm::Communicator& world_;
   MeshDims dims_;
   MeshCoord me_;
-  // Collective over the world: a group of `size` ranks made by split, or the world when it spans it.
-  comm::Communicator* group(int size, int color, int key, const std::string& name);
-  comm::Communicator *dp_ = nullptr, *tp_ = nullptr, *pp_ = nullptr, *cp_ = nullptr, *dp_cp_ = nullptr;
-  std::vector<std::unique_ptr<comm::Communicator>> owned_;
+  struct Group {
+    comm::Communicator* comm = nullptr;  // null: a group of this rank alone, not made yet
+  };
+  // Collective over the world: a group of `size` ranks made by split, the
+  // world when it spans it, or (one rank) nothing until first used.
+  Group group(int size, int color, int key, const std::string& name);
+  comm::Communicator& get(Group& g) const;  // makes a one-rank group (a local self communicator) on first use
+  mutable Group dp_, tp_, pp_, cp_, dp_cp_;
+  mutable std::vector<std::unique_ptr<comm::Communicator>> owned_;
 };
 
 // Rank r's coordinates on a mesh of (resolved) `dims`, and their text

@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "model/config.h"
+#include "optim/adamw.h"
 #include "optim/loss_scale.h"
 #include "parallel/mesh.h"
 #include "parallel/zero.h"
@@ -62,16 +63,17 @@ struct TrainSection {
   bool resume() const { return init_from == InitFrom::Resume; }
 };
 
+// AdamW's hyperparameters default to the one set optim::AdamWConfig declares.
 struct OptimizerSection {
-  float learning_rate = 1e-3f;
+  float learning_rate = optim::AdamWConfig{}.lr;
   float min_lr = 1e-4f;
   int64_t warmup_iters = 100;
   int64_t lr_decay_iters = 5000;
   bool decay_lr = true;
-  float weight_decay = 0.1f;
-  float beta1 = 0.9f;
-  float beta2 = 0.99f;
-  float eps = 1e-8f;
+  float weight_decay = optim::AdamWConfig{}.weight_decay;
+  float beta1 = optim::AdamWConfig{}.beta1;
+  float beta2 = optim::AdamWConfig{}.beta2;
+  float eps = optim::AdamWConfig{}.eps;
   float grad_clip = 1.0f;
   int64_t gas = 1;  // gradient accumulation steps
 };
@@ -92,7 +94,7 @@ struct DdpSection {
 };
 
 struct ZeroSection {
-  int stage = 0;         // 0 = DDP, 1 = sharded optimizer state, 2 = + gradients, 3 = + parameters
+  int64_t stage = 0;     // 0 = DDP, 1 = sharded optimizer state, 2 = + gradients, 3 = + parameters
   int64_t prefetch = 1;  // stage 3: blocks gathered ahead
   parallel::Offload offload = parallel::Offload::None;
 };

@@ -96,25 +96,18 @@ Device choose_device(const TrainSection& t, comm::Communicator& world) {
   return dev;
 }
 
-// The data-parallel strategy's options; ddp.deterministic on one rank may
-// cut each micro-batch into ddp.shards passes (reproducing that many ranks).
+// The data-parallel strategy's options (ddp.*, zero.*), checked against the dp group.
 parallel::GradSyncOptions sync_options(const RunConfig& cfg, int dp_size) {
   const ParallelSection& p = cfg.parallel;
-  parallel::GradSyncOptions o{p.ddp.bucket_mb,
-                              p.ddp.deterministic,
-                              1,
-                              cfg.train.batch_size,
-                              static_cast<int>(p.zero.stage),
-                              static_cast<int>(p.zero.prefetch),
-                              p.zero.offload};
-  if (!p.ddp.deterministic) return o;
-  PARALLM_CHECK(dp_size == 1 || p.ddp.shards == 0 || p.ddp.shards == dp_size, ConfigError, "config",
-                "ddp.shards={} on {} data-parallel ranks: each rank is one shard there (leave ddp.shards unset)",
-                p.ddp.shards, dp_size);
-  o.local_shards = dp_size == 1 && p.ddp.shards > 0 ? static_cast<int>(p.ddp.shards) : 1;
-  PARALLM_CHECK(cfg.train.batch_size % o.local_shards == 0, ConfigError, "config",
-                "ddp.shards={} does not divide model.batch_size={}", o.local_shards, cfg.train.batch_size);
-  return o;
+  parallel::GradSyncOptions o;
+  o.bucket_mb = p.ddp.bucket_mb;
+  o.deterministic = p.ddp.deterministic;
+  o.shards = p.ddp.shards;
+  o.micro_batch = cfg.train.batch_size;
+  o.zero_stage = static_cast<int>(p.zero.stage);
+  o.zero_prefetch = static_cast<int>(p.zero.prefetch);
+  o.offload = p.zero.offload;
+  return parallel::resolve_grad_sync(o, dp_size);
 }
 
 // The samples' prompt, checked against the vocabulary before anything is written.
@@ -215,6 +208,7 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   s->flops_per_iter = s->model->flops_per_token(s->seq()) * static_cast<double>(s->tokens_per_iter);
   log_run(*s);
   // Launchers (mpirun, srun) relay output line by line, often through a pty: no bar there.
+  s->world_all = std::make_unique<parallel::GroupAll>(world);
   s->progress =
       std::make_unique<Progress>(s->st.iter, s->cfg.train.max_iters, s->cfg.train.progress && world.size() == 1);
   return s;

@@ -25,6 +25,7 @@
 #include "optim/loss_scale.h"
 #include "optim/schedule.h"
 #include "parallel/grad_sync.h"
+#include "parallel/group_ops.h"
 #include "parallel/mesh.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
@@ -57,7 +58,8 @@ struct Session {
   double flops_per_iter = 0;       // of the global batch
   std::vector<int64_t> fault_inf;  // PARALLM_FAULT_INF_GRAD's iterations
   std::unique_ptr<Progress> progress;
-  std::vector<float> losses;  // the current step's (or evaluation's) pass losses, in order
+  std::unique_ptr<parallel::GroupAll> world_all;  // "true on every rank" over the world, made once
+  std::vector<float> losses;                      // the current step's (or evaluation's) pass losses, in order
 
   Session(RunConfig c, comm::Communicator& w, std::optional<RunDir>& rd) : cfg(std::move(c)), world(w), run_dir(rd) {}
   comm::Communicator& dp() const { return mesh->dp(); }

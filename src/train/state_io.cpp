@@ -67,7 +67,8 @@ void restore_state(Session& s) {
   if (h.sharded) {
     read_sharded(s, h);
   } else {
-    if (s.lead) s.st = load_checkpoint(s.cfg.train.out_dir, *s.model, s.opt.get(), /*verify=*/false);  // verified
+    // The group's rank 0 reads (verified above); the group follows it.
+    if (dp.rank() == 0) s.st = load_checkpoint(s.cfg.train.out_dir, *s.model, s.opt.get(), /*verify=*/false);
     // Every rank continues from rank 0's weights (params_loaded), optimizer state and step.
     parallel::broadcast_floats(dp, s.opt->m(), s.opt->size());
     parallel::broadcast_floats(dp, s.opt->v(), s.opt->size());

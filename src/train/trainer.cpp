@@ -7,7 +7,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/profiler.h"
-#include "parallel/group_ops.h"
 #include "train/evaluate.h"
 #include "train/run_log.h"
 #include "train/session.h"
@@ -27,7 +26,7 @@ bool eval_due(const TrainSection& t, int64_t it) {
 // rank after iteration `it`, once the state is saved where space allows.
 void stop_if_records_lost(Session& s, int64_t it) {
   const std::string lost = s.run_dir ? s.run_dir->write_error() : std::string();
-  if (parallel::GroupAll(s.world)(lost.empty())) return;
+  if ((*s.world_all)(lost.empty())) return;
   std::string saved = "rank 0 reports whether the state was saved";  // it alone saves replicated state
   try {
     if (s.run_dir) s.st.unwritten_records = s.run_dir->unwritten_metrics();  // written when the run resumes

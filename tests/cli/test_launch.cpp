@@ -128,6 +128,9 @@ TEST(Launch, SlurmPicksThePmiThisMpiNeeds) {
   p = plan_launch(request(-1), env.lookup(), m);
   EXPECT_EQ(joined(p).find("--mpi"), std::string::npos) << joined(p);
   EXPECT_NE(p.why.find("SLURM_MPI_TYPE=pmi2"), std::string::npos) << p.why;
+  // SLURM_MPI_TYPE=none names no PMI (tasks could not join): one is picked as if it were unset.
+  env.vars["SLURM_MPI_TYPE"] = "none";
+  EXPECT_NE(joined(plan_launch(request(-1), env.lookup(), m)).find(" --mpi=pmi2 "), std::string::npos);
   // Nothing that fits: srun's MpiDefault applies, and the plan says so.
   env.vars.erase("SLURM_MPI_TYPE");
   m.flavor = MpiFlavor::OpenMpi;

@@ -62,6 +62,9 @@ TEST(Config, ZeroKeysAreCheckedTogether) {
     return error_of([&] { c.validate(); });
   };
   EXPECT_NE(validate_error({"zero.stage=4"}).find("zero.stage"), std::string::npos);
+  // Stored whole: a value that would wrap an int to a valid stage is refused by name.
+  EXPECT_NE(validate_error({"zero.stage=4294967297"}).find("zero.stage must be in [0, 3], got 4294967297"),
+            std::string::npos);
   EXPECT_NE(validate_error({"zero.stage=1", "ddp.deterministic=true"}).find("ddp.deterministic"), std::string::npos);
   EXPECT_NE(validate_error({"zero.offload=optimizer"}).find("needs a sharded stage"), std::string::npos);
   EXPECT_NE(validate_error({"zero.stage=2", "zero.offload=params"}).find("zero.stage=3"), std::string::npos);
