@@ -112,8 +112,4 @@ std::string Mesh::summary() const {
   return fmt::format("dp={} tp={} pp={} cp={}", dims_.dp, dims_.tp, dims_.pp, dims_.cp);
 }
 
-std::string Mesh::coord_text() const {
-  return parallel::coord_text(dims_, me_);
-}
-
 }  // namespace parallm::parallel

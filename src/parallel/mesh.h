@@ -60,9 +60,8 @@ class Mesh {
   bool first_stage() const { return me_.pp == 0; }
   bool last_stage() const { return me_.pp == dims_.pp - 1; }
 
-  // "dp=2 tp=1 pp=1 cp=1" and "[dp 1/2 tp 0/1 pp 0/1 cp 0/1]", for the dist info.
+  // "dp=2 tp=1 pp=1 cp=1", for the run's log (coord_text below gives a rank's coordinates).
   std::string summary() const;
-  std::string coord_text() const;
 
  private:
   comm::Communicator& world_;
