@@ -26,27 +26,27 @@
 
 namespace parallm::kernels {
 
-#define PARALLM_VOCAB_PARALLEL_DECLS(A)                                                                             \
-  /* out[b, t] = (v0 <= tok < v0 + vn ? wte[tok - v0] : 0) + (wpe ? wpe[t] : 0) */                                  \
+#define PARALLM_VOCAB_PARALLEL_DECLS(A)                                                                            \
+  /* out[b, t] = (v0 <= tok < v0 + vn ? wte[tok - v0] : 0) + (wpe ? wpe[t] : 0) */                                 \
   void vp_embedding_forward(A* out, const int32_t* tokens, const A* wte, const A* wpe, int64_t B, int64_t T,       \
                             int64_t C, int64_t v0, int64_t vn);                                                    \
-  /* dwte[tok - v0] += dout[b, t] for this rank's tokens; dwpe[t] += dout[b, t] where dwpe is given. Fixed order \
+  /* dwte[tok - v0] += dout[b, t] for this rank's tokens; dwpe[t] += dout[b, t] where dwpe is given. Fixed order   \
      (deterministic for any thread count), like embedding_backward. */                                             \
   void vp_embedding_backward(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int64_t B, int64_t T, \
                              int64_t C, int64_t v0, int64_t vn);                                                   \
-  /* dlogits[i, j] = dloss * (exp(logits[i, j] - mx[i]) / se[i] - (j + v0 == targets[i])) for j < valid, 0 for    \
+  /* dlogits[i, j] = dloss * (exp(logits[i, j] - mx[i]) / se[i] - (j + v0 == targets[i])) for j < valid, 0 for     \
      j >= valid; dlogits may alias logits when A is float. */                                                      \
   void xent_vp_grad(A* dlogits, const float* logits, const float* mx, const float* se, const int32_t* targets,     \
                     int64_t N, int64_t vn, int64_t valid, int64_t v0, float dloss);
 
-#define PARALLM_XENT_VP_DECLS                                                                                       \
-  /* mx[i] = max over j < valid of logits[i, j] (-inf when valid == 0) */                                          \
-  void xent_vp_local_max(float* mx, const float* logits, int64_t N, int64_t vn, int64_t valid);                    \
+#define PARALLM_XENT_VP_DECLS                                                                                     \
+  /* mx[i] = max over j < valid of logits[i, j] (-inf when valid == 0) */                                         \
+  void xent_vp_local_max(float* mx, const float* logits, int64_t N, int64_t vn, int64_t valid);                   \
   /* sums[i] = sum over j < valid of exp(logits[i, j] - mx[i]); sums[N + i] = logits[i, targets[i] - v0] when the \
-     target is among this rank's valid columns, else 0 */                                                          \
-  void xent_vp_exp_sums(float* sums, const float* logits, const float* mx, const int32_t* targets, int64_t N,      \
-                        int64_t vn, int64_t valid, int64_t v0);                                                    \
-  /* losses[i] = log(sums[i]) + mx[i] - sums[N + i] (after step 2's all-reduce) */                                  \
+     target is among this rank's valid columns, else 0 */                                                         \
+  void xent_vp_exp_sums(float* sums, const float* logits, const float* mx, const int32_t* targets, int64_t N,     \
+                        int64_t vn, int64_t valid, int64_t v0);                                                   \
+  /* losses[i] = log(sums[i]) + mx[i] - sums[N + i] (after step 2's all-reduce) */                                \
   void xent_vp_losses(float* losses, const float* mx, const float* sums, int64_t N);
 
 namespace ref {
