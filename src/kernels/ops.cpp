@@ -25,7 +25,13 @@ namespace {
   t.embedding_backward = &ns::embedding_backward;                   \
   t.residual_forward = &ns::residual_forward;                       \
   t.dropout_forward = &ns::dropout_forward;                         \
-  t.dropout_backward = &ns::dropout_backward
+  t.dropout_backward = &ns::dropout_backward;                       \
+  t.vp_embedding_forward = &ns::vp_embedding_forward;               \
+  t.vp_embedding_backward = &ns::vp_embedding_backward;             \
+  t.xent_vp_local_max = &ns::xent_vp_local_max;                     \
+  t.xent_vp_exp_sums = &ns::xent_vp_exp_sums;                       \
+  t.xent_vp_losses = &ns::xent_vp_losses;                           \
+  t.xent_vp_grad = &ns::xent_vp_grad
 
 #define PARALLM_FP32_OPS(ns)                                          \
   [] {                                                                \

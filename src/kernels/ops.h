@@ -13,6 +13,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/vocab_parallel.h"
 
 namespace parallm::kernels {
 
@@ -47,6 +48,18 @@ struct ModelOps {
   void (*residual_forward)(A* out, const A* a, const A* b, I n);
   void (*dropout_forward)(A* out, const A* inp, I n, float p, uint64_t seed, uint64_t stream, uint64_t base);
   void (*dropout_backward)(A* dinp, const A* dout, I n, float p, uint64_t seed, uint64_t stream, uint64_t base);
+  // Tensor parallelism over the vocabulary (vocab_parallel.h): the embedding
+  // and the cross-entropy of this rank's rows of wte. The three statistics
+  // steps are fp32 whatever A is.
+  void (*vp_embedding_forward)(A* out, const int32_t* tokens, const A* wte, const A* wpe, I B, I T, I C, I v0, I vn);
+  void (*vp_embedding_backward)(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, I B, I T, I C, I v0,
+                                I vn);
+  void (*xent_vp_local_max)(float* mx, const float* logits, I N, I vn, I valid);
+  void (*xent_vp_exp_sums)(float* sums, const float* logits, const float* mx, const int32_t* targets, I N, I vn,
+                           I valid, I v0);
+  void (*xent_vp_losses)(float* losses, const float* mx, const float* sums, I N);
+  void (*xent_vp_grad)(A* dlogits, const float* logits, const float* mx, const float* se, const int32_t* targets, I N,
+                       I vn, I valid, I v0, float dloss);
 };
 
 // Everything of one device in fp32: the model's kernels and the optimizer's.

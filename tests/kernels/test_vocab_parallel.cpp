@@ -13,6 +13,7 @@
 #include "kernels/classifier.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 #include "kernels/vocab_parallel.h"
 
 using namespace parallm;
@@ -139,6 +140,24 @@ TEST(VocabParallel, CrossEntropyStepsMatchReferenceOnOddShapes) {
         },
         "the cross-entropy steps");
   }
+}
+
+TEST(VocabParallel, InEveryKernelTable) {
+  const Ops& k = ops_for(Device::cpu());
+  EXPECT_EQ(k.vp_embedding_forward, &cpu::vp_embedding_forward);
+  EXPECT_EQ(k.vp_embedding_backward, &cpu::vp_embedding_backward);
+  EXPECT_EQ(k.xent_vp_local_max, &cpu::xent_vp_local_max);
+  EXPECT_EQ(k.xent_vp_exp_sums, &cpu::xent_vp_exp_sums);
+  EXPECT_EQ(k.xent_vp_losses, &cpu::xent_vp_losses);
+  EXPECT_EQ(k.xent_vp_grad, &cpu::xent_vp_grad);
+  const ModelOps<bfloat16>& b = bf16_ops_for(Device::cuda(0));
+  EXPECT_NE(b.vp_embedding_forward, nullptr);
+  EXPECT_NE(b.vp_embedding_backward, nullptr);
+  EXPECT_NE(b.xent_vp_local_max, nullptr);
+  EXPECT_NE(b.xent_vp_exp_sums, nullptr);
+  EXPECT_NE(b.xent_vp_losses, nullptr);
+  EXPECT_NE(b.xent_vp_grad, nullptr);
+  EXPECT_NE(ops_for(Device::cuda(0)).xent_vp_grad, nullptr);
 }
 
 // V = 65 split over P = 2, 3, 4 ranks of vn = ceil(V / P) rows (the last

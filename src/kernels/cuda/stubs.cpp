@@ -9,6 +9,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/vocab_parallel.h"
 
 namespace parallm::kernels::cuda {
 
@@ -79,6 +80,26 @@ void embedding_forward(float*, const int32_t*, const float*, const float*, int64
 }
 void embedding_backward(float*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t) {
   not_built("embedding_backward");
+}
+void vp_embedding_forward(float*, const int32_t*, const float*, const float*, int64_t, int64_t, int64_t, int64_t,
+                          int64_t) {
+  not_built("vp_embedding_forward");
+}
+void vp_embedding_backward(float*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t) {
+  not_built("vp_embedding_backward");
+}
+void xent_vp_grad(float*, const float*, const float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                  float) {
+  not_built("xent_vp_grad");
+}
+void xent_vp_local_max(float*, const float*, int64_t, int64_t, int64_t) {
+  not_built("xent_vp_local_max");
+}
+void xent_vp_exp_sums(float*, const float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t) {
+  not_built("xent_vp_exp_sums");
+}
+void xent_vp_losses(float*, const float*, const float*, int64_t) {
+  not_built("xent_vp_losses");
 }
 void residual_forward(float*, const float*, const float*, int64_t) {
   not_built("residual_forward");
@@ -175,6 +196,16 @@ void embedding_forward(bf*, const int32_t*, const bf*, const bf*, int64_t, int64
 }
 void embedding_backward(float*, float*, const bf*, const int32_t*, int64_t, int64_t, int64_t) {
   not_built("embedding_backward");
+}
+void vp_embedding_forward(bf*, const int32_t*, const bf*, const bf*, int64_t, int64_t, int64_t, int64_t, int64_t) {
+  not_built("vp_embedding_forward");
+}
+void vp_embedding_backward(float*, float*, const bf*, const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t) {
+  not_built("vp_embedding_backward");
+}
+void xent_vp_grad(bf*, const float*, const float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                  float) {
+  not_built("xent_vp_grad");
 }
 void residual_forward(bf*, const bf*, const bf*, int64_t) {
   not_built("residual_forward");
