@@ -16,7 +16,11 @@ struct AttnDropout {
   float p = 0.0f;
   uint64_t seed = 0;
   uint64_t stream = 0;
-  int64_t bh_base = 0;  // global (b, h) index of this call's first sample and head (data parallel slices)
+  int64_t bh_base = 0;    // global (b, h) index of this call's first sample and head (data parallel slices)
+  int64_t bh_stride = 0;  // heads per sample in that index (0: the call's NH; tensor parallelism: all heads)
+  // The mask's (sample, head) index of the call's sample b and head h, so a
+  // rank holding some samples or some heads draws the one-rank masks.
+  int64_t global_bh(int64_t b, int64_t h, int64_t NH) const { return bh_base + b * (bh_stride ? bh_stride : NH) + h; }
 };
 
 #define PARALLM_ATTENTION_DECLS                                                                                 \

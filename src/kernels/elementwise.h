@@ -13,6 +13,7 @@ namespace parallm::kernels {
 #define PARALLM_ELEMENTWISE_DECLS                                                                           \
   void residual_forward(float* out, const float* a, const float* b, int64_t n); /* out = a + b */           \
   void add_inplace(float* acc, const float* x, int64_t n);                      /* acc += x */              \
+  void bias_forward(float* out, const float* bias, int64_t N, int64_t C);       /* out[i, :] += bias */     \
   void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream,    \
                        uint64_t base);                                                                      \
   void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed, uint64_t stream, \
@@ -29,6 +30,7 @@ namespace cuda {
 PARALLM_ELEMENTWISE_DECLS
 // bf16 variants (fp32 arithmetic inside), and conversions (round to nearest even).
 void residual_forward(bfloat16* out, const bfloat16* a, const bfloat16* b, int64_t n);
+void bias_forward(bfloat16* out, const bfloat16* bias, int64_t N, int64_t C);
 void dropout_forward(bfloat16* out, const bfloat16* inp, int64_t n, float p, uint64_t seed, uint64_t stream,
                      uint64_t base);
 void dropout_backward(bfloat16* dinp, const bfloat16* dout, int64_t n, float p, uint64_t seed, uint64_t stream,

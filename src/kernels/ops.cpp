@@ -24,6 +24,7 @@ namespace {
   t.embedding_forward = &ns::embedding_forward;                     \
   t.embedding_backward = &ns::embedding_backward;                   \
   t.residual_forward = &ns::residual_forward;                       \
+  t.bias_forward = &ns::bias_forward;                               \
   t.dropout_forward = &ns::dropout_forward;                         \
   t.dropout_backward = &ns::dropout_backward;                       \
   t.vp_embedding_forward = &ns::vp_embedding_forward;               \

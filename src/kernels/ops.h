@@ -46,6 +46,7 @@ struct ModelOps {
   void (*embedding_forward)(A* out, const int32_t* tokens, const A* wte, const A* wpe, I B, I T, I C);
   void (*embedding_backward)(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, I B, I T, I C);
   void (*residual_forward)(A* out, const A* a, const A* b, I n);
+  void (*bias_forward)(A* out, const A* bias, I N, I C);
   void (*dropout_forward)(A* out, const A* inp, I n, float p, uint64_t seed, uint64_t stream, uint64_t base);
   void (*dropout_backward)(A* dinp, const A* dout, I n, float p, uint64_t seed, uint64_t stream, uint64_t base);
   // Tensor parallelism over the vocabulary (vocab_parallel.h): the embedding

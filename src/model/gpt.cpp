@@ -29,14 +29,21 @@ namespace {
 enum Site : uint64_t { kAttnProbs = 0, kAttnResid = 1, kMlpResid = 2, kEmbed = 3 };
 }  // namespace
 
-GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, GPTStorage storage)
+namespace {
+ShardSpec shard_spec(const TensorGroup* tp) {
+  return tp ? ShardSpec{tp->size(), tp->rank()} : ShardSpec{};
+}
+}  // namespace
+
+GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, GPTStorage storage, TensorGroup* tp)
     : cfg_(cfg),
-      layout_((cfg.validate(), cfg)),
+      layout_((cfg.validate(), cfg), shard_spec(tp)),
       max_B_(max_batch),
       max_T_(max_seq),
       dev_(dev),
       compute_(storage.compute),
-      k_(&kernels::ops_for(dev)) {
+      k_(&kernels::ops_for(dev)),
+      tp_(tp && tp->size() > 1 ? tp : nullptr) {
   PARALLM_CHECK(max_batch > 0, ConfigError, "model", "batch size must be positive, got {}", max_batch);
   PARALLM_CHECK(max_seq > 0 && max_seq <= cfg.block_size, ConfigError, "model",
                 "sequence length {} must be in [1, model.block_size={}]", max_seq, cfg.block_size);
@@ -63,7 +70,7 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
   if (lowp || (bf16_products_ && storage.params))
     params_lp_ = DeviceArray<bfloat16>(layout_.total(), MemCategory::Params, dev);
 
-  off_ = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads(), compute_);
+  off_ = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads(), compute_, layout_.spec().tp);
   const int64_t N = max_B_ * max_T_;
   if (lowp) {
     acts_lp_ = DeviceArray<bfloat16>(off_.acts, MemCategory::Activations, dev);
@@ -84,16 +91,20 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
 }
 
 GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
-                          DType compute) {
-  return carve(cfg, max_batch, max_seq, dev, threads, compute).sizes;
+                          DType compute, int tp) {
+  return carve(cfg, max_batch, max_seq, dev, threads, compute, tp).sizes;
 }
 
-GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute) {
+GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute, int tp) {
   // The constructor takes its offsets from here and the planner its totals,
   // so the prediction and the allocation cannot disagree. Activations (and
   // backward's temporaries) are in the compute type; LayerNorm statistics,
-  // log-sum-exps, losses and kernel workspaces are fp32.
-  const int64_t N = B * T, C = cfg.n_embd, NH = cfg.n_head, L = cfg.n_layer;
+  // log-sum-exps, losses and kernel workspaces are fp32. Under tensor
+  // parallelism (tp > 1) the attention and MLP activations are this rank's
+  // heads and hidden columns, and the loss keeps the logits of its
+  // vocabulary rows (fp32) instead of the one-rank fused head's workspace.
+  const int64_t N = B * T, C = cfg.n_embd, L = cfg.n_layer;
+  const int64_t Cl = C / tp, NH = cfg.n_head / tp, vn = (cfg.vocab_size + tp - 1) / tp;
   int64_t off = 0, soff = 0;
   auto take = [&](int64_t n) {
     int64_t o = off;
@@ -112,15 +123,15 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
     a.ln1 = take(N * C);
     a.ln1_mean = stat(N);
     a.ln1_rstd = stat(N);
-    a.qkv = take(N * 3 * C);
-    a.atty = take(N * C);
+    a.qkv = take(N * 3 * Cl);
+    a.atty = take(N * Cl);
     a.lse = stat(B * NH * T);
     a.res2 = take(N * C);
     a.ln2 = take(N * C);
     a.ln2_mean = stat(N);
     a.ln2_rstd = stat(N);
-    a.fch = take(N * 4 * C);
-    a.fch_gelu = take(N * 4 * C);
+    a.fch = take(N * 4 * Cl);
+    a.fch_gelu = take(N * 4 * Cl);
     a.res3 = take(N * C);
     o.la.push_back(a);
   }
@@ -129,20 +140,26 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
   o.lnf_rstd = stat(N);
   o.losses = stat(N);
   o.dlnf = take(N * C);
+  const bool lowp = compute == DType::BF16 && !dev.is_cpu();  // CPU bf16 keeps fp32 activations
+  if (tp > 1) {
+    o.logits = stat(N * vn);
+    o.xmax = stat(N);
+    o.xsums = stat(2 * N);
+    if (lowp) o.dlogits = take(N * vn);  // fp32 computes d(logits) over the logits
+  }
   o.acts = off;
   o.stats = soff;
 
-  const bool lowp = compute == DType::BF16 && !dev.is_cpu();  // CPU bf16 keeps fp32 activations
   const auto attn_ws =
       lowp ? kernels::bf16_ops_for(dev).attention_workspace_floats : kernels::ops_for(dev).attention_workspace_floats;
   const auto cls_ws =
       lowp ? kernels::bf16_ops_for(dev).classifier_workspace_floats : kernels::ops_for(dev).classifier_workspace_floats;
-  o.ws = std::max(attn_ws(B, T, C, NH, threads), cls_ws(N, cfg.vocab_size, threads));
+  o.ws = std::max(attn_ws(B, T, Cl, NH, threads), tp > 1 ? 0 : cls_ws(N, cfg.vocab_size, threads));
   off = 0;
   o.s_dres = take(N * C);
   o.s_tmp = take(N * C);
-  o.s_dfch = take(N * 4 * C);
-  o.s_dfch2 = take(N * 4 * C);
+  o.s_dfch = take(N * 4 * Cl);
+  o.s_dfch2 = take(N * 4 * Cl);
   o.scratch = off;
   const int64_t es = lowp ? 2 : 4;
   o.sizes.activation_bytes = o.acts * es + o.stats * 4;
@@ -151,7 +168,7 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
 }
 
 int64_t GPT::num_params_nanogpt() const {
-  return layout_.count() - cfg_.block_size * cfg_.n_embd;  // wpe excluded, as nanoGPT prints it
+  return layout_.global_count() - cfg_.block_size * cfg_.n_embd;  // wpe excluded, as nanoGPT prints it
 }
 
 void GPT::set_store(ParamStore* store) {
@@ -247,6 +264,7 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
                 "batch {}x{} exceeds the model's allocated {}x{}", B, T, max_B_, max_T_);
   PARALLM_CHECK(!ctx.need_grad || targets, ShapeError, "gpt.forward", "gradients need targets");
   const int64_t N = B * T, C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size;
+  const int64_t tp = layout_.spec().tp, Cl = C / tp, NHl = NH / tp;  // this rank's width and heads
   for (int64_t i = 0; i < N; ++i)
     PARALLM_CHECK(tokens[i] >= 0 && tokens[i] < V, ShapeError, "gpt.forward",
                   "token {} at position {} is outside the vocabulary [0, {})", tokens[i], i, V);
@@ -287,19 +305,33 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
 
   // out = res + drop(linear(inp)): one GEMM where the kernels offer the fused
   // form and no dropout sits between; else the GEMM into tmp, dropout, the add.
+  // Tensor parallel, the linear is row-parallel: the partial products are
+  // reduced over the group, then the (whole) bias is added once.
   auto linear_residual = [&](A* out, const A* res, const A* inp, const A* w, const A* bias, int64_t IN, int64_t l,
                              uint64_t site) {
-    if (p <= 0 && k.matmul_forward_residual) {
+    if (tp_) {
+      k.matmul_forward(tmp, inp, w, nullptr, N, IN, C);
+      reduce_forward(tp_, tmp, N * C);
+      if (bias) k.bias_forward(tmp, bias, N, C);
+    } else if (p <= 0 && k.matmul_forward_residual) {
       k.matmul_forward_residual(out, inp, w, bias, res, N, IN, C);
       return;
+    } else {
+      k.matmul_forward(tmp, inp, w, bias, N, IN, C);
     }
-    k.matmul_forward(tmp, inp, w, bias, N, IN, C);
     if (p > 0)
       k.dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site), drop_base);
     k.residual_forward(out, res, tmp, N * C);
   };
   A* x = act<A>(off_.encoded);
-  k.embedding_forward(x, tokens, PE + (layout_.wte() - e0), PE + (layout_.wpe() - e0), B, T, C);
+  if (tp_) {  // each rank embeds its vocabulary rows' tokens, rank 0 adds the positions; the sum is exact
+    const auto vr = layout_.vocab_rows();
+    k.vp_embedding_forward(x, tokens, PE + (layout_.wte() - e0), tp_->rank() == 0 ? PE + (layout_.wpe() - e0) : nullptr,
+                           B, T, C, vr.v0, vr.rows);
+    reduce_forward(tp_, x, N * C);
+  } else {
+    k.embedding_forward(x, tokens, PE + (layout_.wte() - e0), PE + (layout_.wpe() - e0), B, T, C);
+  }
   if (p > 0)
     k.dropout_forward(x, x, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
                       drop_base);
@@ -311,15 +343,15 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
     P = params_of<A>(g, Pass::Forward);
     p0 = layout_.group(g).begin;
     k.layernorm_forward(act<A>(a.ln1), stat(a.ln1_mean), stat(a.ln1_rstd), x, W(bp.ln1_w), W(bp.ln1_b), N, C);
-    k.matmul_forward(act<A>(a.qkv), act<A>(a.ln1), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * C);
-    kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs), ctx.sample_offset * NH};
-    k.attention_forward(act<A>(a.atty), stat(a.lse), act<A>(a.qkv), B, T, C, NH, ad, ws);
-    linear_residual(act<A>(a.res2), x, act<A>(a.atty), W(bp.proj_w), W(bp.proj_b), C, l, kAttnResid);
+    k.matmul_forward(act<A>(a.qkv), act<A>(a.ln1), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * Cl);
+    const kernels::AttnDropout ad = attn_dropout(ctx, l, p);
+    k.attention_forward(act<A>(a.atty), stat(a.lse), act<A>(a.qkv), B, T, Cl, NHl, ad, ws);
+    linear_residual(act<A>(a.res2), x, act<A>(a.atty), W(bp.proj_w), W(bp.proj_b), Cl, l, kAttnResid);
     k.layernorm_forward(act<A>(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), act<A>(a.res2), W(bp.ln2_w), W(bp.ln2_b), N,
                         C);
-    k.matmul_forward(act<A>(a.fch), act<A>(a.ln2), W(bp.fc_w), W(bp.fc_b), N, C, 4 * C);
-    k.gelu_forward(act<A>(a.fch_gelu), act<A>(a.fch), N * 4 * C, cfg_.gelu);
-    linear_residual(act<A>(a.res3), act<A>(a.res2), act<A>(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), 4 * C, l,
+    k.matmul_forward(act<A>(a.fch), act<A>(a.ln2), W(bp.fc_w), W(bp.fc_b), N, C, 4 * Cl);
+    k.gelu_forward(act<A>(a.fch_gelu), act<A>(a.fch), N * 4 * Cl, cfg_.gelu);
+    linear_residual(act<A>(a.res3), act<A>(a.res2), act<A>(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), 4 * Cl, l,
                     kMlpResid);
     x = act<A>(a.res3);
     if (l + 1 < cfg_.n_layer) release_group(g, Pass::Forward);  // the last group also holds ln_f
@@ -335,9 +367,13 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
   float* losses = stat(off_.losses);
   // The tied head adds its wte gradient here; backward adds the embedding's.
   float* dwte = ctx.need_grad ? group_grads(0) + (layout_.wte() - e0) : nullptr;
-  k.classifier_forward_backward(losses, ctx.need_grad ? act<A>(off_.dlnf) : nullptr, dwte, act<A>(off_.lnf),
-                                PE + (layout_.wte() - e0), targets, N, C, V, ctx.loss_scale / static_cast<float>(N),
-                                ws);
+  if (tp_)
+    vocab_parallel_loss(k, losses, ctx.need_grad ? act<A>(off_.dlnf) : nullptr, dwte, act<A>(off_.lnf),
+                        PE + (layout_.wte() - e0), targets, N, ctx.loss_scale / static_cast<float>(N));
+  else
+    k.classifier_forward_backward(losses, ctx.need_grad ? act<A>(off_.dlnf) : nullptr, dwte, act<A>(off_.lnf),
+                                  PE + (layout_.wte() - e0), targets, N, C, V, ctx.loss_scale / static_cast<float>(N),
+                                  ws);
   release_group(0, Pass::Forward);  // backward does not read the embedding weights
   grads_ready_ = ctx.need_grad;
   if (!dev_.is_cpu()) {
@@ -348,6 +384,41 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
     return deferred_loss();
   }
   return mean_of(losses, N);
+}
+
+kernels::AttnDropout GPT::attn_dropout(const StepContext& ctx, int64_t l, float p) const {
+  // Indexed by global sample and head: any data or tensor split draws the one-rank masks.
+  const int64_t NH = cfg_.n_head, NHl = NH / layout_.spec().tp;
+  return {p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs),
+          ctx.sample_offset * NH + layout_.spec().rank * NHl, tp_ ? NH : 0};
+}
+
+template <class A>
+void GPT::vocab_parallel_loss(const kernels::ModelOps<A>& k, float* losses, A* dlnf, float* dwte, const A* lnf,
+                              const A* wte, const int32_t* targets, int64_t N, float dloss) {
+  // Megatron's vocabulary-parallel cross-entropy: the logits of this rank's
+  // rows, then the row maxima and the sums of exponentials (and the target's
+  // logit) combined over the group, N and 2N floats, never V.
+  const auto vr = layout_.vocab_rows();
+  const int64_t C = cfg_.n_embd;
+  float* logits = stat(off_.logits);
+  float* mx = stat(off_.xmax);
+  float* sums = stat(off_.xsums);
+  k.classifier_logits(logits, lnf, wte, N, C, vr.rows);
+  k.xent_vp_local_max(mx, logits, N, vr.rows, vr.valid);
+  tp_->max(mx, N);
+  k.xent_vp_exp_sums(sums, logits, mx, targets, N, vr.rows, vr.valid, vr.v0);
+  tp_->sum(sums, 2 * N);
+  k.xent_vp_losses(losses, mx, sums, N);
+  if (!dlnf) return;
+  A* dlogits;
+  if constexpr (std::is_same_v<A, float>)
+    dlogits = logits;  // in place
+  else
+    dlogits = act<A>(off_.dlogits);
+  k.xent_vp_grad(dlogits, logits, mx, sums, targets, N, vr.rows, vr.valid, vr.v0, dloss);
+  k.matmul_backward(dlnf, dwte, nullptr, dlogits, lnf, wte, N, C, vr.rows);
+  copy_backward(tp_, dlnf, N * C);  // the head's input is ln_f's output, whole on every rank
 }
 
 float* GPT::host_losses() const {
@@ -381,7 +452,7 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, in
   PARALLM_CHECK(grads_ready_ && B == cur_B_ && T == cur_T_, InternalError, "gpt.backward",
                 "backward needs a preceding forward with targets and need_grad on the same batch");
   grads_ready_ = false;
-  const int64_t N = B * T, C = cfg_.n_embd, NH = cfg_.n_head;
+  const int64_t N = B * T, C = cfg_.n_embd, NHl = cfg_.n_head / layout_.spec().tp, Cl = C / layout_.spec().tp;
   // Group by group, from the last block down: W(o) / D(o) are the parameter
   // and gradient at flat offset o of the current group.
   const A* P = nullptr;
@@ -433,21 +504,23 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, in
     const A* x_in = l == 0 ? act<A>(off_.encoded) : act<A>(off_.la[l - 1].res3);
     // MLP branch: res3 = res2 + drop(fcproj(gelu(fc(ln2(res2)))))
     const A* dmlp = through_dropout(l, kMlpResid);
-    k.matmul_backward(dbig2, D(bp.fcproj_w), D(bp.fcproj_b), dmlp, act<A>(a.fch_gelu), W(bp.fcproj_w), N, 4 * C, C);
+    k.matmul_backward(dbig2, D(bp.fcproj_w), D(bp.fcproj_b), dmlp, act<A>(a.fch_gelu), W(bp.fcproj_w), N, 4 * Cl, C);
     ready({bp.fcproj_w, bp.fcproj_b});
-    k.gelu_backward(dbig1, act<A>(a.fch), dbig2, N * 4 * C, cfg_.gelu);
-    k.matmul_backward(dtmp, D(bp.fc_w), D(bp.fc_b), dbig1, act<A>(a.ln2), W(bp.fc_w), N, C, 4 * C);
+    k.gelu_backward(dbig1, act<A>(a.fch), dbig2, N * 4 * Cl, cfg_.gelu);
+    k.matmul_backward(dtmp, D(bp.fc_w), D(bp.fc_b), dbig1, act<A>(a.ln2), W(bp.fc_w), N, C, 4 * Cl);
+    copy_backward(tp_, dtmp, N * C);
     ready({bp.fc_w, bp.fc_b});
     k.layernorm_backward(dres, D(bp.ln2_w), D(bp.ln2_b), dtmp, act<A>(a.res2), W(bp.ln2_w), stat(a.ln2_mean),
                          stat(a.ln2_rstd), N, C);
     ready({bp.ln2_w, bp.ln2_b});
     // Attention branch: res2 = x + drop(proj(attn(qkv(ln1(x)))))
     const A* dattn = through_dropout(l, kAttnResid);
-    k.matmul_backward(dbig1, D(bp.proj_w), D(bp.proj_b), dattn, act<A>(a.atty), W(bp.proj_w), N, C, C);
+    k.matmul_backward(dbig1, D(bp.proj_w), D(bp.proj_b), dattn, act<A>(a.atty), W(bp.proj_w), N, Cl, C);
     ready({bp.proj_w, bp.proj_b});
-    kernels::AttnDropout ad{p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs), ctx.sample_offset * NH};
-    k.attention_backward(dbig2, dbig1, act<A>(a.qkv), act<A>(a.atty), stat(a.lse), B, T, C, NH, ad, ws);
-    k.matmul_backward(dtmp, D(bp.qkv_w), D(bp.qkv_b), dbig2, act<A>(a.ln1), W(bp.qkv_w), N, C, 3 * C);
+    const kernels::AttnDropout ad = attn_dropout(ctx, l, p);
+    k.attention_backward(dbig2, dbig1, act<A>(a.qkv), act<A>(a.atty), stat(a.lse), B, T, Cl, NHl, ad, ws);
+    k.matmul_backward(dtmp, D(bp.qkv_w), D(bp.qkv_b), dbig2, act<A>(a.ln1), W(bp.qkv_w), N, C, 3 * Cl);
+    copy_backward(tp_, dtmp, N * C);
     ready({bp.qkv_w, bp.qkv_b});
     k.layernorm_backward(dres, D(bp.ln1_w), D(bp.ln1_b), dtmp, x_in, W(bp.ln1_w), stat(a.ln1_mean), stat(a.ln1_rstd), N,
                          C);
@@ -463,7 +536,13 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, in
   }
   float* GE = group_grads(0);
   const int64_t e0 = layout_.group(0).begin;
-  k.embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0), demb, tokens, B, T, C);
+  if (tp_) {  // demb is whole on every rank: each adds its vocabulary rows' part; wpe's gradient is the same everywhere
+    const auto vr = layout_.vocab_rows();
+    k.vp_embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0), demb, tokens, B, T, C, vr.v0,
+                            vr.rows);
+  } else {
+    k.embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0), demb, tokens, B, T, C);
+  }
   ready({layout_.wpe(), layout_.wte()});
   group_grads_done(0);
 }
@@ -488,21 +567,33 @@ template <class A>
 void GPT::logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int64_t T, bool last_only) {
   PARALLM_CHECK(B == cur_B_ && T == cur_T_, InternalError, last_only ? "gpt.last_logits" : "gpt.all_logits",
                 "call after forward on the same batch");
+  // Tensor parallel, each rank computes its vocabulary rows' logits and the
+  // group gathers them ([rank][row][column]), real columns only into `out`.
   const int64_t C = cfg_.n_embd, V = cfg_.vocab_size, rows = last_only ? B : B * T;
-  DeviceArray<float> dev_out;
+  const int64_t Vr = tp_ ? layout_.vocab_rows().rows : V, parts = tp_ ? tp_->size() : 1;
+  DeviceArray<float> mine, all;
   float* o = out;
-  if (!dev_.is_cpu()) {
-    dev_out = DeviceArray<float>(rows * V, MemCategory::Scratch, dev_);
-    o = dev_out.data();
+  if (!dev_.is_cpu() || tp_) {
+    mine = DeviceArray<float>(rows * Vr, MemCategory::Scratch, dev_);
+    o = mine.data();
   }
   const A* wte = params_of<A>(0, Pass::Forward) + (layout_.wte() - layout_.group(0).begin);
   if (last_only)
     for (int64_t b = 0; b < B; ++b)
-      k.classifier_logits(o + b * V, act<A>(off_.lnf) + (b * T + T - 1) * C, wte, 1, C, V);
+      k.classifier_logits(o + b * Vr, act<A>(off_.lnf) + (b * T + T - 1) * C, wte, 1, C, Vr);
   else
-    k.classifier_logits(o, act<A>(off_.lnf), wte, rows, C, V);
+    k.classifier_logits(o, act<A>(off_.lnf), wte, rows, C, Vr);
   release_group(0, Pass::Forward);
-  if (!dev_.is_cpu()) dev_out.copy_to_host(out, rows * V);
+  if (!tp_) {
+    if (!dev_.is_cpu()) mine.copy_to_host(out, rows * V);
+    return;
+  }
+  all = DeviceArray<float>(parts * rows * Vr, MemCategory::Scratch, dev_);
+  tp_->gather(mine.data(), all.data(), rows * Vr);
+  std::vector<float> host(static_cast<size_t>(parts * rows * Vr));
+  all.copy_to_host(host.data(), host.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t v = 0; v < V; ++v) out[r * V + v] = host[((v / Vr) * rows + r) * Vr + v % Vr];
 }
 
 }  // namespace parallm::model

@@ -22,10 +22,12 @@
 #include "core/device_array.h"
 #include "core/gpu.h"
 #include "core/tensor.h"
+#include "kernels/attention.h"
 #include "kernels/bf16.h"
 #include "model/config.h"
 #include "model/param_store.h"
 #include "model/params.h"
+#include "model/tensor_group.h"
 
 namespace parallm::kernels {
 struct Ops;
@@ -73,7 +75,13 @@ struct GPTStorage {
 
 class GPT {
  public:
-  GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev = Device::cpu(), GPTStorage storage = {});
+  // With a tensor-parallel group `tp` (not owned; nullptr or a group of one:
+  // the whole model) the model holds this rank's part of every parameter
+  // (ParamLayout's table for ShardSpec{tp size, tp rank}) and runs Megatron's
+  // tensor parallelism: attention split by heads, the MLP by its hidden
+  // width, the token table and the loss by vocabulary rows.
+  GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev = Device::cpu(), GPTStorage storage = {},
+      TensorGroup* tp = nullptr);
   // From now on parameters and gradients are reached through `store`, group by
   // group (nullptr: the model's own buffers again). Not owned.
   void set_store(ParamStore* store);
@@ -136,7 +144,7 @@ class GPT {
     int64_t activation_bytes = 0, scratch_bytes = 0;
   };
   static Buffers buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
-                         DType compute = DType::F32);
+                         DType compute = DType::F32, int tp = 1);
 
  private:
   GPTConfig cfg_;
@@ -147,6 +155,7 @@ class GPT {
   const kernels::Ops* k_;
   const kernels::ModelOps<bfloat16>* kb_ = nullptr;  // bf16 compute only
   bool bf16_products_ = false;                       // CPU bf16: fp32 activations, bf16 products
+  TensorGroup* tp_ = nullptr;                        // null: the whole model on this rank
   DeviceArray<float> params_, grads_;                // empty where GPTStorage says so
   DeviceArray<bfloat16> params_lp_;                  // bf16 copy of params_ (GPU bf16, CPU bf16 products)
   bool lp_stale_ = true;
@@ -170,6 +179,11 @@ class GPT {
                      const StepContext& ctx);
   float* host_losses() const;  // the losses' part of staging_
   static float mean_of(const float* losses, int64_t n);
+  kernels::AttnDropout attn_dropout(const StepContext& ctx, int64_t l, float p) const;
+  // The tied head and the loss over this rank's vocabulary rows (tensor parallel).
+  template <class A>
+  void vocab_parallel_loss(const kernels::ModelOps<A>& k, float* losses, A* dlnf, float* dwte, const A* lnf,
+                           const A* wte, const int32_t* targets, int64_t N, float dloss);
   template <class A>
   void logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int64_t T, bool last_only);
   // Activations in the compute type (acts_ or acts_lp_) with offsets per
@@ -212,11 +226,12 @@ class GPT {
   struct Carve {
     std::vector<LayerActs> la;
     int64_t encoded = 0, lnf = 0, lnf_mean = 0, lnf_rstd = 0, losses = 0, dlnf = 0;
+    int64_t logits = 0, xmax = 0, xsums = 0, dlogits = 0;  // vocabulary-parallel loss (tp > 1)
     int64_t s_dres = 0, s_tmp = 0, s_dfch = 0, s_dfch2 = 0;
     int64_t acts = 0, stats = 0, scratch = 0, ws = 0;  // element counts
     Buffers sizes;
   };
-  static Carve carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute);
+  static Carve carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute, int tp);
   Carve off_;  // offsets into acts_ and scratch_ for the allocated (max) B, T
   int64_t cur_B_ = 0, cur_T_ = 0;
   bool grads_ready_ = false;

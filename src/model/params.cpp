@@ -54,13 +54,20 @@ void ParamLayout::init_group(int g, float* out, uint64_t seed) const {
 
 void ParamLayout::init_slots(float* out, int64_t begin, int64_t end, uint64_t seed) const {
   std::fill(out, out + (end - begin), 0.0f);
+  std::vector<float> whole;  // a sharded slot's global tensor
   for (size_t i = 0; i < slots_.size(); ++i) {
     const ParamSlot& s = slots_[i];
     if (s.offset < begin || s.offset >= end) continue;
     float* p = out + (s.offset - begin);
     switch (s.init) {
       case ParamSlot::Init::Normal:
-        fill_normal(p, s.numel, 0.0f, s.init_std, seed, stream_id(kRngInit, i));
+        if (!s.placement.sharded()) {
+          fill_normal(p, s.numel, 0.0f, s.init_std, seed, stream_id(kRngInit, i));
+          break;
+        }
+        whole.resize(static_cast<size_t>(shape_numel(s.global_shape)));
+        fill_normal(whole.data(), static_cast<int64_t>(whole.size()), 0.0f, s.init_std, seed, stream_id(kRngInit, i));
+        slice(static_cast<int>(i), whole.data(), p);
         break;
       case ParamSlot::Init::Zeros:
         break;  // zero already
@@ -71,9 +78,94 @@ void ParamLayout::init_slots(float* out, int64_t begin, int64_t end, uint64_t se
   }
 }
 
+namespace {
+// The global index along a split axis of local index i: the axis is `parts`
+// blocks of `global_len / parts` (padded), each split into tp pieces of
+// `local_len / parts`; -1 for a padding index past the real length.
+struct AxisMap {
+  int64_t global_len, padded_len, local_len, parts, rank;
+  int64_t operator()(int64_t i) const {
+    const int64_t piece = local_len / parts, p = i / piece;
+    const int64_t g = p * (padded_len / parts) + rank * piece + i % piece;
+    return g < global_len ? g : -1;
+  }
+};
+
+AxisMap axis_map(const ParamSlot& s, ShardSpec spec) {
+  const int a = s.placement.axis;
+  return {s.global_shape[a], s.shape[a] * spec.tp, s.shape[a], s.placement.parts, spec.rank};
+}
+}  // namespace
+
+void ParamLayout::slice(int i, const float* global, float* local) const {
+  const ParamSlot& s = slots_[i];
+  if (!s.placement.sharded()) {
+    std::copy(global, global + s.numel, local);
+    return;
+  }
+  const AxisMap m = axis_map(s, spec_);
+  const int64_t rows = s.shape[0], cols = s.shape.size() > 1 ? s.shape[1] : 1;
+  const int64_t gcols = s.global_shape.size() > 1 ? s.global_shape[1] : 1;
+  if (s.placement.axis == 0) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t g = m(r);
+      if (g < 0)
+        std::fill(local + r * cols, local + (r + 1) * cols, 0.0f);
+      else
+        std::copy(global + g * gcols, global + (g + 1) * gcols, local + r * cols);
+    }
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) local[r * cols + c] = global[r * gcols + m(c)];
+}
+
+void ParamLayout::place(int i, const float* local, float* global) const {
+  const ParamSlot& s = slots_[i];
+  if (!s.placement.sharded()) {
+    std::copy(local, local + s.numel, global);
+    return;
+  }
+  const AxisMap m = axis_map(s, spec_);
+  const int64_t rows = s.shape[0], cols = s.shape.size() > 1 ? s.shape[1] : 1;
+  const int64_t gcols = s.global_shape.size() > 1 ? s.global_shape[1] : 1;
+  if (s.placement.axis == 0) {
+    for (int64_t r = 0; r < rows; ++r)
+      if (const int64_t g = m(r); g >= 0) std::copy(local + r * cols, local + (r + 1) * cols, global + g * gcols);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) global[r * gcols + m(c)] = local[r * cols + c];
+}
+
+int64_t ParamLayout::global_count() const {
+  int64_t n = 0;
+  for (const auto& s : slots_) n += shape_numel(s.global_shape);
+  return n;
+}
+
+int64_t ParamLayout::add_part(const std::string& name, Shape global, Placement placement, ParamSlot::Init init,
+                              float std, bool decay) {
+  if (!placement.sharded() || spec_.tp == 1) return add(name, std::move(global), init, std, decay);
+  Shape local = global;
+  const int64_t len = global[placement.axis], unit = placement.parts * spec_.tp;
+  local[placement.axis] = (len + unit - 1) / unit * placement.parts;  // rows past len are padding
+  const int64_t off = add(name, local, init, std, decay);
+  ParamSlot& s = slots_.back();
+  s.global_shape = std::move(global);
+  s.placement = placement;
+  const int64_t padding = local[placement.axis] * spec_.tp - len;
+  if (padding > 0) {  // only the last ranks' parts reach into the padding
+    const int64_t real = std::clamp<int64_t>(len - spec_.rank * local[placement.axis], 0, local[placement.axis]);
+    count_ -= s.numel - s.numel / local[placement.axis] * real;
+  }
+  return off;
+}
+
 int64_t ParamLayout::add(const std::string& name, Shape shape, ParamSlot::Init init, float std, bool decay) {
   ParamSlot s;
   s.name = name;
+  s.global_shape = shape;
   s.shape = std::move(shape);
   s.numel = shape_numel(s.shape);
   s.offset = total_;
@@ -86,30 +178,41 @@ int64_t ParamLayout::add(const std::string& name, Shape shape, ParamSlot::Init i
   return s.offset;
 }
 
-ParamLayout::ParamLayout(const GPTConfig& c) {
+ParamLayout::ParamLayout(const GPTConfig& c, ShardSpec spec) : spec_(spec) {
   using I = ParamSlot::Init;
+  PARALLM_CHECK(spec.tp >= 1 && spec.rank >= 0 && spec.rank < spec.tp, ConfigError, "model.params",
+                "tensor-parallel rank {} is outside a group of {}", spec.rank, spec.tp);
+  PARALLM_CHECK(c.n_head % spec.tp == 0, ConfigError, "config",
+                "model.n_head={} is not divisible by parallel.tp={}: tensor parallelism splits attention by heads",
+                c.n_head, spec.tp);
   const int64_t C = c.n_embd;
   const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
-  wte_ = add("transformer.wte.weight", {c.vocab_size, C}, I::Normal, std, true);
+  // Megatron's split: c_attn and c_fc by output rows (column-parallel; c_attn's
+  // q, k and v each by heads), the projections by input columns (row-parallel,
+  // their biases whole), the token table by vocabulary rows.
+  const Placement rows{0, 1}, qkv_rows{0, 3}, cols{1, 1}, whole{};
+  wte_ = add_part("transformer.wte.weight", {c.vocab_size, C}, rows, I::Normal, std, true);
+  const int64_t vn = slots_.back().shape[0];
+  vocab_ = {spec.rank * vn, vn, std::clamp<int64_t>(c.vocab_size - spec.rank * vn, 0, vn)};
   wpe_ = add("transformer.wpe.weight", {c.block_size, C}, I::Normal, std, true);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     BlockParams b{};
-    auto bias = [&](const std::string& n, int64_t len, I init) -> int64_t {
-      return c.bias ? add(p + n, {len}, init, 0.0f, false) : -1;
+    auto bias = [&](const std::string& n, int64_t len, Placement pl, I init) -> int64_t {
+      return c.bias ? add_part(p + n, {len}, pl, init, 0.0f, false) : -1;
     };
     b.ln1_w = add(p + "ln_1.weight", {C}, I::Ones, 0.0f, false);
-    b.ln1_b = bias("ln_1.bias", C, I::Zeros);
-    b.qkv_w = add(p + "attn.c_attn.weight", {3 * C, C}, I::Normal, std, true);
-    b.qkv_b = bias("attn.c_attn.bias", 3 * C, I::Zeros);
-    b.proj_w = add(p + "attn.c_proj.weight", {C, C}, I::Normal, proj_std, true);
-    b.proj_b = bias("attn.c_proj.bias", C, I::Zeros);
+    b.ln1_b = bias("ln_1.bias", C, whole, I::Zeros);
+    b.qkv_w = add_part(p + "attn.c_attn.weight", {3 * C, C}, qkv_rows, I::Normal, std, true);
+    b.qkv_b = bias("attn.c_attn.bias", 3 * C, qkv_rows, I::Zeros);
+    b.proj_w = add_part(p + "attn.c_proj.weight", {C, C}, cols, I::Normal, proj_std, true);
+    b.proj_b = bias("attn.c_proj.bias", C, whole, I::Zeros);
     b.ln2_w = add(p + "ln_2.weight", {C}, I::Ones, 0.0f, false);
-    b.ln2_b = bias("ln_2.bias", C, I::Zeros);
-    b.fc_w = add(p + "mlp.c_fc.weight", {4 * C, C}, I::Normal, std, true);
-    b.fc_b = bias("mlp.c_fc.bias", 4 * C, I::Zeros);
-    b.fcproj_w = add(p + "mlp.c_proj.weight", {C, 4 * C}, I::Normal, proj_std, true);
-    b.fcproj_b = bias("mlp.c_proj.bias", C, I::Zeros);
+    b.ln2_b = bias("ln_2.bias", C, whole, I::Zeros);
+    b.fc_w = add_part(p + "mlp.c_fc.weight", {4 * C, C}, rows, I::Normal, std, true);
+    b.fc_b = bias("mlp.c_fc.bias", 4 * C, rows, I::Zeros);
+    b.fcproj_w = add_part(p + "mlp.c_proj.weight", {C, 4 * C}, cols, I::Normal, proj_std, true);
+    b.fcproj_b = bias("mlp.c_proj.bias", C, whole, I::Zeros);
     blocks_.push_back(b);
   }
   lnf_w_ = add("transformer.ln_f.weight", {C}, I::Ones, 0.0f, false);

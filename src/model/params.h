@@ -4,6 +4,13 @@
 // which is also the order checkpoints and golden files use. Keeping parameters
 // flat makes the optimizer one loop, gradient all-reduce a few big messages,
 // and sharding a matter of offsets.
+//
+// The layout is also the sharding table of tensor parallelism: built for a
+// ShardSpec (the tp degree and this rank's place in its group), each slot
+// holds its global name and shape, its placement (replicated, or split along
+// an axis, Megatron's column- and row-parallel linears) and the local shape
+// this rank keeps. Init, checkpoints, ZeRO and the planner read that one table.
+// With tp = 1 every slot is whole and the layout is the one-rank model's.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,9 +29,24 @@ namespace parallm::model {
 // applies: the kernels' AdamWRun, so the optimizer hands its runs over as they are.
 using UpdateRun = kernels::AdamWRun;
 
+// Where a tensor-parallel rank's part of a parameter comes from.
+struct Placement {
+  int axis = -1;  // -1: replicated (every rank holds the whole tensor); else the axis split over the group
+  int parts = 1;  // the axis is `parts` equal blocks, each split over the group (c_attn's q | k | v)
+  bool sharded() const { return axis >= 0; }
+};
+
+// This rank's place in its tensor-parallel group.
+struct ShardSpec {
+  int tp = 1;    // the group's size
+  int rank = 0;  // this rank's index in it
+};
+
 struct ParamSlot {
   std::string name;  // nanoGPT state_dict name, e.g. transformer.h.0.attn.c_attn.weight
-  Shape shape;
+  Shape shape;       // this rank's part (the whole tensor when replicated or tp = 1)
+  Shape global_shape;
+  Placement placement;
   int64_t offset = 0;  // in elements, into the flat buffer (64-byte aligned)
   int64_t numel = 0;
   bool decay = false;  // AdamW weight decay applies (2-D tensors, as nanoGPT)
@@ -40,11 +62,29 @@ struct BlockParams {
 
 class ParamLayout {
  public:
-  explicit ParamLayout(const GPTConfig& cfg);
+  // The layout of `cfg` on one rank of a tensor-parallel group. ConfigError
+  // when the heads (and so the attention and MLP widths) do not divide by spec.tp.
+  explicit ParamLayout(const GPTConfig& cfg, ShardSpec spec = {});
   // An empty layout that another model fills with add() (offsets in call order).
   ParamLayout() = default;
-  // Appends a slot and returns its offset.
+  // Appends a slot (whole, replicated) and returns its offset.
   int64_t add(const std::string& name, Shape shape, ParamSlot::Init init, float std, bool decay);
+  // Appends this rank's part of a parameter of `global` shape split by `placement`.
+  int64_t add_part(const std::string& name, Shape global, Placement placement, ParamSlot::Init init, float std,
+                   bool decay);
+  const ShardSpec& spec() const { return spec_; }
+  // The token table's rows on this rank: [v0, v0 + rows) of the vocabulary
+  // padded to a multiple of tp, of which the first `valid` are real tokens.
+  struct VocabRows {
+    int64_t v0 = 0, rows = 0, valid = 0;
+  };
+  VocabRows vocab_rows() const { return vocab_; }
+  // Slot s's part on this rank from the whole tensor (global_shape, row-major),
+  // padding rows zero; and back: this rank's part written into the whole tensor.
+  void slice(int s, const float* global, float* local) const;
+  void place(int s, const float* local, float* global) const;
+  // Parameters of the whole model (every slot's global shape).
+  int64_t global_count() const;
   const std::vector<ParamSlot>& slots() const { return slots_; }
   int64_t total() const { return total_; }               // flat buffer length (with alignment padding)
   int64_t count() const { return count_; }               // number of real parameters
@@ -64,7 +104,8 @@ class ParamLayout {
   Range unit(int u) const { return {slots_[u].offset, u + 1 < num_units() ? slots_[u + 1].offset : total_}; }
   // Fills a flat buffer of total() floats: each slot by its Init (Normal draws
   // from stream (kRngInit, slot index), so any thread count gives the same
-  // values), alignment padding zero.
+  // values; a sharded slot draws the whole tensor and keeps its part, so any
+  // tp starts from the one-rank weights), alignment padding zero.
   void init(float* params, uint64_t seed) const;
   // The same values for group g only, into `out` (the group's length; a
   // sharded run initializes one group at a time).
@@ -86,6 +127,8 @@ class ParamLayout {
   void init_slots(float* out, int64_t begin, int64_t end, uint64_t seed) const;
   std::vector<ParamSlot> slots_;
   std::vector<BlockParams> blocks_;
+  ShardSpec spec_;
+  VocabRows vocab_;
   int64_t total_ = 0, count_ = 0, wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = -1;
 };
 

@@ -18,11 +18,24 @@ namespace parallm::parallel {
 
 namespace {
 
+// The sum of squares of the whole model's gradient, from this rank's. A
+// tensor-parallel rank (tp_sum: its group) holds parts of the split
+// parameters and a copy of the replicated ones: the parts' squares are summed
+// over the group, the copies' counted once.
+double model_sum_squares(const model::GPT& m, Device dev, GroupSum* tp_sum) {
+  const auto& k = kernels::ops_for(dev);
+  if (!tp_sum) return k.sum_squares(m.grads(), m.flat_size());
+  double split = 0, whole = 0;
+  for (const auto& s : m.layout().slots())
+    (s.placement.sharded() ? split : whole) += k.sum_squares(m.grads() + s.offset, s.numel);
+  return (*tp_sum)(split) + whole;
+}
+
 // The global norm of a whole replica's gradient; replicas each compute
 // their own copy, so with `agree` they settle whether it is finite together
 // (no rank skips an overflowed step alone).
-double replica_norm(const model::GPT& m, Device dev, GroupAll& all, bool agree) {
-  double norm = std::sqrt(kernels::ops_for(dev).sum_squares(m.grads(), m.flat_size()));
+double replica_norm(const model::GPT& m, Device dev, GroupAll& all, GroupSum* tp_sum, bool agree) {
+  double norm = std::sqrt(model_sum_squares(m, dev, tp_sum));
   if (agree && !all(std::isfinite(norm))) norm = std::numeric_limits<double>::infinity();
   return norm;
 }
@@ -37,11 +50,14 @@ float replica_mean_loss(GroupMean& mean, const std::vector<float>& local, int64_
 // Every rank holds the whole model: what replicas share.
 class ReplicaSync : public GradSync {
  public:
-  ReplicaSync(comm::Communicator& dp, model::GPT& m, Device dev) : dp_(dp), m_(m), dev_(dev), mean_(dp), all_(dp) {}
+  ReplicaSync(comm::Communicator& dp, model::GPT& m, Device dev, comm::Communicator* tp)
+      : dp_(dp), m_(m), dev_(dev), mean_(dp), all_(dp) {
+    if (tp && tp->size() > 1) tp_sum_ = std::make_unique<GroupSum>(*tp);
+  }
   float mean_loss(const std::vector<float>& local, int64_t batches) override {
     return replica_mean_loss(mean_, local, batches);
   }
-  double grad_norm(bool agree) override { return replica_norm(m_, dev_, all_, agree); }
+  double grad_norm(bool agree) override { return replica_norm(m_, dev_, all_, tp_sum_.get(), agree); }
   UpdateTarget update() override {
     return {m_.params(), m_.grads(), dev_, nullptr, m_.flat_size(), MemCategory::OptState, m_.weight_copy_for_step()};
   }
@@ -65,13 +81,14 @@ class ReplicaSync : public GradSync {
   Device dev_;
   GroupMean mean_;
   GroupAll all_;
+  std::unique_ptr<GroupSum> tp_sum_;  // tensor parallel: the norm's sum over the group
 };
 
 // DDP: gradients averaged by bucketed all-reduces during backward (nothing on one rank).
 class DdpSync : public ReplicaSync {
  public:
-  DdpSync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt)
-      : ReplicaSync(dp, m, dev), bucket_mb_(opt.bucket_mb) {
+  DdpSync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt, comm::Communicator* tp)
+      : ReplicaSync(dp, m, dev, tp), bucket_mb_(opt.bucket_mb) {
     if (dp.size() > 1) {
       ddp_ = std::make_unique<DataParallel>(dp, m.layout(), m.grads(), DdpOptions{opt.bucket_mb});
       hook_ = ddp_->hook();
@@ -109,8 +126,9 @@ class DdpSync : public ReplicaSync {
 // pass's gradient is computed alone and added shard by shard.
 class DeterministicSync : public ReplicaSync {
  public:
-  DeterministicSync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt)
-      : ReplicaSync(dp, m, dev),
+  DeterministicSync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt,
+                    comm::Communicator* tp)
+      : ReplicaSync(dp, m, dev, tp),
         det_(dp, m.flat_size(), opt.local_shards),
         samples_(opt.micro_batch / opt.local_shards) {}
   std::string describe() const override {
@@ -264,11 +282,14 @@ GradSyncOptions resolve_grad_sync(GradSyncOptions o, int dp_size) {
   return o;
 }
 
-std::unique_ptr<GradSync> make_grad_sync(comm::Communicator& dp, model::GPT& m, Device dev,
-                                         const GradSyncOptions& opt) {
+std::unique_ptr<GradSync> make_grad_sync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt,
+                                         comm::Communicator* tp) {
+  PARALLM_CHECK(opt.zero_stage == 0 || !tp || tp->size() == 1, ConfigError, "parallel",
+                "ZeRO over tensor-parallel shards is not implemented yet (zero.stage={}, tp={})", opt.zero_stage,
+                tp ? tp->size() : 1);
   if (opt.zero_stage > 0) return std::make_unique<ZeroSync>(dp, m, dev, opt);
-  if (opt.deterministic) return std::make_unique<DeterministicSync>(dp, m, dev, opt);
-  return std::make_unique<DdpSync>(dp, m, dev, opt);
+  if (opt.deterministic) return std::make_unique<DeterministicSync>(dp, m, dev, opt, tp);
+  return std::make_unique<DdpSync>(dp, m, dev, opt, tp);
 }
 
 model::GPTStorage model_storage(const GradSyncOptions& opt, DType compute) {

@@ -134,8 +134,11 @@ class GradSync {
 GradSyncOptions resolve_grad_sync(GradSyncOptions opt, int dp_size);
 
 // The strategy `opt` (resolved) names, over the data-parallel group `dp`, for model `m`
-// (a ZeRO stage from 2 becomes the model's parameter store).
-std::unique_ptr<GradSync> make_grad_sync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt);
+// (a ZeRO stage from 2 becomes the model's parameter store). `tp`: the
+// model's tensor-parallel group (the gradient norm counts a replicated
+// parameter once), or nullptr.
+std::unique_ptr<GradSync> make_grad_sync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt,
+                                         comm::Communicator* tp = nullptr);
 
 // Storage the model keeps itself under `opt` (ZeRO stage 2 drops the
 // gradient buffer, stage 3 the parameters too).

@@ -3,6 +3,8 @@
 // through a one-element buffer made once. On a group of one rank they
 // communicate nothing.
 #pragma once
+#include <cstring>
+
 #include "comm/communicator.h"
 #include "core/tensor.h"
 
@@ -38,6 +40,29 @@ class GroupAll {
  private:
   comm::Communicator& g_;
   Tensor t_;
+};
+
+// A double summed over the group in rank order: the same bits on every rank.
+class GroupSum {
+ public:
+  explicit GroupSum(comm::Communicator& g)
+      : g_(g), mine_(Tensor::empty({2}, DType::I32)), all_(Tensor::empty({2 * g.size()}, DType::I32)) {}
+  double operator()(double v) {
+    if (g_.size() == 1) return v;
+    std::memcpy(mine_.raw(), &v, sizeof v);
+    g_.all_gather(mine_, all_);
+    double sum = 0;
+    for (int r = 0; r < g_.size(); ++r) {
+      double x = 0;
+      std::memcpy(&x, all_.data<int32_t>() + 2 * r, sizeof x);
+      sum += x;
+    }
+    return sum;
+  }
+
+ private:
+  comm::Communicator& g_;
+  Tensor mine_, all_;
 };
 
 // Rank 0's floats on every rank of the group.

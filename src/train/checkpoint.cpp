@@ -11,6 +11,7 @@
 #include "core/fileio.h"
 #include "core/gpu.h"
 #include "core/log.h"
+#include "parallel/tensor_parallel.h"
 #include "train/checkpoint_format.h"
 
 namespace parallm::train {
@@ -80,18 +81,36 @@ void finish_and_swap(const fs::path& out_dir, const nlohmann::json& state) {
 }  // namespace
 
 void save_checkpoint(const std::string& out_dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
-                     const nlohmann::json& config) {
+                     const nlohmann::json& config, comm::Communicator* tp) {
+  const model::ParamLayout& layout = m.layout();
   const size_t pbytes = static_cast<size_t>(m.flat_size()) * sizeof(float);
   // GPU buffers are staged through host copies; CPU buffers are written in place.
-  if (m.device().is_cpu()) {
-    save_checkpoint(out_dir, m.layout(), m.params(), opt.m(), opt.v(), opt.steps_taken(), st, config);
+  std::vector<float> hp, hm, hv;
+  const float *p = m.params(), *om = opt.m(), *ov = opt.v();
+  if (!m.device().is_cpu()) {
+    hp.resize(m.flat_size());
+    hm.resize(m.flat_size());
+    hv.resize(m.flat_size());
+    m.store_params(hp.data());
+    gpu::memcpy_d2h(hm.data(), opt.m(), pbytes);
+    gpu::memcpy_d2h(hv.data(), opt.v(), pbytes);
+    p = hp.data();
+    om = hm.data();
+    ov = hv.data();
+  }
+  if (layout.spec().tp == 1) {
+    save_checkpoint(out_dir, layout, p, om, ov, opt.steps_taken(), st, config);
     return;
   }
-  std::vector<float> hp(m.flat_size()), hm(m.flat_size()), hv(m.flat_size());
-  m.store_params(hp.data());
-  gpu::memcpy_d2h(hm.data(), opt.m(), pbytes);
-  gpu::memcpy_d2h(hv.data(), opt.v(), pbytes);
-  save_checkpoint(out_dir, m.layout(), hp.data(), hm.data(), hv.data(), opt.steps_taken(), st, config);
+  // Tensor parallel: the whole model, gathered on the group's rank 0, which writes it.
+  PARALLM_CHECK(tp, InternalError, "checkpoint", "a tensor-parallel model is saved with its group");
+  const model::ParamLayout whole(m.config());
+  const bool root = tp->rank() == 0;
+  std::vector<float> wp(root ? whole.total() : 0), wm(wp.size()), wv(wp.size());
+  parallel::gather_whole(*tp, layout, whole, p, wp.data());
+  parallel::gather_whole(*tp, layout, whole, om, wm.data());
+  parallel::gather_whole(*tp, layout, whole, ov, wv.data());
+  if (root) save_checkpoint(out_dir, whole, wp.data(), wm.data(), wv.data(), opt.steps_taken(), st, config);
 }
 
 void save_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, const float* p, const float* om,
@@ -323,22 +342,43 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
 TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::AdamW* opt, bool verify) {
   int64_t steps = 0;
   TrainState st;
-  if (m.device().is_cpu()) {
-    st = load_checkpoint(out_dir, m.layout(), m.params(), opt ? opt->m() : nullptr, opt ? opt->v() : nullptr, &steps,
+  const model::ParamLayout& layout = m.layout();
+  if (m.device().is_cpu() && layout.spec().tp == 1) {
+    st = load_checkpoint(out_dir, layout, m.params(), opt ? opt->m() : nullptr, opt ? opt->v() : nullptr, &steps,
                          verify);
     m.params_changed();  // CPU bf16 products read a bf16 copy of the parameters
-  } else {
-    const size_t pbytes = static_cast<size_t>(m.flat_size()) * sizeof(float);
-    std::vector<float> hp(m.flat_size()), hm(opt ? m.flat_size() : 0), hv(opt ? m.flat_size() : 0);
-    st = load_checkpoint(out_dir, m.layout(), hp.data(), opt ? hm.data() : nullptr, opt ? hv.data() : nullptr, &steps,
+    if (opt) opt->set_steps_taken(steps);
+    return st;
+  }
+  // Through host buffers: a GPU model's, and a tensor-parallel rank's part of the whole model the checkpoint holds.
+  const size_t n = static_cast<size_t>(m.flat_size()), pbytes = n * sizeof(float);
+  std::vector<float> hp(n), hm(opt ? n : 0), hv(opt ? n : 0);
+  if (layout.spec().tp == 1) {
+    st = load_checkpoint(out_dir, layout, hp.data(), opt ? hm.data() : nullptr, opt ? hv.data() : nullptr, &steps,
                          verify);
-    m.load_params(hp.data());
+  } else {
+    const model::ParamLayout whole(m.config());
+    const size_t wn = static_cast<size_t>(whole.total());
+    std::vector<float> wp(wn), wm(opt ? wn : 0), wv(opt ? wn : 0);
+    st = load_checkpoint(out_dir, whole, wp.data(), opt ? wm.data() : nullptr, opt ? wv.data() : nullptr, &steps,
+                         verify);
+    parallel::slice_whole(layout, whole, wp.data(), hp.data());
     if (opt) {
+      parallel::slice_whole(layout, whole, wm.data(), hm.data());
+      parallel::slice_whole(layout, whole, wv.data(), hv.data());
+    }
+  }
+  m.load_params(hp.data());
+  if (opt) {
+    if (m.device().is_cpu()) {
+      std::copy(hm.begin(), hm.end(), opt->m());
+      std::copy(hv.begin(), hv.end(), opt->v());
+    } else {
       gpu::memcpy_h2d(opt->m(), hm.data(), pbytes);
       gpu::memcpy_h2d(opt->v(), hv.data(), pbytes);
     }
+    opt->set_steps_taken(steps);
   }
-  if (opt) opt->set_steps_taken(steps);
   return st;
 }
 

@@ -49,8 +49,10 @@ struct TrainState {
   nlohmann::json unwritten_records = nlohmann::json::array();
 };
 
+// A tensor-parallel model is saved whole (the one-rank layout, so it loads
+// at any tp): collective over its group `tp`, whose rank 0 writes.
 void save_checkpoint(const std::string& out_dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
-                     const nlohmann::json& config);
+                     const nlohmann::json& config, comm::Communicator* tp = nullptr);
 // The same from host buffers of layout.total() floats each (a sharded run
 // assembles them first): parameters, then AdamW's first and second moments.
 void save_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, const float* params, const float* m,
@@ -65,7 +67,8 @@ nlohmann::json read_checkpoint_meta(const std::string& out_dir);
 // every rank throws an IoError naming that file (the rank that read it gives
 // the checksums, the others name that rank).
 void verify_checkpoint(const nlohmann::json& meta, comm::Communicator* world = nullptr, bool params_only = false);
-// Loads weights and optimizer state into an existing model/optimizer; throws
+// Loads weights and optimizer state into an existing model/optimizer (a
+// tensor-parallel model takes its part of the whole checkpoint); throws
 // IoError naming the mismatch if the layout differs, a file is truncated or
 // (with `verify`) does not match its checksum.
 TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::AdamW* opt, bool verify = true);

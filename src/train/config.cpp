@@ -496,13 +496,20 @@ void check_fits_host(const RunConfig& c) {
 
 namespace {
 // The axes of the mesh whose parallelism is not built yet, in words.
-void check_parallel(const ParallelSection& p) {
+void check_parallel(const ParallelSection& p, const model::GPTConfig& m) {
   const auto missing = [](int64_t degree, const char* key, const char* what) {
     PARALLM_CHECK(degree == 1, ConfigError, "config",
                   "{}={}: {} is not implemented yet; leave {} at 1 (data parallelism, DDP or ZeRO, uses every rank)",
                   key, degree, what, key);
   };
-  missing(p.tp, "parallel.tp", "tensor parallelism");
+  PARALLM_CHECK(m.n_head % p.tp == 0, ConfigError, "config",
+                "model.n_head={} is not divisible by parallel.tp={}: tensor parallelism splits attention by heads; "
+                "pick a parallel.tp that divides {}",
+                m.n_head, p.tp, m.n_head);
+  PARALLM_CHECK(p.tp == 1 || p.zero.stage == 0, ConfigError, "config",
+                "zero.stage={} with parallel.tp={}: ZeRO over tensor-parallel shards is not implemented yet; use "
+                "zero.stage=0 (DDP over the dp group) with tensor parallelism",
+                p.zero.stage, p.tp);
   missing(p.pp, "parallel.pp", "pipeline parallelism");
   missing(p.cp, "parallel.cp", "context parallelism");
   PARALLM_CHECK(p.ddp.shards == 0 || p.ddp.deterministic, ConfigError, "config",
@@ -529,7 +536,7 @@ void RunConfig::check_ranges() const {
                 "model.batch_size x model.block_size = {} x {} = {} tokens per micro-batch is more than {} (2^31 - 1); "
                 "lower one of them (optimizer.gas accumulates micro-batches)",
                 B, model.block_size, B * model.block_size, kMaxTokensPerBatch);
-  check_parallel(parallel);
+  check_parallel(parallel, model);
 }
 
 namespace {

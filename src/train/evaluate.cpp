@@ -26,7 +26,7 @@ float split_loss(Session& s, data::Split split, std::vector<int32_t>& x, std::ve
 // Parameters gathered collectively (sharded) make every rank sample (the same tokens); rank 0 prints.
 void sample(Session& s, int64_t it) {
   const TrainSection& t = s.cfg.train;
-  if (t.sample_tokens <= 0 || !(s.lead || s.sync->collective_sampling())) return;
+  if (t.sample_tokens <= 0 || !s.samples()) return;
   auto prompt = s.vocab.encode(s.prompt);
   const auto n_prompt = static_cast<std::ptrdiff_t>(prompt.size());
   auto out =

@@ -144,9 +144,10 @@ void open_run_dir(Session& s, int64_t ck_iter, const nlohmann::json& carried) {
 // over what the sync updates, and the loss scaler.
 void build_model(Session& s, const parallel::GradSyncOptions& so) {
   const RunConfig& cfg = s.cfg;
+  s.tp = std::make_unique<parallel::TensorParallelGroup>(s.mesh->tp(), s.dev);
   s.model = std::make_unique<model::GPT>(cfg.model, s.batch(), s.seq(), s.dev,
-                                         parallel::model_storage(so, cfg.compute_dtype()));
-  s.sync = parallel::make_grad_sync(s.dp(), *s.model, s.dev, so);
+                                         parallel::model_storage(so, cfg.compute_dtype()), s.tp.get());
+  s.sync = parallel::make_grad_sync(s.dp(), *s.model, s.dev, so, &s.mesh->tp());
   const OptimizerSection& o = cfg.optimizer;
   const optim::AdamWConfig acfg{o.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay};
   const parallel::UpdateTarget u = s.sync->update();

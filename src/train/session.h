@@ -27,6 +27,7 @@
 #include "parallel/grad_sync.h"
 #include "parallel/group_ops.h"
 #include "parallel/mesh.h"
+#include "parallel/tensor_parallel.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/metrics.h"
@@ -46,6 +47,7 @@ struct Session {
   data::CharVocab vocab;
   std::string prompt;  // the samples' prompt
   std::unique_ptr<data::Loader> loader;
+  std::unique_ptr<parallel::TensorParallelGroup> tp;  // the model's group of the mesh's tp axis
   std::unique_ptr<model::GPT> model;
   std::unique_ptr<parallel::GradSync> sync;
   std::unique_ptr<optim::AdamW> opt;
@@ -63,6 +65,10 @@ struct Session {
 
   Session(RunConfig c, comm::Communicator& w, std::optional<RunDir>& rd) : cfg(std::move(c)), world(w), run_dir(rd) {}
   comm::Communicator& dp() const { return mesh->dp(); }
+  // Whether this rank runs the samples: rank 0, with the ranks of its model's
+  // tensor-parallel group (the dp group's rank 0s), or every rank when the
+  // sync gathers parameters collectively.
+  bool samples() const { return lead || dp().rank() == 0 || sync->collective_sampling(); }
   int64_t batch() const { return cfg.train.batch_size; }
   int64_t seq() const { return cfg.model.block_size; }
   void write_metrics(const nlohmann::json& rec) const {

@@ -67,7 +67,8 @@ void restore_state(Session& s) {
   if (h.sharded) {
     read_sharded(s, h);
   } else {
-    // The group's rank 0 reads (verified above); the group follows it.
+    // The group's rank 0 reads (verified above; a tensor-parallel rank its
+    // part of the whole model); the group follows it.
     if (dp.rank() == 0) s.st = load_checkpoint(s.cfg.train.out_dir, *s.model, s.opt.get(), /*verify=*/false);
     // Every rank continues from rank 0's weights (params_loaded), optimizer state and step.
     parallel::broadcast_floats(dp, s.opt->m(), s.opt->size());
@@ -96,8 +97,8 @@ void save_state(Session& s, int64_t next) {
     const float* params = s.sync->params_to_save(scratch);
     save_checkpoint_sharded(s.dp(), dir, s.model->layout(), params, s.opt->m(), s.opt->v(), s.opt->steps_taken(), s.st,
                             s.cfg.to_json());
-  } else if (s.lead) {
-    save_checkpoint(dir, *s.model, *s.opt, s.st, s.cfg.to_json());
+  } else if (s.dp().rank() == 0) {  // rank 0 writes; a tensor-parallel model's group gathers it there first
+    save_checkpoint(dir, *s.model, *s.opt, s.st, s.cfg.to_json(), &s.mesh->tp());
   }
   if (s.lead) s.progress->print(fmt::format("saved checkpoint to {}/ckpt", dir));
 }

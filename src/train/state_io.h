@@ -1,7 +1,8 @@
 // The training state between a run and its checkpoint: what the gradient
 // sync says this rank holds (held()) decides the form. Replicated state is
 // saved by rank 0 and, on resume, read by rank 0 and broadcast over the
-// data-parallel group; sharded state (ZeRO) is saved by every rank in its
+// data-parallel group (a tensor-parallel model is gathered whole on rank 0 to
+// be saved, and each rank reads its part); sharded state (ZeRO) is saved by every rank in its
 // shard file and read back range by range, from a checkpoint of any stage
 // and world size. The few scalars a run continues from (iteration, best
 // val loss, optimizer steps, loss scale) are rank 0's, everywhere.

@@ -75,7 +75,7 @@ TEST(Config, ZeroKeysAreCheckedTogether) {
 
 // The mesh's keys: parsed into numbers, and the parallelisms that are not
 // built yet refused in words, naming the key.
-TEST(Config, ParallelKeysAndTheAxesNotBuiltYet) {
+TEST(Config, ParallelKeysBadLayoutsAndTheAxesNotBuiltYet) {
   auto validate_error = [](std::vector<std::string> kv) {
     train::RunConfig c;
     c.apply_overrides(kv);
@@ -86,9 +86,12 @@ TEST(Config, ParallelKeysAndTheAxesNotBuiltYet) {
   EXPECT_EQ(c.mesh_dims().dp, 3);
   EXPECT_EQ(c.mesh_dims().tp, 1);
   EXPECT_TRUE(c.parallel.tp_across_nodes);
-  EXPECT_EQ(train::RunConfig().mesh_dims().dp, 0);  // derived from the world
-  const std::string tp = validate_error({"parallel.tp=2"});
-  EXPECT_NE(tp.find("parallel.tp=2: tensor parallelism is not implemented yet"), std::string::npos) << tp;
+  EXPECT_EQ(train::RunConfig().mesh_dims().dp, 0);   // derived from the world
+  EXPECT_EQ(validate_error({"parallel.tp=2"}), "");  // 6 heads
+  const std::string heads = validate_error({"parallel.tp=4"});
+  EXPECT_NE(heads.find("model.n_head=6 is not divisible by parallel.tp=4"), std::string::npos) << heads;
+  const std::string zero = validate_error({"parallel.tp=2", "zero.stage=1"});
+  EXPECT_NE(zero.find("ZeRO over tensor-parallel shards is not implemented yet"), std::string::npos) << zero;
   EXPECT_NE(validate_error({"parallel.pp=2"}).find("pipeline parallelism is not implemented yet"), std::string::npos);
   EXPECT_NE(validate_error({"parallel.cp=3"}).find("context parallelism is not implemented yet"), std::string::npos);
   EXPECT_NE(validate_error({"parallel.tp=0"}).find("parallel.tp must be in [1, "), std::string::npos);

@@ -38,13 +38,12 @@ int64_t per_thread_floats(int64_t T, int64_t HS) {
   return 2 * HS * scratch_ld(T) + 4 * kBr * scratch_ld(T) + 64;
 }
 
-// Multiplies a row of probabilities by the dropout mask of (bh, i, .), scaled by 1/(1-p).
+// Multiplies a row of probabilities by the dropout mask of (bh, i, .) (bh: the global
+// (sample, head) index, AttnDropout::global_bh), scaled by 1/(1-p).
 void dropout_row(float* row, const float* src, int64_t len, int64_t bh, int64_t i, int64_t T, const AttnDropout& d) {
   const float scale = 1.0f / (1.0f - d.p);
   for (int64_t j = 0; j < len; ++j)
-    row[j] = dropout_keep(d.p, d.seed, d.stream, static_cast<uint64_t>(((d.bh_base + bh) * T + i) * T + j))
-                 ? src[j] * scale
-                 : 0.0f;
+    row[j] = dropout_keep(d.p, d.seed, d.stream, static_cast<uint64_t>((bh * T + i) * T + j)) ? src[j] * scale : 0.0f;
 }
 
 // Scores -> probabilities over s[0..len), zeros in [len, n); returns log-sum-exp.
@@ -169,7 +168,8 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
     for (int64_t bh = 0; bh < B * NH; ++bh) {
       const int64_t b = bh / NH, h = bh % NH;
       const float* q = qkv + b * T * C3 + h * HS;
-      fwd_head(out + b * T * C + h * HS, lse + bh * T, q, q + C, q + 2 * C, T, HS, C, C3, bh, drop, tws);
+      fwd_head(out + b * T * C + h * HS, lse + bh * T, q, q + C, q + 2 * C, T, HS, C, C3, drop.global_bh(b, h, NH),
+               drop, tws);
     }
   }
 }
@@ -187,7 +187,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
       const float* q = qkv + b * T * C3 + h * HS;
       float* dq = dqkv + b * T * C3 + h * HS;
       bwd_head(dq, dq + C, dq + 2 * C, dout + b * T * C + h * HS, q, q + C, q + 2 * C, out + b * T * C + h * HS,
-               lse + bh * T, T, HS, C, C3, bh, drop, tws);
+               lse + bh * T, T, HS, C, C3, drop.global_bh(b, h, NH), drop, tws);
     }
   }
 }

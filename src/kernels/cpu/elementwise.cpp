@@ -39,6 +39,12 @@ void add_inplace(float* acc, const float* x, int64_t n) {
   residual_forward(acc, acc, x, n);
 }
 
+void bias_forward(float* out, const float* bias, int64_t N, int64_t C) {
+  PARALLM_PROFILE("bias_forward");
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) add_chunk(out + i * C, out + i * C, bias, C);
+}
+
 void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream, uint64_t base) {
   PARALLM_PROFILE("dropout_forward");
 #pragma omp parallel for schedule(static)

@@ -147,7 +147,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
           for (int64_t j = 0; j <= i; ++j) {
             double p = std::exp(s[j] - mx) / sum;
             if (drop.p > 0)
-              p = dropout_keep(drop.p, drop.seed, drop.stream, ((drop.bh_base + b * NH + h) * T + i) * T + j)
+              p = dropout_keep(drop.p, drop.seed, drop.stream, (drop.global_bh(b, h, NH) * T + i) * T + j)
                       ? p / (1.0 - drop.p)
                       : 0;
             acc += p * qkv[(b * T + j) * 3 * C + 2 * C + h * HS + e];
@@ -183,7 +183,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
           p[j] = std::exp(d * scale - lse[(b * NH + h) * T + i]);
           double mask = 1.0;
           if (drop.p > 0)
-            mask = dropout_keep(drop.p, drop.seed, drop.stream, ((drop.bh_base + b * NH + h) * T + i) * T + j)
+            mask = dropout_keep(drop.p, drop.seed, drop.stream, (drop.global_bh(b, h, NH) * T + i) * T + j)
                        ? 1.0 / (1.0 - drop.p)
                        : 0.0;
           dp[j] = g * mask;
@@ -247,6 +247,10 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
 }
 void add_inplace(float* acc, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+void bias_forward(float* out, const float* bias, int64_t N, int64_t C) {
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t c = 0; c < C; ++c) out[i * C + c] += bias[c];
 }
 void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream, uint64_t base) {
   for (int64_t i = 0; i < n; ++i)

@@ -126,7 +126,7 @@ void forward(E* out, float* lse, const E* qkv, int64_t B, int64_t Tn, int64_t C,
     const E* q = qkv + b * T * C3;
     bgemm(false, true, T, T, HS, q, C3, HS, q + C, C3, HS, w.S, T, TT, NH);
     softmax_forward<<<static_cast<unsigned>(NH * T), kThreads, 0, stream()>>>(w.S, w.P, lse + b * NH * T, T, scale,
-                                                                              drop, drop.bh_base + b * NH);
+                                                                              drop, drop.global_bh(b, 0, NH));
     PARALLM_CUDA_LAUNCHED("kernels.cuda.attention_forward");
     bgemm(false, false, T, HS, T, w.P, T, TT, q + 2 * C, C3, HS, out + b * T * C, C, HS, NH);
   }
@@ -144,8 +144,8 @@ void backward(E* dqkv, const E* dout, const E* qkv, const float* lse, int64_t B,
     E* dq = dqkv + b * T * C3;
     bgemm(false, true, T, T, HS, q, C3, HS, q + C, C3, HS, w.S, T, TT, NH);
     bgemm(false, true, T, T, HS, dy, C, HS, q + 2 * C, C3, HS, w.dP, T, TT, NH);
-    softmax_backward<<<static_cast<unsigned>(NH * T), kThreads, 0, stream()>>>(w.S, w.dP, w.Pd, w.dS, lse + b * NH * T,
-                                                                               T, scale, drop, drop.bh_base + b * NH);
+    softmax_backward<<<static_cast<unsigned>(NH * T), kThreads, 0, stream()>>>(
+        w.S, w.dP, w.Pd, w.dS, lse + b * NH * T, T, scale, drop, drop.global_bh(b, 0, NH));
     PARALLM_CUDA_LAUNCHED("kernels.cuda.attention_backward");
     bgemm(true, false, T, HS, T, w.Pd, T, TT, dy, C, HS, dq + 2 * C, C3, HS, NH);  // dV
     bgemm(false, false, T, HS, T, w.dS, T, TT, q + C, C3, HS, dq, C3, HS, NH);     // dQ

@@ -23,6 +23,12 @@ __global__ void residual_kernel(T* out, const T* a, const T* b, int64_t n, int64
   for (int64_t i = nv * V + start; i < n; i += stride) out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
 }
 
+template <class T>
+__global__ void bias_kernel(T* out, const T* bias, int64_t N, int64_t C) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x, start = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  for (int64_t i = start; i < N * C; i += stride) out[i] = from_f<T>(to_f(out[i]) + to_f(bias[i % C]));
+}
+
 template <class TO, class TI>
 __global__ void convert_kernel(TO* out, const TI* in, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
@@ -71,6 +77,18 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
 }
 void residual_forward(bfloat16* out, const bfloat16* a, const bfloat16* b, int64_t n) {
   residual(out, a, b, n);
+}
+template <class T>
+static void add_bias(T* out, const T* bias, int64_t N, int64_t C) {
+  if (N <= 0 || C <= 0) return;
+  bias_kernel<<<capped_blocks(N * C, kThreads), kThreads, 0, stream()>>>(out, bias, N, C);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.bias_forward");
+}
+void bias_forward(float* out, const float* bias, int64_t N, int64_t C) {
+  add_bias(out, bias, N, C);
+}
+void bias_forward(bfloat16* out, const bfloat16* bias, int64_t N, int64_t C) {
+  add_bias(out, bias, N, C);
 }
 void convert(bfloat16* out, const float* in, int64_t n) {
   convert_to(out, in, n);

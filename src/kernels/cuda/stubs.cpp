@@ -107,6 +107,9 @@ void residual_forward(float*, const float*, const float*, int64_t) {
 void add_inplace(float*, const float*, int64_t) {
   not_built("add_inplace");
 }
+void bias_forward(float*, const float*, int64_t, int64_t) {
+  not_built("bias_forward");
+}
 void dropout_forward(float*, const float*, int64_t, float, uint64_t, uint64_t, uint64_t) {
   not_built("dropout_forward");
 }
@@ -209,6 +212,9 @@ void xent_vp_grad(bf*, const float*, const float*, const float*, const int32_t*,
 }
 void residual_forward(bf*, const bf*, const bf*, int64_t) {
   not_built("residual_forward");
+}
+void bias_forward(bf*, const bf*, int64_t, int64_t) {
+  not_built("bias_forward");
 }
 void dropout_forward(bf*, const bf*, int64_t, float, uint64_t, uint64_t, uint64_t) {
   not_built("dropout_forward");

@@ -1,0 +1,48 @@
+// The model's tensor-parallel group, and Megatron's conjugate operators over it.
+//
+// Tensor parallelism splits each layer over a group (parallel/tensor_parallel.h
+// builds one on the mesh's tp communicator); the model sees only the few
+// blocking collectives below, on buffers of its own device, so the model layer
+// stays below comm/. A model without a group (nullptr) is the one-rank model.
+//
+// Megatron's layers talk through conjugate pairs; with explicit passes each
+// pair is a forward half and a backward half, named for the pair:
+//   copy   (into a column-parallel linear): forward identity,   backward all-reduce
+//   reduce (out of a row-parallel linear):  forward all-reduce, backward identity
+// Writing the model with these names makes its passes read like the paper's
+// figure: one reduce per attention block and one per MLP block in forward, one
+// copy-backward for each in backward.
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace parallm::model {
+
+class TensorGroup {
+ public:
+  virtual ~TensorGroup() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  // In place over the group: x = sum (or max) of every rank's x.
+  virtual void sum(float* x, int64_t n) = 0;
+  virtual void sum(bfloat16* x, int64_t n) = 0;
+  virtual void max(float* x, int64_t n) = 0;
+  // out[r * n, (r + 1) * n) = rank r's in[0, n).
+  virtual void gather(const float* in, float* out, int64_t n) = 0;
+};
+
+// The forward half of `reduce`: the partial sums of a row-parallel linear
+// become the whole output on every rank.
+template <class A>
+void reduce_forward(TensorGroup* tp, A* x, int64_t n) {
+  if (tp) tp->sum(x, n);
+}
+// The backward half of `copy`: the partial input gradients of a
+// column-parallel linear become the whole input gradient on every rank.
+template <class A>
+void copy_backward(TensorGroup* tp, A* dx, int64_t n) {
+  if (tp) tp->sum(dx, n);
+}
+
+}  // namespace parallm::model

@@ -1,0 +1,155 @@
+// Tensor parallelism at the model level, under mpirun: the whole world is one
+// tp group, and every rank also runs the one-rank model itself, so each rank
+// compares its part with the whole. Dropout on, a vocabulary (65) the degrees
+// do not divide, biases on and off, two micro-steps accumulated.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "model/gpt.h"
+#include "parallel/dist_run.h"
+#include "parallel/tensor_parallel.h"
+
+using namespace parallm;
+using test_util::world;
+
+namespace {
+
+model::GPTConfig config(bool bias) {
+  model::GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 12;  // divisible by 1, 2, 3, 4, 6
+  c.n_embd = 48;
+  c.block_size = 16;
+  c.vocab_size = 65;
+  c.dropout = 0.1f;
+  c.bias = bias;
+  return c;
+}
+
+constexpr int64_t kB = 3, kT = 16;
+
+void batch(int step, std::vector<int32_t>& x, std::vector<int32_t>& y) {
+  x.resize(kB * kT);
+  y.resize(kB * kT);
+  for (int i = 0; i < kB * kT; ++i) {
+    x[i] = (i * 13 + step * 5) % 65;
+    y[i] = (i * 7 + 1 + step) % 65;
+  }
+}
+
+// Two micro-steps of training (dropout on, gradients accumulated); the losses.
+std::vector<float> train_two(model::GPT& m) {
+  std::vector<float> losses;
+  m.zero_grad();
+  for (int s = 0; s < 2; ++s) {
+    std::vector<int32_t> x, y;
+    batch(s, x, y);
+    model::StepContext ctx;
+    ctx.train = ctx.need_grad = true;
+    ctx.seed = 7;
+    ctx.micro_step = static_cast<uint64_t>(s);
+    ctx.loss_scale = 0.5f;
+    losses.push_back(m.forward(x.data(), y.data(), kB, kT, ctx));
+    m.backward(x.data(), kB, kT, ctx);
+  }
+  return losses;
+}
+
+// Slot s of a sharded model's flat buffer, gathered to its global shape.
+std::vector<float> gathered(const model::ParamLayout& layout, const float* flat, int s) {
+  const auto& slot = layout.slots()[s];
+  std::vector<float> whole(static_cast<size_t>(shape_numel(slot.global_shape)), 0.0f);
+  layout.place(s, flat + slot.offset, whole.data());
+  if (!slot.placement.sharded()) return whole;
+  // Each element is written by exactly one rank: the sum is the gather.
+  world->all_reduce(Tensor::view_of(whole.data(), {static_cast<int64_t>(whole.size())}, DType::F32));
+  return whole;
+}
+
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
+  return m;
+}
+
+void expect_tp_matches_one_rank(bool bias) {
+  const auto cfg = config(bias);
+  parallel::TensorParallelGroup tp(*world, Device::cpu());
+  model::GPT whole(cfg, kB, kT), part(cfg, kB, kT, Device::cpu(), {}, &tp);
+  whole.init_weights(1337);
+  part.init_weights(1337);
+  const auto& L = part.layout();
+  // Init: every rank's part is the one-rank weights' slice.
+  for (int s = 0; s < static_cast<int>(L.slots().size()); ++s) {
+    const auto got = gathered(L, part.params(), s);
+    const auto& ref = whole.layout().slots()[s];
+    ASSERT_TRUE(std::equal(got.begin(), got.end(), whole.params() + ref.offset)) << L.slots()[s].name;
+  }
+  const auto lw = train_two(whole), lp = train_two(part);
+  for (size_t i = 0; i < lw.size(); ++i) EXPECT_NEAR(lp[i], lw[i], 1e-6 * std::fabs(lw[i])) << "micro-step " << i;
+  // Gradients: every tensor within 1e-5 of its max-abs value.
+  for (int s = 0; s < static_cast<int>(L.slots().size()); ++s) {
+    const auto got = gathered(L, part.grads(), s);
+    const auto& ref = whole.layout().slots()[s];
+    const std::vector<float> want(whole.grads() + ref.offset, whole.grads() + ref.offset + ref.numel);
+    const double tol = 1e-5 * std::max(max_abs(want), 1e-12);
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+    EXPECT_LE(worst, tol) << L.slots()[s].name << " at tp=" << world->size();
+  }
+  // Replicated parameters (LayerNorms, the row-parallel biases, wpe) get the
+  // same gradient bits on every rank of the group, so the replicas never drift.
+  for (int s = 0; s < static_cast<int>(L.slots().size()); ++s) {
+    const auto& slot = L.slots()[s];
+    if (slot.placement.sharded()) continue;
+    std::vector<float> first(part.grads() + slot.offset, part.grads() + slot.offset + slot.numel);
+    world->broadcast(Tensor::view_of(first.data(), {slot.numel}, DType::F32), 0);
+    EXPECT_TRUE(std::equal(first.begin(), first.end(), part.grads() + slot.offset)) << slot.name << " differs";
+  }
+  // The padded rows of the token table never receive gradient.
+  const auto vr = L.vocab_rows();
+  const float* dwte = part.grads() + L.wte();
+  for (int64_t i = vr.valid * cfg.n_embd; i < vr.rows * cfg.n_embd; ++i) ASSERT_EQ(dwte[i], 0.0f) << "padded row";
+  // Logits for sampling: the whole vocabulary, gathered.
+  std::vector<int32_t> x, y;
+  batch(0, x, y);
+  model::StepContext eval;
+  whole.forward(x.data(), nullptr, kB, kT, eval);
+  part.forward(x.data(), nullptr, kB, kT, eval);
+  std::vector<float> a(kB * cfg.vocab_size), b(kB * cfg.vocab_size);
+  whole.last_logits(a.data(), kB, kT);
+  part.last_logits(b.data(), kB, kT);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * (1 + std::fabs(a[i])));
+}
+
+}  // namespace
+
+TEST(TensorParallel, ModelMatchesOneRankWithBias) {
+  expect_tp_matches_one_rank(true);
+}
+
+TEST(TensorParallel, ModelMatchesOneRankWithoutBias) {
+  expect_tp_matches_one_rank(false);
+}
+
+TEST(TensorParallel, HeadsNotDivisibleIsAnError) {
+  if (world->size() == 1) GTEST_SKIP() << "one rank divides everything";
+  auto cfg = config(false);
+  cfg.n_head = world->size() + 1;
+  cfg.n_embd = 4 * cfg.n_head;
+  parallel::TensorParallelGroup tp(*world, Device::cpu());
+  try {
+    model::GPT m(cfg, kB, kT, Device::cpu(), {}, &tp);
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not divisible by parallel.tp"), std::string::npos) << e.what();
+  }
+}
+
+int main(int argc, char** argv) {
+  return parallm::test_util::dist_test_main(argc, argv);
+}
