@@ -35,7 +35,8 @@ ShardSpec shard_spec(const TensorGroup* tp) {
 }
 }  // namespace
 
-GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, GPTStorage storage, TensorGroup* tp)
+GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, GPTStorage storage, TensorGroup* tp,
+         bool sequence_parallel)
     : cfg_(cfg),
       layout_((cfg.validate(), cfg), shard_spec(tp)),
       max_B_(max_batch),
@@ -43,7 +44,11 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
       dev_(dev),
       compute_(storage.compute),
       k_(&kernels::ops_for(dev)),
-      tp_(tp && tp->size() > 1 ? tp : nullptr) {
+      tp_(tp && tp->size() > 1 ? tp : nullptr),
+      sp_(sequence_parallel && tp_) {
+  PARALLM_CHECK(!sp_ || (max_batch * max_seq) % tp_->size() == 0, ConfigError, "model",
+                "sequence parallelism splits the {} x {} tokens of a batch over {} ranks: they do not divide",
+                max_batch, max_seq, tp_->size());
   PARALLM_CHECK(max_batch > 0, ConfigError, "model", "batch size must be positive, got {}", max_batch);
   PARALLM_CHECK(max_seq > 0 && max_seq <= cfg.block_size, ConfigError, "model",
                 "sequence length {} must be in [1, model.block_size={}]", max_seq, cfg.block_size);
@@ -70,7 +75,7 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
   if (lowp || (bf16_products_ && storage.params))
     params_lp_ = DeviceArray<bfloat16>(layout_.total(), MemCategory::Params, dev);
 
-  off_ = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads(), compute_, layout_.spec().tp);
+  off_ = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads(), compute_, layout_.spec().tp, sp_);
   const int64_t N = max_B_ * max_T_;
   if (lowp) {
     acts_lp_ = DeviceArray<bfloat16>(off_.acts, MemCategory::Activations, dev);
@@ -91,11 +96,12 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
 }
 
 GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
-                          DType compute, int tp) {
-  return carve(cfg, max_batch, max_seq, dev, threads, compute, tp).sizes;
+                          DType compute, int tp, bool sequence_parallel) {
+  return carve(cfg, max_batch, max_seq, dev, threads, compute, tp, sequence_parallel && tp > 1).sizes;
 }
 
-GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute, int tp) {
+GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute, int tp,
+                      bool sp) {
   // The constructor takes its offsets from here and the planner its totals,
   // so the prediction and the allocation cannot disagree. Activations (and
   // backward's temporaries) are in the compute type; LayerNorm statistics,
@@ -103,7 +109,9 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
   // parallelism (tp > 1) the attention and MLP activations are this rank's
   // heads and hidden columns, and the loss keeps the logits of its
   // vocabulary rows (fp32) instead of the one-rank fused head's workspace.
-  const int64_t N = B * T, C = cfg.n_embd, L = cfg.n_layer;
+  // Sequence parallel, the residual stream, LayerNorms and their statistics
+  // are this rank's N/tp rows, and two whole-row buffers take the gathers.
+  const int64_t N = B * T, C = cfg.n_embd, L = cfg.n_layer, Nl = sp ? N / tp : N;
   const int64_t Cl = C / tp, NH = cfg.n_head / tp, vn = (cfg.vocab_size + tp - 1) / tp;
   int64_t off = 0, soff = 0;
   auto take = [&](int64_t n) {
@@ -117,29 +125,29 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
     return o;
   };
   Carve o;
-  o.encoded = take(N * C);
+  o.encoded = take(Nl * C);
   for (int64_t l = 0; l < L; ++l) {
     LayerActs a{};
-    a.ln1 = take(N * C);
-    a.ln1_mean = stat(N);
-    a.ln1_rstd = stat(N);
+    a.ln1 = take(Nl * C);
+    a.ln1_mean = stat(Nl);
+    a.ln1_rstd = stat(Nl);
     a.qkv = take(N * 3 * Cl);
     a.atty = take(N * Cl);
     a.lse = stat(B * NH * T);
-    a.res2 = take(N * C);
-    a.ln2 = take(N * C);
-    a.ln2_mean = stat(N);
-    a.ln2_rstd = stat(N);
+    a.res2 = take(Nl * C);
+    a.ln2 = take(Nl * C);
+    a.ln2_mean = stat(Nl);
+    a.ln2_rstd = stat(Nl);
     a.fch = take(N * 4 * Cl);
     a.fch_gelu = take(N * 4 * Cl);
-    a.res3 = take(N * C);
+    a.res3 = take(Nl * C);
     o.la.push_back(a);
   }
-  o.lnf = take(N * C);
-  o.lnf_mean = stat(N);
-  o.lnf_rstd = stat(N);
+  o.lnf = take(Nl * C);
+  o.lnf_mean = stat(Nl);
+  o.lnf_rstd = stat(Nl);
   o.losses = stat(N);
-  o.dlnf = take(N * C);
+  o.dlnf = take(Nl * C);
   const bool lowp = compute == DType::BF16 && !dev.is_cpu();  // CPU bf16 keeps fp32 activations
   if (tp > 1) {
     o.logits = stat(N * vn);
@@ -147,6 +155,7 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
     o.xsums = stat(2 * N);
     if (lowp) o.dlogits = take(N * vn);  // fp32 computes d(logits) over the logits
   }
+  if (sp) o.ln_grad = stat(2 * C);
   o.acts = off;
   o.stats = soff;
 
@@ -156,10 +165,14 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
       lowp ? kernels::bf16_ops_for(dev).classifier_workspace_floats : kernels::ops_for(dev).classifier_workspace_floats;
   o.ws = std::max(attn_ws(B, T, Cl, NH, threads), tp > 1 ? 0 : cls_ws(N, cfg.vocab_size, threads));
   off = 0;
-  o.s_dres = take(N * C);
-  o.s_tmp = take(N * C);
+  o.s_dres = take(Nl * C);
+  o.s_tmp = take(Nl * C);
   o.s_dfch = take(N * 4 * Cl);
   o.s_dfch2 = take(N * 4 * Cl);
+  if (sp) {
+    o.s_full = take(N * C);
+    o.s_gfull = take(N * C);
+  }
   o.scratch = off;
   const int64_t es = lowp ? 2 : 4;
   o.sizes.activation_bytes = o.acts * es + o.stats * 4;
@@ -272,6 +285,9 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
     for (int64_t i = 0; i < N; ++i)
       PARALLM_CHECK(targets[i] >= 0 && targets[i] < V, ShapeError, "gpt.forward",
                     "target {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
+  PARALLM_CHECK(N % token_multiple() == 0, ShapeError, "gpt.forward",
+                "sequence parallelism splits the batch's {} x {} tokens over {} ranks: they do not divide", B, T,
+                token_multiple());
   cur_B_ = B;
   cur_T_ = T;
   if (!dev_.is_cpu()) {
@@ -299,20 +315,27 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
   int64_t p0 = 0;
   auto W = [&](int64_t o) -> const A* { return o < 0 ? nullptr : P + (o - p0); };
   const float p = ctx.train ? cfg_.dropout : 0.0f;
-  const auto drop_base = static_cast<uint64_t>(ctx.sample_offset * T * C);  // global index of element 0
+  // The residual stream's rows on this rank: all N, or (sequence parallel) N/tp from row0.
+  const int64_t Nl = N / token_multiple(), row0 = sp_ ? tp_->rank() * Nl : 0;
+  const auto drop_base = static_cast<uint64_t>((ctx.sample_offset * T + row0) * C);  // global index of element 0
   float* ws = ws_.data();
   A* tmp = scr<A>(off_.s_tmp);
 
   // out = res + drop(linear(inp)): one GEMM where the kernels offer the fused
   // form and no dropout sits between; else the GEMM into tmp, dropout, the add.
   // Tensor parallel, the linear is row-parallel: the partial products are
-  // reduced over the group, then the (whole) bias is added once.
+  // reduced over the group (sequence parallel: reduce-scattered to this
+  // rank's rows), then the (whole) bias is added once.
   auto linear_residual = [&](A* out, const A* res, const A* inp, const A* w, const A* bias, int64_t IN, int64_t l,
                              uint64_t site) {
     if (tp_) {
-      k.matmul_forward(tmp, inp, w, nullptr, N, IN, C);
-      reduce_forward(tp_, tmp, N * C);
-      if (bias) k.bias_forward(tmp, bias, N, C);
+      A* partial = sp_ ? scr<A>(off_.s_gfull) : tmp;
+      k.matmul_forward(partial, inp, w, nullptr, N, IN, C);
+      if (sp_)
+        scatter_forward(tp_, partial, tmp, Nl * C);
+      else
+        reduce_forward(tp_, tmp, N * C);
+      if (bias) k.bias_forward(tmp, bias, Nl, C);
     } else if (p <= 0 && k.matmul_forward_residual) {
       k.matmul_forward_residual(out, inp, w, bias, res, N, IN, C);
       return;
@@ -320,20 +343,24 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
       k.matmul_forward(tmp, inp, w, bias, N, IN, C);
     }
     if (p > 0)
-      k.dropout_forward(tmp, tmp, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site), drop_base);
-    k.residual_forward(out, res, tmp, N * C);
+      k.dropout_forward(tmp, tmp, Nl * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site), drop_base);
+    k.residual_forward(out, res, tmp, Nl * C);
   };
   A* x = act<A>(off_.encoded);
   if (tp_) {  // each rank embeds its vocabulary rows' tokens, rank 0 adds the positions; the sum is exact
     const auto vr = layout_.vocab_rows();
-    k.vp_embedding_forward(x, tokens, PE + (layout_.wte() - e0), tp_->rank() == 0 ? PE + (layout_.wpe() - e0) : nullptr,
-                           B, T, C, vr.v0, vr.rows);
-    reduce_forward(tp_, x, N * C);
+    A* parts = sp_ ? scr<A>(off_.s_gfull) : x;
+    k.vp_embedding_forward(parts, tokens, PE + (layout_.wte() - e0),
+                           tp_->rank() == 0 ? PE + (layout_.wpe() - e0) : nullptr, B, T, C, vr.v0, vr.rows);
+    if (sp_)
+      scatter_forward(tp_, parts, x, Nl * C);
+    else
+      reduce_forward(tp_, x, N * C);
   } else {
     k.embedding_forward(x, tokens, PE + (layout_.wte() - e0), PE + (layout_.wpe() - e0), B, T, C);
   }
   if (p > 0)
-    k.dropout_forward(x, x, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
+    k.dropout_forward(x, x, Nl * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
                       drop_base);
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
@@ -342,14 +369,14 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
     const int g = layout_.group_of_block(l);
     P = params_of<A>(g, Pass::Forward);
     p0 = layout_.group(g).begin;
-    k.layernorm_forward(act<A>(a.ln1), stat(a.ln1_mean), stat(a.ln1_rstd), x, W(bp.ln1_w), W(bp.ln1_b), N, C);
-    k.matmul_forward(act<A>(a.qkv), act<A>(a.ln1), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * Cl);
+    k.layernorm_forward(act<A>(a.ln1), stat(a.ln1_mean), stat(a.ln1_rstd), x, W(bp.ln1_w), W(bp.ln1_b), Nl, C);
+    k.matmul_forward(act<A>(a.qkv), whole_rows(act<A>(a.ln1), N), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * Cl);
     const kernels::AttnDropout ad = attn_dropout(ctx, l, p);
     k.attention_forward(act<A>(a.atty), stat(a.lse), act<A>(a.qkv), B, T, Cl, NHl, ad, ws);
     linear_residual(act<A>(a.res2), x, act<A>(a.atty), W(bp.proj_w), W(bp.proj_b), Cl, l, kAttnResid);
-    k.layernorm_forward(act<A>(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), act<A>(a.res2), W(bp.ln2_w), W(bp.ln2_b), N,
+    k.layernorm_forward(act<A>(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), act<A>(a.res2), W(bp.ln2_w), W(bp.ln2_b), Nl,
                         C);
-    k.matmul_forward(act<A>(a.fch), act<A>(a.ln2), W(bp.fc_w), W(bp.fc_b), N, C, 4 * Cl);
+    k.matmul_forward(act<A>(a.fch), whole_rows(act<A>(a.ln2), N), W(bp.fc_w), W(bp.fc_b), N, C, 4 * Cl);
     k.gelu_forward(act<A>(a.fch_gelu), act<A>(a.fch), N * 4 * Cl, cfg_.gelu);
     linear_residual(act<A>(a.res3), act<A>(a.res2), act<A>(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), 4 * Cl, l,
                     kMlpResid);
@@ -357,7 +384,7 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
     if (l + 1 < cfg_.n_layer) release_group(g, Pass::Forward);  // the last group also holds ln_f
   }
   k.layernorm_forward(act<A>(off_.lnf), stat(off_.lnf_mean), stat(off_.lnf_rstd), x, W(layout_.lnf_w()),
-                      W(layout_.lnf_b()), N, C);
+                      W(layout_.lnf_b()), Nl, C);
   release_group(layout_.num_groups() - 1, Pass::Forward);
   grads_ready_ = false;
   if (!targets) {
@@ -368,7 +395,7 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
   // The tied head adds its wte gradient here; backward adds the embedding's.
   float* dwte = ctx.need_grad ? group_grads(0) + (layout_.wte() - e0) : nullptr;
   if (tp_)
-    vocab_parallel_loss(k, losses, ctx.need_grad ? act<A>(off_.dlnf) : nullptr, dwte, act<A>(off_.lnf),
+    vocab_parallel_loss(k, losses, ctx.need_grad ? act<A>(off_.dlnf) : nullptr, dwte, whole_rows(act<A>(off_.lnf), N),
                         PE + (layout_.wte() - e0), targets, N, ctx.loss_scale / static_cast<float>(N));
   else
     k.classifier_forward_backward(losses, ctx.need_grad ? act<A>(off_.dlnf) : nullptr, dwte, act<A>(off_.lnf),
@@ -384,6 +411,21 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
     return deferred_loss();
   }
   return mean_of(losses, N);
+}
+
+void GPT::zero_device(void* p, size_t bytes) const {
+  if (dev_.is_cpu())
+    std::memset(p, 0, bytes);
+  else
+    gpu::memset_zero(p, bytes);
+}
+
+template <class A>
+const A* GPT::whole_rows(const A* local, int64_t N) {
+  if (!sp_) return local;
+  A* whole = scr<A>(off_.s_full);
+  gather_forward(tp_, local, whole, N / tp_->size() * cfg_.n_embd);
+  return whole;
 }
 
 kernels::AttnDropout GPT::attn_dropout(const StepContext& ctx, int64_t l, float p) const {
@@ -417,6 +459,12 @@ void GPT::vocab_parallel_loss(const kernels::ModelOps<A>& k, float* losses, A* d
   else
     dlogits = act<A>(off_.dlogits);
   k.xent_vp_grad(dlogits, logits, mx, sums, targets, N, vr.rows, vr.valid, vr.v0, dloss);
+  if (sp_) {  // the head's input was gathered from the rows: its gradient goes back to them
+    A* partial = scr<A>(off_.s_gfull);
+    k.matmul_backward(partial, dwte, nullptr, dlogits, lnf, wte, N, C, vr.rows);
+    gather_backward(tp_, partial, dlnf, N / tp_->size() * C);
+    return;
+  }
   k.matmul_backward(dlnf, dwte, nullptr, dlogits, lnf, wte, N, C, vr.rows);
   copy_backward(tp_, dlnf, N * C);  // the head's input is ln_f's output, whole on every rank
 }
@@ -468,21 +516,49 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, in
   const int last = layout_.num_groups() - 1;
   enter(last);
   const float p = ctx.train ? cfg_.dropout : 0.0f;
-  const auto drop_base = static_cast<uint64_t>(ctx.sample_offset * T * C);  // global index of element 0
+  const int64_t Nl = N / token_multiple(), row0 = sp_ ? tp_->rank() * Nl : 0;        // this rank's residual rows
+  const auto drop_base = static_cast<uint64_t>((ctx.sample_offset * T + row0) * C);  // global index of element 0
   A* dres = scr<A>(off_.s_dres);
   A* dtmp = scr<A>(off_.s_tmp);
   A* dbig1 = scr<A>(off_.s_dfch);
   A* dbig2 = scr<A>(off_.s_dfch2);
   float* ws = ws_.data();
   if (!dev_.is_cpu()) tokens = tokens_d_.data();  // uploaded by forward
+  // Tensor parallel: d(output) of a row-parallel linear, on all rows
+  // (sequence parallel: this rank's rows gathered, scatter's backward half) ...
+  auto whole_dout = [&](const A* dlocal) -> const A* {
+    if (!sp_) return dlocal;
+    A* whole = scr<A>(off_.s_gfull);
+    scatter_backward(tp_, dlocal, whole, Nl * C);
+    return whole;
+  };
+  // ... and a column-parallel linear's input gradient: partial sums written
+  // to `partial`, then combined into dtmp (copy's or gather's backward half).
+  A* partial = sp_ ? scr<A>(off_.s_gfull) : dtmp;
+  auto combine_dinp = [&] {
+    if (sp_)
+      gather_backward(tp_, partial, dtmp, Nl * C);
+    else
+      copy_backward(tp_, dtmp, N * C);
+  };
+  // dres += LayerNorm backward over this rank's rows. Sequence parallel, the
+  // weight gradients are partial sums: summed over the group, then added.
+  auto ln_backward = [&](int64_t w, int64_t b, const A* dout, const A* inp, const float* mean, const float* rstd) {
+    if (!sp_) {
+      k.layernorm_backward(dres, D(w), D(b), dout, inp, W(w), mean, rstd, Nl, C);
+      return;
+    }
+    float* s = stat(off_.ln_grad);
+    zero_device(s, 2 * C * sizeof(float));
+    k.layernorm_backward(dres, s, b >= 0 ? s + C : nullptr, dout, inp, W(w), mean, rstd, Nl, C);
+    tp_->sum(s, 2 * C);
+    k_->add_inplace(D(w), s, C);
+    if (b >= 0) k_->add_inplace(D(b), s + C, C);
+  };
   // d(residual stream) from the final LayerNorm.
-  if (dev_.is_cpu())
-    std::memset(static_cast<void*>(dres), 0, sizeof(A) * N * C);
-  else
-    gpu::memset_zero(dres, sizeof(A) * N * C);
+  zero_device(dres, sizeof(A) * Nl * C);
   const A* xlast = act<A>(cfg_.n_layer > 0 ? off_.la.back().res3 : off_.encoded);
-  k.layernorm_backward(dres, D(layout_.lnf_w()), D(layout_.lnf_b()), act<A>(off_.dlnf), xlast, W(layout_.lnf_w()),
-                       stat(off_.lnf_mean), stat(off_.lnf_rstd), N, C);
+  ln_backward(layout_.lnf_w(), layout_.lnf_b(), act<A>(off_.dlnf), xlast, stat(off_.lnf_mean), stat(off_.lnf_rstd));
   // Reports parameters (by flat offset; -1 = absent bias) whose gradients are final.
   auto ready = [&](std::initializer_list<int64_t> offsets) {
     if (!ctx.grads_ready) return;
@@ -493,7 +569,7 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, in
   // Gradient through a residual branch's dropout: a fresh buffer, or dres itself.
   auto through_dropout = [&](int64_t l, uint64_t site) -> const A* {
     if (p <= 0) return dres;
-    k.dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site), drop_base);
+    k.dropout_backward(dtmp, dres, Nl * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site), drop_base);
     return dtmp;
   };
   for (int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
@@ -503,34 +579,33 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, in
     if (g != last) enter(g);
     const A* x_in = l == 0 ? act<A>(off_.encoded) : act<A>(off_.la[l - 1].res3);
     // MLP branch: res3 = res2 + drop(fcproj(gelu(fc(ln2(res2)))))
-    const A* dmlp = through_dropout(l, kMlpResid);
+    const A* dmlp = whole_dout(through_dropout(l, kMlpResid));
     k.matmul_backward(dbig2, D(bp.fcproj_w), D(bp.fcproj_b), dmlp, act<A>(a.fch_gelu), W(bp.fcproj_w), N, 4 * Cl, C);
     ready({bp.fcproj_w, bp.fcproj_b});
     k.gelu_backward(dbig1, act<A>(a.fch), dbig2, N * 4 * Cl, cfg_.gelu);
-    k.matmul_backward(dtmp, D(bp.fc_w), D(bp.fc_b), dbig1, act<A>(a.ln2), W(bp.fc_w), N, C, 4 * Cl);
-    copy_backward(tp_, dtmp, N * C);
+    k.matmul_backward(partial, D(bp.fc_w), D(bp.fc_b), dbig1, whole_rows(act<A>(a.ln2), N), W(bp.fc_w), N, C, 4 * Cl);
+    combine_dinp();
     ready({bp.fc_w, bp.fc_b});
-    k.layernorm_backward(dres, D(bp.ln2_w), D(bp.ln2_b), dtmp, act<A>(a.res2), W(bp.ln2_w), stat(a.ln2_mean),
-                         stat(a.ln2_rstd), N, C);
+    ln_backward(bp.ln2_w, bp.ln2_b, dtmp, act<A>(a.res2), stat(a.ln2_mean), stat(a.ln2_rstd));
     ready({bp.ln2_w, bp.ln2_b});
     // Attention branch: res2 = x + drop(proj(attn(qkv(ln1(x)))))
-    const A* dattn = through_dropout(l, kAttnResid);
+    const A* dattn = whole_dout(through_dropout(l, kAttnResid));
     k.matmul_backward(dbig1, D(bp.proj_w), D(bp.proj_b), dattn, act<A>(a.atty), W(bp.proj_w), N, Cl, C);
     ready({bp.proj_w, bp.proj_b});
     const kernels::AttnDropout ad = attn_dropout(ctx, l, p);
     k.attention_backward(dbig2, dbig1, act<A>(a.qkv), act<A>(a.atty), stat(a.lse), B, T, Cl, NHl, ad, ws);
-    k.matmul_backward(dtmp, D(bp.qkv_w), D(bp.qkv_b), dbig2, act<A>(a.ln1), W(bp.qkv_w), N, C, 3 * Cl);
-    copy_backward(tp_, dtmp, N * C);
+    k.matmul_backward(partial, D(bp.qkv_w), D(bp.qkv_b), dbig2, whole_rows(act<A>(a.ln1), N), W(bp.qkv_w), N, C,
+                      3 * Cl);
+    combine_dinp();
     ready({bp.qkv_w, bp.qkv_b});
-    k.layernorm_backward(dres, D(bp.ln1_w), D(bp.ln1_b), dtmp, x_in, W(bp.ln1_w), stat(a.ln1_mean), stat(a.ln1_rstd), N,
-                         C);
+    ln_backward(bp.ln1_w, bp.ln1_b, dtmp, x_in, stat(a.ln1_mean), stat(a.ln1_rstd));
     ready({bp.ln1_w, bp.ln1_b});
     group_grads_done(g);
     release_group(g, Pass::Backward);
   }
   const A* demb = dres;
   if (p > 0) {
-    k.dropout_backward(dtmp, dres, N * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
+    k.dropout_backward(dtmp, dres, Nl * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
                        drop_base);
     demb = dtmp;
   }
@@ -538,8 +613,8 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, in
   const int64_t e0 = layout_.group(0).begin;
   if (tp_) {  // demb is whole on every rank: each adds its vocabulary rows' part; wpe's gradient is the same everywhere
     const auto vr = layout_.vocab_rows();
-    k.vp_embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0), demb, tokens, B, T, C, vr.v0,
-                            vr.rows);
+    k.vp_embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0), whole_dout(demb), tokens, B, T, C,
+                            vr.v0, vr.rows);
   } else {
     k.embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0), demb, tokens, B, T, C);
   }
@@ -547,24 +622,27 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, in
   group_grads_done(0);
 }
 
-void GPT::last_logits(float* out, int64_t B, int64_t T) {
+void GPT::last_logits(float* out, int64_t B, int64_t T, int64_t pos) {
+  if (pos < 0) pos = T - 1;
+  PARALLM_CHECK(pos < T, ShapeError, "gpt.last_logits", "position {} is past the sequence's {} tokens", pos, T);
   const auto copy = weight_copy_scope();
   if (compute_ == DType::BF16)
-    logits_impl(*kb_, out, B, T, true);
+    logits_impl(*kb_, out, B, T, pos);
   else
-    logits_impl<float>(*k_, out, B, T, true);
+    logits_impl<float>(*k_, out, B, T, pos);
 }
 
 void GPT::all_logits(float* out, int64_t B, int64_t T) {
   const auto copy = weight_copy_scope();
   if (compute_ == DType::BF16)
-    logits_impl(*kb_, out, B, T, false);
+    logits_impl(*kb_, out, B, T, -1);
   else
-    logits_impl<float>(*k_, out, B, T, false);
+    logits_impl<float>(*k_, out, B, T, -1);
 }
 
 template <class A>
-void GPT::logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int64_t T, bool last_only) {
+void GPT::logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int64_t T, int64_t pos) {
+  const bool last_only = pos >= 0;
   PARALLM_CHECK(B == cur_B_ && T == cur_T_, InternalError, last_only ? "gpt.last_logits" : "gpt.all_logits",
                 "call after forward on the same batch");
   // Tensor parallel, each rank computes its vocabulary rows' logits and the
@@ -578,11 +656,11 @@ void GPT::logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int6
     o = mine.data();
   }
   const A* wte = params_of<A>(0, Pass::Forward) + (layout_.wte() - layout_.group(0).begin);
+  const A* lnf = whole_rows(act<A>(off_.lnf), B * T);  // sequence parallel: every rank's rows
   if (last_only)
-    for (int64_t b = 0; b < B; ++b)
-      k.classifier_logits(o + b * Vr, act<A>(off_.lnf) + (b * T + T - 1) * C, wte, 1, C, Vr);
+    for (int64_t b = 0; b < B; ++b) k.classifier_logits(o + b * Vr, lnf + (b * T + pos) * C, wte, 1, C, Vr);
   else
-    k.classifier_logits(o, act<A>(off_.lnf), wte, rows, C, Vr);
+    k.classifier_logits(o, lnf, wte, rows, C, Vr);
   release_group(0, Pass::Forward);
   if (!tp_) {
     if (!dev_.is_cpu()) mine.copy_to_host(out, rows * V);

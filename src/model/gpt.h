@@ -79,9 +79,14 @@ class GPT {
   // the whole model) the model holds this rank's part of every parameter
   // (ParamLayout's table for ShardSpec{tp size, tp rank}) and runs Megatron's
   // tensor parallelism: attention split by heads, the MLP by its hidden
-  // width, the token table and the loss by vocabulary rows.
+  // width, the token table and the loss by vocabulary rows. With
+  // `sequence_parallel` (Megatron SP, tp > 1) LayerNorm, dropout and the
+  // residual stream hold only this rank's rows (B*T/tp consecutive tokens of
+  // the batch), gathered before the column-parallel products and
+  // reduce-scattered after the row-parallel ones; every pass's B*T must then
+  // divide by tp.
   GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev = Device::cpu(), GPTStorage storage = {},
-      TensorGroup* tp = nullptr);
+      TensorGroup* tp = nullptr, bool sequence_parallel = false);
   // From now on parameters and gradients are reached through `store`, group by
   // group (nullptr: the model's own buffers again). Not owned.
   void set_store(ParamStore* store);
@@ -130,8 +135,8 @@ class GPT {
   // Accumulates gradients (+=) of loss_scale * mean loss into grads(). Call
   // after forward() with ctx.need_grad and the same B, T, ctx.
   void backward(const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx);
-  // After forward(): logits [B, V] of the last position of each sequence.
-  void last_logits(float* out, int64_t B, int64_t T);
+  // After forward(): logits [B, V] of position `pos` (default: the last, T - 1) of each sequence.
+  void last_logits(float* out, int64_t B, int64_t T, int64_t pos = -1);
   // After forward(..., targets, ...): logits [B*T, V] of all positions (tests, small models).
   void all_logits(float* out, int64_t B, int64_t T);
 
@@ -144,7 +149,9 @@ class GPT {
     int64_t activation_bytes = 0, scratch_bytes = 0;
   };
   static Buffers buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
-                         DType compute = DType::F32, int tp = 1);
+                         DType compute = DType::F32, int tp = 1, bool sequence_parallel = false);
+  // Sequence parallel: the multiple every pass's B*T must be (1 otherwise).
+  int64_t token_multiple() const { return sp_ ? layout_.spec().tp : 1; }
 
  private:
   GPTConfig cfg_;
@@ -156,6 +163,7 @@ class GPT {
   const kernels::ModelOps<bfloat16>* kb_ = nullptr;  // bf16 compute only
   bool bf16_products_ = false;                       // CPU bf16: fp32 activations, bf16 products
   TensorGroup* tp_ = nullptr;                        // null: the whole model on this rank
+  bool sp_ = false;                                  // sequence parallel (with tp_)
   DeviceArray<float> params_, grads_;                // empty where GPTStorage says so
   DeviceArray<bfloat16> params_lp_;                  // bf16 copy of params_ (GPU bf16, CPU bf16 products)
   bool lp_stale_ = true;
@@ -180,12 +188,17 @@ class GPT {
   float* host_losses() const;  // the losses' part of staging_
   static float mean_of(const float* losses, int64_t n);
   kernels::AttnDropout attn_dropout(const StepContext& ctx, int64_t l, float p) const;
+  void zero_device(void* p, size_t bytes) const;
+  // Sequence parallel: this rank's rows of a [N, C] activation gathered into
+  // the whole-row buffer; otherwise the activation itself.
+  template <class A>
+  const A* whole_rows(const A* local, int64_t N);
   // The tied head and the loss over this rank's vocabulary rows (tensor parallel).
   template <class A>
   void vocab_parallel_loss(const kernels::ModelOps<A>& k, float* losses, A* dlnf, float* dwte, const A* lnf,
                            const A* wte, const int32_t* targets, int64_t N, float dloss);
   template <class A>
-  void logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int64_t T, bool last_only);
+  void logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int64_t T, int64_t pos);  // pos < 0: all
   // Activations in the compute type (acts_ or acts_lp_) with offsets per
   // layer, fp32 statistics beside them; backward's temporaries likewise
   // (scratch_ or scratch_lp_); fp32 kernel workspaces.
@@ -227,11 +240,13 @@ class GPT {
     std::vector<LayerActs> la;
     int64_t encoded = 0, lnf = 0, lnf_mean = 0, lnf_rstd = 0, losses = 0, dlnf = 0;
     int64_t logits = 0, xmax = 0, xsums = 0, dlogits = 0;  // vocabulary-parallel loss (tp > 1)
+    int64_t s_full = 0, s_gfull = 0, ln_grad = 0;          // sequence parallel: whole-row buffers, LayerNorm grads
     int64_t s_dres = 0, s_tmp = 0, s_dfch = 0, s_dfch2 = 0;
     int64_t acts = 0, stats = 0, scratch = 0, ws = 0;  // element counts
     Buffers sizes;
   };
-  static Carve carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute, int tp);
+  static Carve carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute, int tp,
+                     bool sp);
   Carve off_;  // offsets into acts_ and scratch_ for the allocated (max) B, T
   int64_t cur_B_ = 0, cur_T_ = 0;
   bool grads_ready_ = false;

@@ -7,11 +7,14 @@
 //
 // Megatron's layers talk through conjugate pairs; with explicit passes each
 // pair is a forward half and a backward half, named for the pair:
-//   copy   (into a column-parallel linear): forward identity,   backward all-reduce
-//   reduce (out of a row-parallel linear):  forward all-reduce, backward identity
+//   copy    (into a column-parallel linear): forward identity,       backward all-reduce
+//   reduce  (out of a row-parallel linear):  forward all-reduce,     backward identity
+// and with sequence parallelism, where the residual stream is split by rows:
+//   gather  (into a column-parallel linear): forward all-gather,     backward reduce-scatter
+//   scatter (out of a row-parallel linear):  forward reduce-scatter, backward all-gather
 // Writing the model with these names makes its passes read like the paper's
-// figure: one reduce per attention block and one per MLP block in forward, one
-// copy-backward for each in backward.
+// figure: one reduce (or scatter) per attention block and one per MLP block in
+// forward, one copy-backward (or gather-backward) for each in backward.
 #pragma once
 #include <cstdint>
 
@@ -30,6 +33,10 @@ class TensorGroup {
   virtual void max(float* x, int64_t n) = 0;
   // out[r * n, (r + 1) * n) = rank r's in[0, n).
   virtual void gather(const float* in, float* out, int64_t n) = 0;
+  virtual void gather(const bfloat16* in, bfloat16* out, int64_t n) = 0;
+  // out[0, n) = the sum over ranks of their in[rank * n, (rank + 1) * n).
+  virtual void reduce_scatter(const float* in, float* out, int64_t n) = 0;
+  virtual void reduce_scatter(const bfloat16* in, bfloat16* out, int64_t n) = 0;
 };
 
 // The forward half of `reduce`: the partial sums of a row-parallel linear
@@ -43,6 +50,28 @@ void reduce_forward(TensorGroup* tp, A* x, int64_t n) {
 template <class A>
 void copy_backward(TensorGroup* tp, A* dx, int64_t n) {
   if (tp) tp->sum(dx, n);
+}
+
+// Sequence parallel: `local` (n elements, this rank's rows) into `whole`
+// (every rank's rows in rank order); backward sums the whole gradient's parts
+// into this rank's rows.
+template <class A>
+void gather_forward(TensorGroup* tp, const A* local, A* whole, int64_t n) {
+  tp->gather(local, whole, n);
+}
+template <class A>
+void gather_backward(TensorGroup* tp, const A* dwhole, A* dlocal, int64_t n) {
+  tp->reduce_scatter(dwhole, dlocal, n);
+}
+// Sequence parallel: a row-parallel linear's partial sums, reduced and split
+// by rows (n elements each); backward gathers the rows' gradients.
+template <class A>
+void scatter_forward(TensorGroup* tp, const A* partial, A* local, int64_t n) {
+  tp->reduce_scatter(partial, local, n);
+}
+template <class A>
+void scatter_backward(TensorGroup* tp, const A* dlocal, A* dwhole, int64_t n) {
+  tp->gather(dlocal, dwhole, n);
 }
 
 }  // namespace parallm::model

@@ -30,6 +30,18 @@ void TensorParallelGroup::gather(const float* in, float* out, int64_t n) {
   c_.all_gather(view(in, n, DType::F32, dev_), view(out, n * c_.size(), DType::F32, dev_));
 }
 
+void TensorParallelGroup::gather(const bfloat16* in, bfloat16* out, int64_t n) {
+  c_.all_gather(view(in, n, DType::BF16, dev_), view(out, n * c_.size(), DType::BF16, dev_));
+}
+
+void TensorParallelGroup::reduce_scatter(const float* in, float* out, int64_t n) {
+  c_.reduce_scatter(view(in, n * c_.size(), DType::F32, dev_), view(out, n, DType::F32, dev_), comm::ReduceOp::Sum);
+}
+
+void TensorParallelGroup::reduce_scatter(const bfloat16* in, bfloat16* out, int64_t n) {
+  c_.reduce_scatter(view(in, n * c_.size(), DType::BF16, dev_), view(out, n, DType::BF16, dev_), comm::ReduceOp::Sum);
+}
+
 void gather_whole(comm::Communicator& tp, const model::ParamLayout& part, const model::ParamLayout& whole,
                   const float* mine, float* out) {
   PARALLM_CHECK(part.spec().tp == tp.size() && part.slots().size() == whole.slots().size(), InternalError,

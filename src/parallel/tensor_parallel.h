@@ -25,6 +25,9 @@ class TensorParallelGroup final : public model::TensorGroup {
   void sum(bfloat16* x, int64_t n) override;
   void max(float* x, int64_t n) override;
   void gather(const float* in, float* out, int64_t n) override;
+  void gather(const bfloat16* in, bfloat16* out, int64_t n) override;
+  void reduce_scatter(const float* in, float* out, int64_t n) override;
+  void reduce_scatter(const bfloat16* in, bfloat16* out, int64_t n) override;
   comm::Communicator& comm() const { return c_; }
 
  private:

@@ -360,7 +360,10 @@ void add_parallel_keys(KeyTable& t) {
        INT_KEY("parallel.pp", parallel.pp, 1, kMaxRanks, "pipeline-parallel degree (stages)"),
        INT_KEY("parallel.cp", parallel.cp, 1, kMaxRanks, "context-parallel degree"),
        BOOL_KEY("parallel.tp_across_nodes", parallel.tp_across_nodes,
-                "allow a tensor-parallel group to span nodes (a warning: its exchanges then cross the network)")});
+                "allow a tensor-parallel group to span nodes (a warning: its exchanges then cross the network)"),
+       BOOL_KEY("parallel.sequence_parallel", parallel.sequence_parallel,
+                "Megatron sequence parallelism: LayerNorm, dropout and the residual stream split by tokens over the "
+                "tensor-parallel group (needs parallel.tp > 1)")});
 }
 
 // Every key, in one table: --help-keys prints it, set() and to_json() read it.
@@ -506,6 +509,13 @@ void check_parallel(const ParallelSection& p, const model::GPTConfig& m) {
                 "model.n_head={} is not divisible by parallel.tp={}: tensor parallelism splits attention by heads; "
                 "pick a parallel.tp that divides {}",
                 m.n_head, p.tp, m.n_head);
+  PARALLM_CHECK(!p.sequence_parallel || p.tp > 1, ConfigError, "config",
+                "parallel.sequence_parallel=true splits the residual stream over the tensor-parallel group, but "
+                "parallel.tp=1; set parallel.tp > 1 or sequence_parallel=false");
+  PARALLM_CHECK(!p.sequence_parallel || m.block_size % p.tp == 0, ConfigError, "config",
+                "parallel.sequence_parallel=true splits the sequence over parallel.tp={}, but model.block_size={} is "
+                "not divisible by it",
+                p.tp, m.block_size);
   PARALLM_CHECK(p.tp == 1 || p.zero.stage == 0, ConfigError, "config",
                 "zero.stage={} with parallel.tp={}: ZeRO over tensor-parallel shards is not implemented yet; use "
                 "zero.stage=0 (DDP over the dp group) with tensor parallelism",
@@ -628,10 +638,22 @@ RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::
                                                      "model.block_size", "model.bias",   "model.vocab_size",
                                                      "model.gelu"};
   // Where and how this process runs, not what the run is: always this invocation's.
-  static const std::set<std::string> this_run = {
-      "train.out_dir", "train.init_from",  "train.eval_only", "train.overwrite", "train.threads",
-      "train.device",  "train.peak_flops", "train.progress",  "comm.backend",    "comm.timeout_s",
-      "parallel.dp",   "parallel.tp",      "parallel.pp",     "parallel.cp",     "parallel.tp_across_nodes"};
+  static const std::set<std::string> this_run = {"train.out_dir",
+                                                 "train.init_from",
+                                                 "train.eval_only",
+                                                 "train.overwrite",
+                                                 "train.threads",
+                                                 "train.device",
+                                                 "train.peak_flops",
+                                                 "train.progress",
+                                                 "comm.backend",
+                                                 "comm.timeout_s",
+                                                 "parallel.dp",
+                                                 "parallel.tp",
+                                                 "parallel.pp",
+                                                 "parallel.cp",
+                                                 "parallel.tp_across_nodes",
+                                                 "parallel.sequence_parallel"};
   RunConfig r = from_json(saved);
   const RunConfig defaults;
   for (const auto& [k, key] : keys()) {

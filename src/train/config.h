@@ -104,6 +104,7 @@ struct ParallelSection {
   int64_t dp = 0;  // 0: the world size / (tp x pp x cp)
   int64_t tp = 1, pp = 1, cp = 1;
   bool tp_across_nodes = false;
+  bool sequence_parallel = false;  // Megatron SP inside the tp group
   DdpSection ddp;
   ZeroSection zero;
 };

@@ -19,11 +19,24 @@ std::vector<int32_t> generate(model::GPT& m, std::vector<int32_t> tokens, const 
   std::vector<float> all(static_cast<size_t>(m.config().vocab_size)), logits(static_cast<size_t>(V));
   std::vector<std::pair<float, int32_t>> order(V);
   model::StepContext ctx;  // eval mode: no dropout
+  // A sequence-parallel model takes a multiple of its tp degree of tokens: the
+  // context is padded at the end (causal attention: the padding cannot change
+  // the positions before it) and the last real position's logits are read.
+  const int64_t mult = m.token_multiple();
+  std::vector<int32_t> padded;
   for (int64_t n = 0; n < opt.max_new_tokens; ++n) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), block);
     const int32_t* ctx_tokens = tokens.data() + tokens.size() - T;
-    m.forward(ctx_tokens, nullptr, 1, T, ctx);
-    m.last_logits(all.data(), 1, T);
+    const int64_t Tp = (T + mult - 1) / mult * mult;
+    PARALLM_CHECK(Tp <= block, ConfigError, "sample", "model.block_size={} is not a multiple of the tp degree {}",
+                  block, mult);
+    if (Tp != T) {
+      padded.assign(ctx_tokens, ctx_tokens + T);
+      padded.resize(static_cast<size_t>(Tp), 0);
+      ctx_tokens = padded.data();
+    }
+    m.forward(ctx_tokens, nullptr, 1, Tp, ctx);
+    m.last_logits(all.data(), 1, Tp, T - 1);
     std::copy_n(all.begin(), V, logits.begin());  // the padding ids' logits are dropped
     for (auto& l : logits) l /= opt.temperature;
     if (opt.top_k > 0 && opt.top_k < V) {

@@ -146,7 +146,8 @@ void build_model(Session& s, const parallel::GradSyncOptions& so) {
   const RunConfig& cfg = s.cfg;
   s.tp = std::make_unique<parallel::TensorParallelGroup>(s.mesh->tp(), s.dev);
   s.model = std::make_unique<model::GPT>(cfg.model, s.batch(), s.seq(), s.dev,
-                                         parallel::model_storage(so, cfg.compute_dtype()), s.tp.get());
+                                         parallel::model_storage(so, cfg.compute_dtype()), s.tp.get(),
+                                         cfg.parallel.sequence_parallel);
   s.sync = parallel::make_grad_sync(s.dp(), *s.model, s.dev, so, &s.mesh->tp());
   const OptimizerSection& o = cfg.optimizer;
   const optim::AdamWConfig acfg{o.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay};

@@ -76,10 +76,10 @@ double max_abs(const std::vector<float>& v) {
   return m;
 }
 
-void expect_tp_matches_one_rank(bool bias) {
+void expect_tp_matches_one_rank(bool bias, bool sp = false) {
   const auto cfg = config(bias);
   parallel::TensorParallelGroup tp(*world, Device::cpu());
-  model::GPT whole(cfg, kB, kT), part(cfg, kB, kT, Device::cpu(), {}, &tp);
+  model::GPT whole(cfg, kB, kT), part(cfg, kB, kT, Device::cpu(), {}, &tp, sp);
   whole.init_weights(1337);
   part.init_weights(1337);
   const auto& L = part.layout();
@@ -134,6 +134,28 @@ TEST(TensorParallel, ModelMatchesOneRankWithBias) {
 
 TEST(TensorParallel, ModelMatchesOneRankWithoutBias) {
   expect_tp_matches_one_rank(false);
+}
+
+TEST(TensorParallel, SequenceParallelMatchesOneRankWithBias) {
+  expect_tp_matches_one_rank(true, true);
+}
+
+TEST(TensorParallel, SequenceParallelMatchesOneRankWithoutBias) {
+  expect_tp_matches_one_rank(false, true);
+}
+
+TEST(TensorParallel, SequenceParallelNeedsTokensTheDegreeDivides) {
+  if (world->size() == 1) GTEST_SKIP() << "one rank divides everything";
+  parallel::TensorParallelGroup tp(*world, Device::cpu());
+  model::GPT m(config(false), kB, kT, Device::cpu(), {}, &tp, true);
+  m.init_weights(1);
+  std::vector<int32_t> x(kT + 1, 1);
+  try {
+    m.forward(x.data(), nullptr, 1, world->size() + 1, {});
+    FAIL() << "expected a ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("sequence parallelism splits the batch's"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TensorParallel, HeadsNotDivisibleIsAnError) {

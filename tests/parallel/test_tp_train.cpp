@@ -17,8 +17,8 @@ class TpTrainTest : public test_util::DistRunTest {
  protected:
   train::RunConfig run(const std::string& out, int64_t batch, int64_t iters, std::vector<std::string> extra = {}) {
     auto c = tiny(out, batch);
-    c.apply_overrides(
-        {"model.n_head=12", "model.n_embd=48", "model.vocab_size=65", "train.max_iters=" + std::to_string(iters)});
+    c.apply_overrides({"model.n_head=12", "model.n_embd=48", "model.vocab_size=65", "model.block_size=24",
+                       "train.max_iters=" + std::to_string(iters)});
     c.apply_overrides(extra);
     return c;
   }
@@ -43,7 +43,11 @@ class TpTrainTest : public test_util::DistRunTest {
 TEST_F(TpTrainTest, TensorParallelMatchesOneRank) {
   const int n = world->size();
   auto r = train::run_training(run("tp", 2, 12, {"parallel.tp=" + std::to_string(n)}), world);
-  expect_close(r, alone("tp_one", 2, 12), 1e-5, "tp=" + std::to_string(n) + " vs 1 rank");
+  const auto one = alone("tp_one", 2, 12);
+  expect_close(r, one, 1e-5, "tp=" + std::to_string(n) + " vs 1 rank");
+  auto sp = train::run_training(
+      run("sp", 2, 12, {"parallel.tp=" + std::to_string(n), "parallel.sequence_parallel=true"}), world);
+  expect_close(sp, one, 1e-5, "tp=" + std::to_string(n) + " with sp vs 1 rank");
 }
 
 TEST_F(TpTrainTest, DataTimesTensorParallelMatchesOneRank) {
