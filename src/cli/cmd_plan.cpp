@@ -42,7 +42,10 @@ Runner add_plan(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("args", o->args, "[config.yaml] key=value ... (the keys of parallm train)");
-  cmd->add_option("-n,--world", o->world, "data-parallel ranks")->check(int_in(1, kMaxRanks));
+  cmd->add_option(
+         "-n,--world", o->world,
+         "data-parallel ranks (parallel.tp=N and parallel.sequence_parallel=true plan one tensor-parallel rank)")
+      ->check(int_in(1, kMaxRanks));
   cmd->add_option("--params", o->params, "a parameter count instead of a model shape (e.g. 80B, 124M; at most 1e15)");
   cmd->add_option("--dtype", o->dtype, "fp32, or bf16 (mixed-precision AdamW, 18 B/param)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
@@ -56,6 +59,8 @@ Runner add_plan(CLI::App& app) {
     train::PlanInput in;
     in.dtype = o->dtype;
     in.world = o->world;
+    in.tp = static_cast<int>(cfg.parallel.tp);
+    in.sequence_parallel = cfg.parallel.sequence_parallel;
     in.prefetch = static_cast<int>(cfg.parallel.zero.prefetch);
     in.offload = cfg.parallel.zero.offload;
     in.micro_batch = cfg.train.batch_size;
@@ -80,9 +85,11 @@ Runner add_plan(CLI::App& app) {
       }
       cfg.model.validate();  // again, with the dataset's vocabulary
       in.model = cfg.model;
-      in.params = static_cast<double>(model::ParamLayout(cfg.model).count());
-      what = fmt::format("{} | {:.2f}M parameters | micro batch {} x {} | {} thread{}", cfg.model.summary(),
-                         in.params / 1e6, in.micro_batch, in.seq_len, in.threads, in.threads > 1 ? "s" : "");
+      in.params = static_cast<double>(model::ParamLayout(cfg.model, {in.tp, 0}).count());
+      what = fmt::format("{} | {:.2f}M parameters{} | micro batch {} x {} | {} thread{}{}", cfg.model.summary(),
+                         in.params / 1e6, in.tp > 1 ? " per tp rank" : "", in.micro_batch, in.seq_len, in.threads,
+                         in.threads > 1 ? "s" : "",
+                         in.tp > 1 ? fmt::format(" | tp {}{}", in.tp, in.sequence_parallel ? " + sp" : "") : "");
     }
     std::printf("parallm plan: %s | %s | %d rank%s\n", what.c_str(), in.dtype.c_str(), in.world,
                 in.world > 1 ? "s" : "");

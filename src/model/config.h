@@ -17,6 +17,16 @@ inline constexpr int64_t kMaxEmbd = int64_t{1} << 20;       // model.n_embd
 inline constexpr int64_t kMaxBlockSize = int64_t{1} << 20;  // model.block_size
 inline constexpr int64_t kMaxVocab = INT32_MAX;             // model.vocab_size (token ids are int32)
 
+// Activation recomputation (the other half of Megatron's sequence-parallel
+// paper). Attention's probabilities and dropout masks are never stored in any
+// mode (the attention kernels recompute them from the log-sum-exps). Selective
+// also keeps no LayerNorm output and no GELU output (redone in backward from
+// the stored residual and MLP pre-activation: no product is redone); full
+// keeps only each block's input and redoes the whole block before its
+// backward. Every mode gives the same bits.
+enum class Recompute { None, Selective, Full };
+const char* recompute_name(Recompute r);
+
 struct GPTConfig {
   int64_t n_layer = 6;
   int64_t n_head = 6;
@@ -26,6 +36,7 @@ struct GPTConfig {
   bool bias = false;
   float dropout = 0.0f;
   kernels::GeluKind gelu = kernels::GeluKind::Exact;
+  Recompute recompute = Recompute::None;  // how the model trades compute for activation memory
 
   // Throws ConfigError naming the offending key.
   void validate() const;

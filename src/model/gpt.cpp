@@ -126,20 +126,36 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
   };
   Carve o;
   o.encoded = take(Nl * C);
+  // Recomputed buffers are one set shared by every layer (refilled before
+  // each layer's backward): selective the LayerNorm and GELU outputs, full
+  // everything but the block's output (the next block's input).
+  const bool sel = cfg.recompute == Recompute::Selective, full = cfg.recompute == Recompute::Full;
+  LayerActs shared{};
+  if (sel || full) {
+    shared.ln1 = take(Nl * C);
+    shared.ln2 = take(Nl * C);
+    shared.fch_gelu = take(N * 4 * Cl);
+  }
+  if (full) {
+    shared.qkv = take(N * 3 * Cl);
+    shared.atty = take(N * Cl);
+    shared.res2 = take(Nl * C);
+    shared.fch = take(N * 4 * Cl);
+  }
   for (int64_t l = 0; l < L; ++l) {
-    LayerActs a{};
-    a.ln1 = take(Nl * C);
+    LayerActs a = shared;
+    if (!sel && !full) a.ln1 = take(Nl * C);
     a.ln1_mean = stat(Nl);
     a.ln1_rstd = stat(Nl);
-    a.qkv = take(N * 3 * Cl);
-    a.atty = take(N * Cl);
+    if (!full) a.qkv = take(N * 3 * Cl);
+    if (!full) a.atty = take(N * Cl);
     a.lse = stat(B * NH * T);
-    a.res2 = take(Nl * C);
-    a.ln2 = take(Nl * C);
+    if (!full) a.res2 = take(Nl * C);
+    if (!sel && !full) a.ln2 = take(Nl * C);
     a.ln2_mean = stat(Nl);
     a.ln2_rstd = stat(Nl);
-    a.fch = take(N * 4 * Cl);
-    a.fch_gelu = take(N * 4 * Cl);
+    if (!full) a.fch = take(N * 4 * Cl);
+    if (!sel && !full) a.fch_gelu = take(N * 4 * Cl);
     a.res3 = take(Nl * C);
     o.la.push_back(a);
   }
@@ -276,8 +292,7 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
   PARALLM_CHECK(B > 0 && B <= max_B_ && T > 0 && T <= max_T_, ShapeError, "gpt.forward",
                 "batch {}x{} exceeds the model's allocated {}x{}", B, T, max_B_, max_T_);
   PARALLM_CHECK(!ctx.need_grad || targets, ShapeError, "gpt.forward", "gradients need targets");
-  const int64_t N = B * T, C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size;
-  const int64_t tp = layout_.spec().tp, Cl = C / tp, NHl = NH / tp;  // this rank's width and heads
+  const int64_t N = B * T, C = cfg_.n_embd, V = cfg_.vocab_size;
   for (int64_t i = 0; i < N; ++i)
     PARALLM_CHECK(tokens[i] >= 0 && tokens[i] < V, ShapeError, "gpt.forward",
                   "token {} at position {} is outside the vocabulary [0, {})", tokens[i], i, V);
@@ -314,38 +329,11 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
   const A* P = nullptr;
   int64_t p0 = 0;
   auto W = [&](int64_t o) -> const A* { return o < 0 ? nullptr : P + (o - p0); };
-  const float p = ctx.train ? cfg_.dropout : 0.0f;
-  // The residual stream's rows on this rank: all N, or (sequence parallel) N/tp from row0.
-  const int64_t Nl = N / token_multiple(), row0 = sp_ ? tp_->rank() * Nl : 0;
-  const auto drop_base = static_cast<uint64_t>((ctx.sample_offset * T + row0) * C);  // global index of element 0
+  const Fwd f = pass_shape(ctx, B, T);
+  const int64_t Nl = f.Nl;
+  const float p = f.p;
+  const uint64_t drop_base = f.drop_base;
   float* ws = ws_.data();
-  A* tmp = scr<A>(off_.s_tmp);
-
-  // out = res + drop(linear(inp)): one GEMM where the kernels offer the fused
-  // form and no dropout sits between; else the GEMM into tmp, dropout, the add.
-  // Tensor parallel, the linear is row-parallel: the partial products are
-  // reduced over the group (sequence parallel: reduce-scattered to this
-  // rank's rows), then the (whole) bias is added once.
-  auto linear_residual = [&](A* out, const A* res, const A* inp, const A* w, const A* bias, int64_t IN, int64_t l,
-                             uint64_t site) {
-    if (tp_) {
-      A* partial = sp_ ? scr<A>(off_.s_gfull) : tmp;
-      k.matmul_forward(partial, inp, w, nullptr, N, IN, C);
-      if (sp_)
-        scatter_forward(tp_, partial, tmp, Nl * C);
-      else
-        reduce_forward(tp_, tmp, N * C);
-      if (bias) k.bias_forward(tmp, bias, Nl, C);
-    } else if (p <= 0 && k.matmul_forward_residual) {
-      k.matmul_forward_residual(out, inp, w, bias, res, N, IN, C);
-      return;
-    } else {
-      k.matmul_forward(tmp, inp, w, bias, N, IN, C);
-    }
-    if (p > 0)
-      k.dropout_forward(tmp, tmp, Nl * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site), drop_base);
-    k.residual_forward(out, res, tmp, Nl * C);
-  };
   A* x = act<A>(off_.encoded);
   if (tp_) {  // each rank embeds its vocabulary rows' tokens, rank 0 adds the positions; the sum is exact
     const auto vr = layout_.vocab_rows();
@@ -364,23 +352,11 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
                       drop_base);
 
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
-    const auto& a = off_.la[l];
-    const auto& bp = layout_.block(l);
     const int g = layout_.group_of_block(l);
     P = params_of<A>(g, Pass::Forward);
     p0 = layout_.group(g).begin;
-    k.layernorm_forward(act<A>(a.ln1), stat(a.ln1_mean), stat(a.ln1_rstd), x, W(bp.ln1_w), W(bp.ln1_b), Nl, C);
-    k.matmul_forward(act<A>(a.qkv), whole_rows(act<A>(a.ln1), N), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * Cl);
-    const kernels::AttnDropout ad = attn_dropout(ctx, l, p);
-    k.attention_forward(act<A>(a.atty), stat(a.lse), act<A>(a.qkv), B, T, Cl, NHl, ad, ws);
-    linear_residual(act<A>(a.res2), x, act<A>(a.atty), W(bp.proj_w), W(bp.proj_b), Cl, l, kAttnResid);
-    k.layernorm_forward(act<A>(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), act<A>(a.res2), W(bp.ln2_w), W(bp.ln2_b), Nl,
-                        C);
-    k.matmul_forward(act<A>(a.fch), whole_rows(act<A>(a.ln2), N), W(bp.fc_w), W(bp.fc_b), N, C, 4 * Cl);
-    k.gelu_forward(act<A>(a.fch_gelu), act<A>(a.fch), N * 4 * Cl, cfg_.gelu);
-    linear_residual(act<A>(a.res3), act<A>(a.res2), act<A>(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), 4 * Cl, l,
-                    kMlpResid);
-    x = act<A>(a.res3);
+    block_forward(k, l, x, P, p0, f);
+    x = act<A>(off_.la[l].res3);
     if (l + 1 < cfg_.n_layer) release_group(g, Pass::Forward);  // the last group also holds ln_f
   }
   k.layernorm_forward(act<A>(off_.lnf), stat(off_.lnf_mean), stat(off_.lnf_rstd), x, W(layout_.lnf_w()),
@@ -411,6 +387,71 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
     return deferred_loss();
   }
   return mean_of(losses, N);
+}
+
+GPT::Fwd GPT::pass_shape(const StepContext& ctx, int64_t B, int64_t T) const {
+  Fwd f;
+  f.B = B;
+  f.T = T;
+  f.N = B * T;
+  // The residual stream's rows on this rank: all N, or (sequence parallel) N/tp from row0.
+  f.Nl = f.N / token_multiple();
+  const int64_t row0 = sp_ ? tp_->rank() * f.Nl : 0;
+  f.p = ctx.train ? cfg_.dropout : 0.0f;
+  f.drop_base = static_cast<uint64_t>((ctx.sample_offset * T + row0) * cfg_.n_embd);  // global index of element 0
+  f.ctx = &ctx;
+  return f;
+}
+
+template <class A>
+void GPT::linear_residual(const kernels::ModelOps<A>& k, A* out, const A* res, const A* inp, const A* w, const A* bias,
+                          int64_t IN, int64_t l, uint64_t site, const Fwd& f) {
+  // out = res + drop(linear(inp)): one GEMM where the kernels offer the fused
+  // form and no dropout sits between; else the GEMM into tmp, dropout, the add.
+  // Tensor parallel, the linear is row-parallel: the partial products are
+  // reduced over the group (sequence parallel: reduce-scattered to this
+  // rank's rows), then the (whole) bias is added once.
+  const int64_t N = f.N, Nl = f.Nl, C = cfg_.n_embd;
+  A* tmp = scr<A>(off_.s_tmp);
+  if (tp_) {
+    A* partial = sp_ ? scr<A>(off_.s_gfull) : tmp;
+    k.matmul_forward(partial, inp, w, nullptr, N, IN, C);
+    if (sp_)
+      scatter_forward(tp_, partial, tmp, Nl * C);
+    else
+      reduce_forward(tp_, tmp, N * C);
+    if (bias) k.bias_forward(tmp, bias, Nl, C);
+  } else if (f.p <= 0 && k.matmul_forward_residual) {
+    k.matmul_forward_residual(out, inp, w, bias, res, N, IN, C);
+    return;
+  } else {
+    k.matmul_forward(tmp, inp, w, bias, N, IN, C);
+  }
+  if (f.p > 0)
+    k.dropout_forward(tmp, tmp, Nl * C, f.p, f.ctx->seed, stream_id(kRngDropout, f.ctx->micro_step, l, site),
+                      f.drop_base);
+  k.residual_forward(out, res, tmp, Nl * C);
+}
+
+template <class A>
+void GPT::block_forward(const kernels::ModelOps<A>& k, int64_t l, const A* x, const A* P, int64_t p0, const Fwd& f) {
+  // res2 = x + drop(proj(attn(qkv(ln1(x))))); res3 = res2 + drop(fcproj(gelu(fc(ln2(res2))))).
+  // W(o): the parameter at flat offset o, in the block's group (at P, from flat offset p0).
+  auto W = [&](int64_t o) -> const A* { return o < 0 ? nullptr : P + (o - p0); };
+  const auto& a = off_.la[l];
+  const auto& bp = layout_.block(l);
+  const int64_t N = f.N, Nl = f.Nl, C = cfg_.n_embd, tp = layout_.spec().tp, Cl = C / tp;
+  k.layernorm_forward(act<A>(a.ln1), stat(a.ln1_mean), stat(a.ln1_rstd), x, W(bp.ln1_w), W(bp.ln1_b), Nl, C);
+  k.matmul_forward(act<A>(a.qkv), whole_rows(act<A>(a.ln1), N), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * Cl);
+  const kernels::AttnDropout ad = attn_dropout(*f.ctx, l, f.p);
+  k.attention_forward(act<A>(a.atty), stat(a.lse), act<A>(a.qkv), f.B, f.T, Cl, cfg_.n_head / tp, ad, ws_.data());
+  linear_residual(k, act<A>(a.res2), x, act<A>(a.atty), W(bp.proj_w), W(bp.proj_b), Cl, l, kAttnResid, f);
+  k.layernorm_forward(act<A>(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), act<A>(a.res2), W(bp.ln2_w), W(bp.ln2_b), Nl,
+                      C);
+  k.matmul_forward(act<A>(a.fch), whole_rows(act<A>(a.ln2), N), W(bp.fc_w), W(bp.fc_b), N, C, 4 * Cl);
+  k.gelu_forward(act<A>(a.fch_gelu), act<A>(a.fch), N * 4 * Cl, cfg_.gelu);
+  linear_residual(k, act<A>(a.res3), act<A>(a.res2), act<A>(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), 4 * Cl, l,
+                  kMlpResid, f);
 }
 
 void GPT::zero_device(void* p, size_t bytes) const {
@@ -515,9 +556,11 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, in
   auto D = [&](int64_t o) -> float* { return o < 0 ? nullptr : G + (o - p0); };
   const int last = layout_.num_groups() - 1;
   enter(last);
-  const float p = ctx.train ? cfg_.dropout : 0.0f;
-  const int64_t Nl = N / token_multiple(), row0 = sp_ ? tp_->rank() * Nl : 0;        // this rank's residual rows
-  const auto drop_base = static_cast<uint64_t>((ctx.sample_offset * T + row0) * C);  // global index of element 0
+  const Fwd f = pass_shape(ctx, B, T);
+  const float p = f.p;
+  const int64_t Nl = f.Nl;
+  const uint64_t drop_base = f.drop_base;
+  const bool sel = cfg_.recompute == Recompute::Selective, full = cfg_.recompute == Recompute::Full;
   A* dres = scr<A>(off_.s_dres);
   A* dtmp = scr<A>(off_.s_tmp);
   A* dbig1 = scr<A>(off_.s_dfch);
@@ -578,11 +621,16 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, in
     const int g = layout_.group_of_block(l);
     if (g != last) enter(g);
     const A* x_in = l == 0 ? act<A>(off_.encoded) : act<A>(off_.la[l - 1].res3);
+    if (full) block_forward(k, l, x_in, P, p0, f);  // the block's buffers, redone from its input
     // MLP branch: res3 = res2 + drop(fcproj(gelu(fc(ln2(res2)))))
     const A* dmlp = whole_dout(through_dropout(l, kMlpResid));
+    if (sel) k.gelu_forward(act<A>(a.fch_gelu), act<A>(a.fch), N * 4 * Cl, cfg_.gelu);
     k.matmul_backward(dbig2, D(bp.fcproj_w), D(bp.fcproj_b), dmlp, act<A>(a.fch_gelu), W(bp.fcproj_w), N, 4 * Cl, C);
     ready({bp.fcproj_w, bp.fcproj_b});
     k.gelu_backward(dbig1, act<A>(a.fch), dbig2, N * 4 * Cl, cfg_.gelu);
+    if (sel)
+      k.layernorm_forward(act<A>(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), act<A>(a.res2), W(bp.ln2_w), W(bp.ln2_b),
+                          Nl, C);
     k.matmul_backward(partial, D(bp.fc_w), D(bp.fc_b), dbig1, whole_rows(act<A>(a.ln2), N), W(bp.fc_w), N, C, 4 * Cl);
     combine_dinp();
     ready({bp.fc_w, bp.fc_b});
@@ -594,6 +642,8 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, in
     ready({bp.proj_w, bp.proj_b});
     const kernels::AttnDropout ad = attn_dropout(ctx, l, p);
     k.attention_backward(dbig2, dbig1, act<A>(a.qkv), act<A>(a.atty), stat(a.lse), B, T, Cl, NHl, ad, ws);
+    if (sel)
+      k.layernorm_forward(act<A>(a.ln1), stat(a.ln1_mean), stat(a.ln1_rstd), x_in, W(bp.ln1_w), W(bp.ln1_b), Nl, C);
     k.matmul_backward(partial, D(bp.qkv_w), D(bp.qkv_b), dbig2, whole_rows(act<A>(a.ln1), N), W(bp.qkv_w), N, C,
                       3 * Cl);
     combine_dinp();

@@ -188,6 +188,22 @@ class GPT {
   float* host_losses() const;  // the losses' part of staging_
   static float mean_of(const float* losses, int64_t n);
   kernels::AttnDropout attn_dropout(const StepContext& ctx, int64_t l, float p) const;
+  // One pass's shape: B, T, N = B*T rows, Nl of them on this rank (sequence
+  // parallel: N/tp), the dropout rate and the global index of element 0 of
+  // this rank's residual rows (layout-invariant masks).
+  struct Fwd {
+    int64_t B = 0, T = 0, N = 0, Nl = 0;
+    float p = 0;
+    uint64_t drop_base = 0;
+    const StepContext* ctx = nullptr;
+  };
+  Fwd pass_shape(const StepContext& ctx, int64_t B, int64_t T) const;
+  // Transformer block l's forward from its input x (parameters at P, the block's group from flat offset p0).
+  template <class A>
+  void block_forward(const kernels::ModelOps<A>& k, int64_t l, const A* x, const A* P, int64_t p0, const Fwd& f);
+  template <class A>
+  void linear_residual(const kernels::ModelOps<A>& k, A* out, const A* res, const A* inp, const A* w, const A* bias,
+                       int64_t IN, int64_t l, uint64_t site, const Fwd& f);
   void zero_device(void* p, size_t bytes) const;
   // Sequence parallel: this rank's rows of a [N, C] activation gathered into
   // the whole-row buffer; otherwise the activation itself.

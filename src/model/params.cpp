@@ -28,6 +28,18 @@ void GPTConfig::validate() const {
                 dropout);
 }
 
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::None:
+      return "none";
+    case Recompute::Selective:
+      return "selective";
+    case Recompute::Full:
+      return "full";
+  }
+  return "?";
+}
+
 uint64_t GPTConfig::num_params() const {
   auto u = [](int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(v, 0)); };
   const uint64_t C = u(n_embd), L = u(n_layer);
@@ -39,8 +51,9 @@ uint64_t GPTConfig::num_params() const {
 }
 
 std::string GPTConfig::summary() const {
-  return fmt::format("n_layer={} n_head={} n_embd={} block_size={} vocab_size={} bias={} dropout={}", n_layer, n_head,
-                     n_embd, block_size, vocab_size, bias, dropout);
+  return fmt::format("n_layer={} n_head={} n_embd={} block_size={} vocab_size={} bias={} dropout={}{}", n_layer, n_head,
+                     n_embd, block_size, vocab_size, bias, dropout,
+                     recompute == Recompute::None ? "" : fmt::format(" recompute={}", recompute_name(recompute)));
 }
 
 void ParamLayout::init(float* params, uint64_t seed) const {

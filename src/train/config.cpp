@@ -209,7 +209,23 @@ void add_model_keys(KeyTable& t) {
              throw ConfigError("config", fmt::format("{}: expected exact or tanh, got \"{}\"", k, v));
          },
          [](const RunConfig& c) { return nlohmann::json(c.model.gelu == kernels::GeluKind::Exact ? "exact" : "tanh"); },
-         std::nullopt}}});
+         std::nullopt}},
+       {"model.recompute",
+        {"string",
+         "activation recomputation: none | selective (LayerNorm and GELU outputs redone in backward) | full (each "
+         "block redone from its input); the same results, less activation memory",
+         [](RunConfig& c, const std::string& k, const std::string& v) {
+           const std::string l = lower(v);
+           if (l == "none")
+             c.model.recompute = model::Recompute::None;
+           else if (l == "selective")
+             c.model.recompute = model::Recompute::Selective;
+           else if (l == "full")
+             c.model.recompute = model::Recompute::Full;
+           else
+             throw ConfigError("config", fmt::format("{}: expected none, selective or full, got \"{}\"", k, v));
+         },
+         [](const RunConfig& c) { return nlohmann::json(model::recompute_name(c.model.recompute)); }, std::nullopt}}});
 }
 
 // train.*

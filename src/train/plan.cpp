@@ -32,6 +32,7 @@ double state_bytes_per_param(const std::string& dtype, int stage, int world) {
 PlanBytes plan_memory(const PlanInput& in, int stage) {
   PARALLM_CHECK(stage >= 0 && stage <= 3, ConfigError, "plan", "zero.stage must be 0..3, got {}", stage);
   PARALLM_CHECK(in.world >= 1, ConfigError, "plan", "the world size must be >= 1, got {}", in.world);
+  PARALLM_CHECK(in.tp >= 1, ConfigError, "plan", "parallel.tp must be >= 1, got {}", in.tp);
   PARALLM_CHECK(in.dtype == "fp32" || in.dtype == "bf16", ConfigError, "plan", "dtype must be fp32 or bf16, got {}",
                 in.dtype);
   PlanBytes b;
@@ -39,7 +40,7 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
     // The quick rules: the state only (no shape, or bf16: the seeds' 18 B/param mixed-precision rule,
     // which is the GPU's layout; CPU bf16 keeps fp32 state, i.e. plan it as fp32, plus a 2 B/param
     // bf16 weight copy and bf16 scratch).
-    const double n = in.model ? static_cast<double>(model::ParamLayout(*in.model).count()) : in.params;
+    const double n = in.model ? static_cast<double>(model::ParamLayout(*in.model, {in.tp, 0}).count()) : in.params;
     const PlanBytes q = state_per_param(in.dtype, stage, in.world);
     b.params = n * q.params;
     b.grads = n * q.grads;
@@ -55,7 +56,7 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
     return b;
   }
   // fp32 with a shape: the model's and ZeRO's own sizing, in bytes.
-  const model::ParamLayout layout(*in.model);
+  const model::ParamLayout layout(*in.model, {in.tp, 0});  // every tp rank's parts have the same shapes
   const auto total = static_cast<double>(layout.total());
   parallel::Offload off = in.offload;
   if (stage == 0 || (off == parallel::Offload::Params && stage < 3)) off = parallel::Offload::None;
@@ -68,7 +69,8 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
   (off == parallel::Offload::None ? b.optimizer : b.offloaded) = moments;
   b.offloaded += f * static_cast<double>(z.offloaded);
   b.comm = f * static_cast<double>(z.comm);
-  const auto buf = model::GPT::buffers(*in.model, in.micro_batch, in.seq_len, Device::cpu(), in.threads);
+  const auto buf = model::GPT::buffers(*in.model, in.micro_batch, in.seq_len, Device::cpu(), in.threads, DType::F32,
+                                       in.tp, in.sequence_parallel);
   b.activations = static_cast<double>(buf.activation_bytes);
   b.scratch = static_cast<double>(buf.scratch_bytes);
   b.exact = true;

@@ -1,7 +1,10 @@
 // Memory planner: the per-rank bytes of each category a training run will
 // allocate, computed from the same functions the model (GPT::buffers) and
 // ZeRO (Zero::sizes) size their allocations with, so for fp32 runs the
-// prediction is what the allocator then measures. Without a model shape
+// prediction is what the allocator then measures. Tensor (and sequence)
+// parallelism enter through the same functions: the layout of one tp rank
+// (ParamLayout for tp) and the model's buffers for (tp, sp, model.recompute).
+// Without a model shape
 // (only a parameter count) it applies the seeds' quick rules to the training
 // state: fp32 AdamW 16 bytes per parameter (4 params + 4 grads + 8 moments),
 // bf16 mixed precision 18 (2 bf16 params + 4 fp32 grads + 12 fp32 master and
@@ -19,11 +22,13 @@
 namespace parallm::train {
 
 struct PlanInput {
-  std::optional<model::GPTConfig> model;                // the shape; else only `params`
-  double params = 0;                                    // parameter count (used when there is no model)
-  std::string dtype = "fp32";                           // fp32 | bf16 (mixed-precision AdamW)
-  int world = 1;                                        // data-parallel ranks
-  int prefetch = 1;                                     // ZeRO stage 3 blocks gathered ahead
+  std::optional<model::GPTConfig> model;  // the shape; else only `params`
+  double params = 0;                      // parameter count (used when there is no model)
+  std::string dtype = "fp32";             // fp32 | bf16 (mixed-precision AdamW)
+  int world = 1;                          // data-parallel ranks
+  int tp = 1;                             // tensor-parallel degree (each rank holds 1/tp of the split layers)
+  bool sequence_parallel = false;         // Megatron SP: the residual stream's activations / tp too
+  int prefetch = 1;                       // ZeRO stage 3 blocks gathered ahead
   parallel::Offload offload = parallel::Offload::None;  // ZeRO offload (params: stage 3 only)
   int64_t micro_batch = 1, seq_len = 1;                 // per rank
   int threads = 1;                                      // kernel workspaces depend on it

@@ -83,6 +83,79 @@ TEST(GPT, ForwardBackwardIsBitwiseDeterministic) {
   EXPECT_EQ(g1, g2);
 }
 
+// Activation recomputation trades compute for memory and nothing else: the
+// same losses and gradients bit for bit (dropout on, two micro-steps
+// accumulated, biases on), and full keeps at most a quarter of the
+// activations at baby GPT.
+TEST(GPT, RecomputeModesGiveTheSameBitsWithLessMemory) {
+  model::GPTConfig c = tiny_config(0.1f);
+  c.bias = true;
+  std::vector<int32_t> x, y;
+  tiny_batch(x, y);
+  std::vector<float> losses[3], grads[3];
+  const model::Recompute modes[] = {model::Recompute::None, model::Recompute::Selective, model::Recompute::Full};
+  for (int i = 0; i < 3; ++i) {
+    c.recompute = modes[i];
+    model::GPT m(c, kB, kT);
+    m.init_weights(7);
+    m.zero_grad();
+    for (uint64_t s = 0; s < 2; ++s) {
+      model::StepContext ctx{true, true, 99, s, 0.5f, nullptr, 0};
+      losses[i].push_back(m.forward(x.data(), y.data(), kB, kT, ctx));
+      m.backward(x.data(), kB, kT, ctx);
+    }
+    grads[i].assign(m.grads(), m.grads() + m.flat_size());
+  }
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_EQ(losses[i], losses[0]) << model::recompute_name(modes[i]);
+    EXPECT_EQ(grads[i], grads[0]) << model::recompute_name(modes[i]);
+  }
+  model::GPTConfig baby;  // 6/6/384, block 256
+  int64_t bytes[3];
+  for (int i = 0; i < 3; ++i) {
+    baby.recompute = modes[i];
+    bytes[i] = model::GPT::buffers(baby, 8, 256, Device::cpu(), 1).activation_bytes;
+  }
+  EXPECT_LT(bytes[1], bytes[0]);
+  EXPECT_LE(bytes[2], bytes[0] / 4) << "full: " << bytes[2] << " of " << bytes[0];
+}
+
+// docs/tensor_parallel.md gives the activation bytes of a training pass in
+// closed form; the model's buffers (what the allocator then measures as
+// activations) follow it within 5% at tp = 1, 2, 4, with and without sequence
+// parallelism, for each recompute mode.
+TEST(GPT, ActivationBytesFollowTheDocumentedFormula) {
+  model::GPTConfig c;  // baby GPT with 12 heads so tp = 4 splits them
+  c.n_head = 12;
+  const double B = 8, T = 256, N = B * T, C = 384, h = 12, L = 6, V = 65;
+  for (int t : {1, 2, 4})
+    for (bool sp : {false, true}) {
+      if (sp && t == 1) continue;
+      for (auto rc : {model::Recompute::None, model::Recompute::Selective, model::Recompute::Full}) {
+        c.recompute = rc;
+        const double r = sp ? 1.0 / t : 1.0;  // the residual stream's share on a rank
+        // Floats per layer kept (stored) and shared by all layers (recomputed), and the fp32 statistics.
+        double kept = 0, shared = 0;
+        if (rc == model::Recompute::None) kept = N * C * (4 * r + 12.0 / t);
+        if (rc == model::Recompute::Selective) {
+          kept = N * C * (2 * r + 8.0 / t);
+          shared = N * C * (2 * r + 4.0 / t);
+        }
+        if (rc == model::Recompute::Full) {
+          kept = N * C * r;
+          shared = N * C * (3 * r + 12.0 / t);
+        }
+        const double stats = N * (4 * r + h / t);
+        const double outside = N * C * 3 * r + N * (2 * r + 1) + (t > 1 ? N * (std::ceil(V / t) + 3) : 0);
+        const double formula = 4 * (L * (kept + stats) + shared + outside);
+        const double got =
+            static_cast<double>(model::GPT::buffers(c, 8, 256, Device::cpu(), 1, DType::F32, t, sp).activation_bytes);
+        EXPECT_NEAR(got, formula, 0.05 * formula)
+            << "tp " << t << " sp " << sp << " recompute " << model::recompute_name(rc);
+      }
+    }
+}
+
 // On the GPU a forward may leave its loss for later (the trainer reads it
 // while the backward runs): the same value, read once, and not lost to the
 // next forward by accident.

@@ -76,8 +76,9 @@ double max_abs(const std::vector<float>& v) {
   return m;
 }
 
-void expect_tp_matches_one_rank(bool bias, bool sp = false) {
-  const auto cfg = config(bias);
+void expect_tp_matches_one_rank(bool bias, bool sp = false, model::Recompute rc = model::Recompute::None) {
+  auto cfg = config(bias);
+  cfg.recompute = rc;
   parallel::TensorParallelGroup tp(*world, Device::cpu());
   model::GPT whole(cfg, kB, kT), part(cfg, kB, kT, Device::cpu(), {}, &tp, sp);
   whole.init_weights(1337);
@@ -142,6 +143,11 @@ TEST(TensorParallel, SequenceParallelMatchesOneRankWithBias) {
 
 TEST(TensorParallel, SequenceParallelMatchesOneRankWithoutBias) {
   expect_tp_matches_one_rank(false, true);
+}
+
+TEST(TensorParallel, RecomputeWithSequenceParallelMatchesOneRank) {
+  expect_tp_matches_one_rank(true, true, model::Recompute::Selective);
+  expect_tp_matches_one_rank(true, true, model::Recompute::Full);
 }
 
 TEST(TensorParallel, SequenceParallelNeedsTokensTheDegreeDivides) {
