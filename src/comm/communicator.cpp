@@ -55,6 +55,38 @@ const char* op_kind_name(OpKind k) {
   return "?";
 }
 
+int64_t OpCounts::total_calls() const {
+  int64_t n = 0;
+  for (int64_t c : calls) n += c;
+  return n;
+}
+
+int64_t OpCounts::total_bytes() const {
+  int64_t n = 0;
+  for (int64_t b : bytes) n += b;
+  return n;
+}
+
+OpCounts OpCounts::operator-(const OpCounts& earlier) const {
+  OpCounts d;
+  for (int k = 0; k < kOpKinds; ++k) {
+    d.calls[k] = calls[k] - earlier.calls[k];
+    d.bytes[k] = bytes[k] - earlier.bytes[k];
+  }
+  return d;
+}
+
+std::string OpCounts::text() const {
+  std::string s;
+  for (int k = 0; k < kOpKinds; ++k) {
+    if (calls[k] == 0) continue;
+    if (!s.empty()) s += ", ";
+    s += fmt::format("{} {} call{} {} B", op_kind_name(static_cast<OpKind>(k)), calls[k], calls[k] == 1 ? "" : "s",
+                     bytes[k]);
+  }
+  return s.empty() ? "none" : s;
+}
+
 Shard shard_of(int64_t count, int size, int rank) {
   PARALLM_CHECK(size > 0 && rank >= 0 && rank < size && count >= 0, ShapeError, "comm.shard_of",
                 "bad partition: count {} over {} ranks, rank {}", count, size, rank);

@@ -46,6 +46,36 @@ enum class OpKind : uint8_t {
   SendRecv
 };
 const char* op_kind_name(OpKind k);
+constexpr int kOpKinds = static_cast<int>(OpKind::SendRecv) + 1;
+
+// What a group has been asked to do: per kind, the operations issued on it
+// (calls) and their payload bytes, counted since the group was made or last
+// reset_counts(). An operation counts once it passes its argument checks (a
+// rejected call counts nothing), whether it then succeeds or fails. The
+// payload is this rank's view of the operation's whole tensor, elements x
+// element size, whatever the algorithm moves on the wire:
+//   all_reduce, reduce, broadcast, send, recv   the tensor
+//   all_gather, gather                          the whole gathered tensor (out; the total count off the root)
+//   scatter                                     the whole tensor scattered (root's in; the count elsewhere)
+//   reduce_scatter, all_to_all                  the input (every rank's in, whole)
+//   barrier, split                              0 (calls only)
+// So every rank of a group counts the same numbers for its collectives. Only
+// the operations issued through this interface count: not a backend's own
+// messages (the signature check, diagnosis) nor native_loop(). Counting is a
+// relaxed atomic add per operation (no allocation, no lock); a reading taken
+// while operations are being issued on other threads may miss those.
+struct OpCounts {
+  int64_t calls[kOpKinds] = {};
+  int64_t bytes[kOpKinds] = {};
+  int64_t calls_of(OpKind k) const { return calls[static_cast<int>(k)]; }
+  int64_t bytes_of(OpKind k) const { return bytes[static_cast<int>(k)]; }
+  int64_t total_calls() const;
+  int64_t total_bytes() const;
+  OpCounts operator-(const OpCounts& earlier) const;  // what happened between two readings
+  bool operator==(const OpCounts&) const = default;
+  // "all_reduce 12 calls 36864 B, all_gather 1 call 256 B" (kinds with calls only; "none" when empty).
+  std::string text() const;
+};
 
 // Rank r's part of `count` elements split over `size` ranks: the first
 // count % size ranks hold one element more. Never an error for any count.
@@ -154,6 +184,10 @@ class Communicator {
   }
   void send(Tensor t, int peer, int tag = 0) { send_async(std::move(t), peer, tag)->wait(); }
   void recv(Tensor t, int peer, int tag = 0) { recv_async(std::move(t), peer, tag)->wait(); }
+
+  // This group's operation counts (OpCounts above), and a fresh start for them.
+  virtual OpCounts counts() const = 0;
+  virtual void reset_counts() = 0;
 
   // Ends the whole job now (every rank of every group): what cli/ calls after
   // an error so no peer waits for this rank. Never returns for multi-rank

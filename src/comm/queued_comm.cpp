@@ -182,6 +182,10 @@ WorkPtr QueuedComm::submit(Op op) {
       PARALLM_CHECK(t->numel() == 0 || t->device().is_cpu(), ShapeError, fmt::format("comm.{}", op_kind_name(op.kind)),
                     "backend {} needs host tensors (rank {}/{})", backend(), rank_, size_);
   issued(op);
+  // Counted as issued (the checks passed); the payload as OpCounts defines it.
+  const auto k = static_cast<size_t>(op.kind);
+  calls_[k].fetch_add(1, std::memory_order_relaxed);
+  bytes_[k].fetch_add(op.count * static_cast<int64_t>(dtype_size(op.dtype())), std::memory_order_relaxed);
   op.work = std::make_shared<WorkState>();
   WorkPtr handle = op.work;
   if (!threaded()) {
@@ -213,6 +217,22 @@ WorkPtr QueuedComm::submit(Op op) {
   queue_.push_back(std::move(op));
   cv_.notify_all();
   return handle;
+}
+
+OpCounts QueuedComm::counts() const {
+  OpCounts c;
+  for (int k = 0; k < kOpKinds; ++k) {
+    c.calls[k] = calls_[k].load(std::memory_order_relaxed);
+    c.bytes[k] = bytes_[k].load(std::memory_order_relaxed);
+  }
+  return c;
+}
+
+void QueuedComm::reset_counts() {
+  for (int k = 0; k < kOpKinds; ++k) {
+    calls_[k].store(0, std::memory_order_relaxed);
+    bytes_[k].store(0, std::memory_order_relaxed);
+  }
 }
 
 CommError QueuedComm::timeout_error(const Op& op) {

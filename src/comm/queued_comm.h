@@ -135,6 +135,8 @@ class QueuedComm : public Communicator {
   WorkPtr barrier_async() override;
   WorkPtr send_async(Tensor t, int peer, int tag = 0) override;
   WorkPtr recv_async(Tensor t, int peer, int tag = 0) override;
+  OpCounts counts() const override;
+  void reset_counts() override;
 
  protected:
   // Backend hooks, called on the communication thread (start, poll and
@@ -189,6 +191,8 @@ class QueuedComm : public Communicator {
   int rank_, size_;
   std::string name_;
   std::atomic<int> waiters_{0};  // callers blocked in wait() on this group's work
+  // OpCounts, added on the issuing caller's thread (any thread may issue).
+  std::atomic<int64_t> calls_[kOpKinds]{}, bytes_[kOpKinds]{};
   CommOptions options_;
   uint64_t next_coll_ = 1, next_p2p_ = 1;
 

@@ -9,11 +9,19 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "core/gpu.h"
+
+namespace parallm::comm {
+// Failures print counts as text ("all_reduce 3 calls 124 B").
+void PrintTo(const OpCounts& c, std::ostream* os) {
+  *os << c.text();
+}
+}  // namespace parallm::comm
 
 using namespace parallm;
 using namespace parallm::comm;
@@ -271,6 +279,82 @@ TEST(Collectives, BadArgumentsAreErrorsWithContext) {
   Tensor ints = make(DType::I32, 4);
   EXPECT_THROW(world->all_reduce(ints, ReduceOp::Avg), ShapeError);
   world->barrier();  // the group still works after rejected calls
+}
+
+TEST(Collectives, CountsCallsAndPayloadBytesPerKind) {
+  const int n = world->size(), me = world->rank();
+  const int64_t before_split = world->counts().calls_of(OpKind::Split);
+  // A group of its own starts at zero, whatever the world has done.
+  auto g = world->split(0, me, "counted");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(world->counts().calls_of(OpKind::Split), before_split + 1);
+  EXPECT_EQ(g->counts(), OpCounts{});
+  EXPECT_EQ(g->counts().text(), "none");
+  const int64_t c = 3 * n + 1;  // not divisible by the group size
+  const Shard mine = shard_of(c, n, me);
+  Tensor f = input(DType::F32, c, me), h = input(DType::BF16, c, me), part = make(DType::F32, mine.count);
+  g->all_reduce(f, ReduceOp::Sum);
+  g->all_reduce(h, ReduceOp::Max);
+  g->reduce(f, ReduceOp::Sum, n - 1);
+  g->broadcast(h, 0);
+  g->all_gather(input(DType::F32, mine.count, me), f);  // the output's bytes
+  g->gather(input(DType::F32, mine.count, me), me == 0 ? f : Tensor(), 0, c);
+  g->scatter(me == 0 ? f : Tensor(), part, 0, c);
+  g->reduce_scatter(f, part, ReduceOp::Sum);  // the input's bytes
+  Tensor a = input(DType::I32, 2 * n, me), b = make(DType::I32, 2 * n);
+  g->all_to_all(a, b);
+  g->barrier();
+  auto w = g->all_reduce_async(f, ReduceOp::Sum);  // counted as it is issued
+  const int64_t issued = g->counts().calls_of(OpKind::AllReduce);
+  w->wait();
+  EXPECT_EQ(issued, 3);
+  auto sub = g->split(0, me, "sub");
+  // Rejected calls count nothing.
+  Tensor ints = make(DType::I32, 4);
+  EXPECT_THROW(g->all_reduce(ints, ReduceOp::Avg), ShapeError);
+  EXPECT_THROW(g->broadcast(f, n), ShapeError);
+  const bool p2p = n > 1 && world->backend() != "nccl";
+  if (p2p) {
+    Tensor out = input(DType::U16, 9, me), in = make(DType::U16, 9);
+    auto s = g->send_async(out, (me + 1) % n, 1);
+    g->recv(in, (me + n - 1) % n, 1);
+    s->wait();
+  }
+  OpCounts want;
+  auto set_kind = [&](OpKind k, int64_t calls, int64_t bytes) {
+    want.calls[static_cast<int>(k)] = calls;
+    want.bytes[static_cast<int>(k)] = bytes;
+  };
+  set_kind(OpKind::AllReduce, 3, 4 * c + 2 * c + 4 * c);
+  set_kind(OpKind::Reduce, 1, 4 * c);
+  set_kind(OpKind::Broadcast, 1, 2 * c);
+  set_kind(OpKind::AllGather, 1, 4 * c);
+  set_kind(OpKind::Gather, 1, 4 * c);
+  set_kind(OpKind::Scatter, 1, 4 * c);
+  set_kind(OpKind::ReduceScatter, 1, 4 * c);
+  set_kind(OpKind::AllToAll, 1, 4 * 2 * n);
+  set_kind(OpKind::Barrier, 1, 0);
+  set_kind(OpKind::Split, 1, 0);
+  if (p2p) {
+    set_kind(OpKind::Send, 1, 18);
+    set_kind(OpKind::Recv, 1, 18);
+  }
+  const OpCounts got = g->counts();
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got.total_calls(), p2p ? 14 : 12);
+  EXPECT_EQ(got.total_bytes(), 32 * c + 8 * n + (p2p ? 36 : 0));
+  EXPECT_NE(got.text().find("all_reduce 3 calls " + std::to_string(10 * c) + " B, reduce 1 call"), std::string::npos)
+      << got.text();
+  // Differences between readings; a reset starts over; the new group counts on its own.
+  const OpCounts mark = g->counts();
+  g->barrier();
+  const OpCounts d = g->counts() - mark;
+  EXPECT_EQ(d.total_calls(), 1);
+  EXPECT_EQ(d.calls_of(OpKind::Barrier), 1);
+  g->reset_counts();
+  EXPECT_EQ(g->counts(), OpCounts{});
+  ASSERT_TRUE(sub);
+  EXPECT_EQ(sub->counts(), OpCounts{});
 }
 
 int main(int argc, char** argv) {
