@@ -89,6 +89,46 @@ int64_t grad_norm_gather_bytes(int tp) {
   return tp == 1 ? 0 : 2 * tp * 4;
 }
 
+// With sequence parallelism (tp > 1): the residual stream is split by rows,
+// so each all-reduce of N x C becomes a reduce-scatter (out of a row-parallel
+// linear, the embedding, the head's input gradient) or an all-gather (into a
+// column-parallel linear, the head's input), and backward gathers again the
+// LayerNorm outputs its weight gradients need (not stored) and sums each
+// LayerNorm's weight gradients (2C fp32) over the group. Payloads: N*C*e for
+// every gather and scatter (the whole tensor).
+struct SpCounts {
+  int64_t gathers = 0, scatters = 0, reduces = 0, reduce_bytes = 0;
+};
+SpCounts sp_collectives(Pass pass, int64_t L, int64_t C) {
+  switch (pass) {
+    case Pass::Logits:
+      return {2 * L, 2 * L + 1, 0, 0};
+    case Pass::Loss:
+      return {2 * L + 1, 2 * L + 1, 2, 0};
+    case Pass::Forward:
+      return {2 * L + 1, 2 * L + 2, 2, 0};
+    case Pass::Backward:
+      return {4 * L + 1, 2 * L, 2 * L + 1, (2 * L + 1) * 2 * C * 4};
+    case Pass::Step:
+      return {6 * L + 2, 4 * L + 2, 2 * L + 3, (2 * L + 1) * 2 * C * 4};
+  }
+  return {};
+}
+OpCounts sp_counts(Pass pass, int64_t L, int64_t B, int64_t T, int64_t C, int tp) {
+  OpCounts c;
+  if (tp == 1) return c;
+  const int64_t N = B * T, act = N * C * 4;
+  const SpCounts s = sp_collectives(pass, L, C);
+  const int64_t loss_bytes = s.reduces >= 2 && pass != Pass::Backward ? N * 4 + 2 * N * 4 : 0;
+  c.calls[static_cast<int>(OpKind::AllGather)] = s.gathers;
+  c.bytes[static_cast<int>(OpKind::AllGather)] = s.gathers * act;
+  c.calls[static_cast<int>(OpKind::ReduceScatter)] = s.scatters;
+  c.bytes[static_cast<int>(OpKind::ReduceScatter)] = s.scatters * act;
+  c.calls[static_cast<int>(OpKind::AllReduce)] = s.reduces;
+  c.bytes[static_cast<int>(OpKind::AllReduce)] = s.reduce_bytes + loss_bytes;
+  return c;
+}
+
 // ---- the model and the readings ----
 
 constexpr int64_t kL = 3, kB = 3, kT = 16, kC = 48, kV = 65;
@@ -148,10 +188,10 @@ struct TpModel {
   parallel::Mesh mesh;
   parallel::TensorParallelGroup tp;
   model::GPT m;
-  explicit TpModel(int64_t layers)
+  explicit TpModel(int64_t layers, bool sp = false)
       : mesh(*world, parallel::MeshDims{.tp = world->size()}),
         tp(mesh.tp(), Device::cpu()),
-        m(config(layers), kB, kT, Device::cpu(), {}, &tp) {
+        m(config(layers), kB, kT, Device::cpu(), {}, &tp, sp) {
     m.init_weights(1337);
   }
   comm::Communicator& group() { return mesh.tp(); }
@@ -181,6 +221,37 @@ TEST(TensorParallelCounts, TrainingMicroStepMatchesTheFormulas) {
     const auto s = tp_all_reduces(Pass::Step, kL, kB, kT, kC, n);
     EXPECT_EQ(s.calls, 4 * kL + 4);
     EXPECT_EQ(s.bytes, (4 * kL + 2) * kB * kT * kC * 4 + 12 * kB * kT);
+  }
+}
+
+TEST(TensorParallelCounts, SequenceParallelMatchesTheFormulas) {
+  TpModel t(kL, true);
+  const int n = world->size();
+  std::vector<int32_t> x, y;
+  batch(kB * kT, x, y);
+  t.m.zero_grad();
+  const auto ctx = training();
+  expect_counts(t.group(), sp_counts(Pass::Forward, kL, kB, kT, kC, n), "sp training forward",
+                [&] { t.m.forward(x.data(), y.data(), kB, kT, ctx); });
+  expect_counts(t.group(), sp_counts(Pass::Backward, kL, kB, kT, kC, n), "sp backward",
+                [&] { t.m.backward(x.data(), kB, kT, ctx); });
+  auto next = ctx;
+  next.micro_step = 1;
+  expect_counts(t.group(), sp_counts(Pass::Step, kL, kB, kT, kC, n), "sp training micro-step", [&] {
+    t.m.forward(x.data(), y.data(), kB, kT, next);
+    t.m.backward(x.data(), kB, kT, next);
+  });
+  model::StepContext eval;
+  expect_counts(t.group(), sp_counts(Pass::Logits, kL, kB, kT, kC, n), "sp forward without targets",
+                [&] { t.m.forward(x.data(), nullptr, kB, kT, eval); });
+  expect_counts(t.group(), sp_counts(Pass::Loss, kL, kB, kT, kC, n), "sp forward with targets, no gradient",
+                [&] { t.m.forward(x.data(), y.data(), kB, kT, eval); });
+  if (n > 1) {  // the same bytes as without sp, moved as gathers and scatters (the loss and LayerNorm sums aside)
+    const auto s = sp_counts(Pass::Forward, kL, kB, kT, kC, n);
+    const auto a = tp_all_reduces(Pass::Forward, kL, kB, kT, kC, n);
+    const int64_t act = kB * kT * kC * 4;
+    EXPECT_EQ(s.bytes[static_cast<int>(OpKind::ReduceScatter)], a.bytes - 12 * kB * kT);
+    EXPECT_EQ(s.bytes[static_cast<int>(OpKind::AllGather)], (2 * kL + 1) * act);
   }
 }
 
