@@ -506,10 +506,6 @@ void check_parallel(const ParallelSection& p, const model::GPTConfig& m) {
                 "model.n_head={} is not divisible by parallel.tp={}: tensor parallelism splits attention by heads; "
                 "pick a parallel.tp that divides {}",
                 m.n_head, p.tp, m.n_head);
-  PARALLM_CHECK(p.tp == 1 || p.zero.stage == 0, ConfigError, "config",
-                "zero.stage={} with parallel.tp={}: ZeRO over tensor-parallel shards is not implemented yet; use "
-                "zero.stage=0 (DDP over the dp group) with tensor parallelism",
-                p.zero.stage, p.tp);
   missing(p.pp, "parallel.pp", "pipeline parallelism");
   missing(p.cp, "parallel.cp", "context parallelism");
   PARALLM_CHECK(p.ddp.shards == 0 || p.ddp.deterministic, ConfigError, "config",
