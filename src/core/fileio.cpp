@@ -27,21 +27,39 @@ int transfer(int fd, char* buf, size_t bytes, bool writing) {
 }
 }  // namespace
 
-void write_file(const std::string& path, std::initializer_list<ConstFilePiece> pieces) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  PARALLM_CHECK(fd >= 0, IoError, "io.write", "cannot create {}: {}", path, std::strerror(errno));
-  for (const auto& p : pieces) {
-    int e = transfer(fd, static_cast<char*>(const_cast<void*>(p.data)), p.bytes, true);
-    if (e != 0) {
-      ::close(fd);
-      throw IoError("io.write", fmt::format("write to {} failed: {} (disk full?)", path, std::strerror(e)));
-    }
+FileWriter::FileWriter(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  PARALLM_CHECK(fd_ >= 0, IoError, "io.write", "cannot create {}: {}", path, std::strerror(errno));
+}
+
+FileWriter::~FileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FileWriter::append(const void* data, size_t bytes) {
+  PARALLM_CHECK(fd_ >= 0, InternalError, "io.write", "{} was already closed", path_);
+  const int e = transfer(fd_, static_cast<char*>(const_cast<void*>(data)), bytes, true);
+  if (e != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    throw IoError("io.write", fmt::format("write to {} failed: {} (disk full?)", path_, std::strerror(e)));
   }
+}
+
+void FileWriter::finish() {
+  PARALLM_CHECK(fd_ >= 0, InternalError, "io.write", "{} was already closed", path_);
   // A full disk or a network filesystem may report the failure only here.
-  const int synced = ::fsync(fd) == 0 ? 0 : errno;
-  const int closed = ::close(fd) == 0 ? 0 : errno;
-  PARALLM_CHECK(synced == 0 && closed == 0, IoError, "io.write", "write to {} failed: {} (disk full?)", path,
+  const int synced = ::fsync(fd_) == 0 ? 0 : errno;
+  const int closed = ::close(fd_) == 0 ? 0 : errno;
+  fd_ = -1;
+  PARALLM_CHECK(synced == 0 && closed == 0, IoError, "io.write", "write to {} failed: {} (disk full?)", path_,
                 std::strerror(synced ? synced : closed));
+}
+
+void write_file(const std::string& path, std::initializer_list<ConstFilePiece> pieces) {
+  FileWriter f(path);
+  for (const auto& p : pieces) f.append(p.data, p.bytes);
+  f.finish();
 }
 
 void write_file_atomic(const std::string& path, std::initializer_list<ConstFilePiece> pieces) {

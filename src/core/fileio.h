@@ -51,6 +51,23 @@ class RegularFile {
 std::string file_kind(unsigned mode);
 
 void write_file(const std::string& path, std::initializer_list<ConstFilePiece> pieces);
+// A file written piece by piece (created or truncated), for writers that
+// produce it in parts: finish() fsyncs and closes it; IoError naming the file
+// on any failure (after which the file is closed). Destroyed unfinished, it is
+// closed without a sync.
+class FileWriter {
+ public:
+  explicit FileWriter(const std::string& path);
+  ~FileWriter();
+  FileWriter(const FileWriter&) = delete;
+  FileWriter& operator=(const FileWriter&) = delete;
+  void append(const void* data, size_t bytes);
+  void finish();
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
 void write_file_atomic(const std::string& path, std::initializer_list<ConstFilePiece> pieces);
 // Reads exactly the pieces' total size; throws IoError naming the file if its
 // size differs (truncated, or written for another model).

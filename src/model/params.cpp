@@ -133,13 +133,14 @@ void ParamLayout::slice(int i, const float* global, float* local) const {
     for (int64_t c = 0; c < cols; ++c) local[r * cols + c] = global[r * gcols + m(c)];
 }
 
-void ParamLayout::place(int i, const float* local, float* global) const {
+void ParamLayout::place(int i, const float* local, float* global, int rank) const {
   const ParamSlot& s = slots_[i];
   if (!s.placement.sharded()) {
     std::copy(local, local + s.numel, global);
     return;
   }
-  const AxisMap m = axis_map(s, spec_);
+  PARALLM_CHECK(rank < spec_.tp, InternalError, "model.params", "rank {} is outside a group of {}", rank, spec_.tp);
+  const AxisMap m = axis_map(s, rank < 0 ? spec_ : ShardSpec{spec_.tp, rank});
   const int64_t rows = s.shape[0], cols = s.shape.size() > 1 ? s.shape[1] : 1;
   const int64_t gcols = s.global_shape.size() > 1 ? s.global_shape[1] : 1;
   if (s.placement.axis == 0) {
@@ -149,6 +150,51 @@ void ParamLayout::place(int i, const float* local, float* global) const {
   }
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) global[r * gcols + m(c)] = local[r * cols + c];
+}
+
+std::vector<ParamLayout::WholeRun> ParamLayout::whole_runs(int i, int64_t a, int64_t b) const {
+  const ParamSlot& s = slots_[i];
+  PARALLM_CHECK(0 <= a && a <= b && b <= s.numel, InternalError, "model.params", "elements [{}, {}) outside {} ({})", a,
+                b, s.name, s.numel);
+  std::vector<WholeRun> out;
+  // Local elements [l, l + n) at whole offset w (-1: padding), merged into the previous run where both continue it.
+  auto push = [&](int64_t l, int64_t w, int64_t n) {
+    if (n <= 0) return;
+    if (!out.empty()) {
+      WholeRun& r = out.back();
+      const bool pad = w < 0, prev_pad = r.whole < 0;
+      if (r.local + r.count == l && pad == prev_pad && (pad || r.whole + r.count == w)) {
+        r.count += n;
+        return;
+      }
+    }
+    out.push_back({l, w, n});
+  };
+  if (!s.placement.sharded()) {
+    push(a, a, b - a);
+    return out;
+  }
+  const AxisMap m = axis_map(s, spec_);
+  const int64_t cols = s.shape.size() > 1 ? s.shape[1] : 1;
+  const int64_t gcols = s.global_shape.size() > 1 ? s.global_shape[1] : 1;
+  for (int64_t r = a / cols; r * cols < b; ++r) {
+    const int64_t c0 = std::max(a - r * cols, int64_t{0}), c1 = std::min(b - r * cols, cols);
+    if (s.placement.axis == 0) {  // a local row is a whole row
+      const int64_t g = m(r);
+      push(r * cols + c0, g < 0 ? -1 : g * gcols + c0, c1 - c0);
+      continue;
+    }
+    // Split columns: within each of the `parts` blocks a run of consecutive whole columns, then padding.
+    const int64_t piece = cols / s.placement.parts;
+    for (int64_t c = c0; c < c1;) {
+      const int64_t end = std::min(c1, (c / piece + 1) * piece), g = m(c);
+      const int64_t real = g < 0 ? 0 : std::min(end - c, s.global_shape[1] - g);
+      push(r * cols + c, r * gcols + g, real);
+      push(r * cols + c + real, -1, end - c - real);
+      c = end;
+    }
+  }
+  return out;
 }
 
 int64_t ParamLayout::global_count() const {

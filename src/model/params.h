@@ -80,9 +80,19 @@ class ParamLayout {
   };
   VocabRows vocab_rows() const { return vocab_; }
   // Slot s's part on this rank from the whole tensor (global_shape, row-major),
-  // padding rows zero; and back: this rank's part written into the whole tensor.
+  // padding rows zero; and back: this rank's part (or, with `rank` >= 0, the
+  // part of that rank of the group, which has the same shape) written into the
+  // whole tensor.
   void slice(int s, const float* global, float* local) const;
-  void place(int s, const float* local, float* global) const;
+  void place(int s, const float* local, float* global, int rank = -1) const;
+  // Where this rank's elements [a, b) of slot s (offsets into its part) lie in
+  // the whole tensor: runs of elements consecutive in both, in local order,
+  // each at `whole` (row-major offset into the global tensor; -1: padding,
+  // which the whole tensor does not have). A replicated slot is one run.
+  struct WholeRun {
+    int64_t local = 0, whole = 0, count = 0;
+  };
+  std::vector<WholeRun> whole_runs(int s, int64_t a, int64_t b) const;
   // Parameters of the whole model (every slot's global shape).
   int64_t global_count() const;
   const std::vector<ParamSlot>& slots() const { return slots_; }

@@ -164,12 +164,12 @@ class DeterministicSync : public ReplicaSync {
 // gradients (2) and of the parameters (3).
 class ZeroSync : public GradSync {
  public:
-  ZeroSync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt)
+  ZeroSync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt, comm::Communicator* tp)
       : dp_(dp),
         m_(m),
         dev_(dev),
         opt_(opt),
-        zero_(dp, m.layout(), opt.zero_stage, m.params(), m.grads(), opt.zero_prefetch, opt.offload),
+        zero_(dp, m.layout(), opt.zero_stage, m.params(), m.grads(), opt.zero_prefetch, opt.offload, tp),
         mean_(dp) {
     if (opt.zero_stage >= 2) m.set_store(&zero_);
   }
@@ -226,6 +226,9 @@ class ZeroSync : public GradSync {
   HeldState held() const override {
     return {true, zero_.pieces(), opt_.zero_stage == 3 ? zero_.param_base() : nullptr};
   }
+  void gather_group(const float* local, int g, float* out, int root) override {
+    zero_.gather_group(local, g, out, root);
+  }
   const float* params_to_save(Array<float>& out) const override {
     if (opt_.zero_stage == 3) return zero_.param_base();
     out = Array<float>(static_cast<size_t>(zero_.shard_size()), MemCategory::Other);
@@ -270,6 +273,10 @@ class ZeroSync : public GradSync {
 
 }  // namespace
 
+void GradSync::gather_group(const float*, int g, float*, int root) {
+  throw InternalError("grad_sync", fmt::format("gather_group is for sharded state (group {}, root {})", g, root));
+}
+
 GradSyncOptions resolve_grad_sync(GradSyncOptions o, int dp_size) {
   o.local_shards = 1;
   if (!o.deterministic) return o;
@@ -284,10 +291,7 @@ GradSyncOptions resolve_grad_sync(GradSyncOptions o, int dp_size) {
 
 std::unique_ptr<GradSync> make_grad_sync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt,
                                          comm::Communicator* tp) {
-  PARALLM_CHECK(opt.zero_stage == 0 || !tp || tp->size() == 1, ConfigError, "parallel",
-                "ZeRO over tensor-parallel shards is not implemented yet (zero.stage={}, tp={})", opt.zero_stage,
-                tp ? tp->size() : 1);
-  if (opt.zero_stage > 0) return std::make_unique<ZeroSync>(dp, m, dev, opt);
+  if (opt.zero_stage > 0) return std::make_unique<ZeroSync>(dp, m, dev, opt, tp);
   if (opt.deterministic) return std::make_unique<DeterministicSync>(dp, m, dev, opt, tp);
   return std::make_unique<DdpSync>(dp, m, dev, opt, tp);
 }

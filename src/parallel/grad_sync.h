@@ -120,6 +120,12 @@ class GradSync {
   // Sharded stage 1-2 save: this rank's parameter pieces, copied into `out`
   // (shard-sized); stage 3 returns its shard. Not sharded: the model's parameters.
   virtual const float* params_to_save(Array<float>& out) const = 0;
+  // Sharded: layout group g of a shard-sized buffer (`local`: an optimizer
+  // moment, or the stage-3 parameter shard) whole on the group's rank `root`,
+  // into `out` (the group's length; nullptr elsewhere). Collective over the
+  // data-parallel group; a tensor-parallel checkpoint assembles the whole
+  // model from it group by group (train/state_io.h).
+  virtual void gather_group(const float* local, int g, float* out, int root);
   // Whether every rank must take part in sampling (parameters are gathered collectively).
   virtual bool collective_sampling() const { return false; }
   virtual SyncStats stats() const { return {}; }
@@ -136,7 +142,7 @@ GradSyncOptions resolve_grad_sync(GradSyncOptions opt, int dp_size);
 // The strategy `opt` (resolved) names, over the data-parallel group `dp`, for model `m`
 // (a ZeRO stage from 2 becomes the model's parameter store). `tp`: the
 // model's tensor-parallel group (the gradient norm counts a replicated
-// parameter once), or nullptr.
+// parameter once; ZeRO shards each rank's part over `dp`), or nullptr.
 std::unique_ptr<GradSync> make_grad_sync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt,
                                          comm::Communicator* tp = nullptr);
 

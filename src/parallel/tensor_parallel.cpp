@@ -59,4 +59,25 @@ void slice_whole(const model::ParamLayout& part, const model::ParamLayout& whole
     part.slice(s, in + whole.slots()[s].offset, mine + part.slots()[s].offset);
 }
 
+void gather_whole_group(comm::Communicator& tp, const model::ParamLayout& part, const model::ParamLayout& whole, int g,
+                        const float* mine, float* out) {
+  PARALLM_CHECK(part.spec().tp == tp.size() && part.num_groups() == whole.num_groups(), InternalError, "parallel.tp",
+                "a layout for tp={} gathered over a group of {}", part.spec().tp, tp.size());
+  const model::ParamLayout::Range pg = part.group(g), wg = whole.group(g);
+  const int64_t n = pg.end - pg.begin, ranks = tp.size();
+  const bool root = tp.rank() == 0;
+  PARALLM_CHECK(!root || out, InternalError, "parallel.tp", "the root needs the whole group's buffer");
+  std::vector<float> parts(root ? static_cast<size_t>(ranks * n) : 0);
+  tp.gather(Tensor::view_of(const_cast<float*>(mine), {n}, DType::F32),
+            root ? Tensor::view_of(parts.data(), {ranks * n}, DType::F32) : Tensor(), 0, ranks * n);
+  if (!root) return;
+  std::fill(out, out + (wg.end - wg.begin), 0.0f);  // alignment padding
+  for (int s = 0; s < part.num_units(); ++s) {
+    const model::ParamSlot& ps = part.slots()[s];
+    if (ps.offset < pg.begin || ps.offset >= pg.end) continue;
+    for (int r = 0; r < (ps.placement.sharded() ? ranks : 1); ++r)  // replicated slots from rank 0
+      part.place(s, parts.data() + r * n + (ps.offset - pg.begin), out + (whole.slots()[s].offset - wg.begin), r);
+  }
+}
+
 }  // namespace parallm::parallel

@@ -43,5 +43,12 @@ class TensorParallelGroup final : public model::TensorGroup {
 void gather_whole(comm::Communicator& tp, const model::ParamLayout& part, const model::ParamLayout& whole,
                   const float* mine, float* out);
 void slice_whole(const model::ParamLayout& part, const model::ParamLayout& whole, const float* in, float* mine);
+// Layout group g of the whole model (`out`, whole.group(g)'s length, on the
+// group's rank 0; others pass nullptr) from every rank's group g (`mine`,
+// part.group(g)'s length): one gather of the parts (the root holds tp of
+// them, about the whole group, besides `out`), replicated slots from rank 0.
+// Collective over `tp`, exact.
+void gather_whole_group(comm::Communicator& tp, const model::ParamLayout& part, const model::ParamLayout& whole, int g,
+                        const float* mine, float* out);
 
 }  // namespace parallm::parallel

@@ -27,7 +27,7 @@ const char* offload_name(Offload o) {
 }
 
 Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads,
-           int prefetch, Offload offload)
+           int prefetch, Offload offload, comm::Communicator* tp)
     : comm_(comm),
       layout_(layout),
       stage_(stage),
@@ -95,8 +95,21 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
     gather_in_.push_back(f32_view(stage == 3 ? param_shard_.data() + local_[g] : params_ + begin + off, cnt));
     if (stage < 3) gather_out_.push_back(f32_view(params_ + begin, group_len(g)));
   }
-  norm_mine_ = Tensor::empty({2}, DType::I32);
-  norm_all_ = Tensor::empty({2 * n}, DType::I32);
+  if (tp && tp->size() > 1) {
+    tp_sum_ = std::make_unique<GroupSum>(*tp);
+    tp_rank_ = tp->rank();
+    for (int g = 0; g < layout.num_groups(); ++g) {
+      const int64_t lo = layout.group(g).begin + piece_[g].offset, hi = lo + piece_[g].count;
+      for (const auto& s : layout.slots()) {
+        const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
+        if (a < b) norm_runs_.push_back({local_[g] + (a - lo), a, b - a, s.placement.sharded()});
+      }
+    }
+  }
+  // The norm's exchange: one double per rank (two with tensor parallelism), as int32 words.
+  const int words = tp_sum_ ? 4 : 2;
+  norm_mine_ = Tensor::empty({words}, DType::I32);
+  norm_all_ = Tensor::empty({words * n}, DType::I32);
   gathers_.reserve(static_cast<size_t>(layout.num_groups()));
   if (offload != Offload::None) host_grads_ = Array<float>(shard_size_, MemCategory::Offloaded);
   if (offload == Offload::Optimizer) host_params_ = Array<float>(shard_size_, MemCategory::Offloaded);
@@ -337,6 +350,7 @@ void Zero::reduce_grads() {
 }
 
 double Zero::grad_norm() {
+  if (tp_sum_) return tp_grad_norm();
   double local = 0;
   const auto& k = kernels::ops_for(Device::cpu());
   if (offload_ != Offload::None)
@@ -358,6 +372,34 @@ double Zero::grad_norm() {
     std::memcpy(&v, norm_all_.data<int32_t>() + 2 * r, sizeof(double));
     sum += v;
   }
+  return std::sqrt(sum);
+}
+
+double Zero::tp_grad_norm() {
+  const auto& k = kernels::ops_for(Device::cpu());
+  double mine[2] = {0, 0};  // tensor-parallel slots, replicated slots
+  for (const NormRun& r : norm_runs_) {
+    const float* p = offload_ != Offload::None ? host_grads_.data() + r.local
+                     : stage_ >= 2             ? shard_grads_.data() + r.local
+                                               : grads_ + r.flat;
+    mine[r.split ? 0 : 1] += k.sum_squares(p, r.count);
+  }
+  // Both over the dp group, bit for bit and in rank order ...
+  const int n = comm_.size();
+  std::memcpy(norm_mine_.raw(), mine, sizeof mine);
+  Timer t;
+  comm_.all_gather(norm_mine_, norm_all_);
+  double dp[2] = {0, 0};
+  for (int r = 0; r < n; ++r)
+    for (int i = 0; i < 2; ++i) {
+      double v = 0;
+      std::memcpy(&v, norm_all_.data<int32_t>() + 4 * r + 2 * i, sizeof(double));
+      dp[i] += v;
+    }
+  // ... then the parts over the tp group, the replicated copy counted once.
+  const double sum = (*tp_sum_)(dp[0] + (tp_rank_ == 0 ? dp[1] : 0.0));
+  stats_.exposed_s += t.seconds();
+  stats_.comm_s += t.seconds();
   return std::sqrt(sum);
 }
 
@@ -385,11 +427,16 @@ void Zero::gather_params() {
 void Zero::gather_shard(const float* local, float* full, int root) {
   const bool me_root = comm_.rank() == root;
   PARALLM_CHECK(!me_root || full, InternalError, "zero", "the root needs a full buffer");
-  for (int g = 0; g < layout_.num_groups(); ++g) {
-    const int64_t b = layout_.group(g).begin, n = group_len(g);
-    comm_.gather(f32_view(const_cast<float*>(local) + local_[g], piece_[g].count),
-                 me_root ? f32_view(full + b, n) : Tensor(), root, n);
-  }
+  for (int g = 0; g < layout_.num_groups(); ++g)
+    gather_group(local, g, me_root ? full + layout_.group(g).begin : nullptr, root);
+}
+
+void Zero::gather_group(const float* local, int g, float* out, int root) {
+  const bool me_root = comm_.rank() == root;
+  PARALLM_CHECK(!me_root || out, InternalError, "zero", "the root needs the group's buffer");
+  const int64_t n = group_len(g);
+  comm_.gather(f32_view(const_cast<float*>(local) + local_[g], piece_[g].count), me_root ? f32_view(out, n) : Tensor(),
+               root, n);
 }
 
 void Zero::scatter_shard(const float* full, float* local, int root) {

@@ -55,8 +55,19 @@
 // The global gradient norm is the sum of every rank's squared shard norm
 // (doubles, gathered and added in rank order), so clipping sees the whole
 // model. Checkpoints are written shard by shard (train/checkpoint.h).
+//
+// With tensor parallelism (parallel.tp > 1) the layout is this rank's part of
+// the model (model::ParamLayout for its ShardSpec) and Zero shards that part
+// over the dp group exactly as above: every rank of a tp group has the same
+// local shapes, so the pieces sit at the same offsets on each. Only the norm
+// changes: a piece's squares are split into the tensor-parallel slots' and
+// the replicated slots' (which every rank of the tp group holds a copy of);
+// both are summed over the dp group in rank order, then the split parts over
+// the tp group in rank order with the replicated sum added once (by tp rank
+// 0), so every rank of the world gets the same bits.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,6 +75,7 @@
 #include "core/allocator.h"
 #include "model/param_store.h"
 #include "model/params.h"
+#include "parallel/group_ops.h"
 
 namespace parallm::parallel {
 
@@ -93,8 +105,10 @@ class Zero : public model::ParamStore {
   // params: the model's full parameter buffer (stages 1, 2; nullptr at 3);
   // grads: its full gradient buffer (stage 1 only). prefetch: stage 3's
   // groups gathered ahead.
+  // tp: the tensor-parallel group `layout` is a part for (nullptr or a group
+  // of one: the whole model), for the gradient norm.
   Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads,
-       int prefetch = 1, Offload offload = Offload::None);
+       int prefetch = 1, Offload offload = Offload::None, comm::Communicator* tp = nullptr);
   static ZeroSizes sizes(const model::ParamLayout& layout, int stage, int nranks, int rank, int prefetch,
                          Offload offload = Offload::None);
   Offload offload() const { return offload_; }
@@ -144,6 +158,8 @@ class Zero : public model::ParamStore {
   // do not need it: every rank writes and reads its own ranges.)
   void gather_shard(const float* local, float* full, int root);
   void scatter_shard(const float* full, float* local, int root);
+  // Group g only: `out` (the group's length, on root; nullptr elsewhere).
+  void gather_group(const float* local, int g, float* out, int root);
 
  private:
   struct Window {
@@ -187,6 +203,7 @@ class Zero : public model::ParamStore {
   // contiguous: device_base is a shard (stage 3 parameters, stage 2-3 gradients), else a full buffer.
   void copy_pieces(float* device_base, bool contiguous, float* host, bool to_host);
   void reduce_grads();
+  double tp_grad_norm();
   Array<float> param_shard_;        // stage 3: this rank's pieces of the parameters
   std::vector<ParamWindow> pwins_;  // stage 3: 0 = embeddings, then 1 + prefetch for blocks
   int64_t clock_ = 0;
@@ -194,6 +211,15 @@ class Zero : public model::ParamStore {
   // and the all-gathers, the norm's exchange buffers, the pending gathers.
   std::vector<Tensor> rs_in_, rs_out_views_, gather_in_, gather_out_;
   Tensor norm_mine_, norm_all_;
+  // Tensor parallel: this rank's pieces cut at the slots (shard offset, flat
+  // offset, length, tensor-parallel or replicated), and the group's sum.
+  struct NormRun {
+    int64_t local = 0, flat = 0, count = 0;
+    bool split = false;
+  };
+  std::vector<NormRun> norm_runs_;
+  std::unique_ptr<GroupSum> tp_sum_;
+  int tp_rank_ = 0;
   std::vector<comm::WorkPtr> gathers_;
   void drop_windows();  // stage 3: no window holds a group any more
   ZeroStats stats_;

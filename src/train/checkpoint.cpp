@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <vector>
 
 #include "core/checksum.h"
@@ -63,6 +64,36 @@ std::string failed_save(const fs::path& out_dir, const std::string& what) {
 std::string reason(const std::exception& e) {
   const auto* pe = dynamic_cast<const Error*>(&e);
   return pe ? pe->message() : e.what();
+}
+
+// Whether every rank of `world` managed its part of a save (`mine`): if not,
+// rank 0 removes the partial ckpt.tmp and every rank throws.
+void agree_saved(comm::Communicator& world, const fs::path& out_dir, bool mine, const std::string& what) {
+  Tensor ok = Tensor::empty({1}, DType::I32);
+  ok.data<int32_t>()[0] = mine ? 1 : 0;
+  world.all_reduce(ok, comm::ReduceOp::Min);
+  if (ok.data<int32_t>()[0] == 1) return;
+  if (world.rank() != 0) throw IoError("checkpoint.save", what + " failed on at least one rank (rank 0 reports it)");
+  throw IoError("checkpoint.save", failed_save(out_dir, what + " failed on at least one rank"));
+}
+
+// A collective save's fresh ckpt.tmp, made by rank 0.
+void start_save(comm::Communicator& world, const fs::path& out_dir) {
+  const fs::path tmp_dir = out_dir / "ckpt.tmp";
+  std::string err;
+  if (world.rank() == 0) {
+    try {
+      fs::remove_all(tmp_dir);
+      fs::create_directories(tmp_dir);
+    } catch (const std::exception& e) {
+      err = reason(e);
+    }
+  }
+  agree_saved(world, out_dir, err.empty(), "creating " + tmp_dir.string() + (err.empty() ? "" : ": " + err));
+}
+
+std::string shard_file(int r, int n) {
+  return fmt::format("shard-{:05d}-of-{:05d}.bin", r, n);
 }
 
 // Writes state.json into the finished tmp directory, then swaps it in:
@@ -276,7 +307,6 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
                              const TrainState& st, const nlohmann::json& config) {
   const fs::path tmp_dir = fs::path(out_dir) / "ckpt.tmp";
   const int n = world.size(), me = world.rank();
-  auto file_of = [&](int r) { return fmt::format("shard-{:05d}-of-{:05d}.bin", r, n); };
   auto shard_of_rank = [&](int r) {
     nlohmann::json pieces = nlohmann::json::array();
     int64_t size = 0;
@@ -287,37 +317,19 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
     }
     return std::pair{pieces, size};
   };
-  // Every rank must know whether every other one managed its part; a failed
-  // save leaves no ckpt.tmp behind (rank 0 removes it).
-  Tensor ok = Tensor::empty({1}, DType::I32);
-  auto agree = [&](bool mine, const std::string& what) {
-    ok.data<int32_t>()[0] = mine ? 1 : 0;
-    world.all_reduce(ok, comm::ReduceOp::Min);
-    if (ok.data<int32_t>()[0] == 1) return;
-    if (me != 0) throw IoError("checkpoint.save", what + " failed on at least one rank (rank 0 reports it)");
-    throw IoError("checkpoint.save", failed_save(out_dir, what + " failed on at least one rank"));
-  };
-  std::string err;
-  if (me == 0) {
-    try {
-      fs::remove_all(tmp_dir);
-      fs::create_directories(tmp_dir);
-    } catch (const std::exception& e) {
-      err = reason(e);
-    }
-  }
-  agree(err.empty(), "creating " + tmp_dir.string() + (err.empty() ? "" : ": " + err));
+  start_save(world, out_dir);
   const auto bytes = static_cast<size_t>(shard_of_rank(me).second) * sizeof(float);
   // Every rank's shard checksum, for rank 0's manifest.
   Tensor mine = Tensor::empty({1}, DType::I32), crcs = Tensor::empty({n}, DType::I32);
   const uint32_t crc = crc32_of({{params, bytes}, {om, bytes}, {ov, bytes}});
   std::memcpy(mine.data<int32_t>(), &crc, sizeof(crc));
+  std::string err;
   try {
-    write_file((tmp_dir / file_of(me)).string(), {{params, bytes}, {om, bytes}, {ov, bytes}});
+    write_file((tmp_dir / shard_file(me, n)).string(), {{params, bytes}, {om, bytes}, {ov, bytes}});
   } catch (const Error& e) {
     err = reason(e);
   }
-  agree(err.empty(), "writing the shard files" + (err.empty() ? "" : ": " + err));
+  agree_saved(world, out_dir, err.empty(), "writing the shard files" + (err.empty() ? "" : ": " + err));
   world.all_gather(mine, crcs);
   if (me == 0) {
     try {
@@ -329,14 +341,146 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
         uint32_t c = 0;
         std::memcpy(&c, crcs.data<int32_t>() + r, sizeof(c));
         s["shards"].push_back(
-            {{"file", file_of(r)}, {"shard_size", size}, {"crc32", crc32_hex(c)}, {"pieces", pieces}});
+            {{"file", shard_file(r, n)}, {"shard_size", size}, {"crc32", crc32_hex(c)}, {"pieces", pieces}});
       }
       finish_and_swap(out_dir, s);
     } catch (const std::exception& e) {
       err = reason(e);
     }
   }
-  agree(err.empty(), "writing the manifest" + (err.empty() ? "" : ": " + err));
+  agree_saved(world, out_dir, err.empty(), "writing the manifest" + (err.empty() ? "" : ": " + err));
+}
+
+void save_checkpoint_groups(comm::Communicator& world, int writer, int writers, const std::string& out_dir,
+                            const model::ParamLayout& whole, const AssembleGroup& assemble, int64_t optimizer_steps,
+                            const TrainState& st, const nlohmann::json& config) {
+  PARALLM_CHECK(writers >= 1 && writer >= -1 && writer < writers, InternalError, "checkpoint.save", "writer {} of {}",
+                writer, writers);
+  const fs::path tmp_dir = fs::path(out_dir) / "ckpt.tmp";
+  const int G = whole.num_groups();
+  auto group_len = [&](int g) { return whole.group(g).end - whole.group(g).begin; };
+  start_save(world, out_dir);
+  // A writer streams its groups into its file; a failure stops its writing,
+  // not its part in the collectives, and is agreed on at the end.
+  std::string err;
+  std::unique_ptr<FileWriter> file;
+  uint32_t crc = 0;
+  std::vector<float> buf;
+  if (writer >= 0) {
+    buf.resize(static_cast<size_t>(whole.max_group_size()));
+    try {
+      file = std::make_unique<FileWriter>((tmp_dir / shard_file(writer, writers)).string());
+    } catch (const Error& e) {
+      err = reason(e);
+    }
+  }
+  for (CkptPart part : {CkptPart::Params, CkptPart::M, CkptPart::V})
+    for (int g = 0; g < G; ++g) {
+      const bool mine = writer >= 0 && g % writers == writer;
+      assemble(part, g, mine ? buf.data() : nullptr);
+      if (!mine || !file) continue;
+      const size_t bytes = static_cast<size_t>(group_len(g)) * sizeof(float);
+      try {
+        file->append(buf.data(), bytes);
+        crc = crc32_update(crc, buf.data(), bytes);
+      } catch (const Error& e) {
+        err = reason(e);
+        file.reset();
+      }
+    }
+  if (file) {
+    try {
+      file->finish();
+    } catch (const Error& e) {
+      err = reason(e);
+    }
+  }
+  agree_saved(world, out_dir, err.empty(), "writing the shard files" + (err.empty() ? "" : ": " + err));
+  // Every writer's checksum, for rank 0's manifest.
+  const int n = world.size();
+  Tensor mine = Tensor::empty({2}, DType::I32), all = Tensor::empty({2 * n}, DType::I32);
+  mine.data<int32_t>()[0] = writer;
+  std::memcpy(mine.data<int32_t>() + 1, &crc, sizeof(crc));
+  world.all_gather(mine, all);
+  if (world.rank() == 0) {
+    try {
+      std::vector<uint32_t> crcs(static_cast<size_t>(writers));
+      std::vector<bool> seen(static_cast<size_t>(writers), false);
+      for (int r = 0; r < n; ++r) {
+        const int w = all.data<int32_t>()[2 * r];
+        if (w < 0) continue;
+        PARALLM_CHECK(w < writers && !seen[static_cast<size_t>(w)], InternalError, "checkpoint.save",
+                      "writer {} claimed twice", w);
+        seen[static_cast<size_t>(w)] = true;
+        std::memcpy(&crcs[static_cast<size_t>(w)], all.data<int32_t>() + 2 * r + 1, sizeof(uint32_t));
+      }
+      PARALLM_CHECK(std::all_of(seen.begin(), seen.end(), [](bool b) { return b; }), InternalError, "checkpoint.save",
+                    "a shard file of {} has no writer", writers);
+      nlohmann::json s = state_json(kFormatSharded, whole, optimizer_steps, st, config);
+      s["world"] = writers;
+      s["shards"] = nlohmann::json::array();
+      for (int w = 0; w < writers; ++w) {
+        nlohmann::json pieces = nlohmann::json::array();
+        int64_t size = 0;
+        for (int g = w; g < G; g += writers) {
+          pieces.push_back({whole.group(g).begin, group_len(g), size});
+          size += group_len(g);
+        }
+        s["shards"].push_back({{"file", shard_file(w, writers)},
+                               {"shard_size", size},
+                               {"crc32", crc32_hex(crcs[static_cast<size_t>(w)])},
+                               {"pieces", pieces}});
+      }
+      finish_and_swap(out_dir, s);
+    } catch (const std::exception& e) {
+      err = reason(e);
+    }
+  }
+  agree_saved(world, out_dir, err.empty(), "writing the manifest" + (err.empty() ? "" : ": " + err));
+}
+
+void read_checkpoint_part(const nlohmann::json& meta, CkptPart part, const model::ParamLayout& layout,
+                          const model::ParamLayout& whole, int64_t begin, int64_t count, float* out) {
+  if (layout.spec().tp == 1) {
+    read_checkpoint_range(meta, part, begin, count, out);
+    return;
+  }
+  PARALLM_CHECK(layout.num_units() == whole.num_units() && begin >= 0 && count >= 0 && begin + count <= layout.total(),
+                InternalError, "checkpoint.load", "range [{}, {}) of a part of {} elements (or another model)", begin,
+                begin + count, layout.total());
+  constexpr int64_t kWindow = int64_t{1} << 20;  // floats
+  std::fill(out, out + count, 0.0f);             // alignment and padding rows
+  std::vector<float> window;
+  const int64_t end = begin + count;
+  for (int i = 0; i < layout.num_units(); ++i) {
+    const model::ParamSlot& s = layout.slots()[i];
+    const int64_t a = std::max(begin, s.offset), b = std::min(end, s.offset + s.numel);
+    if (a >= b) continue;
+    const int64_t base = whole.slots()[i].offset;
+    auto dst = [&](const model::ParamLayout::WholeRun& r) { return out + (s.offset + r.local - begin); };
+    const auto runs = layout.whole_runs(i, a - s.offset, b - s.offset);
+    for (size_t j = 0; j < runs.size();) {
+      const auto& r = runs[j];
+      if (r.whole < 0) {  // padding: zero
+        ++j;
+        continue;
+      }
+      if (r.count >= kWindow) {
+        read_checkpoint_range(meta, part, base + r.whole, r.count, dst(r));
+        ++j;
+        continue;
+      }
+      // The runs that fit in one window of the whole tensor from here, read at once.
+      const int64_t w0 = r.whole;
+      int64_t w1 = w0;
+      size_t k = j;
+      for (; k < runs.size() && runs[k].whole >= w0 && runs[k].whole + runs[k].count - w0 <= kWindow; ++k)
+        w1 = std::max(w1, runs[k].whole + runs[k].count);
+      window.resize(static_cast<size_t>(w1 - w0));
+      read_checkpoint_range(meta, part, base + w0, w1 - w0, window.data());
+      for (; j < k; ++j) std::copy_n(window.data() + (runs[j].whole - w0), runs[j].count, dst(runs[j]));
+    }
+  }
 }
 
 TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::AdamW* opt, bool verify) {
@@ -356,17 +500,17 @@ TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::Ada
   if (layout.spec().tp == 1) {
     st = load_checkpoint(out_dir, layout, hp.data(), opt ? hm.data() : nullptr, opt ? hv.data() : nullptr, &steps,
                          verify);
-  } else {
+  } else {  // this rank's part of every range, read where it lies in the whole model
     const model::ParamLayout whole(m.config());
-    const size_t wn = static_cast<size_t>(whole.total());
-    std::vector<float> wp(wn), wm(opt ? wn : 0), wv(opt ? wn : 0);
-    st = load_checkpoint(out_dir, whole, wp.data(), opt ? wm.data() : nullptr, opt ? wv.data() : nullptr, &steps,
-                         verify);
-    parallel::slice_whole(layout, whole, wp.data(), hp.data());
+    const nlohmann::json meta = read_checkpoint_meta(out_dir);
+    check_checkpoint_layout(meta, whole);
+    if (verify) verify_checkpoint(meta, nullptr, !opt);
+    read_checkpoint_part(meta, CkptPart::Params, layout, whole, 0, layout.total(), hp.data());
     if (opt) {
-      parallel::slice_whole(layout, whole, wm.data(), hm.data());
-      parallel::slice_whole(layout, whole, wv.data(), hv.data());
+      read_checkpoint_part(meta, CkptPart::M, layout, whole, 0, layout.total(), hm.data());
+      read_checkpoint_part(meta, CkptPart::V, layout, whole, 0, layout.total(), hv.data());
     }
+    st = checkpoint_state(meta, &steps);
   }
   m.load_params(hp.data());
   if (opt) {

@@ -15,6 +15,14 @@
 // (read_checkpoint_range), so a checkpoint saved at one stage and world size
 // resumes at any other and no rank ever holds more than it trains with. The
 // directory must be visible to every rank (a shared filesystem on clusters).
+// A tensor-parallel run's checkpoint always describes the whole model (the
+// one-rank layout: the parameter table's shapes are the global shapes), so it
+// resumes at any tp, dp and ZeRO stage: replicated state is gathered whole on
+// rank 0 (format 3), sharded state (ZeRO x tp) is assembled and written one
+// layout group at a time (format 4, save_checkpoint_groups: the dp group's
+// ranks g % dp write group g, so no rank holds more than a whole group of one
+// part besides what it trains with), and a tp rank reads its part of each
+// range (read_checkpoint_part).
 // Formats 1 and 2, written before checksums, still load (unverified, with a
 // warning).
 // Integrity: read_checkpoint_meta checks state.json's structure and its own
@@ -28,6 +36,7 @@
 // continues the identical trajectory.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -86,6 +95,25 @@ enum class CkptPart { Params, M, V };
 // Flat elements [begin, begin + count) of one part, from a checkpoint of
 // either format (meta from read_checkpoint_meta).
 void read_checkpoint_range(const nlohmann::json& meta, CkptPart part, int64_t begin, int64_t count, float* out);
+// The same for a tensor-parallel rank: elements [begin, begin + count) of
+// its layout `part` (a part of `whole`, the layout the checkpoint holds), each
+// read from where it lies in the whole tensor; padding and alignment zero.
+// Scattered runs (column-split slots: a run per row) are read through a window
+// of at most 4 MiB of the whole tensor. With tp = 1 it is read_checkpoint_range.
+void read_checkpoint_part(const nlohmann::json& meta, CkptPart part, const model::ParamLayout& layout,
+                          const model::ParamLayout& whole, int64_t begin, int64_t count, float* out);
+// A checkpoint of the layout `whole` written group by group (format 4):
+// `writers` shard files, writer w holding the layout groups g with
+// g % writers == w, each whole (parameters, then m, then v). For every part
+// and every group in that order, each rank of `world` calls
+// assemble(part, g, out), which must leave group g of that part in `out` on
+// the rank whose `writer` index is g % writers (`out` is nullptr on the
+// others; writer -1: a rank that writes no file). Collective over `world`
+// (every rank of the run); IoError on every rank if any rank could not write.
+using AssembleGroup = std::function<void(CkptPart part, int g, float* out)>;
+void save_checkpoint_groups(comm::Communicator& world, int writer, int writers, const std::string& out_dir,
+                            const model::ParamLayout& whole, const AssembleGroup& assemble, int64_t optimizer_steps,
+                            const TrainState& st, const nlohmann::json& config);
 // IoError unless the checkpoint was saved for this layout.
 void check_checkpoint_layout(const nlohmann::json& meta, const model::ParamLayout& layout);
 // Iteration, best val loss and optimizer steps of a checkpoint.

@@ -532,10 +532,6 @@ void check_parallel(const ParallelSection& p, const model::GPTConfig& m) {
                 "parallel.sequence_parallel=true splits the sequence over parallel.tp={}, but model.block_size={} is "
                 "not divisible by it",
                 p.tp, m.block_size);
-  PARALLM_CHECK(p.tp == 1 || p.zero.stage == 0, ConfigError, "config",
-                "zero.stage={} with parallel.tp={}: ZeRO over tensor-parallel shards is not implemented yet; use "
-                "zero.stage=0 (DDP over the dp group) with tensor parallelism",
-                p.zero.stage, p.tp);
   missing(p.pp, "parallel.pp", "pipeline parallelism");
   missing(p.cp, "parallel.cp", "context parallelism");
   PARALLM_CHECK(p.ddp.shards == 0 || p.ddp.deterministic, ConfigError, "config",

@@ -1,7 +1,10 @@
 #include "train/state_io.h"
 
+#include <vector>
+
 #include "core/log.h"
 #include "parallel/group_ops.h"
+#include "parallel/tensor_parallel.h"
 
 namespace parallm::train {
 
@@ -31,18 +34,49 @@ void broadcast_scalars(comm::Communicator& g, TrainState& st, optim::AdamW& opt)
     st.loss_scale = optim::LossScaleState{t.data<float>()[1], it.data<int32_t>()[3], it.data<int32_t>()[4]};
 }
 
-// Each rank reads the ranges it holds.
+// Each rank reads the ranges it holds (a tensor-parallel rank: its part of
+// them, from the whole model the checkpoint holds).
 void read_sharded(Session& s, const parallel::HeldState& h) {
-  check_checkpoint_layout(s.ck_meta, s.model->layout());
+  const model::ParamLayout& layout = s.model->layout();
+  const model::ParamLayout whole(s.cfg.model);
+  check_checkpoint_layout(s.ck_meta, whole);
   int64_t steps = 0;
   s.st = checkpoint_state(s.ck_meta, &steps);
   s.opt->set_steps_taken(steps);
+  auto read = [&](CkptPart part, int64_t begin, int64_t count, float* out) {
+    read_checkpoint_part(s.ck_meta, part, layout, whole, begin, count, out);
+  };
   for (const auto& p : h.pieces) {
-    read_checkpoint_range(s.ck_meta, CkptPart::M, p.flat, p.count, s.opt->m() + p.local);
-    read_checkpoint_range(s.ck_meta, CkptPart::V, p.flat, p.count, s.opt->v() + p.local);
-    if (h.param_shard) read_checkpoint_range(s.ck_meta, CkptPart::Params, p.flat, p.count, h.param_shard + p.local);
+    read(CkptPart::M, p.flat, p.count, s.opt->m() + p.local);
+    read(CkptPart::V, p.flat, p.count, s.opt->v() + p.local);
+    if (h.param_shard) read(CkptPart::Params, p.flat, p.count, h.param_shard + p.local);
   }
-  if (!h.param_shard) read_checkpoint_range(s.ck_meta, CkptPart::Params, 0, s.model->flat_size(), s.model->params());
+  if (!h.param_shard) read(CkptPart::Params, 0, s.model->flat_size(), s.model->params());
+}
+
+// Sharded state with tensor parallelism, saved in the whole layout group by
+// group: each part's pieces of group g are gathered on the dp group's rank
+// g % dp (the parameters at stages 1-2 are there already), whose tp group
+// assembles the whole group on its tp rank 0, the writer of that group.
+void save_sharded_whole(Session& s, const parallel::HeldState& h) {
+  comm::Communicator &dp = s.dp(), &tp = s.mesh->tp();
+  const model::ParamLayout& layout = s.model->layout();
+  const model::ParamLayout whole(s.cfg.model);
+  std::vector<float> group(static_cast<size_t>(layout.max_group_size()));
+  auto assemble = [&](CkptPart part, int g, float* out) {
+    const int root = g % dp.size();
+    const bool here = dp.rank() == root;
+    const float* mine = group.data();
+    if (part == CkptPart::Params && !h.param_shard) {
+      mine = s.model->params() + layout.group(g).begin;
+    } else {
+      const float* shard = part == CkptPart::M ? s.opt->m() : part == CkptPart::V ? s.opt->v() : h.param_shard;
+      s.sync->gather_group(shard, g, here ? group.data() : nullptr, root);
+    }
+    if (here) parallel::gather_whole_group(tp, layout, whole, g, mine, out);
+  };
+  save_checkpoint_groups(s.world, tp.rank() == 0 ? dp.rank() : -1, dp.size(), s.cfg.train.out_dir, whole, assemble,
+                         s.opt->steps_taken(), s.st, s.cfg.to_json());
 }
 
 // A dynamic scale goes on where it was.
@@ -91,7 +125,10 @@ void save_state(Session& s, int64_t next) {
   s.st.loss_scale.reset();
   if (s.scaler->dynamic()) s.st.loss_scale = s.scaler->state();
   const std::string& dir = s.cfg.train.out_dir;
-  if (s.sync->held().sharded) {
+  const parallel::HeldState h = s.sync->held();
+  if (h.sharded && s.mesh->tp().size() > 1) {
+    save_sharded_whole(s, h);
+  } else if (h.sharded) {
     // Every rank writes its shard (stages 1-2: its pieces of the replicated parameters).
     Array<float> scratch;
     const float* params = s.sync->params_to_save(scratch);

@@ -4,8 +4,15 @@
 // data-parallel group (a tensor-parallel model is gathered whole on rank 0 to
 // be saved, and each rank reads its part); sharded state (ZeRO) is saved by every rank in its
 // shard file and read back range by range, from a checkpoint of any stage
-// and world size. The few scalars a run continues from (iteration, best
-// val loss, optimizer steps, loss scale) are rank 0's, everywhere.
+// and world size. Sharded state with tensor parallelism is saved in the whole
+// (one-rank) layout, assembled one layout group at a time: group g's pieces
+// are gathered over the dp group on its rank g % dp and then over that rank's
+// tp group on tp rank 0, which appends it to its shard file (the dp ranks of
+// tp rank 0 write; besides its training state a rank holds at most one group
+// of its part, a writer also the tp parts of a whole group and the whole
+// group). Any tp, dp and stage resumes it, each tp rank reading its part of
+// every range. The few scalars a run continues from (iteration, best val
+// loss, optimizer steps, loss scale) are rank 0's, everywhere.
 #pragma once
 #include <cstdint>
 

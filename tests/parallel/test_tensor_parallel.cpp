@@ -12,6 +12,7 @@
 #include "model/gpt.h"
 #include "parallel/dist_run.h"
 #include "parallel/tensor_parallel.h"
+#include "train/checkpoint.h"
 
 using namespace parallm;
 using test_util::world;
@@ -175,6 +176,71 @@ TEST(TensorParallel, HeadsNotDivisibleIsAnError) {
     FAIL() << "expected a ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("is not divisible by parallel.tp"), std::string::npos) << e.what();
+  }
+}
+
+// The whole model's groups assembled from the parts (gather_whole_group),
+// and a part read back from a whole checkpoint range by range
+// (read_checkpoint_part), both against slice_whole of the whole buffers; the
+// checkpoint in both forms: format 3 (one file per part) and format 4 written
+// group by group by every rank (save_checkpoint_groups).
+using TpCheckpoint = test_util::DistRunTest;
+
+TEST_F(TpCheckpoint, WholeGroupsGatherAndPartsReadBack) {
+  const int n = world->size(), me = world->rank();
+  for (bool bias : {true, false}) {
+    SCOPED_TRACE(bias ? "bias" : "no bias");
+    const model::ParamLayout whole(config(bias)), part(config(bias), {n, me});
+    // Whole buffers whose every real element is its own offset (m: + 0.25, v: negated); padding zero.
+    std::vector<float> w[3];
+    for (auto& b : w) b.assign(static_cast<size_t>(whole.total()), 0.0f);
+    for (const auto& slot : whole.slots())
+      for (int64_t i = slot.offset; i < slot.offset + slot.numel; ++i) {
+        w[0][i] = static_cast<float>(i);
+        w[1][i] = static_cast<float>(i) + 0.25f;
+        w[2][i] = -static_cast<float>(i);
+      }
+    std::vector<float> mine[3];
+    for (int k = 0; k < 3; ++k) {
+      mine[k].assign(static_cast<size_t>(part.total()), 0.0f);
+      parallel::slice_whole(part, whole, w[k].data(), mine[k].data());
+    }
+    for (int g = 0; g < whole.num_groups(); ++g) {
+      std::vector<float> out(me == 0 ? static_cast<size_t>(whole.group(g).end - whole.group(g).begin) : 0, -1.0f);
+      parallel::gather_whole_group(*world, part, whole, g, mine[0].data() + part.group(g).begin,
+                                   me == 0 ? out.data() : nullptr);
+      if (me == 0) {
+        EXPECT_TRUE(std::equal(out.begin(), out.end(), w[0].begin() + whole.group(g).begin)) << "group " << g;
+      }
+    }
+    const std::string single = (root_ / ("single" + std::to_string(me))).string(),
+                      grouped = (root_ / (bias ? "grouped_bias" : "grouped")).string();
+    train::save_checkpoint(single, whole, w[0].data(), w[1].data(), w[2].data(), 3, {}, nlohmann::json::object());
+    // Every rank writes the groups g % n == rank.
+    train::save_checkpoint_groups(
+        *world, me, n, grouped, whole,
+        [&](train::CkptPart k, int g, float* out) {
+          if (!out) return;
+          const auto& src = w[static_cast<int>(k)];
+          std::copy(src.begin() + whole.group(g).begin, src.begin() + whole.group(g).end, out);
+        },
+        3, {}, nlohmann::json::object());
+    for (const std::string& dir : {single, grouped}) {
+      const auto meta = train::read_checkpoint_meta(dir);
+      train::verify_checkpoint(meta);
+      train::check_checkpoint_layout(meta, whole);
+      EXPECT_EQ(meta["format"], dir == single ? 3 : 4);
+      // The whole part, and ranges cut anywhere (inside rows, slots and groups).
+      std::vector<std::pair<int64_t, int64_t>> ranges = {{0, part.total()}};
+      for (int64_t b = 0; b < part.total(); b += 997) ranges.push_back({b, std::min<int64_t>(1301, part.total() - b)});
+      for (int k = 0; k < 3; ++k)
+        for (const auto& [b, c] : ranges) {
+          std::vector<float> got(static_cast<size_t>(c), -7.0f);
+          train::read_checkpoint_part(meta, static_cast<train::CkptPart>(k), part, whole, b, c, got.data());
+          ASSERT_TRUE(std::equal(got.begin(), got.end(), mine[k].begin() + b))
+              << dir << " part " << k << " range [" << b << ", " << b + c << ")";
+        }
+    }
   }
 }
 

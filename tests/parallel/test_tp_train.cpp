@@ -1,12 +1,15 @@
 // Tensor parallelism through the trainer, under mpirun: a run with the world
 // split into tp (and dp) against one rank with the whole batch (each rank runs
 // that reference alone), a resumed tp run against the uninterrupted one, and
-// a tp checkpoint resumed by one rank. Dropout on, vocabulary 65 (no degree
+// a tp checkpoint resumed by one rank; ZeRO stages over the dp group of a tp
+// run against one rank, and a ZeRO x tp checkpoint resumed in other layouts. Dropout on, vocabulary 65 (no degree
 // divides it), 12 heads so tp = 2, 3, 4 and 6 all split them.
 #include <filesystem>
 #include <string>
 
+#include "model/params.h"
 #include "parallel/dist_run.h"
+#include "train/checkpoint.h"
 
 using namespace parallm;
 using test_util::world;
@@ -86,6 +89,96 @@ TEST_F(TpTrainTest, ACheckpointResumesAtTheSameAndAtOneRank) {
   const double d = max_rel_diff(r1.train_losses, tail);
   if (world->rank() == 0) std::printf("tp=%d checkpoint resumed by 1 rank: max relative difference %.3g\n", n, d);
   EXPECT_LT(d, 1e-5);
+}
+
+// ZeRO over the dp group of a tensor-parallel run: dp 2 x tp (world / 2) on
+// an even world of 4 or more, else tp = world (ZeRO over a dp group of one,
+// still its tensor-parallel norm and checkpoint).
+struct ZeroLayout {
+  int dp, tp;
+  static ZeroLayout of(int n) { return n >= 4 && n % 2 == 0 ? ZeroLayout{2, n / 2} : ZeroLayout{1, n}; }
+  std::string text() const { return "dp " + std::to_string(dp) + " x tp " + std::to_string(tp); }
+};
+
+TEST_F(TpTrainTest, ZeroTimesTensorParallelMatchesOneRank) {
+  const ZeroLayout L = ZeroLayout::of(world->size());
+  const auto one = alone("zt_one", 2 * L.dp, 12);
+  struct Case {
+    int stage;
+    const char* offload;
+  };
+  for (const Case& k : {Case{1, "none"}, Case{2, "none"}, Case{3, "none"}, Case{3, "optimizer"}}) {
+    const std::string name = "zero.stage=" + std::to_string(k.stage) + " (offload " + k.offload + ") " + L.text();
+    auto r = train::run_training(run("zt" + std::to_string(k.stage) + k.offload, 2, 12,
+                                     {"parallel.tp=" + std::to_string(L.tp), "zero.stage=" + std::to_string(k.stage),
+                                      std::string("zero.offload=") + k.offload}),
+                                 world);
+    expect_close(r, one, 1e-5, name + " vs 1 rank");
+    EXPECT_LT(r.train_losses.back(), r.train_losses.front()) << name;
+  }
+}
+
+// A ZeRO x tp checkpoint holds the whole model: it resumes at the same layout
+// (bitwise the uninterrupted run), at tp = world, and on one rank; a stage-1
+// one also at dp = world with and without ZeRO; each within 1e-5 of the
+// uninterrupted run. The global batch is 2 x world, so every layout splits it.
+TEST_F(TpTrainTest, AZeroCheckpointResumesInAnyLayout) {
+  const int n = world->size(), me = world->rank();
+  const ZeroLayout L = ZeroLayout::of(n);
+  const std::string tp = "parallel.tp=" + std::to_string(L.tp);
+  const int64_t global = 2 * n;
+  for (int stage : {1, 3}) {
+    const std::string z = "z" + std::to_string(stage), zs = "zero.stage=" + std::to_string(stage);
+    SCOPED_TRACE(zs);
+    const auto full = train::run_training(run(z + "_full", global / L.dp, 12, {tp, zs}), world);
+    const std::vector<float> tail(full.train_losses.begin() + 6, full.train_losses.end());
+    train::run_training(run(z + "_part", global / L.dp, 6, {tp, zs}), world);
+    // Each resumed run continues in a copy of the checkpoint.
+    if (me == 0)
+      for (const char* c : {"_same", "_tpn", "_dpn1", "_dpn0"}) {
+        std::filesystem::create_directories(root_ / (z + c));
+        std::filesystem::copy(root_ / (z + "_part") / "ckpt", root_ / (z + c) / "ckpt",
+                              std::filesystem::copy_options::recursive);
+      }
+    const auto mine = root_ / (z + "_alone" + std::to_string(me));
+    std::filesystem::create_directories(mine);
+    std::filesystem::copy(root_ / (z + "_part") / "ckpt", mine / "ckpt", std::filesystem::copy_options::recursive);
+    world->barrier();
+    if (me == 0) {  // the whole model's layout, written by the dp ranks of tp rank 0
+      const auto meta = train::read_checkpoint_meta((root_ / (z + "_part")).string());
+      EXPECT_EQ(meta["format"], 4);
+      EXPECT_EQ(meta["world"], L.dp);
+      EXPECT_EQ(meta["flat_size"], model::ParamLayout(run("x", 2, 1).model).total());
+      EXPECT_EQ(meta["params"][0]["shape"], nlohmann::json::array({65, 48}));
+    }
+    auto resume = [&](const std::string& dir, int64_t batch, std::vector<std::string> keys, comm::Communicator* w) {
+      keys.push_back("train.init_from=resume");
+      auto r = train::run_training(run(dir, batch, 12, keys), w);
+      EXPECT_EQ(r.first_iter, 6) << dir;
+      return r;
+    };
+    auto close = [&](const train::RunSummary& r, const std::string& what) {
+      ASSERT_EQ(r.train_losses.size(), tail.size()) << what;
+      const double d = max_rel_diff(r.train_losses, tail);
+      if (me == 0)
+        std::printf("zero.stage=%d checkpoint of %s resumed at %s: max relative difference %.3g over %zu steps\n",
+                    stage, L.text().c_str(), what.c_str(), d, tail.size());
+      EXPECT_LT(d, 1e-5) << what;
+    };
+    // The same layout: the uninterrupted run's bits.
+    const auto same = resume(z + "_same", global / L.dp, {tp}, world);
+    ASSERT_EQ(same.train_losses.size(), tail.size());
+    for (size_t i = 0; i < tail.size(); ++i) EXPECT_EQ(same.train_losses[i], tail[i]) << "iter " << 6 + i;
+    if (L.tp != n)
+      close(resume(z + "_tpn", global, {"parallel.tp=" + std::to_string(n)}, world),
+            "tp " + std::to_string(n) + " (" + zs + ")");
+    if (stage == 1) {  // tp 1, dp = world: ZeRO resharded over it, and DDP
+      const std::string dpn = "dp " + std::to_string(n);
+      close(resume(z + "_dpn1", global / n, {"parallel.tp=1", "zero.stage=1"}, world), dpn + " (zero.stage=1)");
+      close(resume(z + "_dpn0", global / n, {"parallel.tp=1", "zero.stage=0"}, world), dpn + " (zero.stage=0)");
+    }
+    close(resume(z + "_alone" + std::to_string(me), global, {"zero.stage=0"}, nullptr), "1 rank (zero.stage=0)");
+  }
 }
 
 int main(int argc, char** argv) {

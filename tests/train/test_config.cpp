@@ -90,8 +90,9 @@ TEST(Config, ParallelKeysBadLayoutsAndTheAxesNotBuiltYet) {
   EXPECT_EQ(validate_error({"parallel.tp=2"}), "");  // 6 heads
   const std::string heads = validate_error({"parallel.tp=4"});
   EXPECT_NE(heads.find("model.n_head=6 is not divisible by parallel.tp=4"), std::string::npos) << heads;
-  const std::string zero = validate_error({"parallel.tp=2", "zero.stage=1"});
-  EXPECT_NE(zero.find("ZeRO over tensor-parallel shards is not implemented yet"), std::string::npos) << zero;
+  for (const char* stage : {"zero.stage=1", "zero.stage=2", "zero.stage=3"})  // ZeRO shards each tp rank's part
+    EXPECT_EQ(validate_error({"parallel.tp=2", stage}), "") << stage;
+  EXPECT_EQ(validate_error({"parallel.tp=2", "zero.stage=3", "zero.offload=params"}), "");
   EXPECT_NE(validate_error({"parallel.pp=2"}).find("pipeline parallelism is not implemented yet"), std::string::npos);
   EXPECT_NE(validate_error({"parallel.cp=3"}).find("context parallelism is not implemented yet"), std::string::npos);
   EXPECT_NE(validate_error({"parallel.tp=0"}).find("parallel.tp must be in [1, "), std::string::npos);
