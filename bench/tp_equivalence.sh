@@ -1,0 +1,56 @@
+#!/bin/bash
+# Issue 32 acceptance (a comparison, not a timed test): 200 steps of a small config (vocabulary 65, dropout 0.1)
+# at tp 2, tp 4, tp 2 + sp, dp 2 x tp 2 with ZeRO 1 and 3 against one rank with the same global batch, and a
+# dp 2 x tp 2 ZeRO-1 checkpoint resumed at tp 4, dp 4 and on one rank against the uninterrupted run.
+# usage: bench/tp_equivalence.sh [parallm] [out dir] [data dir]   (about 6 minutes on 2 cores)
+set -u
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+B=${1:-build/parallm}; O=${2:-out/tp_equivalence}; DATA=${3:-data/shakespeare_char}; rm -rf $O; mkdir -p $O
+[ -d $DATA ] || $B prepare shakespeare_char --input ../shared/data/tinyshakespeare/input.txt --out $DATA >/dev/null
+C="model.n_layer=2 model.n_head=4 model.n_embd=64 model.block_size=64 model.dropout=0.1 train.eval_interval=50 train.eval_iters=5 train.peak_flops=1e11 train.sample_tokens=0 data.dir=$DATA train.progress=false train.log_interval=50"
+M="mpirun --oversubscribe --bind-to none"
+run() { local n=$1; shift; local name=$1; shift; if [ $n = 1 ]; then $B train $C "$@" train.out_dir=$O/$name > $O/$name.log 2>&1; else $M -np $n $B train $C comm.backend=mpi "$@" train.out_dir=$O/$name > $O/$name.log 2>&1; fi || { echo "FAILED $name"; tail -3 $O/$name.log; }; }
+run 1 one model.batch_size=8 train.max_iters=200
+run 2 tp2 model.batch_size=8 train.max_iters=200 parallel.tp=2
+run 4 tp4 model.batch_size=8 train.max_iters=200 parallel.tp=4
+run 2 tp2sp model.batch_size=8 train.max_iters=200 parallel.tp=2 parallel.sequence_parallel=true
+run 4 dp2tp2z1 model.batch_size=4 train.max_iters=200 parallel.tp=2 zero.stage=1
+run 4 dp2tp2z3 model.batch_size=4 train.max_iters=200 parallel.tp=2 zero.stage=3
+python3 - $O <<'PY'
+import json,sys
+O=sys.argv[1]
+def losses(d):
+    r={}
+    for l in open(f"{O}/{d}/metrics.jsonl"):
+        j=json.loads(l)
+        if j.get("kind")=="train": r[j["step"]]=j["loss"]
+    return r
+one=losses("one")
+for d in ["tp2","tp4","tp2sp","dp2tp2z1","dp2tp2z3"]:
+    x=losses(d)
+    rel=lambda a,b: abs(a-b)/abs(b)
+    m50=max(rel(x[s],one[s]) for s in one if s<50); m200=max(rel(x[s],one[s]) for s in one)
+    print(f"{d:10s} steps {len(x)}: max rel train-loss diff vs 1 rank: first 50 {m50:.3g} (<=1e-5: {m50<=1e-5}), all 200 {m200:.3g} (<=1e-4: {m200<=1e-4})")
+PY
+echo "== checkpoint at dp2 x tp2 ZeRO 1 (iteration 100), resumed for 20 steps"
+run 4 full model.batch_size=4 train.max_iters=120 parallel.tp=2 zero.stage=1 train.always_save_checkpoint=true
+run 4 part model.batch_size=4 train.max_iters=100 parallel.tp=2 zero.stage=1 train.always_save_checkpoint=true
+for v in tp4 dp4 one; do mkdir -p $O/res_$v; cp -r $O/part/ckpt $O/res_$v/; done
+run 4 res_tp4 model.batch_size=8 train.max_iters=120 parallel.tp=4 zero.stage=1 train.init_from=resume
+run 4 res_dp4 model.batch_size=2 train.max_iters=120 zero.stage=1 train.init_from=resume
+run 1 res_one model.batch_size=8 train.max_iters=120 zero.stage=0 train.init_from=resume
+python3 - $O <<'PY'
+import json,sys
+O=sys.argv[1]
+def losses(d):
+    r={}
+    for l in open(f"{O}/{d}/metrics.jsonl"):
+        j=json.loads(l)
+        if j.get("kind")=="train": r[j["step"]]=j["loss"]
+    return r
+full=losses("full")
+for d in ["res_tp4","res_dp4","res_one"]:
+    x=losses(d); steps=sorted(s for s in x if s>=100)
+    m=max(abs(x[s]-full[s])/abs(full[s]) for s in steps)
+    print(f"{d:8s} steps {steps[0]}..{steps[-1]} ({len(steps)}): max rel diff vs uninterrupted {m:.3g} (<=1e-5: {m<=1e-5})")
+PY
