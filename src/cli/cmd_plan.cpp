@@ -68,6 +68,10 @@ Runner add_plan(CLI::App& app) {
     in.threads = cfg.train.threads > 0 ? static_cast<int>(cfg.train.threads) : num_threads();
     std::string what;
     if (!o->params.empty()) {
+      PARALLM_CHECK(in.tp == 1, ConfigError, "cli.plan",
+                    "--params gives the whole model's size, which parallel.tp={} does not split by a rule; give the "
+                    "model's shape (model.* keys) to plan a tensor-parallel rank",
+                    in.tp);
       in.params = train::parse_count(o->params, "--params");
       PARALLM_CHECK(in.params >= 1 && in.params <= kMaxParams, ConfigError, "cli.plan",
                     "--params {} is out of range: give a parameter count in [1, {:g}] (e.g. 124M, 80B, 1T)", o->params,

@@ -208,6 +208,9 @@ int64_t ParamLayout::add_part(const std::string& name, Shape global, Placement p
   if (!placement.sharded() || spec_.tp == 1) return add(name, std::move(global), init, std, decay);
   Shape local = global;
   const int64_t len = global[placement.axis], unit = placement.parts * spec_.tp;
+  PARALLM_CHECK((placement.axis == 0 && placement.parts == 1) || len % unit == 0, InternalError, "model.params",
+                "{}: only a single-part split of rows may be padded ({} over {} parts x tp {})", name, len,
+                placement.parts, spec_.tp);
   local[placement.axis] = (len + unit - 1) / unit * placement.parts;  // rows past len are padding
   const int64_t off = add(name, local, init, std, decay);
   ParamSlot& s = slots_.back();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "core/fileio.h"
 #include "core/gpu.h"
 #include "core/log.h"
+#include "parallel/group_ops.h"
 #include "parallel/tensor_parallel.h"
 #include "train/checkpoint_format.h"
 
@@ -141,7 +143,19 @@ void save_checkpoint(const std::string& out_dir, const model::GPT& m, const opti
   parallel::gather_whole(*tp, layout, whole, p, wp.data());
   parallel::gather_whole(*tp, layout, whole, om, wm.data());
   parallel::gather_whole(*tp, layout, whole, ov, wv.data());
-  if (root) save_checkpoint(out_dir, whole, wp.data(), wm.data(), wv.data(), opt.steps_taken(), st, config);
+  // The group agrees on the save: a write error on rank 0 stops every rank
+  // of the group (its peers would otherwise wait in the next collective).
+  std::exception_ptr failed;
+  if (root) try {
+      save_checkpoint(out_dir, whole, wp.data(), wm.data(), wv.data(), opt.steps_taken(), st, config);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  const bool saved = parallel::GroupAll(*tp)(!failed);
+  if (failed) std::rethrow_exception(failed);
+  PARALLM_CHECK(saved, IoError, "checkpoint",
+                "rank 0 of the tensor-parallel group could not save the checkpoint in {} (its error says why)",
+                out_dir);
 }
 
 void save_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, const float* p, const float* om,

@@ -144,6 +144,10 @@ void open_run_dir(Session& s, int64_t ck_iter, const nlohmann::json& carried) {
 // over what the sync updates, and the loss scaler.
 void build_model(Session& s, const parallel::GradSyncOptions& so) {
   const RunConfig& cfg = s.cfg;
+  PARALLM_CHECK(s.dev.is_cpu() || s.mesh->tp().size() == 1 || s.mesh->tp().gpu_device() >= 0, ConfigError, "config",
+                "parallel.tp={} on the GPU exchanges device buffers inside every layer, which comm.backend={} cannot "
+                "carry; use comm.backend=nccl (or auto)",
+                s.mesh->tp().size(), s.mesh->tp().backend());
   s.tp = std::make_unique<parallel::TensorParallelGroup>(s.mesh->tp(), s.dev);
   s.model = std::make_unique<model::GPT>(cfg.model, s.batch(), s.seq(), s.dev,
                                          parallel::model_storage(so, cfg.compute_dtype()), s.tp.get(),

@@ -90,6 +90,18 @@ TEST(Config, ParallelKeysBadLayoutsAndTheAxesNotBuiltYet) {
   EXPECT_EQ(validate_error({"parallel.tp=2"}), "");  // 6 heads
   const std::string heads = validate_error({"parallel.tp=4"});
   EXPECT_NE(heads.find("model.n_head=6 is not divisible by parallel.tp=4"), std::string::npos) << heads;
+  const std::string sp_alone = validate_error({"parallel.sequence_parallel=true"});
+  EXPECT_NE(sp_alone.find("parallel.sequence_parallel=true splits the residual stream over the tensor-parallel group, "
+                          "but parallel.tp=1"),
+            std::string::npos)
+      << sp_alone;
+  const std::string sp_T =
+      validate_error({"parallel.tp=3", "model.n_head=6", "model.block_size=256", "parallel.sequence_parallel=true"});
+  EXPECT_NE(sp_T.find("model.block_size=256 is not divisible by it"), std::string::npos) << sp_T;
+  EXPECT_EQ(validate_error({"parallel.tp=2", "parallel.sequence_parallel=true", "model.recompute=full"}), "");
+  train::RunConfig rc;
+  EXPECT_NE(error_of([&] { rc.set("model.recompute", "some"); }).find("expected none, selective or full"),
+            std::string::npos);
   for (const char* stage : {"zero.stage=1", "zero.stage=2", "zero.stage=3"})  // ZeRO shards each tp rank's part
     EXPECT_EQ(validate_error({"parallel.tp=2", stage}), "") << stage;
   EXPECT_EQ(validate_error({"parallel.tp=2", "zero.stage=3", "zero.offload=params"}), "");
