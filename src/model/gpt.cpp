@@ -621,14 +621,17 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, in
     const int g = layout_.group_of_block(l);
     if (g != last) enter(g);
     const A* x_in = l == 0 ? act<A>(off_.encoded) : act<A>(off_.la[l - 1].res3);
-    if (full) block_forward(k, l, x_in, P, p0, f);  // the block's buffers, redone from its input
+    // The shared buffers still hold the last block's forward (backward follows
+    // its forward on the same batch): only the blocks below it are redone.
+    const bool redo = l + 1 < cfg_.n_layer;
+    if (full && redo) block_forward(k, l, x_in, P, p0, f);  // the block's buffers, redone from its input
     // MLP branch: res3 = res2 + drop(fcproj(gelu(fc(ln2(res2)))))
     const A* dmlp = whole_dout(through_dropout(l, kMlpResid));
-    if (sel) k.gelu_forward(act<A>(a.fch_gelu), act<A>(a.fch), N * 4 * Cl, cfg_.gelu);
+    if (sel && redo) k.gelu_forward(act<A>(a.fch_gelu), act<A>(a.fch), N * 4 * Cl, cfg_.gelu);
     k.matmul_backward(dbig2, D(bp.fcproj_w), D(bp.fcproj_b), dmlp, act<A>(a.fch_gelu), W(bp.fcproj_w), N, 4 * Cl, C);
     ready({bp.fcproj_w, bp.fcproj_b});
     k.gelu_backward(dbig1, act<A>(a.fch), dbig2, N * 4 * Cl, cfg_.gelu);
-    if (sel)
+    if (sel && redo)
       k.layernorm_forward(act<A>(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), act<A>(a.res2), W(bp.ln2_w), W(bp.ln2_b),
                           Nl, C);
     k.matmul_backward(partial, D(bp.fc_w), D(bp.fc_b), dbig1, whole_rows(act<A>(a.ln2), N), W(bp.fc_w), N, C, 4 * Cl);
@@ -642,7 +645,7 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, in
     ready({bp.proj_w, bp.proj_b});
     const kernels::AttnDropout ad = attn_dropout(ctx, l, p);
     k.attention_backward(dbig2, dbig1, act<A>(a.qkv), act<A>(a.atty), stat(a.lse), B, T, Cl, NHl, ad, ws);
-    if (sel)
+    if (sel && redo)
       k.layernorm_forward(act<A>(a.ln1), stat(a.ln1_mean), stat(a.ln1_rstd), x_in, W(bp.ln1_w), W(bp.ln1_b), Nl, C);
     k.matmul_backward(partial, D(bp.qkv_w), D(bp.qkv_b), dbig2, whole_rows(act<A>(a.ln1), N), W(bp.qkv_w), N, C,
                       3 * Cl);
