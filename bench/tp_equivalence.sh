@@ -9,6 +9,15 @@ B=${1:-build/parallm}; O=${2:-out/tp_equivalence}; DATA=${3:-data/shakespeare_ch
 [ -d $DATA ] || $B prepare shakespeare_char --input ../shared/data/tinyshakespeare/input.txt --out $DATA >/dev/null
 C="model.n_layer=2 model.n_head=4 model.n_embd=64 model.block_size=64 model.dropout=0.1 train.eval_interval=50 train.eval_iters=5 train.peak_flops=1e11 train.sample_tokens=0 data.dir=$DATA train.progress=false train.log_interval=50"
 M="mpirun --oversubscribe --bind-to none"
+# Python: the train losses by step of a run directory (metrics.jsonl)
+LOSSES='import json,sys
+O=sys.argv[1]
+def losses(d):
+    r={}
+    for l in open(f"{O}/{d}/metrics.jsonl"):
+        j=json.loads(l)
+        if j.get("kind")=="train": r[j["step"]]=j["loss"]
+    return r'
 run() { local n=$1; shift; local name=$1; shift; if [ $n = 1 ]; then $B train $C "$@" train.out_dir=$O/$name > $O/$name.log 2>&1; else $M -np $n $B train $C comm.backend=mpi "$@" train.out_dir=$O/$name > $O/$name.log 2>&1; fi || { echo "FAILED $name"; tail -3 $O/$name.log; }; }
 run 1 one model.batch_size=8 train.max_iters=200
 run 2 tp2 model.batch_size=8 train.max_iters=200 parallel.tp=2
@@ -16,15 +25,8 @@ run 4 tp4 model.batch_size=8 train.max_iters=200 parallel.tp=4
 run 2 tp2sp model.batch_size=8 train.max_iters=200 parallel.tp=2 parallel.sequence_parallel=true
 run 4 dp2tp2z1 model.batch_size=4 train.max_iters=200 parallel.tp=2 zero.stage=1
 run 4 dp2tp2z3 model.batch_size=4 train.max_iters=200 parallel.tp=2 zero.stage=3
-python3 - $O <<'PY'
-import json,sys
-O=sys.argv[1]
-def losses(d):
-    r={}
-    for l in open(f"{O}/{d}/metrics.jsonl"):
-        j=json.loads(l)
-        if j.get("kind")=="train": r[j["step"]]=j["loss"]
-    return r
+python3 - $O <<PY
+$LOSSES
 one=losses("one")
 for d in ["tp2","tp4","tp2sp","dp2tp2z1","dp2tp2z3"]:
     x=losses(d)
@@ -39,15 +41,8 @@ for v in tp4 dp4 one; do mkdir -p $O/res_$v; cp -r $O/part/ckpt $O/res_$v/; done
 run 4 res_tp4 model.batch_size=8 train.max_iters=120 parallel.tp=4 zero.stage=1 train.init_from=resume
 run 4 res_dp4 model.batch_size=2 train.max_iters=120 zero.stage=1 train.init_from=resume
 run 1 res_one model.batch_size=8 train.max_iters=120 zero.stage=0 train.init_from=resume
-python3 - $O <<'PY'
-import json,sys
-O=sys.argv[1]
-def losses(d):
-    r={}
-    for l in open(f"{O}/{d}/metrics.jsonl"):
-        j=json.loads(l)
-        if j.get("kind")=="train": r[j["step"]]=j["loss"]
-    return r
+python3 - $O <<PY
+$LOSSES
 full=losses("full")
 for d in ["res_tp4","res_dp4","res_one"]:
     x=losses(d); steps=sorted(s for s in x if s>=100)
