@@ -22,7 +22,10 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 namespace ref {
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT);
-// dinp (overwritten, may be null) = dout @ weight; dweight += dout^T @ inp; dbias += colsum(dout) (may be null).
+// dinp (overwritten, may be null) = dout @ weight; dweight += dout^T @ inp (may be null);
+// dbias += colsum(dout) (may be null). Either half alone gives the bits of the
+// whole call: zero-bubble pipelines run the input half (B) and the weight
+// half (W) apart. The same contract for every backend below.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t IN, int64_t OUT);
 }  // namespace ref

@@ -25,20 +25,15 @@
 namespace parallm::model {
 
 namespace {
-// Dropout sites, for the RNG stream of each mask.
-enum Site : uint64_t { kAttnProbs = 0, kAttnResid = 1, kMlpResid = 2, kEmbed = 3 };
-}  // namespace
-
-namespace {
 ShardSpec shard_spec(const TensorGroup* tp) {
   return tp ? ShardSpec{tp->size(), tp->rank()} : ShardSpec{};
 }
 }  // namespace
 
 GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, GPTStorage storage, TensorGroup* tp,
-         bool sequence_parallel)
+         bool sequence_parallel, PipelinePart pipe)
     : cfg_(cfg),
-      layout_((cfg.validate(), cfg), shard_spec(tp)),
+      layout_((cfg.validate(), cfg), shard_spec(tp), pipe.stage),
       max_B_(max_batch),
       max_T_(max_seq),
       dev_(dev),
@@ -75,7 +70,21 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
   if (lowp || (bf16_products_ && storage.params))
     params_lp_ = DeviceArray<bfloat16>(layout_.total(), MemCategory::Params, dev);
 
-  off_ = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads(), compute_, layout_.spec().tp, sp_);
+  PARALLM_CHECK(pipe.in_flight.empty() || pipe.in_flight.size() == layout_.chunks().size(), InternalError, "model",
+                "{} in-flight counts for {} chunks", pipe.in_flight.size(), layout_.chunks().size());
+  PARALLM_CHECK(!pipe.split_backward || cfg.recompute == Recompute::None, ConfigError, "config",
+                "model.recompute={} with a split backward (parallel.pp_schedule=zb-h1): the weight half would need the "
+                "recomputed buffers again; use model.recompute=none",
+                recompute_name(cfg.recompute));
+  PARALLM_CHECK(!pipe.split_backward || pipe.pipelined(), InternalError, "model",
+                "a split backward keeps its messages in a pipeline stage's buffers");
+  pipe_ = std::move(pipe);
+  off_ = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads(), compute_, layout_.spec().tp, sp_, pipe_);
+  int max_sets = 1;
+  for (const auto& ch : off_.chunks) {
+    sets_.emplace_back(static_cast<size_t>(ch.sets));
+    max_sets = std::max(max_sets, ch.sets);
+  }
   const int64_t N = max_B_ * max_T_;
   if (lowp) {
     acts_lp_ = DeviceArray<bfloat16>(off_.acts, MemCategory::Activations, dev);
@@ -87,117 +96,17 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
   stats_ = DeviceArray<float>(off_.stats, MemCategory::Activations, dev);
   ws_ = DeviceArray<float>(off_.ws, MemCategory::Scratch, dev);
   if (!dev.is_cpu()) {
-    tokens_d_ = DeviceArray<int32_t>(N, MemCategory::Activations, dev);
-    targets_d_ = DeviceArray<int32_t>(N, MemCategory::Activations, dev);
+    tokens_d_ = DeviceArray<int32_t>(N * max_sets, MemCategory::Activations, dev);  // a copy per activation set
+    targets_d_ = DeviceArray<int32_t>(N * max_sets, MemCategory::Activations, dev);
     staging_ = gpu::PinnedBuffer(static_cast<size_t>(3 * N) * 4, MemCategory::Other);
     uploaded_ = std::make_unique<gpu::Event>();
     losses_copied_ = std::make_unique<gpu::Event>();
   }
 }
 
-GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
-                          DType compute, int tp, bool sequence_parallel) {
-  return carve(cfg, max_batch, max_seq, dev, threads, compute, tp, sequence_parallel && tp > 1).sizes;
-}
-
-GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute, int tp,
-                      bool sp) {
-  // The constructor takes its offsets from here and the planner its totals,
-  // so the prediction and the allocation cannot disagree. Activations (and
-  // backward's temporaries) are in the compute type; LayerNorm statistics,
-  // log-sum-exps, losses and kernel workspaces are fp32. Under tensor
-  // parallelism (tp > 1) the attention and MLP activations are this rank's
-  // heads and hidden columns, and the loss keeps the logits of its
-  // vocabulary rows (fp32) instead of the one-rank fused head's workspace.
-  // Sequence parallel, the residual stream, LayerNorms and their statistics
-  // are this rank's N/tp rows, and two whole-row buffers take the gathers.
-  const int64_t N = B * T, C = cfg.n_embd, L = cfg.n_layer, Nl = sp ? N / tp : N;
-  const int64_t Cl = C / tp, NH = cfg.n_head / tp, vn = (cfg.vocab_size + tp - 1) / tp;
-  int64_t off = 0, soff = 0;
-  auto take = [&](int64_t n) {
-    int64_t o = off;
-    off += (n + 15) / 16 * 16;
-    return o;
-  };
-  auto stat = [&](int64_t n) {
-    int64_t o = soff;
-    soff += (n + 15) / 16 * 16;
-    return o;
-  };
-  Carve o;
-  o.encoded = take(Nl * C);
-  // Recomputed buffers are one set shared by every layer (refilled before
-  // each layer's backward): selective the LayerNorm and GELU outputs, full
-  // everything but the block's output (the next block's input).
-  const bool sel = cfg.recompute == Recompute::Selective, full = cfg.recompute == Recompute::Full;
-  LayerActs shared{};
-  if (sel || full) {
-    shared.ln1 = take(Nl * C);
-    shared.ln2 = take(Nl * C);
-    shared.fch_gelu = take(N * 4 * Cl);
-  }
-  if (full) {
-    shared.qkv = take(N * 3 * Cl);
-    shared.atty = take(N * Cl);
-    shared.res2 = take(Nl * C);
-    shared.fch = take(N * 4 * Cl);
-  }
-  for (int64_t l = 0; l < L; ++l) {
-    LayerActs a = shared;
-    if (!sel && !full) a.ln1 = take(Nl * C);
-    a.ln1_mean = stat(Nl);
-    a.ln1_rstd = stat(Nl);
-    if (!full) a.qkv = take(N * 3 * Cl);
-    if (!full) a.atty = take(N * Cl);
-    a.lse = stat(B * NH * T);
-    if (!full) a.res2 = take(Nl * C);
-    if (!sel && !full) a.ln2 = take(Nl * C);
-    a.ln2_mean = stat(Nl);
-    a.ln2_rstd = stat(Nl);
-    if (!full) a.fch = take(N * 4 * Cl);
-    if (!sel && !full) a.fch_gelu = take(N * 4 * Cl);
-    a.res3 = take(Nl * C);
-    o.la.push_back(a);
-  }
-  o.lnf = take(Nl * C);
-  o.lnf_mean = stat(Nl);
-  o.lnf_rstd = stat(Nl);
-  o.losses = stat(N);
-  o.dlnf = take(Nl * C);
-  const bool lowp = compute == DType::BF16 && !dev.is_cpu();  // CPU bf16 keeps fp32 activations
-  if (tp > 1) {
-    o.logits = stat(N * vn);
-    o.xmax = stat(N);
-    o.xsums = stat(2 * N);
-    if (lowp) o.dlogits = take(N * vn);  // fp32 computes d(logits) over the logits
-  }
-  if (sp) o.ln_grad = stat(2 * C);
-  o.acts = off;
-  o.stats = soff;
-
-  const auto attn_ws =
-      lowp ? kernels::bf16_ops_for(dev).attention_workspace_floats : kernels::ops_for(dev).attention_workspace_floats;
-  const auto cls_ws =
-      lowp ? kernels::bf16_ops_for(dev).classifier_workspace_floats : kernels::ops_for(dev).classifier_workspace_floats;
-  o.ws = std::max(attn_ws(B, T, Cl, NH, threads), tp > 1 ? 0 : cls_ws(N, cfg.vocab_size, threads));
-  off = 0;
-  o.s_dres = take(Nl * C);
-  o.s_tmp = take(Nl * C);
-  o.s_dfch = take(N * 4 * Cl);
-  o.s_dfch2 = take(N * 4 * Cl);
-  if (sp) {
-    o.s_full = take(N * C);
-    o.s_gfull = take(N * C);
-  }
-  o.scratch = off;
-  const int64_t es = lowp ? 2 : 4;
-  o.sizes.activation_bytes = o.acts * es + o.stats * 4;
-  o.sizes.scratch_bytes = o.scratch * es + o.ws * 4;
-  return o;
-}
-
 int64_t GPT::num_params_nanogpt() const {
-  return layout_.global_count() - cfg_.block_size * cfg_.n_embd;  // wpe excluded, as nanoGPT prints it
+  // The whole model's (every stage's), wpe excluded, as nanoGPT prints it.
+  return static_cast<int64_t>(cfg_.num_params()) - cfg_.block_size * cfg_.n_embd;
 }
 
 void GPT::set_store(ParamStore* store) {
@@ -281,104 +190,132 @@ std::optional<kernels::Bf16CopyScope> GPT::weight_copy_scope() {
 }
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, const StepContext& ctx) {
+  PARALLM_CHECK(num_chunks() == 1 && layout_.first_stage() && layout_.last_stage(), InternalError, "gpt.forward",
+                "a pipeline stage runs forward_chunk");
+  return forward_chunk(0, 0, tokens, targets, B, T, ctx);
+}
+
+float GPT::forward_chunk(int chunk, int set, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                         const StepContext& ctx) {
+  PARALLM_CHECK(!ctx.need_grad || targets || !last_chunk(chunk), ShapeError, "gpt.forward", "gradients need targets");
+  begin_pass(chunk, set, tokens, targets, B, T, "gpt.forward");
   const auto copy = weight_copy_scope();
-  if (compute_ == DType::BF16) return forward_impl(*kb_, tokens, targets, B, T, ctx);
-  return forward_impl<float>(*k_, tokens, targets, B, T, ctx);
+  float loss = compute_ == DType::BF16 ? forward_impl(*kb_, chunk, tokens, targets, B, T, ctx)
+                                       : forward_impl<float>(*k_, chunk, tokens, targets, B, T, ctx);
+  SetState& st = cur_set();
+  st.B = B;
+  st.T = T;
+  st.grads_ready = ctx.need_grad && (targets || !last_chunk(chunk));
+  st.weights_pending = false;
+  if (last_chunk(chunk)) {
+    cur_B_ = B;
+    cur_T_ = T;
+    logits_set_ = set;
+  }
+  last_fwd_chunk_ = chunk;
+  last_fwd_set_ = set;
+  return loss;
+}
+
+void GPT::select(int chunk, int set) {
+  PARALLM_CHECK(chunk >= 0 && chunk < num_chunks() && set >= 0 && set < off_.chunks[chunk].sets, InternalError, "gpt",
+                "chunk {} set {} outside this stage's {} chunks (set counts)", chunk, set, num_chunks());
+  chunk_ = chunk;
+  set_ = set;
+  shift_a_ = set * co().acts_stride;
+  shift_s_ = set * co().stats_stride;
+}
+
+void GPT::begin_pass(int chunk, int set, const int32_t*& tokens, const int32_t*& targets, int64_t B, int64_t T,
+                     const char* where) {
+  select(chunk, set);
+  PARALLM_CHECK(B > 0 && B <= max_B_ && T > 0 && T <= max_T_, ShapeError, where,
+                "batch {}x{} exceeds the model's allocated {}x{}", B, T, max_B_, max_T_);
+  const int64_t N = B * T, V = cfg_.vocab_size;
+  PARALLM_CHECK(N % token_multiple() == 0, ShapeError, where,
+                "sequence parallelism splits the batch's {} x {} tokens over {} ranks: they do not divide", B, T,
+                token_multiple());
+  if (!first_chunk(chunk)) tokens = nullptr;  // only the embedding reads them
+  if (!last_chunk(chunk)) targets = nullptr;  // only the loss
+  if (tokens)
+    for (int64_t i = 0; i < N; ++i)
+      PARALLM_CHECK(tokens[i] >= 0 && tokens[i] < V, ShapeError, where,
+                    "token {} at position {} is outside the vocabulary [0, {})", tokens[i], i, V);
+  if (targets)
+    for (int64_t i = 0; i < N; ++i)
+      PARALLM_CHECK(targets[i] >= 0 && targets[i] < V, ShapeError, where,
+                    "target {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
+  if (dev_.is_cpu() || (!tokens && !targets)) return;
+  PARALLM_CHECK(pending_losses_ == 0, InternalError, where,
+                "the previous forward's deferred loss was not read (deferred_loss())");
+  // Through page-locked staging: the copies queue behind the GPU's work
+  // instead of waiting for it to drain. The staging is reused only once the
+  // previous upload has left it. Each activation set has its own copies
+  // (backward's embedding reads them again).
+  uploaded_->wait();
+  auto* stage = staging_.as<int32_t>();
+  const int64_t at = set * max_B_ * max_T_;
+  if (tokens) {
+    std::copy(tokens, tokens + N, stage);
+    gpu::memcpy_h2d_async(tokens_d_.data() + at, stage, N * sizeof(int32_t));
+    tokens = tokens_d_.data() + at;
+  }
+  if (targets) {
+    std::copy(targets, targets + N, stage + max_B_ * max_T_);
+    gpu::memcpy_h2d_async(targets_d_.data() + at, stage + max_B_ * max_T_, N * sizeof(int32_t));
+    targets = targets_d_.data() + at;
+  }
+  uploaded_->record();
 }
 
 template <class A>
-float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, const int32_t* targets, int64_t B,
-                        int64_t T, const StepContext& ctx) {
-  PARALLM_CHECK(B > 0 && B <= max_B_ && T > 0 && T <= max_T_, ShapeError, "gpt.forward",
-                "batch {}x{} exceeds the model's allocated {}x{}", B, T, max_B_, max_T_);
-  PARALLM_CHECK(!ctx.need_grad || targets, ShapeError, "gpt.forward", "gradients need targets");
+float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets,
+                        int64_t B, int64_t T, const StepContext& ctx) {
   const int64_t N = B * T, C = cfg_.n_embd, V = cfg_.vocab_size;
-  for (int64_t i = 0; i < N; ++i)
-    PARALLM_CHECK(tokens[i] >= 0 && tokens[i] < V, ShapeError, "gpt.forward",
-                  "token {} at position {} is outside the vocabulary [0, {})", tokens[i], i, V);
-  if (targets)
-    for (int64_t i = 0; i < N; ++i)
-      PARALLM_CHECK(targets[i] >= 0 && targets[i] < V, ShapeError, "gpt.forward",
-                    "target {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
-  PARALLM_CHECK(N % token_multiple() == 0, ShapeError, "gpt.forward",
-                "sequence parallelism splits the batch's {} x {} tokens over {} ranks: they do not divide", B, T,
-                token_multiple());
-  cur_B_ = B;
-  cur_T_ = T;
-  if (!dev_.is_cpu()) {
-    PARALLM_CHECK(pending_losses_ == 0, InternalError, "gpt.forward",
-                  "the previous forward's deferred loss was not read (deferred_loss())");
-    // Through page-locked staging: the copies queue behind the GPU's work
-    // instead of waiting for it to drain. The staging is reused only once the
-    // previous upload has left it.
-    uploaded_->wait();
-    auto* stage = staging_.as<int32_t>();
-    std::copy(tokens, tokens + N, stage);
-    gpu::memcpy_h2d_async(tokens_d_.data(), stage, N * sizeof(int32_t));
-    tokens = tokens_d_.data();
-    if (targets) {
-      std::copy(targets, targets + N, stage + max_B_ * max_T_);
-      gpu::memcpy_h2d_async(targets_d_.data(), stage + max_B_ * max_T_, N * sizeof(int32_t));
-      targets = targets_d_.data();
-    }
-    uploaded_->record();
-  }
-  // Parameters come group by group; W(o) is the parameter at flat offset o of the current group.
-  const A* PE = params_of<A>(0, Pass::Forward);  // embeddings, also the tied head
-  const int64_t e0 = layout_.group(0).begin;
+  const bool first = first_chunk(chunk), last = last_chunk(chunk);
+  // The embeddings (group 0) serve the first chunk's embedding and the last one's tied head.
+  const int eg = layout_.embed_group();
+  const A* PE = first || last ? params_of<A>(eg, Pass::Forward) : nullptr;
+  const int64_t e0 = first || last ? layout_.group(eg).begin : 0;
   const A* P = nullptr;
   int64_t p0 = 0;
   auto W = [&](int64_t o) -> const A* { return o < 0 ? nullptr : P + (o - p0); };
   const Fwd f = pass_shape(ctx, B, T);
   const int64_t Nl = f.Nl;
-  const float p = f.p;
-  const uint64_t drop_base = f.drop_base;
   float* ws = ws_.data();
-  A* x = act<A>(off_.encoded);
-  if (tp_) {  // each rank embeds its vocabulary rows' tokens, rank 0 adds the positions; the sum is exact
-    const auto vr = layout_.vocab_rows();
-    A* parts = sp_ ? scr<A>(off_.s_gfull) : x;
-    k.vp_embedding_forward(parts, tokens, PE + (layout_.wte() - e0),
-                           tp_->rank() == 0 ? PE + (layout_.wpe() - e0) : nullptr, B, T, C, vr.v0, vr.rows);
-    if (sp_)
-      scatter_forward(tp_, parts, x, Nl * C);
-    else
-      reduce_forward(tp_, x, N * C);
-  } else {
-    k.embedding_forward(x, tokens, PE + (layout_.wte() - e0), PE + (layout_.wpe() - e0), B, T, C);
-  }
-  if (p > 0)
-    k.dropout_forward(x, x, Nl * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
-                      drop_base);
-
-  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+  A* x = act<A>(co().input);
+  if (first) embed(k, x, tokens, PE, e0, f);
+  const LayerRange r = layout_.chunks()[static_cast<size_t>(chunk)];
+  for (int64_t l = r.begin; l < r.end; ++l) {
     const int g = layout_.group_of_block(l);
     P = params_of<A>(g, Pass::Forward);
     p0 = layout_.group(g).begin;
     block_forward(k, l, x, P, p0, f);
     x = act<A>(off_.la[l].res3);
-    if (l + 1 < cfg_.n_layer) release_group(g, Pass::Forward);  // the last group also holds ln_f
+    if (!(last && l + 1 == r.end)) release_group(g, Pass::Forward);  // the last group also holds ln_f
   }
-  k.layernorm_forward(act<A>(off_.lnf), stat(off_.lnf_mean), stat(off_.lnf_rstd), x, W(layout_.lnf_w()),
-                      W(layout_.lnf_b()), Nl, C);
-  release_group(layout_.num_groups() - 1, Pass::Forward);
-  grads_ready_ = false;
-  if (!targets) {
-    release_group(0, Pass::Forward);
+  if (!last) {
+    if (first) release_group(eg, Pass::Forward);
     return 0.0f;
   }
-  float* losses = stat(off_.losses);
+  k.layernorm_forward(act<A>(co().lnf), stat(co().lnf_mean), stat(co().lnf_rstd), x, W(layout_.lnf_w()),
+                      W(layout_.lnf_b()), Nl, C);
+  release_group(layout_.num_groups() - 1, Pass::Forward);
+  if (!targets) {
+    release_group(eg, Pass::Forward);
+    return 0.0f;
+  }
+  float* losses = stat(co().losses);
   // The tied head adds its wte gradient here; backward adds the embedding's.
-  float* dwte = ctx.need_grad ? group_grads(0) + (layout_.wte() - e0) : nullptr;
+  float* dwte = ctx.need_grad ? group_grads(eg) + (layout_.wte() - e0) : nullptr;
+  A* dlnf = ctx.need_grad ? act<A>(co().dlnf) : nullptr;
   if (tp_)
-    vocab_parallel_loss(k, losses, ctx.need_grad ? act<A>(off_.dlnf) : nullptr, dwte, whole_rows(act<A>(off_.lnf), N),
-                        PE + (layout_.wte() - e0), targets, N, ctx.loss_scale / static_cast<float>(N));
+    vocab_parallel_loss(k, losses, dlnf, dwte, whole_rows(act<A>(co().lnf), N), PE + (layout_.wte() - e0), targets, N,
+                        ctx.loss_scale / static_cast<float>(N));
   else
-    k.classifier_forward_backward(losses, ctx.need_grad ? act<A>(off_.dlnf) : nullptr, dwte, act<A>(off_.lnf),
-                                  PE + (layout_.wte() - e0), targets, N, C, V, ctx.loss_scale / static_cast<float>(N),
-                                  ws);
-  release_group(0, Pass::Forward);  // backward does not read the embedding weights
-  grads_ready_ = ctx.need_grad;
+    k.classifier_forward_backward(losses, dlnf, dwte, act<A>(co().lnf), PE + (layout_.wte() - e0), targets, N, C, V,
+                                  ctx.loss_scale / static_cast<float>(N), ws);
+  release_group(eg, Pass::Forward);  // backward does not read the embedding weights
   if (!dev_.is_cpu()) {
     gpu::memcpy_d2h_async(host_losses(), losses, N * sizeof(float));
     losses_copied_->record();
@@ -387,6 +324,43 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, co
     return deferred_loss();
   }
   return mean_of(losses, N);
+}
+
+template <class A>
+void GPT::embed(const kernels::ModelOps<A>& k, A* x, const int32_t* tokens, const A* PE, int64_t e0, const Fwd& f) {
+  const int64_t N = f.N, Nl = f.Nl, C = cfg_.n_embd;
+  if (tp_) {  // each rank embeds its vocabulary rows' tokens, rank 0 adds the positions; the sum is exact
+    const auto vr = layout_.vocab_rows();
+    A* parts = sp_ ? scr<A>(off_.s_gfull) : x;
+    k.vp_embedding_forward(parts, tokens, PE + (layout_.wte() - e0),
+                           tp_->rank() == 0 ? PE + (layout_.wpe() - e0) : nullptr, f.B, f.T, C, vr.v0, vr.rows);
+    if (sp_)
+      scatter_forward(tp_, parts, x, Nl * C);
+    else
+      reduce_forward(tp_, x, N * C);
+  } else {
+    k.embedding_forward(x, tokens, PE + (layout_.wte() - e0), PE + (layout_.wpe() - e0), f.B, f.T, C);
+  }
+  if (f.p > 0)
+    k.dropout_forward(x, x, Nl * C, f.p, f.ctx->seed, stream_id(kRngDropout, f.ctx->micro_step, cfg_.n_layer, kEmbed),
+                      f.drop_base);
+}
+
+void* GPT::chunk_input(int chunk, int set) {
+  select(chunk, set);
+  return compute_ == DType::BF16 ? static_cast<void*>(act<bfloat16>(co().input)) : act<float>(co().input);
+}
+
+void* GPT::chunk_output(int chunk, int set) {
+  select(chunk, set);
+  const int64_t o = off_.la[static_cast<size_t>(layout_.chunks()[static_cast<size_t>(chunk)].end - 1)].res3;
+  return compute_ == DType::BF16 ? static_cast<void*>(act<bfloat16>(o)) : act<float>(o);
+}
+
+void* GPT::chunk_grad(int chunk, int set) {
+  select(chunk, set);
+  PARALLM_CHECK(co().grad >= 0, InternalError, "gpt", "a whole model has no gradient messages");
+  return compute_ == DType::BF16 ? static_cast<void*>(act<bfloat16>(co().grad)) : act<float>(co().grad);
 }
 
 GPT::Fwd GPT::pass_shape(const StepContext& ctx, int64_t B, int64_t T) const {
@@ -527,154 +501,6 @@ float GPT::deferred_loss() {
   return mean_of(host_losses(), n);
 }
 
-void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx) {
-  const auto copy = weight_copy_scope();
-  if (compute_ == DType::BF16)
-    backward_impl(*kb_, tokens, B, T, ctx);
-  else
-    backward_impl<float>(*k_, tokens, B, T, ctx);
-}
-
-template <class A>
-void GPT::backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, int64_t B, int64_t T,
-                        const StepContext& ctx) {
-  PARALLM_CHECK(grads_ready_ && B == cur_B_ && T == cur_T_, InternalError, "gpt.backward",
-                "backward needs a preceding forward with targets and need_grad on the same batch");
-  grads_ready_ = false;
-  const int64_t N = B * T, C = cfg_.n_embd, NHl = cfg_.n_head / layout_.spec().tp, Cl = C / layout_.spec().tp;
-  // Group by group, from the last block down: W(o) / D(o) are the parameter
-  // and gradient at flat offset o of the current group.
-  const A* P = nullptr;
-  float* G = nullptr;
-  int64_t p0 = 0;
-  auto enter = [&](int g) {
-    P = params_of<A>(g, Pass::Backward);
-    G = group_grads(g);
-    p0 = layout_.group(g).begin;
-  };
-  auto W = [&](int64_t o) -> const A* { return o < 0 ? nullptr : P + (o - p0); };
-  auto D = [&](int64_t o) -> float* { return o < 0 ? nullptr : G + (o - p0); };
-  const int last = layout_.num_groups() - 1;
-  enter(last);
-  const Fwd f = pass_shape(ctx, B, T);
-  const float p = f.p;
-  const int64_t Nl = f.Nl;
-  const uint64_t drop_base = f.drop_base;
-  const bool sel = cfg_.recompute == Recompute::Selective, full = cfg_.recompute == Recompute::Full;
-  A* dres = scr<A>(off_.s_dres);
-  A* dtmp = scr<A>(off_.s_tmp);
-  A* dbig1 = scr<A>(off_.s_dfch);
-  A* dbig2 = scr<A>(off_.s_dfch2);
-  float* ws = ws_.data();
-  if (!dev_.is_cpu()) tokens = tokens_d_.data();  // uploaded by forward
-  // Tensor parallel: d(output) of a row-parallel linear, on all rows
-  // (sequence parallel: this rank's rows gathered, scatter's backward half) ...
-  auto whole_dout = [&](const A* dlocal) -> const A* {
-    if (!sp_) return dlocal;
-    A* whole = scr<A>(off_.s_gfull);
-    scatter_backward(tp_, dlocal, whole, Nl * C);
-    return whole;
-  };
-  // ... and a column-parallel linear's input gradient: partial sums written
-  // to `partial`, then combined into dtmp (copy's or gather's backward half).
-  A* partial = sp_ ? scr<A>(off_.s_gfull) : dtmp;
-  auto combine_dinp = [&] {
-    if (sp_)
-      gather_backward(tp_, partial, dtmp, Nl * C);
-    else
-      copy_backward(tp_, dtmp, N * C);
-  };
-  // dres += LayerNorm backward over this rank's rows. Sequence parallel, the
-  // weight gradients are partial sums: summed over the group, then added.
-  auto ln_backward = [&](int64_t w, int64_t b, const A* dout, const A* inp, const float* mean, const float* rstd) {
-    if (!sp_) {
-      k.layernorm_backward(dres, D(w), D(b), dout, inp, W(w), mean, rstd, Nl, C);
-      return;
-    }
-    float* s = stat(off_.ln_grad);
-    zero_device(s, 2 * C * sizeof(float));
-    k.layernorm_backward(dres, s, b >= 0 ? s + C : nullptr, dout, inp, W(w), mean, rstd, Nl, C);
-    tp_->sum(s, 2 * C);
-    k_->add_inplace(D(w), s, C);
-    if (b >= 0) k_->add_inplace(D(b), s + C, C);
-  };
-  // d(residual stream) from the final LayerNorm.
-  zero_device(dres, sizeof(A) * Nl * C);
-  const A* xlast = act<A>(cfg_.n_layer > 0 ? off_.la.back().res3 : off_.encoded);
-  ln_backward(layout_.lnf_w(), layout_.lnf_b(), act<A>(off_.dlnf), xlast, stat(off_.lnf_mean), stat(off_.lnf_rstd));
-  // Reports parameters (by flat offset; -1 = absent bias) whose gradients are final.
-  auto ready = [&](std::initializer_list<int64_t> offsets) {
-    if (!ctx.grads_ready) return;
-    for (int64_t o : offsets)
-      if (o >= 0) ctx.grads_ready(layout_.unit_at(o));
-  };
-  ready({layout_.lnf_w(), layout_.lnf_b()});
-  // Gradient through a residual branch's dropout: a fresh buffer, or dres itself.
-  auto through_dropout = [&](int64_t l, uint64_t site) -> const A* {
-    if (p <= 0) return dres;
-    k.dropout_backward(dtmp, dres, Nl * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site), drop_base);
-    return dtmp;
-  };
-  for (int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
-    const auto& a = off_.la[l];
-    const auto& bp = layout_.block(l);
-    const int g = layout_.group_of_block(l);
-    if (g != last) enter(g);
-    const A* x_in = l == 0 ? act<A>(off_.encoded) : act<A>(off_.la[l - 1].res3);
-    // The shared buffers still hold the last block's forward (backward follows
-    // its forward on the same batch): only the blocks below it are redone.
-    const bool redo = l + 1 < cfg_.n_layer;
-    if (full && redo) block_forward(k, l, x_in, P, p0, f);  // the block's buffers, redone from its input
-    // MLP branch: res3 = res2 + drop(fcproj(gelu(fc(ln2(res2)))))
-    const A* dmlp = whole_dout(through_dropout(l, kMlpResid));
-    if (sel && redo) k.gelu_forward(act<A>(a.fch_gelu), act<A>(a.fch), N * 4 * Cl, cfg_.gelu);
-    k.matmul_backward(dbig2, D(bp.fcproj_w), D(bp.fcproj_b), dmlp, act<A>(a.fch_gelu), W(bp.fcproj_w), N, 4 * Cl, C);
-    ready({bp.fcproj_w, bp.fcproj_b});
-    k.gelu_backward(dbig1, act<A>(a.fch), dbig2, N * 4 * Cl, cfg_.gelu);
-    if (sel && redo)
-      k.layernorm_forward(act<A>(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), act<A>(a.res2), W(bp.ln2_w), W(bp.ln2_b),
-                          Nl, C);
-    k.matmul_backward(partial, D(bp.fc_w), D(bp.fc_b), dbig1, whole_rows(act<A>(a.ln2), N), W(bp.fc_w), N, C, 4 * Cl);
-    combine_dinp();
-    ready({bp.fc_w, bp.fc_b});
-    ln_backward(bp.ln2_w, bp.ln2_b, dtmp, act<A>(a.res2), stat(a.ln2_mean), stat(a.ln2_rstd));
-    ready({bp.ln2_w, bp.ln2_b});
-    // Attention branch: res2 = x + drop(proj(attn(qkv(ln1(x)))))
-    const A* dattn = whole_dout(through_dropout(l, kAttnResid));
-    k.matmul_backward(dbig1, D(bp.proj_w), D(bp.proj_b), dattn, act<A>(a.atty), W(bp.proj_w), N, Cl, C);
-    ready({bp.proj_w, bp.proj_b});
-    const kernels::AttnDropout ad = attn_dropout(ctx, l, p);
-    k.attention_backward(dbig2, dbig1, act<A>(a.qkv), act<A>(a.atty), stat(a.lse), B, T, Cl, NHl, ad, ws);
-    if (sel && redo)
-      k.layernorm_forward(act<A>(a.ln1), stat(a.ln1_mean), stat(a.ln1_rstd), x_in, W(bp.ln1_w), W(bp.ln1_b), Nl, C);
-    k.matmul_backward(partial, D(bp.qkv_w), D(bp.qkv_b), dbig2, whole_rows(act<A>(a.ln1), N), W(bp.qkv_w), N, C,
-                      3 * Cl);
-    combine_dinp();
-    ready({bp.qkv_w, bp.qkv_b});
-    ln_backward(bp.ln1_w, bp.ln1_b, dtmp, x_in, stat(a.ln1_mean), stat(a.ln1_rstd));
-    ready({bp.ln1_w, bp.ln1_b});
-    group_grads_done(g);
-    release_group(g, Pass::Backward);
-  }
-  const A* demb = dres;
-  if (p > 0) {
-    k.dropout_backward(dtmp, dres, Nl * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
-                       drop_base);
-    demb = dtmp;
-  }
-  float* GE = group_grads(0);
-  const int64_t e0 = layout_.group(0).begin;
-  if (tp_) {  // demb is whole on every rank: each adds its vocabulary rows' part; wpe's gradient is the same everywhere
-    const auto vr = layout_.vocab_rows();
-    k.vp_embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0), whole_dout(demb), tokens, B, T, C,
-                            vr.v0, vr.rows);
-  } else {
-    k.embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0), demb, tokens, B, T, C);
-  }
-  ready({layout_.wpe(), layout_.wte()});
-  group_grads_done(0);
-}
-
 void GPT::last_logits(float* out, int64_t B, int64_t T, int64_t pos) {
   if (pos < 0) pos = T - 1;
   PARALLM_CHECK(pos < T, ShapeError, "gpt.last_logits", "position {} is past the sequence's {} tokens", pos, T);
@@ -696,8 +522,10 @@ void GPT::all_logits(float* out, int64_t B, int64_t T) {
 template <class A>
 void GPT::logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int64_t T, int64_t pos) {
   const bool last_only = pos >= 0;
-  PARALLM_CHECK(B == cur_B_ && T == cur_T_, InternalError, last_only ? "gpt.last_logits" : "gpt.all_logits",
-                "call after forward on the same batch");
+  PARALLM_CHECK(layout_.last_stage() && B == cur_B_ && T == cur_T_, InternalError,
+                last_only ? "gpt.last_logits" : "gpt.all_logits",
+                "call on the last stage after forward on the same batch");
+  select(num_chunks() - 1, logits_set_);  // where the last stage's last forward left ln_f's output
   // Tensor parallel, each rank computes its vocabulary rows' logits and the
   // group gathers them ([rank][row][column]), real columns only into `out`.
   const int64_t C = cfg_.n_embd, V = cfg_.vocab_size, rows = last_only ? B : B * T;
@@ -709,7 +537,7 @@ void GPT::logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int6
     o = mine.data();
   }
   const A* wte = params_of<A>(0, Pass::Forward) + (layout_.wte() - layout_.group(0).begin);
-  const A* lnf = whole_rows(act<A>(off_.lnf), B * T);  // sequence parallel: every rank's rows
+  const A* lnf = whole_rows(act<A>(co().lnf), B * T);  // sequence parallel: every rank's rows
   if (last_only)
     for (int64_t b = 0; b < B; ++b) k.classifier_logits(o + b * Vr, lnf + (b * T + pos) * C, wte, 1, C, Vr);
   else
@@ -726,5 +554,14 @@ void GPT::logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int6
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t v = 0; v < V; ++v) out[r * V + v] = host[((v / Vr) * rows + r) * Vr + v % Vr];
 }
+
+template void GPT::block_forward<float>(const kernels::ModelOps<float>&, int64_t, const float*, const float*, int64_t,
+                                        const Fwd&);
+template void GPT::block_forward<bfloat16>(const kernels::ModelOps<bfloat16>&, int64_t, const bfloat16*,
+                                           const bfloat16*, int64_t, const Fwd&);
+template const float* GPT::whole_rows<float>(const float*, int64_t);
+template const bfloat16* GPT::whole_rows<bfloat16>(const bfloat16*, int64_t);
+template const float* GPT::params_of<float>(int, Pass);
+template const bfloat16* GPT::params_of<bfloat16>(int, Pass);
 
 }  // namespace parallm::model

@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -73,6 +74,23 @@ struct GPTStorage {
   DType compute = DType::F32;
 };
 
+// A pipeline stage's model (pipeline parallelism): which chunks of layers
+// this rank holds (the layout's StageSpec), how many micro-batches each chunk
+// keeps activations for at once (the schedule's in-flight count: an
+// activation set per micro-batch, sized at construction), and whether the
+// backward pass is run as two halves, input gradients (B) then weight
+// gradients (W), as zero-bubble schedules do: B then keeps the gradients of
+// every linear layer's output until W.
+struct PipelinePart {
+  StageSpec stage;              // empty: the whole model
+  std::vector<int> in_flight;   // per chunk; empty: one set each
+  bool split_backward = false;  // keep what W needs after B
+  bool pipelined() const { return !stage.chunks.empty(); }
+};
+
+// Which part of a chunk's backward pass to run.
+enum class BackwardPart { All, Input, Weight };
+
 class GPT {
  public:
   // With a tensor-parallel group `tp` (not owned; nullptr or a group of one:
@@ -85,8 +103,9 @@ class GPT {
   // the batch), gathered before the column-parallel products and
   // reduce-scattered after the row-parallel ones; every pass's B*T must then
   // divide by tp.
+  // With `pipe`, the model holds one pipeline stage (PipelinePart above).
   GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev = Device::cpu(), GPTStorage storage = {},
-      TensorGroup* tp = nullptr, bool sequence_parallel = false);
+      TensorGroup* tp = nullptr, bool sequence_parallel = false, PipelinePart pipe = {});
   // From now on parameters and gradients are reached through `store`, group by
   // group (nullptr: the model's own buffers again). Not owned.
   void set_store(ParamStore* store);
@@ -135,6 +154,31 @@ class GPT {
   // Accumulates gradients (+=) of loss_scale * mean loss into grads(). Call
   // after forward() with ctx.need_grad and the same B, T, ctx.
   void backward(const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx);
+
+  // Pipeline stages: the passes over chunk `chunk` of this rank (0-based, in
+  // layer order) for the micro-batch held in activation set `set` (< its
+  // in-flight count). forward_chunk starts from the tokens on the model's
+  // first chunk, else from chunk_input (received first); on the last chunk it
+  // returns the loss (with targets), else 0 and the output lies in
+  // chunk_output. backward_chunk (after forward_chunk with need_grad on the
+  // same set) starts from chunk_grad, which holds d(output) (received first;
+  // on the last chunk from the loss), and leaves d(input) there (to send; the
+  // first chunk has none). BackwardPart::Input then Weight with split_backward.
+  // forward()/backward() above are chunk 0, set 0 of a whole model.
+  int num_chunks() const { return static_cast<int>(layout_.chunks().size()); }
+  bool first_chunk(int chunk) const { return chunk == 0 && layout_.first_stage(); }
+  bool last_chunk(int chunk) const { return chunk == num_chunks() - 1 && layout_.last_stage(); }
+  float forward_chunk(int chunk, int set, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
+                      const StepContext& ctx);
+  void backward_chunk(int chunk, int set, const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx,
+                      BackwardPart part = BackwardPart::All);
+  // The messages between stages: `message_count(B, T)` elements of the
+  // compute type (this rank's rows of the residual stream) on device().
+  void* chunk_input(int chunk, int set);
+  void* chunk_output(int chunk, int set);
+  void* chunk_grad(int chunk, int set);
+  int64_t message_count(int64_t B, int64_t T) const { return B * T / token_multiple() * cfg_.n_embd; }
+
   // After forward(): logits [B, V] of position `pos` (default: the last, T - 1) of each sequence.
   void last_logits(float* out, int64_t B, int64_t T, int64_t pos = -1);
   // After forward(..., targets, ...): logits [B*T, V] of all positions (tests, small models).
@@ -149,11 +193,14 @@ class GPT {
     int64_t activation_bytes = 0, scratch_bytes = 0;
   };
   static Buffers buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
-                         DType compute = DType::F32, int tp = 1, bool sequence_parallel = false);
+                         DType compute = DType::F32, int tp = 1, bool sequence_parallel = false,
+                         const PipelinePart& pipe = {});
   // Sequence parallel: the multiple every pass's B*T must be (1 otherwise).
   int64_t token_multiple() const { return sp_ ? layout_.spec().tp : 1; }
 
  private:
+  // Dropout sites, for the RNG stream of each mask.
+  enum Site : uint64_t { kAttnProbs = 0, kAttnResid = 1, kMlpResid = 2, kEmbed = 3 };
   GPTConfig cfg_;
   ParamLayout layout_;
   int64_t max_B_, max_T_;
@@ -179,15 +226,6 @@ class GPT {
   // Group g's parameters in the compute type A (bf16: the refreshed copy).
   template <class A>
   const A* params_of(int g, Pass pass);
-  template <class A>
-  float forward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T,
-                     const StepContext& ctx);
-  template <class A>
-  void backward_impl(const kernels::ModelOps<A>& k, const int32_t* tokens, int64_t B, int64_t T,
-                     const StepContext& ctx);
-  float* host_losses() const;  // the losses' part of staging_
-  static float mean_of(const float* losses, int64_t n);
-  kernels::AttnDropout attn_dropout(const StepContext& ctx, int64_t l, float p) const;
   // One pass's shape: B, T, N = B*T rows, Nl of them on this rank (sequence
   // parallel: N/tp), the dropout rate and the global index of element 0 of
   // this rank's residual rows (layout-invariant masks).
@@ -197,6 +235,32 @@ class GPT {
     uint64_t drop_base = 0;
     const StepContext* ctx = nullptr;
   };
+  template <class A>
+  float forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets, int64_t B,
+                     int64_t T, const StepContext& ctx);
+  // The first chunk's embedding (and its dropout) into x.
+  template <class A>
+  void embed(const kernels::ModelOps<A>& k, A* x, const int32_t* tokens, const A* PE, int64_t e0, const Fwd& f);
+  // Backward of the selected chunk and set: all of it, or the input half (B:
+  // input gradients and LayerNorm gradients, keeping the linear layers'
+  // output gradients) or the weight half (W: the linear layers' and the
+  // embedding's gradients from what B kept).
+  template <class A>
+  void backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const Fwd& f, BackwardPart part);
+  template <class A>
+  void weight_backward(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const Fwd& f);
+  // The first chunk's embedding gradients from d(embedding output) `demb`.
+  template <class A>
+  void embedding_backward(const kernels::ModelOps<A>& k, const A* demb, const int32_t* tokens, const Fwd& f);
+  // Checks a pass's shape and tokens and (GPU) uploads them into activation set `set`'s copies.
+  void begin_pass(int chunk, int set, const int32_t*& tokens, const int32_t*& targets, int64_t B, int64_t T,
+                  const char* where);
+  void select(int chunk, int set);  // act()/stat() now address this chunk's activation set
+  // Reports parameters (by flat offset; -1 = absent) whose gradients are final (ctx.grads_ready).
+  void ready(const StepContext& ctx, std::initializer_list<int64_t> offsets) const;
+  float* host_losses() const;  // the losses' part of staging_
+  static float mean_of(const float* losses, int64_t n);
+  kernels::AttnDropout attn_dropout(const StepContext& ctx, int64_t l, float p) const;
   Fwd pass_shape(const StepContext& ctx, int64_t B, int64_t T) const;
   // Transformer block l's forward from its input x (parameters at P, the block's group from flat offset p0).
   template <class A>
@@ -205,6 +269,7 @@ class GPT {
   void linear_residual(const kernels::ModelOps<A>& k, A* out, const A* res, const A* inp, const A* w, const A* bias,
                        int64_t IN, int64_t l, uint64_t site, const Fwd& f);
   void zero_device(void* p, size_t bytes) const;
+  void copy_device(void* dst, const void* src, size_t bytes) const;
   // Sequence parallel: this rank's rows of a [N, C] activation gathered into
   // the whole-row buffer; otherwise the activation itself.
   template <class A>
@@ -239,22 +304,38 @@ class GPT {
   }
   template <class A>
   A* act(int64_t off) const {
-    return of_type<A>(acts_, acts_lp_, off);
+    return of_type<A>(acts_, acts_lp_, off >= off_.acts_sets ? off + shift_a_ : off);
   }
   template <class A>
   A* scr(int64_t off) const {
     return of_type<A>(scratch_, scratch_lp_, off);
   }
-  float* stat(int64_t off) const { return stats_.data() + off; }
+  float* stat(int64_t off) const { return stats_.data() + (off < off_.stats_fixed ? off + shift_s_ : off); }
   // Layout of activations for a given (B, T): computed for max sizes, reused.
   struct LayerActs {
     int64_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
+    // split_backward: B's gradients of the linear layers' outputs, kept for W
+    // (fcproj, proj: whole rows; fc (after GELU's backward), qkv: this rank's columns).
+    int64_t d_fcproj = -1, d_fc = -1, d_proj = -1, d_qkv = -1;
+  };
+  // A chunk's own buffers in its activation set 0 (set s is `acts_stride` /
+  // `stats_stride` further): its input (the embedding's output on the first
+  // chunk), the gradient message (pipelined), and on the model's last chunk
+  // ln_f, the losses and d(ln_f output).
+  struct ChunkActs {
+    int64_t input = 0, grad = -1, lnf = -1, lnf_mean = -1, lnf_rstd = -1, losses = -1, dlnf = -1;
+    int64_t acts_stride = 0, stats_stride = 0;
+    int sets = 1;
   };
   // Every buffer offset for a (B, T), and the totals: means, rstds, lse and
-  // losses index stats_, the rest acts_ (s_* index scratch_).
+  // losses index stats_, the rest acts_ (s_* index scratch_). Per-set offsets
+  // (la, chunks) are those of set 0: acts_ from `acts_sets` on and stats_
+  // below `stats_fixed` move with the set; recompute's shared buffers (before
+  // acts_sets) and the loss's transients (from stats_fixed) do not.
   struct Carve {
-    std::vector<LayerActs> la;
-    int64_t encoded = 0, lnf = 0, lnf_mean = 0, lnf_rstd = 0, losses = 0, dlnf = 0;
+    std::vector<LayerActs> la;  // by layer (held ones)
+    std::vector<ChunkActs> chunks;
+    int64_t acts_sets = 0, stats_fixed = 0;
     int64_t logits = 0, xmax = 0, xsums = 0, dlogits = 0;  // vocabulary-parallel loss (tp > 1)
     int64_t s_full = 0, s_gfull = 0, ln_grad = 0;          // sequence parallel: whole-row buffers, LayerNorm grads
     int64_t s_dres = 0, s_tmp = 0, s_dfch = 0, s_dfch2 = 0;
@@ -262,10 +343,24 @@ class GPT {
     Buffers sizes;
   };
   static Carve carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute, int tp,
-                     bool sp);
+                     bool sp, const PipelinePart& pipe);
   Carve off_;  // offsets into acts_ and scratch_ for the allocated (max) B, T
-  int64_t cur_B_ = 0, cur_T_ = 0;
-  bool grads_ready_ = false;
+  PipelinePart pipe_;
+  // The selected chunk and activation set, and the shifts of the set's offsets.
+  int chunk_ = 0, set_ = 0;
+  int64_t shift_a_ = 0, shift_s_ = 0;
+  const ChunkActs& co() const { return off_.chunks[static_cast<size_t>(chunk_)]; }
+  // Per chunk and set: the batch shape of its forward and whether its backward
+  // may follow (forward with need_grad, backward not run yet) / its weight half.
+  struct SetState {
+    int64_t B = 0, T = 0;
+    bool grads_ready = false, weights_pending = false;
+  };
+  std::vector<std::vector<SetState>> sets_;
+  SetState& cur_set() { return sets_[static_cast<size_t>(chunk_)][static_cast<size_t>(set_)]; }
+  int last_fwd_chunk_ = -1, last_fwd_set_ = -1;  // recompute: whose forward the shared buffers hold
+  int64_t cur_B_ = 0, cur_T_ = 0;                // the last forward of the model's last chunk (logits) ...
+  int logits_set_ = 0;                           // ... and its activation set
 };
 
 }  // namespace parallm::model

@@ -75,11 +75,12 @@ void ParamLayout::init_slots(float* out, int64_t begin, int64_t end, uint64_t se
     switch (s.init) {
       case ParamSlot::Init::Normal:
         if (!s.placement.sharded()) {
-          fill_normal(p, s.numel, 0.0f, s.init_std, seed, stream_id(kRngInit, i));
+          fill_normal(p, s.numel, 0.0f, s.init_std, seed, stream_id(kRngInit, s.global_index));
           break;
         }
         whole.resize(static_cast<size_t>(shape_numel(s.global_shape)));
-        fill_normal(whole.data(), static_cast<int64_t>(whole.size()), 0.0f, s.init_std, seed, stream_id(kRngInit, i));
+        fill_normal(whole.data(), static_cast<int64_t>(whole.size()), 0.0f, s.init_std, seed,
+                    stream_id(kRngInit, s.global_index));
         slice(static_cast<int>(i), whole.data(), p);
         break;
       case ParamSlot::Init::Zeros:
@@ -234,54 +235,92 @@ int64_t ParamLayout::add(const std::string& name, Shape shape, ParamSlot::Init i
   s.init = init;
   s.init_std = std;
   s.decay = decay;
+  s.global_index = next_global_++;
   total_ += (s.numel + 15) / 16 * 16;  // keep every parameter 64-byte aligned
   count_ += s.numel;
   slots_.push_back(s);
   return s.offset;
 }
 
-ParamLayout::ParamLayout(const GPTConfig& c, ShardSpec spec) : spec_(spec) {
+namespace {
+// The chunks checked against the model (every layer in one chunk when none are given).
+std::vector<LayerRange> checked_chunks(const GPTConfig& c, const StageSpec& stage) {
+  if (stage.chunks.empty()) return {{0, c.n_layer}};
+  int64_t prev = 0;
+  for (const auto& r : stage.chunks) {
+    PARALLM_CHECK(r.begin >= prev && r.begin < r.end && r.end <= c.n_layer, ConfigError, "model.params",
+                  "a pipeline chunk of layers [{}, {}) is empty, overlaps the previous one or leaves the model's {} "
+                  "layers",
+                  r.begin, r.end, c.n_layer);
+    prev = r.end;
+  }
+  return stage.chunks;
+}
+}  // namespace
+
+size_t ParamLayout::held_blocks() const {
+  return static_cast<size_t>(std::count_if(block_group_.begin(), block_group_.end(), [](int g) { return g >= 0; }));
+}
+
+ParamLayout::ParamLayout(const GPTConfig& c, ShardSpec spec, StageSpec stage)
+    : chunks_(checked_chunks(c, stage)), n_layer_(c.n_layer), spec_(spec) {
   using I = ParamSlot::Init;
   PARALLM_CHECK(spec.tp >= 1 && spec.rank >= 0 && spec.rank < spec.tp, ConfigError, "model.params",
                 "tensor-parallel rank {} is outside a group of {}", spec.rank, spec.tp);
   PARALLM_CHECK(c.n_head % spec.tp == 0, ConfigError, "config",
                 "model.n_head={} is not divisible by parallel.tp={}: tensor parallelism splits attention by heads",
                 c.n_head, spec.tp);
+  first_ = chunks_.front().begin == 0;
+  last_ = chunks_.back().end == c.n_layer;
   const int64_t C = c.n_embd;
   const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
   // Megatron's split: c_attn and c_fc by output rows (column-parallel; c_attn's
   // q, k and v each by heads), the projections by input columns (row-parallel,
   // their biases whole), the token table by vocabulary rows.
   const Placement rows{0, 1}, qkv_rows{0, 3}, cols{1, 1}, whole{};
-  wte_ = add_part("transformer.wte.weight", {c.vocab_size, C}, rows, I::Normal, std, true);
-  const int64_t vn = slots_.back().shape[0];
-  vocab_ = {spec.rank * vn, vn, std::clamp<int64_t>(c.vocab_size - spec.rank * vn, 0, vn)};
-  wpe_ = add("transformer.wpe.weight", {c.block_size, C}, I::Normal, std, true);
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const std::string p = "transformer.h." + std::to_string(l) + ".";
-    BlockParams b{};
-    auto bias = [&](const std::string& n, int64_t len, Placement pl, I init) -> int64_t {
-      return c.bias ? add_part(p + n, {len}, pl, init, 0.0f, false) : -1;
-    };
-    b.ln1_w = add(p + "ln_1.weight", {C}, I::Ones, 0.0f, false);
-    b.ln1_b = bias("ln_1.bias", C, whole, I::Zeros);
-    b.qkv_w = add_part(p + "attn.c_attn.weight", {3 * C, C}, qkv_rows, I::Normal, std, true);
-    b.qkv_b = bias("attn.c_attn.bias", 3 * C, qkv_rows, I::Zeros);
-    b.proj_w = add_part(p + "attn.c_proj.weight", {C, C}, cols, I::Normal, proj_std, true);
-    b.proj_b = bias("attn.c_proj.bias", C, whole, I::Zeros);
-    b.ln2_w = add(p + "ln_2.weight", {C}, I::Ones, 0.0f, false);
-    b.ln2_b = bias("ln_2.bias", C, whole, I::Zeros);
-    b.fc_w = add_part(p + "mlp.c_fc.weight", {4 * C, C}, rows, I::Normal, std, true);
-    b.fc_b = bias("mlp.c_fc.bias", 4 * C, rows, I::Zeros);
-    b.fcproj_w = add_part(p + "mlp.c_proj.weight", {C, 4 * C}, cols, I::Normal, proj_std, true);
-    b.fcproj_b = bias("mlp.c_proj.bias", C, whole, I::Zeros);
-    blocks_.push_back(b);
+  if (first_ || last_) {
+    next_global_ = 0;
+    wte_ = add_part("transformer.wte.weight", {c.vocab_size, C}, rows, I::Normal, std, true);
+    slots_.back().tied_copy = !first_;  // the last stage's head: a copy of the first stage's table
+    const int64_t vn = slots_.back().shape[0];
+    vocab_ = {spec.rank * vn, vn, std::clamp<int64_t>(c.vocab_size - spec.rank * vn, 0, vn)};
   }
-  lnf_w_ = add("transformer.ln_f.weight", {C}, I::Ones, 0.0f, false);
-  if (c.bias) lnf_b_ = add("transformer.ln_f.bias", {C}, I::Zeros, 0.0f, false);
-  groups_.push_back({0, blocks_[0].ln1_w});
-  for (int64_t l = 0; l < c.n_layer; ++l)
-    groups_.push_back({blocks_[l].ln1_w, l + 1 < c.n_layer ? blocks_[l + 1].ln1_w : total_});
+  if (first_) wpe_ = add("transformer.wpe.weight", {c.block_size, C}, I::Normal, std, true);
+  blocks_.assign(static_cast<size_t>(c.n_layer), BlockParams{});
+  block_group_.assign(static_cast<size_t>(c.n_layer), -1);
+  const int per_block = c.bias ? 12 : 6;
+  for (const auto& r : chunks_)
+    for (int64_t l = r.begin; l < r.end; ++l) {
+      next_global_ = static_cast<int>(2 + l * per_block);
+      const std::string p = "transformer.h." + std::to_string(l) + ".";
+      BlockParams b{};
+      auto bias = [&](const std::string& n, int64_t len, Placement pl, I init) -> int64_t {
+        return c.bias ? add_part(p + n, {len}, pl, init, 0.0f, false) : -1;
+      };
+      b.ln1_w = add(p + "ln_1.weight", {C}, I::Ones, 0.0f, false);
+      b.ln1_b = bias("ln_1.bias", C, whole, I::Zeros);
+      b.qkv_w = add_part(p + "attn.c_attn.weight", {3 * C, C}, qkv_rows, I::Normal, std, true);
+      b.qkv_b = bias("attn.c_attn.bias", 3 * C, qkv_rows, I::Zeros);
+      b.proj_w = add_part(p + "attn.c_proj.weight", {C, C}, cols, I::Normal, proj_std, true);
+      b.proj_b = bias("attn.c_proj.bias", C, whole, I::Zeros);
+      b.ln2_w = add(p + "ln_2.weight", {C}, I::Ones, 0.0f, false);
+      b.ln2_b = bias("ln_2.bias", C, whole, I::Zeros);
+      b.fc_w = add_part(p + "mlp.c_fc.weight", {4 * C, C}, rows, I::Normal, std, true);
+      b.fc_b = bias("mlp.c_fc.bias", 4 * C, rows, I::Zeros);
+      b.fcproj_w = add_part(p + "mlp.c_proj.weight", {C, 4 * C}, cols, I::Normal, proj_std, true);
+      b.fcproj_b = bias("mlp.c_proj.bias", C, whole, I::Zeros);
+      blocks_[static_cast<size_t>(l)] = b;
+      if (groups_.empty() && wte_ >= 0) groups_.push_back({0, b.ln1_w});  // the embeddings
+      if (!groups_.empty()) groups_.back().end = b.ln1_w;
+      block_group_[static_cast<size_t>(l)] = static_cast<int>(groups_.size());
+      groups_.push_back({b.ln1_w, 0});
+    }
+  if (last_) {
+    next_global_ = static_cast<int>(2 + c.n_layer * per_block);
+    lnf_w_ = add("transformer.ln_f.weight", {C}, I::Ones, 0.0f, false);
+    if (c.bias) lnf_b_ = add("transformer.ln_f.bias", {C}, I::Zeros, 0.0f, false);
+  }
+  groups_.back().end = total_;
 }
 
 int64_t ParamLayout::max_group_size() const {

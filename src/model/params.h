@@ -11,6 +11,12 @@
 // an axis, Megatron's column- and row-parallel linears) and the local shape
 // this rank keeps. Init, checkpoints, ZeRO and the planner read that one table.
 // With tp = 1 every slot is whole and the layout is the one-rank model's.
+//
+// Built for a StageSpec (pipeline parallelism), the layout holds only this
+// rank's layers: the blocks of its chunks, the embeddings on the first stage,
+// ln_f and a copy of the tied token table (the head) on the last. Slot names
+// stay the whole model's, and each slot knows its index in the whole layout
+// (its init stream, its place in a checkpoint).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -42,6 +48,18 @@ struct ShardSpec {
   int rank = 0;  // this rank's index in it
 };
 
+// This rank's part of a pipeline: the layer ranges [begin, end) of its
+// chunks (virtual stages), in increasing order. Empty: every layer (no
+// pipeline). The chunk holding layer 0 starts the model (the embedding), the
+// one ending at n_layer ends it (ln_f and the tied head).
+struct LayerRange {
+  int64_t begin = 0, end = 0;
+  bool operator==(const LayerRange&) const = default;
+};
+struct StageSpec {
+  std::vector<LayerRange> chunks;
+};
+
 struct ParamSlot {
   std::string name;  // nanoGPT state_dict name, e.g. transformer.h.0.attn.c_attn.weight
   Shape shape;       // this rank's part (the whole tensor when replicated or tp = 1)
@@ -49,7 +67,12 @@ struct ParamSlot {
   Placement placement;
   int64_t offset = 0;  // in elements, into the flat buffer (64-byte aligned)
   int64_t numel = 0;
-  bool decay = false;  // AdamW weight decay applies (2-D tensors, as nanoGPT)
+  bool decay = false;    // AdamW weight decay applies (2-D tensors, as nanoGPT)
+  int global_index = 0;  // this slot's index in the whole model's layout (its init stream)
+  // A copy of a parameter another pipeline stage holds (the last stage's tied
+  // token table): its gradient is summed with the owner's, it is not counted
+  // twice in the gradient norm and the owner's copy is what a checkpoint keeps.
+  bool tied_copy = false;
   enum class Init { Normal, Zeros, Ones } init = Init::Normal;
   float init_std = 0.02f;
 };
@@ -64,7 +87,9 @@ class ParamLayout {
  public:
   // The layout of `cfg` on one rank of a tensor-parallel group. ConfigError
   // when the heads (and so the attention and MLP widths) do not divide by spec.tp.
-  explicit ParamLayout(const GPTConfig& cfg, ShardSpec spec = {});
+  // With `stage`, only that pipeline stage's parameters (ConfigError for
+  // chunks that are empty, overlap, leave the model or are out of order).
+  explicit ParamLayout(const GPTConfig& cfg, ShardSpec spec = {}, StageSpec stage = {});
   // An empty layout that another model fills with add() (offsets in call order).
   ParamLayout() = default;
   // Appends a slot (whole, replicated) and returns its offset.
@@ -73,6 +98,16 @@ class ParamLayout {
   int64_t add_part(const std::string& name, Shape global, Placement placement, ParamSlot::Init init, float std,
                    bool decay);
   const ShardSpec& spec() const { return spec_; }
+  // The chunks' layer ranges (one chunk of every layer without a pipeline).
+  const std::vector<LayerRange>& chunks() const { return chunks_; }
+  // Whether this layout holds the embeddings (the first stage) and ln_f with
+  // the head (the last); both for a whole model.
+  bool first_stage() const { return first_; }
+  bool last_stage() const { return last_; }
+  // The whole model on one rank: no tensor and no pipeline split.
+  bool whole() const { return spec_.tp == 1 && first_ && last_ && n_layer_ == static_cast<int64_t>(held_blocks()); }
+  bool holds_block(int64_t l) const { return l >= 0 && l < n_layer_ && block_group_[l] >= 0; }
+  size_t held_blocks() const;
   // The token table's rows on this rank: [v0, v0 + rows) of the vocabulary
   // padded to a multiple of tp, of which the first `valid` are real tokens.
   struct VocabRows {
@@ -96,13 +131,13 @@ class ParamLayout {
   // Parameters of the whole model (every slot's global shape).
   int64_t global_count() const;
   const std::vector<ParamSlot>& slots() const { return slots_; }
-  int64_t total() const { return total_; }               // flat buffer length (with alignment padding)
-  int64_t count() const { return count_; }               // number of real parameters
-  const ParamSlot& find(const std::string& name) const;  // throws ConfigError if unknown
-  const BlockParams& block(int64_t l) const { return blocks_[l]; }
-  int64_t wte() const { return wte_; }
-  int64_t wpe() const { return wpe_; }
-  int64_t lnf_w() const { return lnf_w_; }
+  int64_t total() const { return total_; }                          // flat buffer length (with alignment padding)
+  int64_t count() const { return count_; }                          // number of real parameters
+  const ParamSlot& find(const std::string& name) const;             // throws ConfigError if unknown
+  const BlockParams& block(int64_t l) const { return blocks_[l]; }  // a held block (holds_block)
+  int64_t wte() const { return wte_; }                              // -1 where not held (a middle stage)
+  int64_t wpe() const { return wpe_; }                              // -1 off the first stage
+  int64_t lnf_w() const { return lnf_w_; }                          // -1 off the last stage
   // Units of gradient readiness: one per parameter slot, as contiguous ranges
   // of the flat buffer (alignment padding included), in layout order.
   // Backward finishes them in nearly reverse order (wte last, since the tied
@@ -124,11 +159,13 @@ class ParamLayout {
   int unit_at(int64_t offset) const;
   int64_t lnf_b() const { return lnf_b_; }
   // Groups: the unit of sharding (ZeRO) and of gathering (stage 3). Group 0
-  // holds the embeddings (wte, wpe), group 1 + l transformer block l; the last
-  // block's group also holds ln_f. Contiguous, in layout order, tiling [0, total()).
+  // holds the embeddings (wte, wpe; on a last stage alone, its copy of wte),
+  // then one group per block; the last block's group also holds ln_f. A middle
+  // pipeline stage has no embedding group. Contiguous, in layout order, tiling [0, total()).
   int num_groups() const { return static_cast<int>(groups_.size()); }
   Range group(int g) const { return groups_[g]; }
-  int group_of_block(int64_t l) const { return static_cast<int>(l) + 1; }
+  int group_of_block(int64_t l) const { return block_group_[l]; }
+  int embed_group() const { return wte_ >= 0 ? 0 : -1; }  // -1: none
   int64_t max_group_size() const;
 
  private:
@@ -136,10 +173,15 @@ class ParamLayout {
   // Slots starting in [begin, end), into out[0, end - begin).
   void init_slots(float* out, int64_t begin, int64_t end, uint64_t seed) const;
   std::vector<ParamSlot> slots_;
-  std::vector<BlockParams> blocks_;
+  std::vector<BlockParams> blocks_;  // by layer (held ones filled)
+  std::vector<int> block_group_;     // by layer: its group, -1 where not held
+  std::vector<LayerRange> chunks_;
+  bool first_ = true, last_ = true;
+  int64_t n_layer_ = 0;
+  int next_global_ = 0;  // the whole layout's index of the next slot added
   ShardSpec spec_;
   VocabRows vocab_;
-  int64_t total_ = 0, count_ = 0, wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = -1;
+  int64_t total_ = 0, count_ = 0, wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
 };
 
 }  // namespace parallm::model

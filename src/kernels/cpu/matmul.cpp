@@ -92,7 +92,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, int64_t N, int64_t IN, int64_t OUT) {
   PARALLM_PROFILE("matmul_backward");
   if (dinp) sgemm(false, false, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 0.0f, dinp, IN);
-  sgemm(true, false, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
+  if (dweight) sgemm(true, false, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
   if (dbias) bias_grad(dbias, dout, N, OUT);
 }
 
@@ -112,10 +112,10 @@ void matmul_backward_bf16p(float* dinp, float* dweight, float* dbias, const floa
                            const float* weight, int64_t N, int64_t IN, int64_t OUT) {
   PARALLM_PROFILE("matmul_backward");
   const bfloat16* d = bf16_operand(0, dout, N * OUT);
-  const bfloat16* x = bf16_operand(1, inp, N * IN);
+  const bfloat16* x = dweight ? bf16_operand(1, inp, N * IN) : nullptr;
   const bfloat16* w = dinp ? bf16_operand(2, weight, OUT * IN) : nullptr;
   if (dinp) gemm_bf16(false, false, N, IN, OUT, d, w, 0.0f, dinp, IN);
-  gemm_bf16(true, false, OUT, IN, N, d, x, 1.0f, dweight, IN);
+  if (dweight) gemm_bf16(true, false, OUT, IN, N, d, x, 1.0f, dweight, IN);
   if (dbias) bias_grad(dbias, dout, N, OUT);
 }
 

@@ -43,7 +43,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
         dinp[n * IN + i] = static_cast<float>(acc);
       }
   for (int64_t o = 0; o < OUT; ++o) {
-    for (int64_t i = 0; i < IN; ++i) {
+    for (int64_t i = 0; dweight && i < IN; ++i) {
       double acc = 0;
       for (int64_t n = 0; n < N; ++n) acc += static_cast<double>(dout[n * OUT + o]) * inp[n * IN + i];
       dweight[o * IN + i] += static_cast<float>(acc);
