@@ -41,6 +41,9 @@ const Info kVars[] = {
     {Var::FaultInfGrad, "PARALLM_FAULT_INF_GRAD", "",
      "testing: iterations (e.g. 3,7) whose reduced gradients get an inf on every rank, to exercise overflow "
      "handling"},
+    {Var::FaultStopRank, "PARALLM_FAULT_STOP_RANK", "",
+     "testing: R:I:S, world rank R sends itself signal S (kill or stop) halfway through iteration I's pipeline "
+     "actions, to exercise a peer that dies or hangs mid-step"},
 };
 }  // namespace
 

@@ -28,6 +28,7 @@ enum class Var {
   StoreDir,         // PARALLM_STORE_DIR
   JobId,            // PARALLM_JOB_ID
   FaultInfGrad,     // PARALLM_FAULT_INF_GRAD
+  FaultStopRank,    // PARALLM_FAULT_STOP_RANK
 };
 
 struct Info {

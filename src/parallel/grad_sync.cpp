@@ -18,18 +18,20 @@ namespace parallm::parallel {
 
 namespace {
 
-// The sum of squares of the whole model's gradient, from this rank's. A
-// tensor-parallel rank (tp_sum: its group) holds parts of the split
-// parameters and a copy of the replicated ones: the parts' squares are summed
-// over the group, the copies' counted once (rank 0's, so every rank gets the
-// same bits even if replicated gradients ever differed across the group).
-double model_sum_squares(const model::GPT& m, Device dev, GroupSum* tp_sum) {
+// The sum of squares of the whole model's gradient, from this rank's. The
+// ranks of `model_sum` (tensor x pipeline parallel: the ranks holding one
+// whole model between them) hold parts of the split parameters, their stage's
+// replicated ones and, on the pipeline's last stage, a copy of the tied token
+// table: the parts' squares are summed over the group, a replicated
+// parameter's counted once (tp rank 0's, so every rank gets the same bits even
+// if replicated gradients ever differed across the group), a tied copy not at all.
+double model_sum_squares(const model::GPT& m, Device dev, GroupSum* model_sum) {
   const auto& k = kernels::ops_for(dev);
-  if (!tp_sum) return k.sum_squares(m.grads(), m.flat_size());
+  if (!model_sum) return k.sum_squares(m.grads(), m.flat_size());
   double split = 0, whole = 0;
   for (const auto& s : m.layout().slots())
-    (s.placement.sharded() ? split : whole) += k.sum_squares(m.grads() + s.offset, s.numel);
-  return (*tp_sum)(split + (tp_sum->rank() == 0 ? whole : 0.0));
+    if (!s.tied_copy) (s.placement.sharded() ? split : whole) += k.sum_squares(m.grads() + s.offset, s.numel);
+  return (*model_sum)(split + (m.layout().spec().rank == 0 ? whole : 0.0));
 }
 
 // The global norm of a whole replica's gradient; replicas each compute

@@ -140,9 +140,10 @@ class GradSync {
 GradSyncOptions resolve_grad_sync(GradSyncOptions opt, int dp_size);
 
 // The strategy `opt` (resolved) names, over the data-parallel group `dp`, for model `m`
-// (a ZeRO stage from 2 becomes the model's parameter store). `tp`: the
-// model's tensor-parallel group (the gradient norm counts a replicated
-// parameter once; ZeRO shards each rank's part over `dp`), or nullptr.
+// (a ZeRO stage from 2 becomes the model's parameter store). `tp`: the ranks
+// holding one whole model between them (tensor x pipeline parallel: the
+// gradient norm sums over them, counting a replicated parameter once and a
+// tied copy not at all; ZeRO shards each rank's part over `dp`), or nullptr.
 std::unique_ptr<GradSync> make_grad_sync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt,
                                          comm::Communicator* tp = nullptr);
 

@@ -49,6 +49,11 @@ Mesh::Mesh(comm::Communicator& world, MeshDims dims, int ranks_per_node, bool tp
   dp_ = group(d.dp, (c.pp * d.cp + c.cp) * d.tp + c.tp, c.dp, "dp");
   pp_ = group(d.pp, (c.dp * d.cp + c.cp) * d.tp + c.tp, c.pp, "pp");
   dp_cp_ = group(d.dp * d.cp, c.pp * d.tp + c.tp, c.dp * d.cp + c.cp, "dp_cp");
+  tp_pp_ = group(d.tp * d.pp, c.dp * d.cp + c.cp, c.pp * d.tp + c.tp, "tp_pp");
+  if (d.pp > 1) {  // every rank takes part in the split; the middle stages are left out
+    const bool end = first_stage() || last_stage();
+    ends_ = group(2, end ? (c.dp * d.cp + c.cp) * d.tp + c.tp : -1, c.pp, "ends");
+  }
 }
 
 Mesh::Group Mesh::group(int size, int color, int key, const std::string& name) {
@@ -59,6 +64,10 @@ Mesh::Group Mesh::group(int size, int color, int key, const std::string& name) {
   // A group of one rank needs no collective: it is made on first use.
   if (size == 1) return {};
   owned_.push_back(world_.split(color, key, name));
+  if (!owned_.back()) {  // this rank is not in any group of this kind (color < 0)
+    owned_.pop_back();
+    return {};
+  }
   return {owned_.back().get()};
 }
 

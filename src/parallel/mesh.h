@@ -7,8 +7,11 @@
 // Communicator::split); everything else asks it for a group, a coordinate or
 // a neighbour by name and never computes one itself (picotron's process-group
 // manager and torchtitan's ParallelDims have this shape).
-// Groups: tp, cp, dp, pp (the ranks differing only along that axis) and
-// dp x cp (the ranks holding the same model shard: gradient reduction). Each
+// Groups: tp, cp, dp, pp (the ranks differing only along that axis),
+// dp x cp (the ranks holding the same model shard: gradient reduction), tp x
+// pp (the ranks holding one whole model between them: the gradient norm, a
+// checkpoint's assembly) and the pipeline's two ends (the first and last
+// stage, which both hold the tied token table). Each
 // group orders its ranks by their coordinate along its axes. A group that
 // spans the world is the world communicator itself (data parallelism alone
 // runs exactly as before the mesh existed); a group of one rank is a local
@@ -53,6 +56,10 @@ class Mesh {
   comm::Communicator& pp() const { return get(pp_); }
   comm::Communicator& cp() const { return get(cp_); }
   comm::Communicator& dp_cp() const { return get(dp_cp_); }  // same model shard: gradients are reduced here
+  comm::Communicator& tp_pp() const { return get(tp_pp_); }  // one whole model between them
+  // The first and last pipeline stage of this rank's (dp, cp, tp) line, the
+  // first as rank 0 (a group of one without a pipeline); nullptr on a middle stage.
+  comm::Communicator* ends() const { return first_stage() || last_stage() ? &get(ends_) : nullptr; }
 
   // Pipeline neighbours (world ranks), -1 at either end; and the ends.
   int pp_prev() const;
@@ -74,7 +81,7 @@ class Mesh {
   // world when it spans it, or (one rank) nothing until first used.
   Group group(int size, int color, int key, const std::string& name);
   comm::Communicator& get(Group& g) const;  // makes a one-rank group (a local self communicator) on first use
-  mutable Group dp_, tp_, pp_, cp_, dp_cp_;
+  mutable Group dp_, tp_, pp_, cp_, dp_cp_, tp_pp_, ends_;
   mutable std::vector<std::unique_ptr<comm::Communicator>> owned_;
 };
 

@@ -44,19 +44,23 @@ void TensorParallelGroup::reduce_scatter(const bfloat16* in, bfloat16* out, int6
 
 void gather_whole(comm::Communicator& tp, const model::ParamLayout& part, const model::ParamLayout& whole,
                   const float* mine, float* out) {
-  PARALLM_CHECK(part.spec().tp == tp.size() && part.slots().size() == whole.slots().size(), InternalError,
-                "parallel.tp", "a layout for tp={} gathered over a group of {}", part.spec().tp, tp.size());
+  PARALLM_CHECK(tp.size() % part.spec().tp == 0, InternalError, "parallel.tp",
+                "a layout for tp={} gathered over a group of {}", part.spec().tp, tp.size());
   std::vector<float> buf(static_cast<size_t>(whole.total()), 0.0f);
-  for (int s = 0; s < static_cast<int>(part.slots().size()); ++s)  // replicated slots come from rank 0 alone
-    if (part.slots()[s].placement.sharded() || tp.rank() == 0)
-      part.place(s, mine + part.slots()[s].offset, buf.data() + whole.slots()[s].offset);
+  for (int s = 0; s < static_cast<int>(part.slots().size()); ++s) {
+    // Replicated slots come from tp rank 0 alone, a tied copy from the stage that owns the table.
+    const model::ParamSlot& ps = part.slots()[s];
+    if (!ps.tied_copy && (ps.placement.sharded() || part.spec().rank == 0))
+      part.place(s, mine + ps.offset, buf.data() + whole.slots()[static_cast<size_t>(ps.global_index)].offset);
+  }
   tp.reduce(Tensor::view_of(buf.data(), {whole.total()}, DType::F32), comm::ReduceOp::Sum, 0);
   if (tp.rank() == 0) std::copy(buf.begin(), buf.end(), out);
 }
 
 void slice_whole(const model::ParamLayout& part, const model::ParamLayout& whole, const float* in, float* mine) {
   for (int s = 0; s < static_cast<int>(part.slots().size()); ++s)
-    part.slice(s, in + whole.slots()[s].offset, mine + part.slots()[s].offset);
+    part.slice(s, in + whole.slots()[static_cast<size_t>(part.slots()[s].global_index)].offset,
+               mine + part.slots()[s].offset);
 }
 
 void gather_whole_group(comm::Communicator& tp, const model::ParamLayout& part, const model::ParamLayout& whole, int g,

@@ -36,9 +36,12 @@ class TensorParallelGroup final : public model::TensorGroup {
 };
 
 // Checkpoints hold the whole model (the one-rank layout `whole`), so they
-// load at any tp. gather_whole: the whole flat buffer from every rank's part
-// (`mine`, host floats of part.total()) into `out` on the group's rank 0
-// (others pass nullptr); collective, exact (each element comes from one rank).
+// load at any tp and pp. gather_whole: the whole flat buffer from every rank's
+// part (`mine`, host floats of part.total()) into `out` on the group's rank 0
+// (others pass nullptr); `tp` is the group holding the whole model between
+// its ranks (tensor x pipeline parallel); collective, exact (each element
+// comes from one rank: a replicated slot from tp rank 0, the tied table from
+// the first stage).
 // slice_whole: this rank's part of a whole flat buffer.
 void gather_whole(comm::Communicator& tp, const model::ParamLayout& part, const model::ParamLayout& whole,
                   const float* mine, float* out);

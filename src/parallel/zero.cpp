@@ -97,10 +97,11 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
   }
   if (tp && tp->size() > 1) {
     tp_sum_ = std::make_unique<GroupSum>(*tp);
-    tp_rank_ = tp->rank();
+    tp_rank_ = layout.spec().rank;
     for (int g = 0; g < layout.num_groups(); ++g) {
       const int64_t lo = layout.group(g).begin + piece_[g].offset, hi = lo + piece_[g].count;
       for (const auto& s : layout.slots()) {
+        if (s.tied_copy) continue;  // the pipeline's last stage's copy of wte: counted on the first
         const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
         if (a < b) norm_runs_.push_back({local_[g] + (a - lo), a, b - a, s.placement.sharded()});
       }

@@ -105,8 +105,9 @@ class Zero : public model::ParamStore {
   // params: the model's full parameter buffer (stages 1, 2; nullptr at 3);
   // grads: its full gradient buffer (stage 1 only). prefetch: stage 3's
   // groups gathered ahead.
-  // tp: the tensor-parallel group `layout` is a part for (nullptr or a group
-  // of one: the whole model), for the gradient norm.
+  // tp: the ranks holding one whole model between them, of which `layout` is
+  // a part (tensor x pipeline parallel; nullptr or a group of one: the whole
+  // model), for the gradient norm.
   Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads,
        int prefetch = 1, Offload offload = Offload::None, comm::Communicator* tp = nullptr);
   static ZeroSizes sizes(const model::ParamLayout& layout, int stage, int nranks, int rank, int prefetch,

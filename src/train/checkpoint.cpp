@@ -113,6 +113,29 @@ void finish_and_swap(const fs::path& out_dir, const nlohmann::json& state) {
 }
 }  // namespace
 
+void save_checkpoint_whole(comm::Communicator& group, const std::string& out_dir, const model::ParamLayout& layout,
+                           const model::GPTConfig& cfg, const float* p, const float* om, const float* ov,
+                           int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config) {
+  const model::ParamLayout whole(cfg);
+  const bool root = group.rank() == 0;
+  std::vector<float> wp(root ? whole.total() : 0), wm(wp.size()), wv(wp.size());
+  parallel::gather_whole(group, layout, whole, p, wp.data());
+  parallel::gather_whole(group, layout, whole, om, wm.data());
+  parallel::gather_whole(group, layout, whole, ov, wv.data());
+  // The group agrees on the save: a write error on rank 0 stops every rank
+  // of the group (its peers would otherwise wait in the next collective).
+  std::exception_ptr failed;
+  if (root) try {
+      save_checkpoint(out_dir, whole, wp.data(), wm.data(), wv.data(), optimizer_steps, st, config);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  const bool saved = parallel::GroupAll(group)(!failed);
+  if (failed) std::rethrow_exception(failed);
+  PARALLM_CHECK(saved, IoError, "checkpoint",
+                "rank 0 of the model-parallel group could not save the checkpoint in {} (its error says why)", out_dir);
+}
+
 void save_checkpoint(const std::string& out_dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
                      const nlohmann::json& config, comm::Communicator* tp) {
   const model::ParamLayout& layout = m.layout();
@@ -131,31 +154,13 @@ void save_checkpoint(const std::string& out_dir, const model::GPT& m, const opti
     om = hm.data();
     ov = hv.data();
   }
-  if (layout.spec().tp == 1) {
+  if (layout.whole()) {
     save_checkpoint(out_dir, layout, p, om, ov, opt.steps_taken(), st, config);
     return;
   }
-  // Tensor parallel: the whole model, gathered on the group's rank 0, which writes it.
-  PARALLM_CHECK(tp, InternalError, "checkpoint", "a tensor-parallel model is saved with its group");
-  const model::ParamLayout whole(m.config());
-  const bool root = tp->rank() == 0;
-  std::vector<float> wp(root ? whole.total() : 0), wm(wp.size()), wv(wp.size());
-  parallel::gather_whole(*tp, layout, whole, p, wp.data());
-  parallel::gather_whole(*tp, layout, whole, om, wm.data());
-  parallel::gather_whole(*tp, layout, whole, ov, wv.data());
-  // The group agrees on the save: a write error on rank 0 stops every rank
-  // of the group (its peers would otherwise wait in the next collective).
-  std::exception_ptr failed;
-  if (root) try {
-      save_checkpoint(out_dir, whole, wp.data(), wm.data(), wv.data(), opt.steps_taken(), st, config);
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  const bool saved = parallel::GroupAll(*tp)(!failed);
-  if (failed) std::rethrow_exception(failed);
-  PARALLM_CHECK(saved, IoError, "checkpoint",
-                "rank 0 of the tensor-parallel group could not save the checkpoint in {} (its error says why)",
-                out_dir);
+  // Tensor or pipeline parallel: the whole model, gathered on the group's rank 0, which writes it.
+  PARALLM_CHECK(tp, InternalError, "checkpoint", "a part of the model is saved with its group");
+  save_checkpoint_whole(*tp, out_dir, layout, m.config(), p, om, ov, opt.steps_taken(), st, config);
 }
 
 void save_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, const float* p, const float* om,
@@ -455,11 +460,11 @@ void save_checkpoint_groups(comm::Communicator& world, int writer, int writers, 
 
 void read_checkpoint_part(const nlohmann::json& meta, CkptPart part, const model::ParamLayout& layout,
                           const model::ParamLayout& whole, int64_t begin, int64_t count, float* out) {
-  if (layout.spec().tp == 1) {
+  if (layout.whole()) {
     read_checkpoint_range(meta, part, begin, count, out);
     return;
   }
-  PARALLM_CHECK(layout.num_units() == whole.num_units() && begin >= 0 && count >= 0 && begin + count <= layout.total(),
+  PARALLM_CHECK(layout.num_units() <= whole.num_units() && begin >= 0 && count >= 0 && begin + count <= layout.total(),
                 InternalError, "checkpoint.load", "range [{}, {}) of a part of {} elements (or another model)", begin,
                 begin + count, layout.total());
   constexpr int64_t kWindow = int64_t{1} << 20;  // floats
@@ -470,7 +475,7 @@ void read_checkpoint_part(const nlohmann::json& meta, CkptPart part, const model
     const model::ParamSlot& s = layout.slots()[i];
     const int64_t a = std::max(begin, s.offset), b = std::min(end, s.offset + s.numel);
     if (a >= b) continue;
-    const int64_t base = whole.slots()[i].offset;
+    const int64_t base = whole.slots()[static_cast<size_t>(s.global_index)].offset;
     auto dst = [&](const model::ParamLayout::WholeRun& r) { return out + (s.offset + r.local - begin); };
     const auto runs = layout.whole_runs(i, a - s.offset, b - s.offset);
     for (size_t j = 0; j < runs.size();) {
@@ -501,7 +506,7 @@ TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::Ada
   int64_t steps = 0;
   TrainState st;
   const model::ParamLayout& layout = m.layout();
-  if (m.device().is_cpu() && layout.spec().tp == 1) {
+  if (m.device().is_cpu() && layout.whole()) {
     st = load_checkpoint(out_dir, layout, m.params(), opt ? opt->m() : nullptr, opt ? opt->v() : nullptr, &steps,
                          verify);
     m.params_changed();  // CPU bf16 products read a bf16 copy of the parameters
@@ -511,7 +516,7 @@ TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::Ada
   // Through host buffers: a GPU model's, and a tensor-parallel rank's part of the whole model the checkpoint holds.
   const size_t n = static_cast<size_t>(m.flat_size()), pbytes = n * sizeof(float);
   std::vector<float> hp(n), hm(opt ? n : 0), hv(opt ? n : 0);
-  if (layout.spec().tp == 1) {
+  if (layout.whole()) {
     st = load_checkpoint(out_dir, layout, hp.data(), opt ? hm.data() : nullptr, opt ? hv.data() : nullptr, &steps,
                          verify);
   } else {  // this rank's part of every range, read where it lies in the whole model

@@ -58,14 +58,20 @@ struct TrainState {
   nlohmann::json unwritten_records = nlohmann::json::array();
 };
 
-// A tensor-parallel model is saved whole (the one-rank layout, so it loads
-// at any tp): collective over its group `tp`, whose rank 0 writes.
+// A tensor- or pipeline-parallel model is saved whole (the one-rank layout,
+// so it loads at any tp and pp): collective over `tp`, the ranks holding the
+// whole model between them, whose rank 0 writes.
 void save_checkpoint(const std::string& out_dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
                      const nlohmann::json& config, comm::Communicator* tp = nullptr);
 // The same from host buffers of layout.total() floats each (a sharded run
 // assembles them first): parameters, then AdamW's first and second moments.
 void save_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, const float* params, const float* m,
                      const float* v, int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config);
+// The same from this rank's host buffers (layout.total() floats each: its
+// part's parameters and AdamW moments), collective over `group`.
+void save_checkpoint_whole(comm::Communicator& group, const std::string& out_dir, const model::ParamLayout& layout,
+                           const model::GPTConfig& cfg, const float* params, const float* m, const float* v,
+                           int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config);
 // Reads state.json only (to rebuild the model with the saved config), and
 // checks it: its structure, value ranges and own checksum (IoError naming
 // the field otherwise).

@@ -21,6 +21,7 @@
 #include "core/host.h"
 #include "core/text.h"
 #include "kernels/bf16.h"
+#include "parallel/pipeline_stages.h"
 #include "train/plan.h"
 
 namespace parallm::train {
@@ -379,7 +380,31 @@ void add_parallel_keys(KeyTable& t) {
                 "allow a tensor-parallel group to span nodes (a warning: its exchanges then cross the network)"),
        BOOL_KEY("parallel.sequence_parallel", parallel.sequence_parallel,
                 "Megatron sequence parallelism: LayerNorm, dropout and the residual stream split by tokens over the "
-                "tensor-parallel group (needs parallel.tp > 1)")});
+                "tensor-parallel group (needs parallel.tp > 1)"),
+       {"parallel.pp_schedule",
+        {"string", "gpipe | 1f1b | interleaved | zb-h1: the pipeline's schedule (parallm pipeline draws each)",
+         [](RunConfig& c, const std::string&, const std::string& v) {
+           c.parallel.pp_schedule = parallel::parse_pipe_kind(v);
+         },
+         [](const RunConfig& c) { return nlohmann::json(parallel::pipe_kind_name(c.parallel.pp_schedule)); },
+         std::nullopt}},
+       INT_KEY("parallel.pp_virtual", parallel.pp_virtual, 1, model::kMaxLayers,
+               "chunks (virtual stages) per pipeline rank: > 1 with parallel.pp_schedule=interleaved"),
+       {"parallel.pp_layers",
+        {"string",
+         "layers per virtual stage, comma-separated in stage order (e.g. 3,4,4,3); empty: as even as the layers allow",
+         [](RunConfig& c, const std::string& k, const std::string& v) {
+           c.parallel.pp_layers = v.empty() ? std::vector<int64_t>{} : parse_int_list(v, "config", k);
+         },
+         [](const RunConfig& c) {
+           std::string out;
+           for (int64_t n : c.parallel.pp_layers) {
+             if (!out.empty()) out += ',';
+             out += std::to_string(n);
+           }
+           return nlohmann::json(out);
+         },
+         std::nullopt}}});
 }
 
 // Every key, in one table: --help-keys prints it, set() and to_json() read it.
@@ -514,6 +539,32 @@ void check_fits_host(const RunConfig& c) {
 }  // namespace
 
 namespace {
+// The pipeline's keys against each other and the model.
+void check_pipeline(const ParallelSection& p, const model::GPTConfig& m) {
+  PARALLM_CHECK(p.pp_virtual == 1 || p.pp_schedule == parallel::PipeKind::Interleaved, ConfigError, "config",
+                "parallel.pp_virtual={} needs parallel.pp_schedule=interleaved (got {})", p.pp_virtual,
+                parallel::pipe_kind_name(p.pp_schedule));
+  if (p.pp == 1) {
+    PARALLM_CHECK(p.pp_layers.empty(), ConfigError, "config", "parallel.pp_layers is for parallel.pp > 1");
+    return;
+  }
+  parallel::stage_layer_counts(m.n_layer, static_cast<int>(p.pp * p.pp_virtual), p.pp_layers);
+  PARALLM_CHECK(p.zero.stage < 2, ConfigError, "config",
+                "zero.stage={} with parallel.pp={}: a pipeline accumulates each stage's gradients over the step's "
+                "micro-batches in between other micro-batches' passes, which stages 2 and 3 shard away after every "
+                "backward; use zero.stage=1 (optimizer state sharded over dp) or 0",
+                p.zero.stage, p.pp);
+  PARALLM_CHECK(!p.ddp.deterministic, ConfigError, "config",
+                "ddp.deterministic=true with parallel.pp={}: the deterministic reduction is not built for pipelines "
+                "yet; drop ddp.deterministic",
+                p.pp);
+  PARALLM_CHECK(p.pp_schedule != parallel::PipeKind::ZeroBubble || m.recompute == model::Recompute::None, ConfigError,
+                "config",
+                "model.recompute={} with parallel.pp_schedule=zb-h1: the weight half of the backward would need the "
+                "recomputed buffers again; use model.recompute=none",
+                model::recompute_name(m.recompute));
+}
+
 // The axes of the mesh whose parallelism is not built yet, in words.
 void check_parallel(const ParallelSection& p, const model::GPTConfig& m) {
   const auto missing = [](int64_t degree, const char* key, const char* what) {
@@ -532,7 +583,7 @@ void check_parallel(const ParallelSection& p, const model::GPTConfig& m) {
                 "parallel.sequence_parallel=true splits the sequence over parallel.tp={}, but model.block_size={} is "
                 "not divisible by it",
                 p.tp, m.block_size);
-  missing(p.pp, "parallel.pp", "pipeline parallelism");
+  check_pipeline(p, m);
   missing(p.cp, "parallel.cp", "context parallelism");
   PARALLM_CHECK(p.ddp.shards == 0 || p.ddp.deterministic, ConfigError, "config",
                 "ddp.shards={} only applies with ddp.deterministic=true", p.ddp.shards);
@@ -559,6 +610,9 @@ void RunConfig::check_ranges() const {
                 "lower one of them (optimizer.gas accumulates micro-batches)",
                 B, model.block_size, B * model.block_size, kMaxTokensPerBatch);
   check_parallel(parallel, model);
+  if (parallel.pp > 1)
+    parallel::check_pipe_shape({static_cast<int>(parallel.pp), static_cast<int>(optimizer.gas),
+                                static_cast<int>(parallel.pp_virtual), parallel.pp_schedule});
 }
 
 namespace {
@@ -663,6 +717,9 @@ RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::
                                                  "parallel.dp",
                                                  "parallel.tp",
                                                  "parallel.pp",
+                                                 "parallel.pp_schedule",
+                                                 "parallel.pp_virtual",
+                                                 "parallel.pp_layers",
                                                  "parallel.cp",
                                                  "parallel.tp_across_nodes",
                                                  "parallel.sequence_parallel"};

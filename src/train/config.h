@@ -16,6 +16,7 @@
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
 #include "parallel/mesh.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/zero.h"
 
 namespace parallm::train {
@@ -105,6 +106,9 @@ struct ParallelSection {
   int64_t tp = 1, pp = 1, cp = 1;
   bool tp_across_nodes = false;
   bool sequence_parallel = false;  // Megatron SP inside the tp group
+  parallel::PipeKind pp_schedule = parallel::PipeKind::OneFOneB;
+  int64_t pp_virtual = 1;          // chunks per pipeline rank (interleaved)
+  std::vector<int64_t> pp_layers;  // layers per virtual stage, in order (empty: balanced)
   DdpSection ddp;
   ZeroSection zero;
 };

@@ -18,7 +18,7 @@ float split_loss(Session& s, data::Split split, std::vector<int32_t>& x, std::ve
   for (int64_t k = 0; k < s.cfg.train.eval_iters; ++k) {
     s.loader->get(split, k, 0, x.data(), y.data(), /*eval=*/true);
     for (int64_t j = 0; j < passes; ++j)
-      s.losses.push_back(s.model->forward(x.data() + j * Bs * T, y.data() + j * Bs * T, Bs, T, ctx));
+      s.losses.push_back(s.forward_loss(x.data() + j * Bs * T, y.data() + j * Bs * T, Bs, T, ctx));
   }
   return s.sync->mean_loss(s.losses, s.cfg.train.eval_iters);
 }
@@ -29,8 +29,11 @@ void sample(Session& s, int64_t it) {
   if (t.sample_tokens <= 0 || !s.samples()) return;
   auto prompt = s.vocab.encode(s.prompt);
   const auto n_prompt = static_cast<std::ptrdiff_t>(prompt.size());
+  const auto logits = [&s](const int32_t* tokens, int64_t T, int64_t pos, float* out) {
+    s.last_logits(tokens, T, pos, out);
+  };
   auto out =
-      generate(*s.model, prompt,
+      generate(s.model->config(), s.model->token_multiple(), logits, prompt,
                {t.sample_tokens, t.temperature, t.top_k, t.seed + static_cast<uint64_t>(it), s.vocab.size(), {}});
   if (s.lead)
     s.progress->print("sample:\n" + s.vocab.decode(std::vector<int32_t>(out.begin() + n_prompt, out.end())) + "\n---");

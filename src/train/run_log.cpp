@@ -91,6 +91,7 @@ void record_step(const Session& s, int64_t it, float lr, const StepResult& r) {
   if (r.applied) rec["grad_norm"] = r.norm;  // a skipped step's norm is not finite
   if (s.scaler->active()) rec["loss_scale"] = r.scale;
   if (s.scaler->dynamic()) rec["skipped"] = !r.applied;
+  if (!r.stage_idle.empty()) rec["pp_idle"] = r.stage_idle;  // per stage: the measured bubble
   const parallel::SyncStats stats = s.sync->stats();
   for (const auto& f : stats.fields)
     rec[f.key] = f.integer ? nlohmann::json(static_cast<int64_t>(f.value)) : nlohmann::json(f.value);

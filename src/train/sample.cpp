@@ -9,20 +9,28 @@
 namespace parallm::train {
 
 std::vector<int32_t> generate(model::GPT& m, std::vector<int32_t> tokens, const SampleOptions& opt) {
+  const auto logits = [&m](const int32_t* t, int64_t T, int64_t pos, float* out) {
+    m.forward(t, nullptr, 1, T, model::StepContext{});  // eval mode: no dropout
+    m.last_logits(out, 1, T, pos);
+  };
+  return generate(m.config(), m.token_multiple(), logits, std::move(tokens), opt);
+}
+
+std::vector<int32_t> generate(const model::GPTConfig& cfg, int64_t token_multiple, const NextLogits& next,
+                              std::vector<int32_t> tokens, const SampleOptions& opt) {
   PARALLM_CHECK(!tokens.empty(), ConfigError, "sample", "the prompt is empty (it must hold at least one token)");
   PARALLM_CHECK(opt.temperature > 0, ConfigError, "sample", "temperature must be > 0, got {}", opt.temperature);
-  const int64_t block = m.config().block_size;
-  PARALLM_CHECK(opt.vocab_limit >= 0 && opt.vocab_limit <= m.config().vocab_size, ConfigError, "sample",
-                "the vocabulary ({} tokens) is larger than the model's ({})", opt.vocab_limit, m.config().vocab_size);
+  const int64_t block = cfg.block_size;
+  PARALLM_CHECK(opt.vocab_limit >= 0 && opt.vocab_limit <= cfg.vocab_size, ConfigError, "sample",
+                "the vocabulary ({} tokens) is larger than the model's ({})", opt.vocab_limit, cfg.vocab_size);
   // Only the first V logits are candidates (the rest are padding ids).
-  const int64_t V = opt.vocab_limit > 0 ? opt.vocab_limit : m.config().vocab_size;
-  std::vector<float> all(static_cast<size_t>(m.config().vocab_size)), logits(static_cast<size_t>(V));
+  const int64_t V = opt.vocab_limit > 0 ? opt.vocab_limit : cfg.vocab_size;
+  std::vector<float> all(static_cast<size_t>(cfg.vocab_size)), logits(static_cast<size_t>(V));
   std::vector<std::pair<float, int32_t>> order(V);
-  model::StepContext ctx;  // eval mode: no dropout
   // A sequence-parallel model takes a multiple of its tp degree of tokens: the
   // context is padded at the end (causal attention: the padding cannot change
   // the positions before it) and the last real position's logits are read.
-  const int64_t mult = m.token_multiple();
+  const int64_t mult = token_multiple;
   std::vector<int32_t> padded;
   for (int64_t n = 0; n < opt.max_new_tokens; ++n) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), block);
@@ -35,8 +43,7 @@ std::vector<int32_t> generate(model::GPT& m, std::vector<int32_t> tokens, const 
       padded.resize(static_cast<size_t>(Tp), 0);
       ctx_tokens = padded.data();
     }
-    m.forward(ctx_tokens, nullptr, 1, Tp, ctx);
-    m.last_logits(all.data(), 1, Tp, T - 1);
+    next(ctx_tokens, Tp, T - 1, all.data());
     std::copy_n(all.begin(), V, logits.begin());  // the padding ids' logits are dropped
     for (auto& l : logits) l /= opt.temperature;
     if (opt.top_k > 0 && opt.top_k < V) {

@@ -24,5 +24,11 @@ struct SampleOptions {
 // Returns prompt + generated tokens. The model must allow batch 1; the context
 // is cropped to its block size.
 std::vector<int32_t> generate(model::GPT& m, std::vector<int32_t> tokens, const SampleOptions& opt);
+// The same from any source of logits: `logits(tokens, T, pos, out)` runs the
+// model (of `cfg`, taking a multiple of `token_multiple` tokens) on one
+// sequence of T tokens and writes the vocabulary's logits of position pos.
+using NextLogits = std::function<void(const int32_t* tokens, int64_t T, int64_t pos, float* out)>;
+std::vector<int32_t> generate(const model::GPTConfig& cfg, int64_t token_multiple, const NextLogits& logits,
+                              std::vector<int32_t> tokens, const SampleOptions& opt);
 
 }  // namespace parallm::train

@@ -149,10 +149,11 @@ void build_model(Session& s, const parallel::GradSyncOptions& so) {
                 "carry; use comm.backend=nccl (or auto)",
                 s.mesh->tp().size(), s.mesh->tp().backend());
   s.tp = std::make_unique<parallel::TensorParallelGroup>(s.mesh->tp(), s.dev);
-  s.model = std::make_unique<model::GPT>(cfg.model, s.batch(), s.seq(), s.dev,
-                                         parallel::model_storage(so, cfg.compute_dtype()), s.tp.get(),
-                                         cfg.parallel.sequence_parallel);
-  s.sync = parallel::make_grad_sync(s.dp(), *s.model, s.dev, so, &s.mesh->tp());
+  if (s.mesh->dims().pp > 1) s.pipe = std::make_unique<Pipeline>(cfg, *s.mesh);
+  s.model = std::make_unique<model::GPT>(
+      cfg.model, s.batch(), s.seq(), s.dev, parallel::model_storage(so, cfg.compute_dtype()), s.tp.get(),
+      cfg.parallel.sequence_parallel, s.pipe ? s.pipe->part() : model::PipelinePart{});
+  s.sync = parallel::make_grad_sync(s.dp(), *s.model, s.dev, so, &s.mesh->tp_pp());
   const OptimizerSection& o = cfg.optimizer;
   const optim::AdamWConfig acfg{o.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay};
   const parallel::UpdateTarget u = s.sync->update();

@@ -31,6 +31,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/metrics.h"
+#include "train/pipeline.h"
 #include "train/run_dir.h"
 
 namespace parallm::train {
@@ -48,7 +49,8 @@ struct Session {
   std::string prompt;  // the samples' prompt
   std::unique_ptr<data::Loader> loader;
   std::unique_ptr<parallel::TensorParallelGroup> tp;  // the model's group of the mesh's tp axis
-  std::unique_ptr<model::GPT> model;
+  std::unique_ptr<Pipeline> pipe;                     // pipeline parallel (parallel.pp > 1): this rank's stage
+  std::unique_ptr<model::GPT> model;                  // the whole model, or this rank's stage of it
   std::unique_ptr<parallel::GradSync> sync;
   std::unique_ptr<optim::AdamW> opt;
   std::unique_ptr<optim::LossScaler> scaler;
@@ -70,6 +72,16 @@ struct Session {
   // sync gathers parameters collectively.
   bool samples() const { return lead || dp().rank() == 0 || sync->collective_sampling(); }
   int64_t batch() const { return cfg.train.batch_size; }
+  // The loss of one batch forward only (every pipeline stage takes part; every rank gets it).
+  float forward_loss(const int32_t* x, const int32_t* y, int64_t B, int64_t T, const model::StepContext& ctx) {
+    return pipe ? pipe->forward_loss(*model, x, y, B, T, ctx) : model->forward(x, y, B, T, ctx);
+  }
+  // The logits of position `pos` of one sequence of T tokens (generation; every pipeline stage takes part).
+  void last_logits(const int32_t* tokens, int64_t T, int64_t pos, float* out) {
+    if (pipe) return pipe->last_logits(*model, tokens, T, pos, out);
+    model->forward(tokens, nullptr, 1, T, {});
+    model->last_logits(out, 1, T, pos);
+  }
   int64_t seq() const { return cfg.model.block_size; }
   void write_metrics(const nlohmann::json& rec) const {
     if (run_dir) run_dir->write_metrics(rec);

@@ -79,6 +79,36 @@ void save_sharded_whole(Session& s, const parallel::HeldState& h) {
                          s.opt->steps_taken(), s.st, s.cfg.to_json());
 }
 
+// A pipeline stage's state, saved whole: the ranks holding one whole model
+// between them (tp x pp) gather it on their rank 0 (world rank 0). Sharded
+// optimizer state (ZeRO-1) is first gathered whole on the stage's dp rank 0,
+// group by group.
+void save_pipeline(Session& s, const parallel::HeldState& h) {
+  comm::Communicator& dp = s.dp();
+  const model::ParamLayout& layout = s.model->layout();
+  const float *om = s.opt->m(), *ov = s.opt->v();
+  std::vector<float> wm, wv;
+  if (h.sharded) {
+    const bool root = dp.rank() == 0;
+    wm.assign(root ? static_cast<size_t>(layout.total()) : 0, 0.0f);
+    wv.assign(wm.size(), 0.0f);
+    for (int g = 0; g < layout.num_groups(); ++g) {
+      const int64_t at = layout.group(g).begin;
+      s.sync->gather_group(s.opt->m(), g, root ? wm.data() + at : nullptr, 0);
+      s.sync->gather_group(s.opt->v(), g, root ? wv.data() + at : nullptr, 0);
+    }
+    om = wm.data();
+    ov = wv.data();
+  }
+  if (dp.rank() != 0) return;
+  if (h.sharded || s.dev.is_cpu()) {
+    save_checkpoint_whole(s.mesh->tp_pp(), s.cfg.train.out_dir, layout, s.cfg.model, s.model->params(), om, ov,
+                          s.opt->steps_taken(), s.st, s.cfg.to_json());
+    return;
+  }
+  save_checkpoint(s.cfg.train.out_dir, *s.model, *s.opt, s.st, s.cfg.to_json(), &s.mesh->tp_pp());
+}
+
 // A dynamic scale goes on where it was.
 void restore_loss_scale(Session& s) {
   const auto& saved = s.st.loss_scale;
@@ -126,7 +156,9 @@ void save_state(Session& s, int64_t next) {
   if (s.scaler->dynamic()) s.st.loss_scale = s.scaler->state();
   const std::string& dir = s.cfg.train.out_dir;
   const parallel::HeldState h = s.sync->held();
-  if (h.sharded && s.mesh->tp().size() > 1) {
+  if (s.pipe) {
+    save_pipeline(s, h);
+  } else if (h.sharded && s.mesh->tp().size() > 1) {
     save_sharded_whole(s, h);
   } else if (h.sharded) {
     // Every rank writes its shard (stages 1-2: its pieces of the replicated parameters).

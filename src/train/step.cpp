@@ -94,6 +94,74 @@ class MicroBatches : public Schedule {
   std::vector<std::unique_ptr<gpu::Event>> marks_;
 };
 
+// Pipeline parallel: the step's micro-batches through this rank's stage, as
+// its schedule's actions say (train/pipeline.h). The stages at the ends read
+// the batches (the first its tokens, the last its targets). The gradients
+// are final only after the last action: the sync then sees every unit ready
+// at once, as after one micro-step's backward.
+class PipelineSteps : public Schedule {
+ public:
+  explicit PipelineSteps(Session& s) : s_(s) {
+    const int64_t gas = s.cfg.optimizer.gas, N = s.batch() * s.seq();
+    const bool reads = s.model->layout().first_stage() || s.model->layout().last_stage();
+    x_.assign(static_cast<size_t>(reads ? gas * N : 0), 0);
+    y_.assign(x_.size(), 0);
+  }
+
+  PassTimes run(int64_t it, std::vector<float>& losses) override {
+    model::GPT& m = *s_.model;
+    parallel::GradSync& sync = *s_.sync;
+    const int64_t gas = s_.cfg.optimizer.gas, B = s_.batch(), T = s_.seq(), N = B * T;
+    m.zero_grad();
+    sync.begin_step();
+    if (!x_.empty()) {
+      PARALLM_PROFILE("data");
+      for (int64_t micro = 0; micro < gas; ++micro)
+        s_.loader->get(data::Split::Train, it, micro, x_.data() + micro * N, y_.data() + micro * N);
+    }
+    const auto micro = [&](int k) {
+      Pipeline::Micro u;
+      if (!x_.empty()) {
+        u.x = x_.data() + k * N;
+        u.y = y_.data() + k * N;
+      }
+      u.ctx = {true,
+               true,
+               s_.cfg.train.seed,
+               static_cast<uint64_t>(it * gas + k),
+               s_.scaler->scale() / static_cast<float>(gas),  // exact: S is a power of two
+               nullptr,
+               s_.mesh->coord().dp * B};
+      return u;
+    };
+    const Pipeline::Times pt = s_.pipe->step(m, it, B, T, micro, losses);
+    Timer tc;
+    if (const auto hook = sync.before_pass(static_cast<int>(gas - 1), static_cast<int>(gas), 0))
+      for (int u = m.layout().num_units() - 1; u >= 0; --u) hook(u);
+    sync.after_pass(0);
+    sync.after_micro_step();
+    PassTimes t;
+    t.dtf = pt.forward;
+    t.dtb = pt.backward + tc.seconds();
+    t.stage_idle = stage_idle(pt);
+    return t;
+  }
+
+ private:
+  // Every stage's idle share of its passes' span, gathered over the pp group.
+  std::vector<double> stage_idle(const Pipeline::Times& pt) const {
+    comm::Communicator& pp = s_.mesh->pp();
+    Tensor mine = Tensor::empty({1}, DType::F32), all = Tensor::empty({pp.size()}, DType::F32);
+    mine.data<float>()[0] =
+        pt.span > 0 ? static_cast<float>(std::max(0.0, 1.0 - (pt.forward + pt.backward) / pt.span)) : 0.0f;
+    pp.all_gather(mine, all);
+    return std::vector<double>(all.data<float>(), all.data<float>() + pp.size());
+  }
+
+  Session& s_;
+  std::vector<int32_t> x_, y_;
+};
+
 void write_inf(float* p, Device dev) {
   const float inf = std::numeric_limits<float>::infinity();
   if (dev.is_cpu())
@@ -130,6 +198,7 @@ void update(Session& s, int64_t it, float lr, double norm, StepResult& r) {
 }  // namespace
 
 std::unique_ptr<Schedule> make_schedule(Session& s) {
+  if (s.pipe) return std::make_unique<PipelineSteps>(s);
   return std::make_unique<MicroBatches>(s);
 }
 
@@ -151,6 +220,7 @@ StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr) 
   update(s, it, lr, norm, r);
   r.dtf = t.dtf;
   r.dtb = t.dtb + to.seconds();
+  r.stage_idle = std::move(t.stage_idle);
   r.dt = t_iter.seconds();
   if (t.device_timed) r.dtb = r.dt - r.dtf;  // the GPU's forwards, then everything else: backward and optimizer
   return r;

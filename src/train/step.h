@@ -1,7 +1,7 @@
 // One optimizer step: a schedule runs the step's forward and backward passes
-// (here gradient accumulation over optimizer.gas micro-batches, each cut into
-// the passes the gradient sync asks for; a pipeline schedule will be a second
-// implementation of the same Schedule), then the gradient sync finishes the
+// (gradient accumulation over optimizer.gas micro-batches, each cut into the
+// passes the gradient sync asks for; or a pipeline's schedule over its
+// stages, train/pipeline.h), then the gradient sync finishes the
 // gradients, the loss scaler decides on the global norm, and the optimizer
 // updates what the sync names. The loop calls optimizer_step and never sees
 // which strategy or schedule runs.
@@ -17,6 +17,9 @@ namespace parallm::train {
 struct PassTimes {
   double dtf = 0, dtb = 0;    // seconds in forward passes, and in backward passes with their gradient work
   bool device_timed = false;  // dtf is the device's own time (settle): the rest of the step is backward's
+  // Pipeline: per stage (pp rank), the share of its passes' span it spent
+  // waiting instead of computing (the bubble, measured); empty otherwise.
+  std::vector<double> stage_idle;
 };
 
 class Schedule {
@@ -39,6 +42,7 @@ struct StepResult {
   float scale = 1;      // the loss scale the step used
   bool applied = true;  // false: the update was skipped (overflow under dynamic loss scaling)
   double dt = 0, dtf = 0, dtb = 0;
+  std::vector<double> stage_idle;  // PassTimes::stage_idle
 };
 
 StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr);

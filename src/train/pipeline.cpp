@@ -1,0 +1,197 @@
+#include "train/pipeline.h"
+
+#include <algorithm>
+#include <csignal>
+
+#include "core/env.h"
+#include "core/error.h"
+#include "core/text.h"
+#include "core/timer.h"
+#include "parallel/pipeline_stages.h"
+
+namespace parallm::train {
+
+namespace {
+constexpr int kActTag = 0, kGradTag = 1;  // MPI keeps each tag's messages in order per pair
+
+// PARALLM_FAULT_STOP_RANK=R:I:S ("2:3:kill"): rank R's iteration I and signal S, if this is rank R.
+void parse_fault(int world_rank, int64_t& iter, int& sig) {
+  const char* v = env::get(env::Var::FaultStopRank);
+  if (!v || !*v) return;
+  const std::string text = v;
+  const size_t a = text.find(':'), b = text.rfind(':');
+  PARALLM_CHECK(a != std::string::npos && b > a, ConfigError, "env",
+                "PARALLM_FAULT_STOP_RANK={}: expected R:I:kill|stop", text);
+  const auto nums =
+      parse_int_list(text.substr(0, a) + "," + text.substr(a + 1, b - a - 1), "env", "PARALLM_FAULT_STOP_RANK");
+  const std::string s = text.substr(b + 1);
+  PARALLM_CHECK(s == "kill" || s == "stop", ConfigError, "env",
+                "PARALLM_FAULT_STOP_RANK={}: the signal is kill or stop", text);
+  if (nums[0] != world_rank) return;
+  iter = nums[1];
+  sig = s == "kill" ? SIGKILL : SIGSTOP;
+}
+}  // namespace
+
+Pipeline::Pipeline(const RunConfig& cfg, parallel::Mesh& mesh) : mesh_(mesh) {
+  const ParallelSection& p = cfg.parallel;
+  shape_ = {static_cast<int>(p.pp), static_cast<int>(cfg.optimizer.gas), static_cast<int>(p.pp_virtual), p.pp_schedule};
+  parallel::check_pipe_shape(shape_);
+  const int rank = mesh.coord().pp;
+  PARALLM_CHECK(mesh.pp().size() == shape_.p && mesh.pp().rank() == rank, InternalError, "pipeline",
+                "the pp group ({} ranks, this one {}) is not the mesh's pipeline axis ({}, {})", mesh.pp().size(),
+                mesh.pp().rank(), shape_.p, rank);
+  const parallel::PipeSim sim = parallel::simulate(shape_);
+  PARALLM_CHECK(sim.ok, InternalError, "pipeline",
+                "the {} schedule for parallel.pp={} optimizer.gas={} V={} fails "
+                "its simulation: {}",
+                parallel::pipe_kind_name(shape_.kind), shape_.p, shape_.m, shape_.v, sim.error);
+  actions_ = parallel::pipe_actions(shape_, rank);
+  chunks_ = parallel::stage_chunks(cfg.model.n_layer, shape_.p, shape_.v, rank, p.pp_layers);
+  sets_ = sim.max_in_flight[static_cast<size_t>(rank)];
+  for (int& n : sets_) n = std::max(n, 1);  // forward-only passes (evaluation) need one even where training needs none
+  parse_fault(mesh.world().rank(), fault_iter_, fault_signal_);
+}
+
+model::PipelinePart Pipeline::part() const {
+  return {model::StageSpec{chunks_}, sets_, shape_.kind == parallel::PipeKind::ZeroBubble};
+}
+
+Pipeline::Times Pipeline::execute(model::GPT& m, const std::vector<parallel::Action>& list, int64_t B, int64_t T,
+                                  const std::function<Micro(int)>& micro, std::vector<float>* losses) {
+  using parallel::ActKind;
+  comm::Communicator& pp = mesh_.pp();
+  const int64_t count = m.message_count(B, T);
+  const DType dt = m.compute_dtype();
+  auto view = [&](void* p) { return Tensor::view_of(p, {count}, dt, m.device()); };
+  // Sends in flight, by chunk and activation set: a set's buffers are reused
+  // only once its sends have left them.
+  struct Pending {
+    int chunk, set;
+    comm::WorkPtr work;
+  };
+  std::vector<Pending> pending;
+  auto settle = [&](int chunk, int set) {
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->chunk == chunk && it->set == set) {
+        it->work->wait();
+        it = pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  };
+  Times t;
+  Timer since_start;
+  double first = -1, last = 0;
+  const size_t halfway = cur_iter_ == fault_iter_ ? list.size() / 2 : list.size();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const parallel::Action& a = list[i];
+    if (i == halfway) std::raise(fault_signal_);  // testing: a peer dies or hangs mid-step
+    const int set = a.micro % sets_[static_cast<size_t>(a.chunk)];
+    const bool compute = a.kind == ActKind::Forward || a.kind == ActKind::Backward ||
+                         a.kind == ActKind::BackwardInput || a.kind == ActKind::BackwardWeight;
+    if (a.kind != ActKind::SendAct && a.kind != ActKind::SendGrad) settle(a.chunk, set);
+    const double start = since_start.seconds();
+    switch (a.kind) {
+      case ActKind::Forward: {
+        const Micro u = micro(a.micro);
+        const float loss = m.forward_chunk(a.chunk, set, u.x, u.y, B, T, u.ctx);
+        if (losses && m.last_chunk(a.chunk)) (*losses)[static_cast<size_t>(a.micro)] = loss;
+        break;
+      }
+      case ActKind::Backward:
+      case ActKind::BackwardInput:
+      case ActKind::BackwardWeight: {
+        const Micro u = micro(a.micro);
+        const model::BackwardPart part = a.kind == ActKind::Backward        ? model::BackwardPart::All
+                                         : a.kind == ActKind::BackwardInput ? model::BackwardPart::Input
+                                                                            : model::BackwardPart::Weight;
+        m.backward_chunk(a.chunk, set, u.x, B, T, u.ctx, part);
+        break;
+      }
+      case ActKind::SendAct:
+        pending.push_back({a.chunk, set, pp.send_async(view(m.chunk_output(a.chunk, set)), a.peer, kActTag)});
+        break;
+      case ActKind::RecvAct:
+        pp.recv(view(m.chunk_input(a.chunk, set)), a.peer, kActTag);
+        break;
+      case ActKind::SendGrad:
+        pending.push_back({a.chunk, set, pp.send_async(view(m.chunk_grad(a.chunk, set)), a.peer, kGradTag)});
+        break;
+      case ActKind::RecvGrad:
+        pp.recv(view(m.chunk_grad(a.chunk, set)), a.peer, kGradTag);
+        break;
+    }
+    if (!compute) continue;
+    const double end = since_start.seconds();
+    (a.kind == ActKind::Forward ? t.forward : t.backward) += end - start;
+    if (first < 0) first = start;
+    last = end;
+  }
+  for (auto& p : pending) p.work->wait();
+  t.span = first < 0 ? 0 : last - first;
+  return t;
+}
+
+Pipeline::Times Pipeline::step(model::GPT& m, int64_t it, int64_t B, int64_t T, const std::function<Micro(int)>& micro,
+                               std::vector<float>& losses) {
+  losses.assign(static_cast<size_t>(shape_.m), 0.0f);
+  cur_iter_ = it;
+  const Times t = execute(m, actions_, B, T, micro, &losses);
+  cur_iter_ = -1;
+  sum_tied_grads(m);
+  from_last_stage(losses.data(), shape_.m);
+  return t;
+}
+
+std::vector<parallel::Action> Pipeline::forward_only() const {
+  using parallel::ActKind;
+  std::vector<parallel::Action> out;
+  const int p = shape_.p, rank = mesh_.coord().pp, stages = p * shape_.v;
+  for (int c = 0; c < shape_.v; ++c) {
+    const int vs = parallel::virtual_stage(shape_, rank, c);
+    if (vs > 0) out.push_back({ActKind::RecvAct, 0, c, (vs - 1) % p});
+    out.push_back({ActKind::Forward, 0, c, -1});
+    if (vs + 1 < stages) out.push_back({ActKind::SendAct, 0, c, (vs + 1) % p});
+  }
+  return out;
+}
+
+float Pipeline::forward_loss(model::GPT& m, const int32_t* x, const int32_t* y, int64_t B, int64_t T,
+                             const model::StepContext& ctx) {
+  std::vector<float> loss(1, 0.0f);
+  execute(
+      m, forward_only(), B, T,
+      [&](int) {
+        return Micro{x, y, ctx};
+      },
+      &loss);
+  from_last_stage(loss.data(), 1);
+  return loss[0];
+}
+
+void Pipeline::last_logits(model::GPT& m, const int32_t* tokens, int64_t T, int64_t pos, float* out) {
+  execute(
+      m, forward_only(), 1, T,
+      [&](int) {
+        return Micro{tokens, nullptr, {}};
+      },
+      nullptr);
+  if (mesh_.last_stage()) m.last_logits(out, 1, T, pos);
+  from_last_stage(out, m.config().vocab_size);
+}
+
+void Pipeline::sum_tied_grads(model::GPT& m) {
+  comm::Communicator* ends = mesh_.ends();
+  if (!ends || ends->size() == 1) return;
+  const model::ParamSlot& s = m.layout().find("transformer.wte.weight");
+  ends->all_reduce(Tensor::view_of(m.grads() + s.offset, {s.numel}, DType::F32, m.device()), comm::ReduceOp::Sum);
+}
+
+void Pipeline::from_last_stage(float* v, int64_t n) {
+  comm::Communicator& pp = mesh_.pp();
+  if (pp.size() > 1) pp.broadcast(Tensor::view_of(v, {n}, DType::F32, Device::cpu()), pp.size() - 1);
+}
+
+}  // namespace parallm::train

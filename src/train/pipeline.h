@@ -1,0 +1,81 @@
+// Pipeline parallelism in a run: this rank's stage of the model and the
+// executor of its schedule. The schedule is data (parallel/pipeline_schedule.h):
+// the list of this rank's actions for (pp, optimizer.gas, pp_virtual, kind),
+// simulated once at start (every send meets its receive, nothing deadlocks,
+// every micro-batch passes every chunk both ways) and run here, action by
+// action, over the mesh's pp group: compute on the model's chunk and
+// activation set (micro-batch m of chunk c uses set m % in-flight(c), the
+// simulator's count, so memory is sized at start), sends asynchronous,
+// receives blocking, tag 0 for activations and 1 for gradients (MPI keeps
+// their order per pair). Between the step's passes nothing here knows the
+// schedule's kind.
+// After a step's passes: the tied token table's gradient is summed between
+// the pipeline's two ends (the first stage's embedding and the last stage's
+// head), so both copies take the same update; the last stage's losses go to
+// every stage, so every rank reports the same loss.
+// Evaluation and sampling run forward-only over the same stages (one
+// micro-batch at a time; the last stage's loss or logits broadcast).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "model/gpt.h"
+#include "parallel/mesh.h"
+#include "parallel/pipeline_schedule.h"
+#include "train/config.h"
+
+namespace parallm::train {
+
+class Pipeline {
+ public:
+  // Checks and simulates the run's schedule for this rank's place in `mesh`
+  // (InternalError naming the problem if the simulator finds one).
+  Pipeline(const RunConfig& cfg, parallel::Mesh& mesh);
+  // What this rank's model holds: its chunks, activation sets per chunk, and
+  // whether its backward runs in halves.
+  model::PipelinePart part() const;
+  const parallel::PipeShape& shape() const { return shape_; }
+
+  // A micro-batch's input: tokens and targets (B x T, host) and its step context.
+  struct Micro {
+    const int32_t* x = nullptr;
+    const int32_t* y = nullptr;
+    model::StepContext ctx;
+  };
+  struct Times {
+    double forward = 0, backward = 0;  // seconds in compute actions
+    double span = 0;                   // from the first action's start to the last one's end
+  };
+  // One step's passes: `micro(k)` gives micro-batch k (k < optimizer.gas);
+  // `losses` gets every micro-batch's loss on every rank. Gradients
+  // accumulate into the model's; the tied table's are summed between the ends.
+  // `it`: the iteration (PARALLM_FAULT_STOP_RANK's trigger).
+  Times step(model::GPT& m, int64_t it, int64_t B, int64_t T, const std::function<Micro(int)>& micro,
+             std::vector<float>& losses);
+  // Forward-only over every stage: the batch's loss on every rank.
+  float forward_loss(model::GPT& m, const int32_t* x, const int32_t* y, int64_t B, int64_t T,
+                     const model::StepContext& ctx);
+  // Forward-only: the logits of position `pos` of one sequence of T tokens, on every rank.
+  void last_logits(model::GPT& m, const int32_t* tokens, int64_t T, int64_t pos, float* out);
+
+ private:
+  parallel::Mesh& mesh_;
+  parallel::PipeShape shape_;
+  std::vector<parallel::Action> actions_;  // this rank's, for a training step
+  std::vector<model::LayerRange> chunks_;
+  std::vector<int> sets_;  // activation sets per chunk
+  // PARALLM_FAULT_STOP_RANK on this rank: the iteration and the signal, else -1.
+  int64_t fault_iter_ = -1;
+  int fault_signal_ = 0;
+  int64_t cur_iter_ = -1;
+  // Runs `list` (this rank's actions); Forward of the model's last chunk stores its loss in losses[micro].
+  Times execute(model::GPT& m, const std::vector<parallel::Action>& list, int64_t B, int64_t T,
+                const std::function<Micro(int)>& micro, std::vector<float>* losses);
+  std::vector<parallel::Action> forward_only() const;  // one micro-batch through every chunk
+  void sum_tied_grads(model::GPT& m);
+  // The last stage's `n` floats at `v`, on every rank of the pp group.
+  void from_last_stage(float* v, int64_t n);
+};
+
+}  // namespace parallm::train

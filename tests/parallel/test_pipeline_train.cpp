@@ -1,0 +1,134 @@
+// Pipeline parallelism through the trainer, under mpirun: every schedule with
+// the world as the pipeline against one rank with the same global batch
+// (each rank runs that reference alone), uneven stages, pp x tp and dp x pp
+// with ZeRO-1, the tied token table identical on the first and last stage
+// after every step, and a pipeline checkpoint resumed by the same pipeline and
+// by one rank. Dropout on, vocabulary 65 (no degree divides it).
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "parallel/dist_run.h"
+#include "train/session.h"
+#include "train/step.h"
+
+using namespace parallm;
+using test_util::world;
+
+namespace {
+
+class PipelineTrainTest : public test_util::DistRunTest {
+ protected:
+  // 2 layers per rank (interleaved V = 2 fits), optimizer.gas = the world (interleaved's rule).
+  train::RunConfig run(const std::string& out, int64_t batch, int64_t iters, std::vector<std::string> extra = {}) {
+    auto c = tiny(out, batch);
+    const int n = world->size();
+    c.apply_overrides({"model.n_layer=" + std::to_string(2 * n), "model.n_head=4", "model.n_embd=32",
+                       "model.vocab_size=65", "model.block_size=16", "optimizer.gas=" + std::to_string(n),
+                       "train.max_iters=" + std::to_string(iters)});
+    c.apply_overrides(extra);
+    return c;
+  }
+  train::RunSummary alone(const std::string& out, int64_t batch, int64_t iters) {
+    return train::run_training(run(out + std::to_string(world->rank()), batch, iters));
+  }
+  static void expect_close(const train::RunSummary& got, const train::RunSummary& want, double tol,
+                           const std::string& what) {
+    ASSERT_EQ(got.train_losses.size(), want.train_losses.size()) << what;
+    const double d = max_rel_diff(got.train_losses, want.train_losses);
+    if (world->rank() == 0)
+      std::printf("%s: max relative train-loss difference %.3g over %zu steps\n", what.c_str(), d,
+                  got.train_losses.size());
+    EXPECT_LT(d, tol) << what;
+    EXPECT_NEAR(got.last_val_loss, want.last_val_loss, tol * want.last_val_loss) << what;
+  }
+  std::string pp() const { return "parallel.pp=" + std::to_string(world->size()); }
+};
+
+}  // namespace
+
+TEST_F(PipelineTrainTest, EveryScheduleMatchesOneRank) {
+  const auto one = alone("one", 2, 8);
+  for (const char* kind : {"gpipe", "1f1b", "zb-h1"}) {
+    auto r = train::run_training(
+        run(std::string("pp_") + kind, 2, 8, {pp(), std::string("parallel.pp_schedule=") + kind}), world);
+    expect_close(r, one, 1e-5, pp() + " " + kind + " vs 1 rank");
+  }
+  auto r = train::run_training(
+      run("pp_interleaved", 2, 8, {pp(), "parallel.pp_schedule=interleaved", "parallel.pp_virtual=2"}), world);
+  expect_close(r, one, 1e-5, pp() + " interleaved V=2 vs 1 rank");
+}
+
+TEST_F(PipelineTrainTest, UnevenStagesMatchOneRank) {
+  // All but one layer on the last stage.
+  const int n = world->size();
+  std::string counts;
+  for (int s = 0; s < n; ++s) {
+    if (s) counts += ',';
+    counts += std::to_string(s + 1 < n ? 1 : n + 1);
+  }
+  auto r = train::run_training(run("uneven", 2, 6, {pp(), "parallel.pp_layers=" + counts}), world);
+  expect_close(r, alone("uneven_one", 2, 6), 1e-5, pp() + " layers " + counts + " vs 1 rank");
+}
+
+TEST_F(PipelineTrainTest, WithTensorAndDataParallelMatchesOneRank) {
+  const int n = world->size();
+  if (n != 4) GTEST_SKIP() << "pp 2 x tp 2 and dp 2 x pp 2 need 4 ranks";
+  auto ptp = train::run_training(run("pptp", 2, 6, {"parallel.pp=2", "parallel.tp=2", "optimizer.gas=2"}), world);
+  auto one = train::run_training(run("pptp_one" + std::to_string(world->rank()), 2, 6, {"optimizer.gas=2"}));
+  expect_close(ptp, one, 1e-5, "pp 2 x tp 2 vs 1 rank");
+  auto dpp = train::run_training(run("dppp", 1, 6, {"parallel.pp=2", "zero.stage=1", "optimizer.gas=2"}), world);
+  expect_close(dpp, one, 1e-5, "dp 2 x pp 2 with ZeRO-1 vs 1 rank");
+}
+
+TEST_F(PipelineTrainTest, TiedTableIsTheSameOnBothEndsAfterEveryStep) {
+  std::optional<train::RunDir> dir;
+  std::string nothing;
+  auto s = train::open_session(run("tied", 2, 6, {pp()}), *world, 0, dir, &nothing);
+  ASSERT_TRUE(s);
+  auto schedule = train::make_schedule(*s);
+  comm::Communicator* ends = s->mesh->ends();
+  for (int64_t it = 0; it < 6; ++it) {
+    train::optimizer_step(*s, *schedule, it, s->sched.at(it));
+    if (!ends) continue;
+    const model::ParamSlot& w = s->model->layout().find("transformer.wte.weight");
+    Tensor mine = Tensor::view_of(s->model->params() + w.offset, {w.numel}, DType::F32);
+    Tensor other = Tensor::empty({w.numel}, DType::F32);
+    if (ends->rank() == 0) {
+      ends->recv(other, 1);
+      ASSERT_EQ(0, std::memcmp(mine.raw(), other.raw(), w.numel * sizeof(float))) << "wte differs after step " << it;
+    } else {
+      ends->send(mine, 0);
+    }
+  }
+}
+
+TEST_F(PipelineTrainTest, ACheckpointResumesInThePipelineAndOnOneRank) {
+  auto full = train::run_training(run("pp_full", 2, 12, {pp()}), world);
+  auto part = run("pp_part", 2, 6, {pp()});
+  train::run_training(part, world);
+  world->barrier();
+  const auto mine = root_ / ("pp_alone" + std::to_string(world->rank()));
+  std::filesystem::create_directories(mine);
+  std::filesystem::copy(root_ / "pp_part" / "ckpt", mine / "ckpt", std::filesystem::copy_options::recursive);
+  world->barrier();
+  part.train.max_iters = 12;
+  part.train.init_from = train::InitFrom::Resume;
+  auto resumed = train::run_training(part, world);
+  // Iterations 6..12 of the uninterrupted run.
+  const std::vector<float> tail(full.train_losses.end() - 7, full.train_losses.end());
+  auto one = run(mine.filename().string(), 2, 12, {"train.init_from=resume"});
+  auto alone_resumed = train::run_training(one);
+  for (const auto* r : {&resumed, &alone_resumed}) {
+    ASSERT_EQ(r->train_losses.size(), tail.size());
+    const double d = max_rel_diff(r->train_losses, tail);
+    if (world->rank() == 0)
+      std::printf("resumed %s: max relative difference %.3g\n", r == &resumed ? "pp" : "alone", d);
+    EXPECT_LT(d, 1e-5);
+  }
+}
+
+int main(int argc, char** argv) {
+  return test_util::dist_test_main(argc, argv);
+}
