@@ -59,10 +59,11 @@ struct PipeShape {
   PipeKind kind = PipeKind::OneFOneB;
 };
 
-// ConfigError naming parallel.pp / optimizer.gas / parallel.pp_virtual and
-// the rule when a schedule cannot run this shape (p, m, v >= 1; V > 1 only
-// with interleaved and interleaved with V >= 2; the micro-batch counts a
-// schedule requires).
+// ConfigError naming parallel.pp / optimizer.gas / parallel.pp_virtual /
+// parallel.pp_schedule and the rule when a schedule cannot run this shape:
+// p, m, v >= 1; v > 1 only with interleaved; interleaved needs p >= 2, v >= 2
+// and m a multiple of p (Megatron's rule: its micro-batches go round in
+// groups of p; other counts deadlock). GPipe, 1F1B and ZB-H1 take any m >= 1.
 void check_pipe_shape(const PipeShape& s);
 
 // Rank `rank`'s actions (check_pipe_shape first). A send sits right after
@@ -72,19 +73,36 @@ void check_pipe_shape(const PipeShape& s);
 std::vector<Action> pipe_actions(const PipeShape& s, int rank);
 
 // Virtual stage of rank r's chunk c, and the rank and chunk of a virtual stage.
-inline int virtual_stage(const PipeShape& s, int rank, int chunk) { return chunk * s.p + rank; }
+inline int virtual_stage(const PipeShape& s, int rank, int chunk) {
+  return chunk * s.p + rank;
+}
+inline int stage_rank(const PipeShape& s, int stage) {
+  return stage % s.p;
+}
+inline int stage_chunk(const PipeShape& s, int stage) {
+  return stage / s.p;
+}
+inline int num_stages(const PipeShape& s) {
+  return s.p * s.v;
+}
 
-// Costs of one action, in any unit (the simulator's time unit). Messages cost 0.
+// "F micro 3 chunk 0", "send_act micro 3 chunk 0 to rank 1": for messages and logs.
+std::string describe(const Action& a);
+
+// Costs of one micro-batch through one rank's share of the model, in any
+// unit (the simulator's time unit; finite, >= 0). With V chunks a chunk is
+// 1/V of the rank's layers, so each chunk's action costs 1/V of these: every
+// schedule of a shape does the same work per rank. Messages cost 0.
 struct PipeCosts {
   double f = 1, b = 1, w = 1;  // F, B (input part), W (weight part); Backward costs b + w
 };
 
 struct PipeSim {
   bool ok = false;
-  std::string error;             // why not ok: the first deadlock, unmatched message or missing pass, in words
-  double makespan = 0;           // end of the last action on any rank
-  std::vector<double> busy;      // per rank: time in compute actions
-  std::vector<double> idle;      // per rank: makespan - busy
+  std::string error;         // why not ok: the first deadlock, unmatched message or missing pass, in words
+  double makespan = 0;       // end of the last action on any rank
+  std::vector<double> busy;  // per rank: time in compute actions
+  std::vector<double> idle;  // per rank: makespan - busy
   std::vector<std::vector<int>> max_in_flight;  // [rank][chunk]: most micro-batches forwarded whose weight
                                                 // gradient (W, or Backward) is not done yet, at any time
   // Per rank, its compute actions with start and end times (for the timeline and tests).
@@ -93,28 +111,39 @@ struct PipeSim {
     double start = 0, end = 0;
   };
   std::vector<std::vector<Span>> spans;
+  PipeCosts costs;  // what it ran with
   double idle_fraction(int rank) const { return makespan > 0 ? idle[rank] / makespan : 0; }
 };
 
 // Runs every rank's list (given or pipe_actions') with the costs: an action
 // starts when the previous one on its rank ended and, for a receive, when the
-// matching send happened (sends never block). Checks that each rank's list
+// matching send happened (sends never block; a receive blocks until its
+// message was sent, as the executor runs them). Checks that each rank's list
 // passes every micro-batch through every chunk once forward and once
 // backward (Backward, or BackwardInput then BackwardWeight), after its
-// forward; that sends and receives pair up in order per (sender, receiver,
+// forward, with the input received before the compute that needs it and the
+// output sent after the compute that made it, to the neighbouring virtual
+// stage; that sends and receives pair up in order per (sender, receiver,
 // kind) with matching micro-batch and chunk; and that no rank waits forever.
+// A list that breaks a rule gives ok = false and the first problem in
+// `error` (no exception); a shape check_pipe_shape refuses, or costs that are
+// negative or not finite, throw ConfigError.
 PipeSim simulate(const PipeShape& s, const PipeCosts& costs = {});
 PipeSim simulate(const PipeShape& s, const std::vector<std::vector<Action>>& lists, const PipeCosts& costs);
 
 // The closed form of the idle time per rank for the shape and costs (what
-// the tests compare the simulator with): GPipe and 1F1B (p-1)(f+b+w);
-// interleaved (p-1)(f+b+w)/V; ZB-H1 (p-1)(f+b-w) (for w <= f, b).
+// the tests compare the simulator with, equal for every rank): GPipe and
+// 1F1B (p-1)(f+b+w), any m; interleaved (p-1)(f+b+w)/V; ZB-H1 (p-1)(f+b-w)
+// for m >= p, and (p-1)(f+b) - (m-1)w for m < p (exact for w <= f, b).
 double bubble_formula(const PipeShape& s, const PipeCosts& costs = {});
 
-// The timeline: one row per rank, one column per `unit` of time, each
-// compute action drawn as its micro-batch number (F), lower-case for B,
-// '*'-marked W (or as the header legend says), '.' idle; then the idle
-// fraction per rank beside the formula.
+// The timeline: one row per rank, one column per `unit` of time (> 0), each
+// compute action drawn from its first column as its kind and micro-batch
+// ("F3", "B3", "Bi3", "W3"; with V > 1 a letter for the chunk, "F3a" for
+// chunk 0), '-' where it continues, '.' idle; a column shorter than an
+// action shows the action covering most of it. A legend comes first; then,
+// per rank, its busy and idle time, the idle fraction beside the formula's,
+// and the most micro-batches in flight.
 std::string timeline(const PipeShape& s, const PipeSim& sim, double unit = 1.0);
 
 }  // namespace parallm::parallel
