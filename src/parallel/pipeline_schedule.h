@@ -66,10 +66,11 @@ struct PipeShape {
 // groups of p; other counts deadlock). GPipe, 1F1B and ZB-H1 take any m >= 1.
 void check_pipe_shape(const PipeShape& s);
 
-// Rank `rank`'s actions (check_pipe_shape first). A send sits right after
-// the compute that produced its tensor; a receive right before the compute
-// that needs it (the executor may post it earlier). With p = 1 there are no
-// messages.
+// Rank `rank`'s actions (a shape check_pipe_shape refuses throws its
+// ConfigError; a rank outside [0, p) is an InternalError). A send sits right
+// after the compute that produced its tensor; a receive right before the
+// compute that needs it (the executor may post it earlier). With p = 1 there
+// are no messages.
 std::vector<Action> pipe_actions(const PipeShape& s, int rank);
 
 // Virtual stage of rank r's chunk c, and the rank and chunk of a virtual stage.
