@@ -19,6 +19,7 @@ Runner add_bench(CLI::App& app);
 Runner add_doctor(CLI::App& app);
 Runner add_test_dist(CLI::App& app);
 Runner add_plan(CLI::App& app);
+Runner add_pipeline(CLI::App& app);
 
 // `[config.yaml] key=value ...` as train takes them; errors name `where`.
 train::RunConfig run_config_from_args(const std::vector<std::string>& args, const char* where);

@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   auto doctor = parallm::cli::add_doctor(app);
   auto test_dist = parallm::cli::add_test_dist(app);
   auto plan = parallm::cli::add_plan(app);
+  auto pipeline = parallm::cli::add_pipeline(app);
   if (is_unknown_subcommand(app, argc, argv)) return 2;
   try {
     app.parse(argc, argv);
@@ -83,6 +84,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("doctor")) return doctor();
     if (app.got_subcommand("test-dist")) return test_dist();
     if (app.got_subcommand("plan")) return plan();
+    if (app.got_subcommand("pipeline")) return pipeline();
   } catch (const parallm::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
