@@ -31,19 +31,42 @@
 //   left waiting for a peer. abort() ends the job through MPI (or exits; the
 //   peers' NCCL calls then fail on the closed connections) without touching
 //   NCCL, whose abort needs every local rank.
-// - Not yet: point-to-point messages (an unpaired NCCL send blocks the GPU
-//   until the peer's receive; pipeline parallelism will bring grouped pairs).
-//   NCCL calls from the process's communicators are serialized by one lock.
+// - Point to point. NCCL pairs a send with its peer's receives on the same
+//   communicator in the order posted, and an unpaired send (or receive) holds
+//   its stream until the peer's match runs: two ranks that each send to the
+//   other before receiving would wait for each other forever, and NCCL makes
+//   the connection between two ranks on their first message only when both
+//   ask for it in matching shapes. So each (peer, direction, tag) of a group
+//   gets a lane: an NCCL communicator of two ranks (the sender is its rank 0),
+//   nonblocking, with a stream of its own, made when its first message is
+//   posted. Every message on a lane goes in order, as MPI orders messages of
+//   one source and tag; nothing else waits for it (neither other lanes nor
+//   the group's collectives). Each message carries a header over the MPI
+//   control plane: the first one the lane's NCCL unique id, and with
+//   comm.check_ops every one its count and type, which the receiver compares
+//   with its own before the data can land in the wrong place. So point to
+//   point needs the MPI control plane (an MPI launcher), not a message to the
+//   rank itself. A lane is one-way and has one pair of ranks, so its first
+//   message connects both ends in matching shapes whatever else is in flight.
+//   NCCL calls from the process's communicators are serialized by one lock;
+//   lanes' calls return at once (nonblocking) and are polled.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "comm/backends.h"
@@ -112,7 +135,9 @@ struct Wire {
 struct Issued {
   cudaEvent_t ready = nullptr;
   Wire wire;
-  gpu::DeviceBuffer sa, sb;  // device stand-ins of host operands a and b (empty: on the device already)
+  gpu::DeviceBuffer sa, sb;   // device stand-ins of host operands a and b (empty: on the device already)
+  std::atomic<int> stage{0};  // point to point: how far the message got (P2pStage), for a timeout's diagnosis
+  WorkPtr check;              // a collective: its signature check over MPI, while in flight
   ~Issued() {
     if (ready) cudaEventDestroy(ready);
   }
@@ -214,6 +239,7 @@ class NcclPending : public Pending {
 
  private:
   void* operand(Tensor& t, bool input);  // device address of an operand (staged from the host if `input`)
+  void enqueue_now();                    // enqueue() under the NCCL lock
   void enqueue();
   void copy_back();
   bool finished() const { return done_ && cudaEventQuery(done_) == cudaSuccess; }
@@ -222,8 +248,79 @@ class NcclPending : public Pending {
   Op& op_;
   Issued& is_;
   ncclDataType_t type_;
-  size_t esize_;  // bytes per element on the wire
+  size_t esize_;   // bytes per element on the wire
+  WorkPtr check_;  // the signature check, polled before anything goes to NCCL
   cudaEvent_t done_ = nullptr;
+};
+
+// ---- point to point: lanes (see the top of the file) ----
+
+// Where a message stands, for the diagnosis of a timeout.
+enum P2pStage : int {
+  kStageQueued,      // behind earlier messages of its lane
+  kStageHeader,      // a lane's first receive: nothing from the peer yet (no matching send posted)
+  kStageConnecting,  // the lane's communicator is being made: both ends must join
+  kStageEnqueuing,   // NCCL is queueing it (connecting to the peer on a lane's first message)
+  kStageRunning,     // on the GPU, waiting for the peer's side
+  kStageDone
+};
+
+// The header of a message, int32s over the MPI control plane: fields, then
+// the lane's NCCL unique id (first message only).
+enum HeaderField : int { kHdrMagic, kHdrSeq, kHdrCountHi, kHdrCountLo, kHdrDtype, kHdrHasId, kHdrIndex, kHdrFields };
+static_assert(sizeof(ncclUniqueId) % sizeof(int32_t) == 0);
+constexpr int kHdrInts = kHdrFields + static_cast<int>(sizeof(ncclUniqueId) / sizeof(int32_t));
+constexpr int32_t kHdrMagicValue = 0x70327031;
+// Lanes per group, at most: each is an NCCL communicator (a connection, its
+// buffers and a proxy thread), made for a (peer, direction, tag).
+constexpr int kMaxLanes = 64;
+
+class P2pOp;
+
+struct Lane {
+  int peer = 0, tag = 0;
+  bool send = true;  // this rank sends on it (its rank 0), or receives (its rank 1)
+  enum State { kNeedId, kConnecting, kReady } state = kNeedId;
+  ncclComm_t comm = nullptr;  // nonblocking
+  cudaStream_t stream = nullptr;
+  std::deque<P2pOp*> waiting;  // posted, not yet handed to NCCL, in order
+  P2pOp* enqueuing = nullptr;  // handed to NCCL, which answered ncclInProgress
+  int64_t posted = 0;          // messages posted on it
+  bool failed = false;         // an operation on it failed or was abandoned: abort it
+  bool idle() const { return state == kReady && waiting.empty() && !enqueuing && !failed; }
+};
+
+// One send or receive on its lane.
+class P2pOp : public Pending {
+ public:
+  P2pOp(NcclComm& c, Op& op);
+  ~P2pOp() override;
+  bool poll() override;
+  // A lane's first receive: the NCCL unique id its header brought, once here.
+  const ncclUniqueId* lane_id();
+  // Hands the message to NCCL on its lane's stream; false while NCCL is still queueing it.
+  bool launch();
+  void enqueued();  // NCCL has queued it: its completion is recorded
+  void set_stage(P2pStage s) { is_.stage.store(s, std::memory_order_relaxed); }
+
+ private:
+  bool header_here();  // a receive's header arrived (and matches, or this throws)
+  void record();
+  std::string where() const { return fmt::format("comm.{}", op_kind_name(op_.kind)); }
+
+  NcclComm& c_;
+  Op& op_;
+  Issued& is_;
+  bool send_;
+  bool first_ = false;  // the first message of its lane
+  Lane* lane_ = nullptr;
+  int64_t index_ = 0;  // its place on the lane (0, 1, ...)
+  Tensor hdr_;         // the header, sent or received over the control plane
+  WorkPtr hdr_work_;   // that exchange (none: not checked and not a lane's first)
+  bool hdr_ok_ = false;
+  ncclUniqueId id_{};
+  cudaEvent_t done_ = nullptr;
+  bool finished_ = false;
 };
 
 class NcclComm : public QueuedComm {
@@ -240,13 +337,30 @@ class NcclComm : public QueuedComm {
   }
   ~NcclComm() override {
     stop_thread();
-    if (broken() || !graveyard_.empty()) {
-      ncclCommAbort(comm_);  // kernels still waiting for a peer return; then their buffers can go
-      graveyard_.clear();
+    // Kernels still waiting for a peer return once their communicator is
+    // aborted; then their buffers can go. A lane is aborted alone when only
+    // it failed or still has messages (a peer that never received them).
+    const bool abort_all = broken() || !graveyard_.empty();
+    for (auto& [key, l] : lanes_) {
+      if (!l->comm) continue;
+      if (abort_all || !l->idle()) {
+        ncclCommAbort(l->comm);
+      } else {
+        cudaStreamSynchronize(l->stream);
+        ncclCommDestroy(l->comm);
+      }
+    }
+    for (auto& [key, l] : lanes_) {
+      cudaStreamSynchronize(l->stream);  // an aborted lane's kernels have returned
+      cudaStreamDestroy(l->stream);
+    }
+    if (abort_all) {
+      ncclCommAbort(comm_);
     } else {
       cudaStreamSynchronize(stream_);
       ncclCommDestroy(comm_);
     }
+    graveyard_.clear();
     cudaStreamDestroy(stream_);
     cudaStreamDestroy(copy_stream_);
   }
@@ -270,15 +384,122 @@ class NcclComm : public QueuedComm {
     graveyard_.push_back({op.ext, op.a, op.b});
   }
 
+  // ---- the collectives' signature check (over MPI; NcclPending polls it) ----
+  bool checks() const { return ctrl_ && options().check_ops; }
+  // Starts comparing this collective's signature across the ranks.
+  WorkPtr post_signature(const Op& op) {
+    int32_t* p = sig_.data<int32_t>();
+    const bool widen = op.ext && static_cast<const Issued*>(op.ext.get())->wire.widen;
+    signature(op, widen, p);
+    for (int i = 0; i < kSig; ++i) p[kSig + i] = -p[i];
+    return ctrl_->all_reduce_async(sig_, ReduceOp::Max);
+  }
+  // After the check: every rank's signature of this collective must match.
+  void check_agreement(const Op& op) {
+    const int32_t* p = sig_.data<int32_t>();
+    const bool widen = op.ext && static_cast<const Issued*>(op.ext.get())->wire.widen;
+    bool agree = true;
+    for (int i = 0; i < kSig; ++i) agree &= p[i] == -p[kSig + i];
+    if (agree) return;
+    Tensor mine = Tensor::empty({kSig}, DType::I32), all = Tensor::empty({kSig * size()}, DType::I32);
+    signature(op, widen, mine.data<int32_t>());
+    // Every rank's signature in rank order (shard_of gives each rank kSig of them).
+    ctrl_->all_gather(mine, all);
+    std::map<std::string, std::vector<int>> by;
+    for (int r = 0; r < size(); ++r) by[describe_signature(all.data<int32_t>() + r * kSig)].push_back(r);
+    std::string s_all;
+    for (const auto& [what, ranks] : by)
+      s_all += fmt::format("{}{} {} called {}", s_all.empty() ? "" : "; ", ranks.size() == 1 ? "rank" : "ranks",
+                           fmt::join(ranks, ","), what);
+    throw CommError(fmt::format("comm.{}", op_kind_name(op.kind)),
+                    error_text(op, "collective mismatch (a rank skipped or reordered a collective): " + s_all));
+  }
+
+  // ---- lanes (communication thread only) ----
+  Communicator& ctrl() const { return *ctrl_; }
+  // The lane of a send or receive, made (without its communicator) if new.
+  Lane& lane_for(const Op& op, bool* is_new) {
+    const bool send = op.kind == OpKind::Send;
+    const auto key = std::make_tuple(op.root, send, op.tag);
+    auto it = lanes_.find(key);
+    *is_new = it == lanes_.end();
+    if (!*is_new) return *it->second;
+    auto l = std::make_unique<Lane>();
+    l->peer = op.root;
+    l->tag = op.tag;
+    l->send = send;
+    cuda_ok(cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking), fmt::format("comm.{}", op_kind_name(op.kind)),
+            error_text(op, "creating a stream for its lane"));
+    Lane& ref = *l;
+    lanes_.emplace(key, std::move(l));
+    return ref;
+  }
+  // Starts making the lane's communicator (nonblocking: progress() polls it).
+  void connect(Lane& l, const ncclUniqueId& id, const Op& op) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // NCCL calls return at once; each is polled until done
+    std::lock_guard<std::mutex> lock(nccl_mutex());
+    const ncclResult_t r = ncclCommInitRankConfig(&l.comm, 2, id, l.send ? 0 : 1, &config);
+    if (r != ncclInProgress)
+      nccl_ok(r, fmt::format("comm.{}", op_kind_name(op.kind)),
+              error_text(op, fmt::format("connecting to rank {} (ncclCommInitRankConfig of its lane)", l.peer)),
+              l.comm);
+    l.state = Lane::kConnecting;
+    for (P2pOp* p : l.waiting) p->set_stage(kStageConnecting);
+  }
+  // Moves the lane on: connects it, and hands its waiting messages to NCCL in
+  // order (one NCCL call in progress at a time, as a nonblocking communicator
+  // requires). Errors name `op`, the message being polled.
+  void progress(Lane& l, const Op& op) {
+    if (l.state == Lane::kNeedId) {
+      const ncclUniqueId* id = l.waiting.empty() ? nullptr : l.waiting.front()->lane_id();
+      if (!id) return;
+      connect(l, *id, op);
+    }
+    if (l.state == Lane::kConnecting) {
+      if (lane_busy(l, op, "connecting")) return;
+      l.state = Lane::kReady;
+    }
+    if (l.enqueuing) {
+      if (lane_busy(l, op, "queueing a message")) return;
+      P2pOp* p = l.enqueuing;
+      l.enqueuing = nullptr;
+      p->enqueued();
+    }
+    while (!l.waiting.empty()) {
+      P2pOp* p = l.waiting.front();
+      l.waiting.pop_front();
+      if (!p->launch()) {
+        l.enqueuing = p;
+        break;
+      }
+    }
+    for (P2pOp* p : l.waiting) p->set_stage(kStageQueued);
+  }
+  // True while NCCL is still working on the lane's last call; throws its error.
+  bool lane_busy(Lane& l, const Op& op, const char* what) {
+    ncclResult_t state = ncclSuccess;
+    {
+      std::lock_guard<std::mutex> lock(nccl_mutex());
+      nccl_ok(ncclCommGetAsyncError(l.comm, &state), fmt::format("comm.{}", op_kind_name(op.kind)),
+              error_text(op, "ncclCommGetAsyncError"), l.comm);
+    }
+    if (state == ncclInProgress) return true;
+    nccl_ok(state, fmt::format("comm.{}", op_kind_name(op.kind)),
+            error_text(
+                op, fmt::format("{} on the lane {} rank {} with tag {}", what, l.send ? "to" : "from", l.peer, l.tag)),
+            l.comm);
+    return false;
+  }
+
  protected:
   bool host_only() const override { return false; }
   void thread_started() override { cudaSetDevice(device_); }
 
   void issued(Op& op) override {
     const std::string where = fmt::format("comm.{}", op_kind_name(op.kind));
-    PARALLM_CHECK(op.collective(), CommError, where, "{}",
-                  error_text(op, "the nccl backend has no point-to-point messages yet (use mpi for host tensors)"));
     if (op.kind == OpKind::Split) return;
+    if (!op.collective()) check_p2p(op, where);
     int cur = -1;
     cudaGetDevice(&cur);
     PARALLM_CHECK(
@@ -296,38 +517,95 @@ class NcclComm : public QueuedComm {
     op.ext = std::move(is);
   }
 
+  // A collective's signature check is polled (NcclPending), so this thread
+  // keeps moving messages meanwhile: a peer may need one before it gets to
+  // the collective. A split waits for its check.
   std::unique_ptr<Pending> start(Op& op) override {
-    if (op.collective() && ctrl_ && options().check_ops) check_signature(op);
+    if (!op.collective()) return std::make_unique<P2pOp>(*this, op);
     if (op.kind == OpKind::Split) {
+      if (checks()) {
+        post_signature(op)->wait();
+        check_agreement(op);
+      }
       split_now(op);
       return std::make_unique<Done>();
     }
     return std::make_unique<NcclPending>(*this, op);
   }
 
+  // A send or receive that timed out: how far it got, naming the peer. (On
+  // the communication thread; the waiter's watchdog passes no operation state.)
+  std::string diagnose(const Op& op) override {
+    if (!op.ext) return "";
+    if (op.collective()) return check_diagnosis(*static_cast<const Issued*>(op.ext.get()));
+    const bool send = op.kind == OpKind::Send;
+    const int peer = op.root;
+    switch (static_cast<const Issued*>(op.ext.get())->stage.load(std::memory_order_relaxed)) {
+      case kStageQueued:
+        return fmt::format("queued behind earlier messages {} rank {} with tag {}, which have not completed",
+                           send ? "to" : "from", peer, op.tag);
+      case kStageHeader:
+        return fmt::format("rank {} has sent nothing with tag {} to this rank (no matching send posted)", peer, op.tag);
+      case kStageConnecting:
+        return send ? fmt::format(
+                          "rank {} never joined the connection for messages with tag {} (no matching receive "
+                          "posted on rank {})",
+                          peer, op.tag, peer)
+                    : fmt::format("rank {} posted the send but NCCL did not finish connecting the two ranks", peer);
+      case kStageEnqueuing:
+        return fmt::format(
+            "NCCL is still connecting this rank with rank {} (its matching {} is not posted, or it is "
+            "stuck)",
+            peer, send ? "receive" : "send");
+      case kStageRunning:
+        return send ? fmt::format(
+                          "the message is on the GPU, waiting for rank {} to receive it (no matching receive "
+                          "posted on rank {}, or it is stuck)",
+                          peer, peer)
+                    : fmt::format(
+                          "the receive is on the GPU, waiting for rank {}'s data (no matching send posted on "
+                          "rank {}, or it is stuck)",
+                          peer, peer);
+      default:
+        return "";
+    }
+  }
+
  private:
-  // Every rank's signature of this collective must match (over MPI).
-  void check_signature(const Op& op) {
-    int32_t* p = sig_.data<int32_t>();
-    const bool widen = op.ext && static_cast<const Issued*>(op.ext.get())->wire.widen;
-    signature(op, widen, p);
-    for (int i = 0; i < kSig; ++i) p[kSig + i] = -p[i];
-    ctrl_->all_reduce(sig_, ReduceOp::Max);
-    bool agree = true;
-    for (int i = 0; i < kSig; ++i) agree &= p[i] == -p[kSig + i];
-    if (agree) return;
-    Tensor mine = Tensor::empty({kSig}, DType::I32), all = Tensor::empty({kSig * size()}, DType::I32);
-    signature(op, widen, mine.data<int32_t>());
-    // Every rank's signature in rank order (shard_of gives each rank kSig of them).
-    ctrl_->all_gather(mine, all);
-    std::map<std::string, std::vector<int>> by;
-    for (int r = 0; r < size(); ++r) by[describe_signature(all.data<int32_t>() + r * kSig)].push_back(r);
-    std::string s_all;
-    for (const auto& [what, ranks] : by)
-      s_all += fmt::format("{}{} {} called {}", s_all.empty() ? "" : "; ", ranks.size() == 1 ? "rank" : "ranks",
-                           fmt::join(ranks, ","), what);
-    throw CommError(fmt::format("comm.{}", op_kind_name(op.kind)),
-                    error_text(op, "collective mismatch (a rank skipped or reordered a collective): " + s_all));
+  // Point to point as it is issued: a peer other than this rank, the control
+  // plane that carries the headers, and a bounded number of lanes.
+  void check_p2p(const Op& op, const std::string& where) {
+    PARALLM_CHECK(op.root != rank(), CommError, where, "{}",
+                  error_text(op, "a message to this rank itself: the nccl backend exchanges messages between ranks"));
+    PARALLM_CHECK(ctrl_, CommError, where, "{}",
+                  error_text(op,
+                             "point-to-point messages on the nccl backend need the MPI control plane (start the "
+                             "ranks with an MPI launcher, not through PARALLM_STORE_DIR)"));
+    std::lock_guard<std::mutex> lock(lane_keys_mu_);
+    const auto key = std::make_tuple(op.root, op.kind == OpKind::Send, op.tag);
+    if (lane_keys_.count(key)) return;
+    PARALLM_CHECK(static_cast<int>(lane_keys_.size()) < kMaxLanes, CommError, where, "{}",
+                  error_text(op, fmt::format("more than {} lanes (peer, direction, tag) in this group: each is an "
+                                             "NCCL communicator of its own; use a few tags (one per kind of "
+                                             "message), not one per message",
+                                             kMaxLanes)));
+    lane_keys_.insert(key);
+  }
+
+  // A collective that timed out in its signature check: the control plane's
+  // own timeout comes moments later and says what the peers are doing.
+  std::string check_diagnosis(const Issued& is) {
+    if (!is.check) return "";
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(diagnose_budget_s() + 1.0);
+    try {
+      while (!is.check->test()) {
+        if (std::chrono::steady_clock::now() > until) return "the ranks' signature check over MPI is still waiting";
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    } catch (const std::exception& e) {
+      return fmt::format("the ranks' signature check over MPI: {}", e.what());
+    }
+    return "";
   }
 
   void split_now(Op& op) {
@@ -358,12 +636,24 @@ class NcclComm : public QueuedComm {
   Tensor sig_;  // this rank's signature and its negation, compared over ctrl_
   std::mutex grave_mu_;
   std::vector<Buried> graveyard_;
+  std::map<std::tuple<int, bool, int>, std::unique_ptr<Lane>> lanes_;  // (peer, send, tag): comm thread only
+  std::mutex lane_keys_mu_;
+  std::set<std::tuple<int, bool, int>> lane_keys_;  // the lanes issued so far (any thread)
 };
 
 // ---- one operation ----
 
 NcclPending::NcclPending(NcclComm& c, Op& op)
     : c_(c), op_(op), is_(*static_cast<Issued*>(op.ext.get())), type_(is_.wire.type), esize_(is_.wire.esize) {
+  if (c_.checks()) {
+    check_ = c_.post_signature(op_);
+    is_.check = check_;
+    return;
+  }
+  enqueue_now();
+}
+
+void NcclPending::enqueue_now() {
   try {
     std::lock_guard<std::mutex> lock(nccl_mutex());
     enqueue();
@@ -533,7 +823,7 @@ void NcclPending::enqueue() {
     case OpKind::Barrier:
       ok(ncclAllReduce(c_.barrier_buf(), c_.barrier_buf(), 1, ncclFloat32, ncclSum, comm, st), "ncclAllReduce");
       break;
-    default:  // split runs on the host; point-to-point is refused in issued()
+    default:  // split runs on the host; point to point on lanes (P2pOp)
       throw InternalError(where, c_.err(op_, "not an operation for the NCCL stream"));
   }
   cuda_ok(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), where, c_.err(op_, "creating an event"));
@@ -541,6 +831,13 @@ void NcclPending::enqueue() {
 }
 
 bool NcclPending::poll() {
+  if (check_) {
+    if (!check_->test()) return false;  // rethrows a failure of the control plane
+    check_.reset();
+    is_.check.reset();
+    c_.check_agreement(op_);  // throws on a mismatch
+    enqueue_now();
+  }
   const cudaError_t e = cudaEventQuery(done_);
   const std::string where = fmt::format("comm.{}", op_kind_name(op_.kind));
   if (e == cudaErrorNotReady) {
@@ -584,6 +881,144 @@ void NcclPending::copy_back() {
       for (int64_t k = 0; k < n; ++k) out[k] = static_cast<uint16_t>(v[k]);
     }
   }
+}
+
+// ---- one send or receive ----
+
+P2pOp::P2pOp(NcclComm& c, Op& op)
+    : c_(c), op_(op), is_(*static_cast<Issued*>(op.ext.get())), send_(op.kind == OpKind::Send) {
+  lane_ = &c.lane_for(op, &first_);
+  index_ = lane_->posted;
+  const bool check = c.options().check_ops;
+  hdr_ = Tensor::empty({kHdrInts}, DType::I32, MemCategory::Comm);
+  int32_t* h = hdr_.data<int32_t>();
+  std::memset(h, 0, hdr_.nbytes());
+  if (send_) {
+    h[kHdrMagic] = kHdrMagicValue;
+    h[kHdrSeq] = static_cast<int32_t>(op.seq & 0x7fffffff);
+    h[kHdrCountHi] = static_cast<int32_t>(op.count >> 31);
+    h[kHdrCountLo] = static_cast<int32_t>(op.count & 0x7fffffff);
+    h[kHdrDtype] = static_cast<int32_t>(op.a.dtype());
+    h[kHdrIndex] = static_cast<int32_t>(index_ & 0x7fffffff);
+    if (first_) {
+      ncclUniqueId id{};
+      {
+        std::lock_guard<std::mutex> lock(nccl_mutex());
+        nccl_ok(ncclGetUniqueId(&id), where(), c.err(op, "ncclGetUniqueId for its lane"));
+      }
+      h[kHdrHasId] = 1;
+      std::memcpy(h + kHdrFields, id.internal, sizeof(id.internal));
+      c.connect(*lane_, id, op);
+    }
+    if (first_ || check) hdr_work_ = c.ctrl().send_async(hdr_, op.root, op.tag);
+  } else if (first_ || check) {
+    hdr_work_ = c.ctrl().recv_async(hdr_, op.root, op.tag);
+  }
+  ++lane_->posted;
+  lane_->waiting.push_back(this);
+  set_stage(!send_ && first_ ? kStageHeader : lane_->state == Lane::kConnecting ? kStageConnecting : kStageQueued);
+}
+
+// An operation that did not finish (a failure or a timeout broke the group)
+// may still run on the GPU: its lane is aborted with the group, and its
+// buffers are kept until then.
+P2pOp::~P2pOp() {
+  auto& w = lane_->waiting;
+  w.erase(std::remove(w.begin(), w.end(), this), w.end());
+  if (lane_->enqueuing == this) lane_->enqueuing = nullptr;
+  if (!finished_) {
+    lane_->failed = true;
+    c_.bury(op_);
+  }
+  if (done_) cudaEventDestroy(done_);
+}
+
+// The sender's header for this receive, once it is here: it must describe
+// the message this rank expects (the lane's order is the sender's order).
+bool P2pOp::header_here() {
+  if (hdr_ok_) return true;
+  if (!hdr_work_->test()) return false;  // rethrows a failure of the control plane
+  const int32_t* h = hdr_.data<int32_t>();
+  PARALLM_CHECK(h[kHdrMagic] == kHdrMagicValue, InternalError, where(), "{}",
+                c_.err(op_, fmt::format("rank {} sent a header that is not parallm's", op_.root)));
+  const int64_t count = (static_cast<int64_t>(h[kHdrCountHi]) << 31) | h[kHdrCountLo];
+  const int dt = h[kHdrDtype];
+  const bool known = dt >= 0 && dt <= static_cast<int>(DType::U16);
+  if (count != op_.count || !known || static_cast<DType>(dt) != op_.a.dtype())
+    throw CommError(where(), c_.err(op_, fmt::format("rank {} sent {} x {} as its send #{} (its message {} with tag "
+                                                     "{} to this rank): a message must be received with the count "
+                                                     "and type it was sent with, and messages with one tag in the "
+                                                     "order they were sent",
+                                                     op_.root, count, known ? dtype_name(static_cast<DType>(dt)) : "?",
+                                                     h[kHdrSeq], h[kHdrIndex], op_.tag)));
+  if (first_) {
+    PARALLM_CHECK(h[kHdrHasId] == 1, InternalError, where(), "{}",
+                  c_.err(op_, fmt::format("the first message from rank {} carries no NCCL id", op_.root)));
+    std::memcpy(id_.internal, h + kHdrFields, sizeof(id_.internal));
+  }
+  hdr_ok_ = true;
+  return true;
+}
+
+const ncclUniqueId* P2pOp::lane_id() {
+  if (!first_ || send_ || !hdr_work_) return nullptr;
+  return header_here() ? &id_ : nullptr;
+}
+
+bool P2pOp::launch() {
+  set_stage(kStageEnqueuing);
+  const auto count = static_cast<size_t>(op_.count);
+  cudaStream_t st = lane_->stream;
+  std::lock_guard<std::mutex> lock(nccl_mutex());
+  cuda_ok(cudaStreamWaitEvent(st, is_.ready, 0), where(), c_.err(op_, "waiting for the compute stream"));
+  void* buf = is_.sa.data() ? is_.sa.data() : op_.a.raw();
+  if (send_ && is_.sa.data())
+    // From pageable memory the call returns once the source has been read.
+    cuda_ok(cudaMemcpyAsync(is_.sa.data(), op_.a.raw(), is_.sa.bytes(), cudaMemcpyHostToDevice, st), where(),
+            c_.err(op_, "staging a host tensor"));
+  if (count) {
+    const ncclResult_t r = send_ ? ncclSend(buf, count, is_.wire.type, 1, lane_->comm, st)
+                                 : ncclRecv(buf, count, is_.wire.type, 0, lane_->comm, st);
+    if (r == ncclInProgress) return false;
+    nccl_ok(r, where(), c_.err(op_, send_ ? "ncclSend" : "ncclRecv"), lane_->comm);
+  }
+  record();
+  return true;
+}
+
+void P2pOp::enqueued() {
+  record();
+}
+
+void P2pOp::record() {
+  cuda_ok(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), where(), c_.err(op_, "creating an event"));
+  cuda_ok(cudaEventRecord(done_, lane_->stream), where(), c_.err(op_, "recording completion"));
+  set_stage(kStageRunning);
+}
+
+bool P2pOp::poll() {
+  if (finished_) return true;
+  // A mismatch is an error as soon as the header is here, before the data
+  // (which could wait forever for elements that never come).
+  if (!send_ && hdr_work_) header_here();
+  c_.progress(*lane_, op_);
+  if (!done_) return false;
+  const cudaError_t e = cudaEventQuery(done_);
+  if (e == cudaErrorNotReady) {
+    c_.lane_busy(*lane_, op_, "waiting for the message");  // throws NCCL's asynchronous errors
+    return false;
+  }
+  cuda_ok(e, where(), c_.err(op_, "completion"));
+  if (hdr_work_ && !(send_ ? hdr_work_->test() : hdr_ok_)) return false;  // the header's exchange too
+  if (!send_ && is_.sa.data()) {
+    // A host tensor: down from its staging buffer (the copy stream, so nothing queued later is waited for).
+    cuda_ok(cudaMemcpyAsync(op_.a.raw(), is_.sa.data(), is_.sa.bytes(), cudaMemcpyDeviceToHost, c_.copy_stream()),
+            where(), c_.err(op_, "copying the message to the host"));
+    cuda_ok(cudaStreamSynchronize(c_.copy_stream()), where(), c_.err(op_, "copying the message to the host"));
+  }
+  finished_ = true;
+  set_stage(kStageDone);
+  return true;
 }
 
 // The NCCL unique id as text (for the file store) and back.

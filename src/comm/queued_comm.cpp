@@ -68,15 +68,18 @@ void WorkState::watch(std::unique_lock<std::mutex>& lock) {
     Op op;
     op.kind = kind_;
     op.seq = seq_;
+    if (peer_ >= 0) op.root = peer_;
     const std::string diag = owner_ ? owner_->diagnose(op) : "";
     lock.lock();
     if (done_) return;
     lock.unlock();  // the dump waits for every thread, this one's waker included
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    const std::string with =
+        peer_ < 0 ? "" : fmt::format(" ({} rank {})", kind_ == OpKind::Send ? "to" : "from", peer_);
     const std::string msg = fmt::format(
-        "{} #{} in group {}: still inside the communication library after {:.1f} s (comm.timeout_s {:.1f}): a "
+        "{} #{}{} in group {}: still inside the communication library after {:.1f} s (comm.timeout_s {:.1f}): a "
         "peer died or stopped, or the network stalled mid-transfer{}",
-        op_kind_name(kind_), seq_, group_ ? *group_ : "?", total, timeout_s_, diag.empty() ? "" : "; " + diag);
+        op_kind_name(kind_), seq_, with, group_ ? *group_ : "?", total, timeout_s_, diag.empty() ? "" : "; " + diag);
     throw CommError("comm.wait", msg + stacks_note(msg));
   }
 }
@@ -213,7 +216,7 @@ WorkPtr QueuedComm::submit(Op op) {
     run_inline(op);
     return handle;
   }
-  op.work->arm(options_.timeout_s, op.kind, op.seq, &name_, &waiters_, this);
+  op.work->arm(options_.timeout_s, op.kind, op.seq, op.collective() ? -1 : op.root, &name_, &waiters_, this);
   queue_.push_back(std::move(op));
   cv_.notify_all();
   return handle;

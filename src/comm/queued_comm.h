@@ -48,11 +48,13 @@ class WorkState : public Work {
   // its communication thread (which may be inside the library), and on expiry
   // asks the peers itself, so the error names a peer that cannot answer
   // (stopped, dead) even when the operation hangs mid-transfer.
-  void arm(double timeout_s, OpKind kind, uint64_t seq, const std::string* group, std::atomic<int>* waiters,
+  // `peer`: the rank a send or receive exchanges with (named on expiry), -1 for collectives.
+  void arm(double timeout_s, OpKind kind, uint64_t seq, int peer, const std::string* group, std::atomic<int>* waiters,
            QueuedComm* owner) {
     timeout_s_ = timeout_s;
     kind_ = kind;
     seq_ = seq;
+    peer_ = peer;
     group_ = group;
     waiters_ = waiters;
     owner_ = owner;
@@ -74,6 +76,7 @@ class WorkState : public Work {
   double diagnosing_s_ = 0;  // set once the comm thread diagnoses a timeout
   OpKind kind_ = OpKind::Barrier;
   uint64_t seq_ = 0;
+  int peer_ = -1;
   const std::string* group_ = nullptr;   // the group's name (outlives the wait)
   std::atomic<int>* waiters_ = nullptr;  // the group's count of blocked callers (outlives the wait)
   QueuedComm* owner_ = nullptr;          // the group (outlives the wait)

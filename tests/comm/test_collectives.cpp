@@ -251,7 +251,6 @@ TEST(Collectives, AsyncHandlesCompleteInIssueOrder) {
 TEST(Collectives, SendRecvRingBothDirectionsInFlight) {
   const int n = world->size(), me = world->rank();
   if (n == 1) GTEST_SKIP() << "needs a peer";
-  if (world->backend() == "nccl") GTEST_SKIP() << "the nccl backend has no point-to-point messages yet";
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
   // Large enough for a rendezvous protocol: both sends are in flight before any receive completes.
   const int64_t c = 1 << 20;
@@ -313,7 +312,7 @@ TEST(Collectives, CountsCallsAndPayloadBytesPerKind) {
   Tensor ints = make(DType::I32, 4);
   EXPECT_THROW(g->all_reduce(ints, ReduceOp::Avg), ShapeError);
   EXPECT_THROW(g->broadcast(f, n), ShapeError);
-  const bool p2p = n > 1 && world->backend() != "nccl";
+  const bool p2p = n > 1;
   if (p2p) {
     Tensor out = input(DType::U16, 9, me), in = make(DType::U16, 9);
     auto s = g->send_async(out, (me + 1) % n, 1);
