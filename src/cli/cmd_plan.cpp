@@ -14,6 +14,7 @@
 #include "data/vocab.h"
 #include "model/params.h"
 #include "train/config.h"
+#include "train/pipeline.h"
 #include "train/plan.h"
 
 namespace parallm::cli {
@@ -38,7 +39,18 @@ Runner add_plan(CLI::App& app) {
   struct Opts {
     std::vector<std::string> args;
     int world = 1;
+    int stage = 0;
     std::string params, dtype = "fp32", device_mem;
+  };
+  // " | pp 4 1f1b: stage 0 of layers [0, 3), 4 micro-batches in flight".
+  auto pipeline_text = [](const train::RunConfig& cfg, const model::PipelinePart& p, int stage) {
+    std::string chunks, sets;
+    for (size_t c = 0; c < p.stage.chunks.size(); ++c) {
+      chunks += fmt::format("{}[{}, {})", c ? " " : "", p.stage.chunks[c].begin, p.stage.chunks[c].end);
+      sets += fmt::format("{}{}", c ? "+" : "", p.in_flight[c]);
+    }
+    return fmt::format(" | pp {} {}: stage {} of layers {}, {} micro-batches in flight", cfg.parallel.pp,
+                       parallel::pipe_kind_name(cfg.parallel.pp_schedule), stage, chunks, sets);
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("args", o->args, "[config.yaml] key=value ... (the keys of parallm train)");
@@ -46,6 +58,8 @@ Runner add_plan(CLI::App& app) {
          "-n,--world", o->world,
          "data-parallel ranks (parallel.tp=N and parallel.sequence_parallel=true plan one tensor-parallel rank)")
       ->check(int_in(1, kMaxRanks));
+  cmd->add_option("--stage", o->stage, "with parallel.pp > 1: the pipeline stage (pp rank) to plan (default 0)")
+      ->check(int_in(0, kMaxRanks));
   cmd->add_option("--params", o->params, "a parameter count instead of a model shape (e.g. 80B, 124M; at most 1e15)");
   cmd->add_option("--dtype", o->dtype, "fp32, or bf16 (mixed-precision AdamW, 18 B/param)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
@@ -53,7 +67,7 @@ Runner add_plan(CLI::App& app) {
   cmd->footer(
       "Examples: parallm plan configs/baby_gpt.yaml -n 4 model.batch_size=16\n"
       "          parallm plan --params 80B --dtype bf16 --device-mem 80GB");
-  return [o]() {
+  return [o, pipeline_text]() {
     train::RunConfig cfg = run_config_from_args(o->args, "cli.plan");
     cfg.check_ranges();  // every key in its documented range: refused at once, never planned for minutes
     train::PlanInput in;
@@ -61,6 +75,10 @@ Runner add_plan(CLI::App& app) {
     in.world = o->world;
     in.tp = static_cast<int>(cfg.parallel.tp);
     in.sequence_parallel = cfg.parallel.sequence_parallel;
+    PARALLM_CHECK(o->stage < cfg.parallel.pp, ConfigError, "cli.plan",
+                  "--stage {} is not a stage of parallel.pp={} (stages 0 to {})", o->stage, cfg.parallel.pp,
+                  cfg.parallel.pp - 1);
+    if (cfg.parallel.pp > 1) in.pipe = train::Pipeline::stage_part(cfg, o->stage);
     in.prefetch = static_cast<int>(cfg.parallel.zero.prefetch);
     in.offload = cfg.parallel.zero.offload;
     in.micro_batch = cfg.train.batch_size;
@@ -68,10 +86,10 @@ Runner add_plan(CLI::App& app) {
     in.threads = cfg.train.threads > 0 ? static_cast<int>(cfg.train.threads) : num_threads();
     std::string what;
     if (!o->params.empty()) {
-      PARALLM_CHECK(in.tp == 1, ConfigError, "cli.plan",
-                    "--params gives the whole model's size, which parallel.tp={} does not split by a rule; give the "
-                    "model's shape (model.* keys) to plan a tensor-parallel rank",
-                    in.tp);
+      PARALLM_CHECK(in.tp == 1 && cfg.parallel.pp == 1, ConfigError, "cli.plan",
+                    "--params gives the whole model's size, which parallel.tp={} x parallel.pp={} does not split by a "
+                    "rule; give the model's shape (model.* keys) to plan a tensor- or pipeline-parallel rank",
+                    in.tp, cfg.parallel.pp);
       in.params = train::parse_count(o->params, "--params");
       PARALLM_CHECK(in.params >= 1 && in.params <= kMaxParams, ConfigError, "cli.plan",
                     "--params {} is out of range: give a parameter count in [1, {:g}] (e.g. 124M, 80B, 1T)", o->params,
@@ -89,11 +107,12 @@ Runner add_plan(CLI::App& app) {
       }
       cfg.model.validate();  // again, with the dataset's vocabulary
       in.model = cfg.model;
-      in.params = static_cast<double>(model::ParamLayout(cfg.model, {in.tp, 0}).count());
-      what = fmt::format("{} | {:.2f}M parameters{} | micro batch {} x {} | {} thread{}{}", cfg.model.summary(),
-                         in.params / 1e6, in.tp > 1 ? " per tp rank" : "", in.micro_batch, in.seq_len, in.threads,
-                         in.threads > 1 ? "s" : "",
-                         in.tp > 1 ? fmt::format(" | tp {}{}", in.tp, in.sequence_parallel ? " + sp" : "") : "");
+      in.params = static_cast<double>(model::ParamLayout(cfg.model, {in.tp, 0}, in.pipe.stage).count());
+      what = fmt::format("{} | {:.2f}M parameters{} | micro batch {} x {} | {} thread{}{}{}", cfg.model.summary(),
+                         in.params / 1e6, in.tp > 1 || in.pipe.pipelined() ? " on this rank" : "", in.micro_batch,
+                         in.seq_len, in.threads, in.threads > 1 ? "s" : "",
+                         in.tp > 1 ? fmt::format(" | tp {}{}", in.tp, in.sequence_parallel ? " + sp" : "") : "",
+                         in.pipe.pipelined() ? pipeline_text(cfg, in.pipe, o->stage) : "");
     }
     std::printf("parallm plan: %s | %s | %d rank%s\n", what.c_str(), in.dtype.c_str(), in.world,
                 in.world > 1 ? "s" : "");
@@ -105,6 +124,10 @@ Runner add_plan(CLI::App& app) {
     std::printf("  %-13s %11s %11s %11s %11s %11s %11s %11s %9s %11s\n", "zero.stage", "params", "grads", "optimizer",
                 "activations", "comm", "scratch", "total", "state/p", "host pool");
     for (int s = 0; s <= 3; ++s) {
+      if (s >= 2 && in.pipe.pipelined()) {
+        std::printf("  %-13d (not with parallel.pp > 1: a stage's gradients accumulate across its micro-batches)\n", s);
+        continue;
+      }
       const auto b = train::plan_memory(in, s);
       const std::string name = fmt::format("{}{}{}", s, s == 3 ? fmt::format(" (pf {})", in.prefetch) : "",
                                            s == cfg.parallel.zero.stage ? " *" : "");

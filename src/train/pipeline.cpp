@@ -33,28 +33,43 @@ void parse_fault(int world_rank, int64_t& iter, int& sig) {
 }
 }  // namespace
 
-Pipeline::Pipeline(const RunConfig& cfg, parallel::Mesh& mesh) : mesh_(mesh) {
+namespace {
+parallel::PipeShape shape_of(const RunConfig& cfg) {
   const ParallelSection& p = cfg.parallel;
-  shape_ = {static_cast<int>(p.pp), static_cast<int>(cfg.optimizer.gas), static_cast<int>(p.pp_virtual), p.pp_schedule};
-  parallel::check_pipe_shape(shape_);
+  const parallel::PipeShape s{static_cast<int>(p.pp), static_cast<int>(cfg.optimizer.gas),
+                              static_cast<int>(p.pp_virtual), p.pp_schedule};
+  parallel::check_pipe_shape(s);
+  return s;
+}
+}  // namespace
+
+model::PipelinePart Pipeline::stage_part(const RunConfig& cfg, int pp_rank) {
+  const parallel::PipeShape shape = shape_of(cfg);
+  const parallel::PipeSim sim = parallel::simulate(shape);
+  PARALLM_CHECK(sim.ok, InternalError, "pipeline",
+                "the {} schedule for parallel.pp={} optimizer.gas={} V={} fails its simulation: {}",
+                parallel::pipe_kind_name(shape.kind), shape.p, shape.m, shape.v, sim.error);
+  model::PipelinePart part;
+  part.stage.chunks = parallel::stage_chunks(cfg.model.n_layer, shape.p, shape.v, pp_rank, cfg.parallel.pp_layers);
+  part.in_flight = sim.max_in_flight[static_cast<size_t>(pp_rank)];
+  // Forward-only passes (evaluation) need one set even where training needs none.
+  for (int& n : part.in_flight) n = std::max(n, 1);
+  part.split_backward = shape.kind == parallel::PipeKind::ZeroBubble;
+  return part;
+}
+
+Pipeline::Pipeline(const RunConfig& cfg, parallel::Mesh& mesh) : mesh_(mesh), shape_(shape_of(cfg)) {
   const int rank = mesh.coord().pp;
   PARALLM_CHECK(mesh.pp().size() == shape_.p && mesh.pp().rank() == rank, InternalError, "pipeline",
                 "the pp group ({} ranks, this one {}) is not the mesh's pipeline axis ({}, {})", mesh.pp().size(),
                 mesh.pp().rank(), shape_.p, rank);
-  const parallel::PipeSim sim = parallel::simulate(shape_);
-  PARALLM_CHECK(sim.ok, InternalError, "pipeline",
-                "the {} schedule for parallel.pp={} optimizer.gas={} V={} fails "
-                "its simulation: {}",
-                parallel::pipe_kind_name(shape_.kind), shape_.p, shape_.m, shape_.v, sim.error);
+  part_ = stage_part(cfg, rank);
   actions_ = parallel::pipe_actions(shape_, rank);
-  chunks_ = parallel::stage_chunks(cfg.model.n_layer, shape_.p, shape_.v, rank, p.pp_layers);
-  sets_ = sim.max_in_flight[static_cast<size_t>(rank)];
-  for (int& n : sets_) n = std::max(n, 1);  // forward-only passes (evaluation) need one even where training needs none
   parse_fault(mesh.world().rank(), fault_iter_, fault_signal_);
 }
 
 model::PipelinePart Pipeline::part() const {
-  return {model::StageSpec{chunks_}, sets_, shape_.kind == parallel::PipeKind::ZeroBubble};
+  return part_;
 }
 
 Pipeline::Times Pipeline::execute(model::GPT& m, const std::vector<parallel::Action>& list, int64_t B, int64_t T,
@@ -83,12 +98,12 @@ Pipeline::Times Pipeline::execute(model::GPT& m, const std::vector<parallel::Act
   };
   Times t;
   Timer since_start;
-  double first = -1, last = 0;
+  double last = 0;
   const size_t halfway = cur_iter_ == fault_iter_ ? list.size() / 2 : list.size();
   for (size_t i = 0; i < list.size(); ++i) {
     const parallel::Action& a = list[i];
     if (i == halfway) std::raise(fault_signal_);  // testing: a peer dies or hangs mid-step
-    const int set = a.micro % sets_[static_cast<size_t>(a.chunk)];
+    const int set = a.micro % part_.in_flight[static_cast<size_t>(a.chunk)];
     const bool compute = a.kind == ActKind::Forward || a.kind == ActKind::Backward ||
                          a.kind == ActKind::BackwardInput || a.kind == ActKind::BackwardWeight;
     if (a.kind != ActKind::SendAct && a.kind != ActKind::SendGrad) settle(a.chunk, set);
@@ -126,11 +141,13 @@ Pipeline::Times Pipeline::execute(model::GPT& m, const std::vector<parallel::Act
     if (!compute) continue;
     const double end = since_start.seconds();
     (a.kind == ActKind::Forward ? t.forward : t.backward) += end - start;
-    if (first < 0) first = start;
+    const int k = static_cast<int>(a.kind);  // Forward, Backward, BackwardInput, BackwardWeight: 0..3
+    t.kind_s[k] += end - start;
+    ++t.kind_n[k];
     last = end;
   }
   for (auto& p : pending) p.work->wait();
-  t.span = first < 0 ? 0 : last - first;
+  t.span = last;
   return t;
 }
 

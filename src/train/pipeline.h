@@ -35,6 +35,9 @@ class Pipeline {
   // What this rank's model holds: its chunks, activation sets per chunk, and
   // whether its backward runs in halves.
   model::PipelinePart part() const;
+  // The same for pipeline rank `pp_rank` of a run of `cfg` without a mesh
+  // (the planner): checks and simulates the schedule.
+  static model::PipelinePart stage_part(const RunConfig& cfg, int pp_rank);
   const parallel::PipeShape& shape() const { return shape_; }
 
   // A micro-batch's input: tokens and targets (B x T, host) and its step context.
@@ -45,7 +48,10 @@ class Pipeline {
   };
   struct Times {
     double forward = 0, backward = 0;  // seconds in compute actions
-    double span = 0;                   // from the first action's start to the last one's end
+    double span = 0;                   // from the step's first action to the end of its last compute
+    // Seconds and count of each compute kind (F, B whole, B input half, W), for the mean cost of an action.
+    double kind_s[4] = {0, 0, 0, 0};
+    int kind_n[4] = {0, 0, 0, 0};
   };
   // One step's passes: `micro(k)` gives micro-batch k (k < optimizer.gas);
   // `losses` gets every micro-batch's loss on every rank. Gradients
@@ -63,8 +69,7 @@ class Pipeline {
   parallel::Mesh& mesh_;
   parallel::PipeShape shape_;
   std::vector<parallel::Action> actions_;  // this rank's, for a training step
-  std::vector<model::LayerRange> chunks_;
-  std::vector<int> sets_;  // activation sets per chunk
+  model::PipelinePart part_;               // this rank's chunks, activation sets per chunk, split backward
   // PARALLM_FAULT_STOP_RANK on this rank: the iteration and the signal, else -1.
   int64_t fault_iter_ = -1;
   int fault_signal_ = 0;

@@ -56,7 +56,7 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
     return b;
   }
   // fp32 with a shape: the model's and ZeRO's own sizing, in bytes.
-  const model::ParamLayout layout(*in.model, {in.tp, 0});  // every tp rank's parts have the same shapes
+  const model::ParamLayout layout(*in.model, {in.tp, 0}, in.pipe.stage);  // every tp rank's parts: the same shapes
   const auto total = static_cast<double>(layout.total());
   parallel::Offload off = in.offload;
   if (stage == 0 || (off == parallel::Offload::Params && stage < 3)) off = parallel::Offload::None;
@@ -70,7 +70,7 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
   b.offloaded += f * static_cast<double>(z.offloaded);
   b.comm = f * static_cast<double>(z.comm);
   const auto buf = model::GPT::buffers(*in.model, in.micro_batch, in.seq_len, Device::cpu(), in.threads, DType::F32,
-                                       in.tp, in.sequence_parallel);
+                                       in.tp, in.sequence_parallel, in.pipe);
   b.activations = static_cast<double>(buf.activation_bytes);
   b.scratch = static_cast<double>(buf.scratch_bytes);
   b.exact = true;

@@ -3,7 +3,9 @@
 // ZeRO (Zero::sizes) size their allocations with, so for fp32 runs the
 // prediction is what the allocator then measures. Tensor (and sequence)
 // parallelism enter through the same functions: the layout of one tp rank
-// (ParamLayout for tp) and the model's buffers for (tp, sp, model.recompute).
+// (ParamLayout for tp) and the model's buffers for (tp, sp, model.recompute);
+// pipeline parallelism through the planned stage's layers and the activation
+// sets its schedule keeps in flight.
 // Without a model shape
 // (only a parameter count) it applies the seeds' quick rules to the training
 // state: fp32 AdamW 16 bytes per parameter (4 params + 4 grads + 8 moments),
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/gpt.h"
 #include "parallel/zero.h"
 
 namespace parallm::train {
@@ -28,6 +31,7 @@ struct PlanInput {
   int world = 1;                          // data-parallel ranks
   int tp = 1;                             // tensor-parallel degree (each rank holds 1/tp of the split layers)
   bool sequence_parallel = false;         // Megatron SP: the residual stream's activations / tp too
+  model::PipelinePart pipe;               // pipeline parallel: the planned rank's stage (Pipeline::stage_part)
   int prefetch = 1;                       // ZeRO stage 3 blocks gathered ahead
   parallel::Offload offload = parallel::Offload::None;  // ZeRO offload (params: stage 3 only)
   int64_t micro_batch = 1, seq_len = 1;                 // per rank

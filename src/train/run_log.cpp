@@ -1,5 +1,7 @@
 #include "train/run_log.h"
 
+#include <cstring>
+
 #include "core/gpu.h"
 #include "core/log.h"
 #include "core/text.h"
@@ -91,7 +93,10 @@ void record_step(const Session& s, int64_t it, float lr, const StepResult& r) {
   if (r.applied) rec["grad_norm"] = r.norm;  // a skipped step's norm is not finite
   if (s.scaler->active()) rec["loss_scale"] = r.scale;
   if (s.scaler->dynamic()) rec["skipped"] = !r.applied;
-  if (!r.stage_idle.empty()) rec["pp_idle"] = r.stage_idle;  // per stage: the measured bubble
+  if (!r.stage_idle.empty()) {
+    rec["pp_idle"] = r.stage_idle;        // per stage: the measured bubble
+    rec["pp_cost_ms"] = r.stage_cost_ms;  // per stage: mean ms per F, B, B-input, W
+  }
   const parallel::SyncStats stats = s.sync->stats();
   for (const auto& f : stats.fields)
     rec[f.key] = f.integer ? nlohmann::json(static_cast<int64_t>(f.value)) : nlohmann::json(f.value);
@@ -104,6 +109,20 @@ void record_step(const Session& s, int64_t it, float lr, const StepResult& r) {
   s.progress->update(it, fmt::format("loss {:.4f} tok/s {:.0f}", r.loss, tok_s));
 }
 
+namespace {
+// Pipeline: every stage's peak bytes of one category (collective over the pp group), by stage.
+std::vector<int64_t> stage_peaks(const Session& s, size_t mine) {
+  comm::Communicator& pp = s.mesh->pp();
+  Tensor t = Tensor::empty({2}, DType::I32), all = Tensor::empty({2 * pp.size()}, DType::I32);
+  const auto v = static_cast<int64_t>(mine);
+  std::memcpy(t.raw(), &v, sizeof v);  // as two int32 words, exact
+  pp.all_gather(t, all);
+  std::vector<int64_t> out(static_cast<size_t>(pp.size()));
+  std::memcpy(out.data(), all.raw(), out.size() * sizeof(int64_t));
+  return out;
+}
+}  // namespace
+
 void report_memory(const Session& s, int64_t it) {
   const MemStats ms = HostAllocator::instance().stats();
   s.progress->print(memory_line(ms));
@@ -114,6 +133,7 @@ void report_memory(const Session& s, int64_t it) {
   for (int c = 0; c < static_cast<int>(MemCategory::kCount); ++c)
     mrec[std::string(mem_category_name(static_cast<MemCategory>(c))) + "_bytes"] = ms.peak[c];
   mrec["total_peak_bytes"] = ms.total_peak;
+  if (s.pipe) mrec["stage_activations_bytes"] = stage_peaks(s, ms.peak[static_cast<int>(MemCategory::Activations)]);
   if (s.run_dir) s.run_dir->write_memory(mrec);
 }
 

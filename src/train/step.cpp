@@ -143,19 +143,28 @@ class PipelineSteps : public Schedule {
     PassTimes t;
     t.dtf = pt.forward;
     t.dtb = pt.backward + tc.seconds();
-    t.stage_idle = stage_idle(pt);
+    stage_times(pt, t);
     return t;
   }
 
  private:
-  // Every stage's idle share of its passes' span, gathered over the pp group.
-  std::vector<double> stage_idle(const Pipeline::Times& pt) const {
+  // Every stage's busy time, span and mean cost per action kind, gathered over the pp group.
+  void stage_times(const Pipeline::Times& pt, PassTimes& t) const {
     comm::Communicator& pp = s_.mesh->pp();
-    Tensor mine = Tensor::empty({1}, DType::F32), all = Tensor::empty({pp.size()}, DType::F32);
-    mine.data<float>()[0] =
-        pt.span > 0 ? static_cast<float>(std::max(0.0, 1.0 - (pt.forward + pt.backward) / pt.span)) : 0.0f;
+    constexpr int kw = 6;  // busy, span, four kinds' mean ms
+    Tensor mine = Tensor::empty({kw}, DType::F32), all = Tensor::empty({kw * pp.size()}, DType::F32);
+    float* v = mine.data<float>();
+    v[0] = static_cast<float>(pt.forward + pt.backward);
+    v[1] = static_cast<float>(pt.span);
+    for (int k = 0; k < 4; ++k) v[2 + k] = pt.kind_n[k] ? static_cast<float>(pt.kind_s[k] / pt.kind_n[k] * 1e3) : 0.0f;
     pp.all_gather(mine, all);
-    return std::vector<double>(all.data<float>(), all.data<float>() + pp.size());
+    const float* a = all.data<float>();
+    double span = 0;
+    for (int r = 0; r < pp.size(); ++r) span = std::max(span, static_cast<double>(a[kw * r + 1]));
+    for (int r = 0; r < pp.size(); ++r) {
+      t.stage_idle.push_back(span > 0 ? std::max(0.0, 1.0 - a[kw * r] / span) : 0.0);
+      for (int k = 0; k < 4; ++k) t.stage_cost_ms.push_back(a[kw * r + 2 + k]);
+    }
   }
 
   Session& s_;
@@ -221,6 +230,7 @@ StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr) 
   r.dtf = t.dtf;
   r.dtb = t.dtb + to.seconds();
   r.stage_idle = std::move(t.stage_idle);
+  r.stage_cost_ms = std::move(t.stage_cost_ms);
   r.dt = t_iter.seconds();
   if (t.device_timed) r.dtb = r.dt - r.dtf;  // the GPU's forwards, then everything else: backward and optimizer
   return r;

@@ -17,9 +17,11 @@ namespace parallm::train {
 struct PassTimes {
   double dtf = 0, dtb = 0;    // seconds in forward passes, and in backward passes with their gradient work
   bool device_timed = false;  // dtf is the device's own time (settle): the rest of the step is backward's
-  // Pipeline: per stage (pp rank), the share of its passes' span it spent
-  // waiting instead of computing (the bubble, measured); empty otherwise.
-  std::vector<double> stage_idle;
+  // Pipeline: per stage (pp rank), the share of the pipeline's span (the
+  // longest stage's, from the step's first action) it spent waiting instead
+  // of computing (the bubble, measured), and its mean milliseconds per F, B,
+  // B-input and W action ([4 * rank + kind], 0 where it ran none); empty otherwise.
+  std::vector<double> stage_idle, stage_cost_ms;
 };
 
 class Schedule {
@@ -42,7 +44,7 @@ struct StepResult {
   float scale = 1;      // the loss scale the step used
   bool applied = true;  // false: the update was skipped (overflow under dynamic loss scaling)
   double dt = 0, dtf = 0, dtb = 0;
-  std::vector<double> stage_idle;  // PassTimes::stage_idle
+  std::vector<double> stage_idle, stage_cost_ms;  // PassTimes'
 };
 
 StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr);

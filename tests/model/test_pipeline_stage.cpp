@@ -20,8 +20,9 @@ using model::LayerRange;
 
 namespace {
 
-model::GPTConfig config() {
+model::GPTConfig config(model::Recompute recompute = model::Recompute::None) {
   model::GPTConfig c;
+  c.recompute = recompute;
   c.n_layer = 4;
   c.n_embd = 24;
   c.n_head = 2;
@@ -61,7 +62,7 @@ struct Whole {
 
 Whole run_whole() {
   Whole w;
-  w.m = std::make_unique<model::GPT>(config(), kB, kT);
+  w.m = std::make_unique<model::GPT>(config(), kB, kT);  // no recompute: every mode gives the same bits
   w.m->init_weights(1);
   w.m->zero_grad();
   std::vector<int32_t> x, y;
@@ -75,7 +76,8 @@ Whole run_whole() {
 }
 
 // ranks[r] = rank r's chunks; virtual stage c * p + r is rank r's chunk c.
-void check_split(const std::vector<std::vector<LayerRange>>& ranks, bool split_backward) {
+void check_split(const std::vector<std::vector<LayerRange>>& ranks, bool split_backward,
+                 model::Recompute recompute = model::Recompute::None) {
   const Whole whole = run_whole();
   const int p = static_cast<int>(ranks.size()), V = static_cast<int>(ranks[0].size());
   std::vector<std::unique_ptr<model::GPT>> st;
@@ -164,6 +166,13 @@ TEST(PipelineStage, InterleavedChunksGiveTheWholeModel) {
 TEST(PipelineStage, SplitBackwardGivesTheSameGradients) {
   check_split({{{0, 1}}, {{1, 3}}, {{3, 4}}}, true);
   check_split({{{0, 1}, {2, 3}}, {{1, 2}, {3, 4}}}, true);
+}
+
+TEST(PipelineStage, RecomputeWithSetsInFlightGivesTheSameGradients) {
+  // The shared recompute buffers hold the last forward's block, here another
+  // micro-batch's: every block is redone before its backward.
+  check_split({{{0, 2}}, {{2, 4}}}, false, model::Recompute::Full);
+  check_split({{{0, 1}, {2, 3}}, {{1, 2}, {3, 4}}}, false, model::Recompute::Selective);
 }
 
 TEST(PipelineStage, LayoutHoldsOnlyTheStagesParameters) {

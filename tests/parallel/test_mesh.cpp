@@ -80,6 +80,18 @@ TEST(Mesh, EveryFactorisationMakesTheDocumentedGroups) {
                    o.cp = k % cp;
                  }),
                  what + " dp_cp");
+    const int tp = d.tp;
+    expect_group(m.tp_pp(), d.tp * d.pp, c.pp * d.tp + c.tp, along([tp](MeshCoord& o, int k) {
+                   o.pp = k / tp;
+                   o.tp = k % tp;
+                 }),
+                 what + " tp_pp");
+    // The pipeline's ends: the first and last stage of this (dp, cp, tp) line; none on a middle stage.
+    const bool end = c.pp == 0 || c.pp == d.pp - 1;
+    ASSERT_EQ(m.ends() != nullptr, end) << what;
+    if (end)
+      expect_group(*m.ends(), d.pp > 1 ? 2 : 1, c.pp == 0 ? 0 : 1,
+                   along([&d](MeshCoord& o, int k) { o.pp = k == 0 ? 0 : d.pp - 1; }), what + " ends");
     EXPECT_EQ(m.pp_prev(), c.pp == 0 ? -1 : world->rank() - d.tp * d.cp * d.dp) << what;
     EXPECT_EQ(m.pp_next(), c.pp == d.pp - 1 ? -1 : world->rank() + d.tp * d.cp * d.dp) << what;
   }

@@ -105,7 +105,34 @@ TEST(Config, ParallelKeysBadLayoutsAndTheAxesNotBuiltYet) {
   for (const char* stage : {"zero.stage=1", "zero.stage=2", "zero.stage=3"})  // ZeRO shards each tp rank's part
     EXPECT_EQ(validate_error({"parallel.tp=2", stage}), "") << stage;
   EXPECT_EQ(validate_error({"parallel.tp=2", "zero.stage=3", "zero.offload=params"}), "");
-  EXPECT_NE(validate_error({"parallel.pp=2"}).find("pipeline parallelism is not implemented yet"), std::string::npos);
+  // Pipeline keys: valid layouts pass; bad ones are named (the rest in cli.pipeline.layout_*).
+  EXPECT_EQ(validate_error({"parallel.pp=2"}), "");
+  EXPECT_EQ(validate_error({"parallel.pp=2", "parallel.tp=2", "zero.stage=1", "parallel.pp_schedule=zb-h1"}), "");
+  EXPECT_EQ(
+      validate_error({"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.pp_virtual=2", "optimizer.gas=4"}),
+      "");
+  EXPECT_EQ(validate_error({"parallel.pp=2", "parallel.pp_layers=5,1"}), "");
+  EXPECT_NE(validate_error({"parallel.pp=2", "parallel.pp_layers=3,3,0"}).find("parallel.pp_layers gives 3 counts"),
+            std::string::npos);
+  EXPECT_NE(validate_error({"parallel.pp=2", "parallel.pp_layers=6,0"}).find("stage 1 gets 0 layers"),
+            std::string::npos);
+  EXPECT_NE(validate_error({"parallel.pp=2", "zero.stage=3"}).find("zero.stage=3 with parallel.pp=2"),
+            std::string::npos);
+  EXPECT_NE(validate_error({"parallel.pp=2", "ddp.deterministic=true"}).find("ddp.deterministic=true with parallel.pp"),
+            std::string::npos);
+  EXPECT_NE(validate_error({"parallel.pp_layers=6"}).find("parallel.pp_layers is for parallel.pp > 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { rc.set("parallel.pp_schedule", "2f2b"); }).find("gpipe|1f1b|interleaved|zb-h1"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { rc.set("parallel.pp_layers", "2,x"); }).find("parallel.pp_layers"), std::string::npos);
+  {  // the typed keys round-trip through JSON with the user's spellings
+    train::RunConfig p;
+    p.apply_overrides({"parallel.pp=2", "parallel.pp_schedule=zb-h1", "parallel.pp_layers=2,4"});
+    const auto back = train::RunConfig::from_json(p.to_json());
+    EXPECT_EQ(back.to_json()["parallel.pp_schedule"], "zb-h1");
+    EXPECT_EQ(back.to_json()["parallel.pp_layers"], "2,4");
+    EXPECT_EQ(back.parallel.pp_layers, (std::vector<int64_t>{2, 4}));
+  }
   EXPECT_NE(validate_error({"parallel.cp=3"}).find("context parallelism is not implemented yet"), std::string::npos);
   EXPECT_NE(validate_error({"parallel.tp=0"}).find("parallel.tp must be in [1, "), std::string::npos);
   EXPECT_NE(validate_error({"parallel.dp=-1"}).find("parallel.dp must be in [0, "), std::string::npos);

@@ -1,0 +1,57 @@
+#!/bin/bash
+# Issue 33 acceptance (a comparison, not a timed test): 100 steps of a small config (8 layers, vocabulary 65,
+# dropout 0.1, optimizer.gas 4) at pp 2 and 4 with every schedule, pp 2 x tp 2, dp 2 x pp 2 with ZeRO-1 and
+# dp 2 x tp 2 x pp 2 (8 ranks, oversubscribed) against one rank with the same global batch; then a
+# dp 1 x tp 2 x pp 2 checkpoint (iteration 100, optimizer.gas 2) resumed at pp 4, at dp 4 and on one rank
+# against the uninterrupted run.
+# usage: bench/pp_equivalence.sh [parallm] [out dir] [data dir]   (about 10 minutes on 2 cores)
+set -u
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+B=${1:-build/parallm}; O=${2:-out/pp_equivalence}; DATA=${3:-data/shakespeare_char}; rm -rf $O; mkdir -p $O
+[ -d $DATA ] || $B prepare shakespeare_char --input ../shared/data/tinyshakespeare/input.txt --out $DATA >/dev/null
+C="model.n_layer=8 model.n_head=4 model.n_embd=64 model.block_size=64 model.dropout=0.1 train.eval_interval=50 train.eval_iters=5 train.peak_flops=1e11 train.sample_tokens=0 data.dir=$DATA train.progress=false train.log_interval=50"
+M="mpirun --oversubscribe --bind-to none"
+LOSSES='import json,sys
+O=sys.argv[1]
+def losses(d):
+    r={}
+    for l in open(f"{O}/{d}/metrics.jsonl"):
+        j=json.loads(l)
+        if j.get("kind")=="train": r[j["step"]]=j["loss"]
+    return r'
+run() { local n=$1; shift; local name=$1; shift; if [ $n = 1 ]; then $B train $C "$@" train.out_dir=$O/$name > $O/$name.log 2>&1; else $M -np $n $B train $C comm.backend=mpi "$@" train.out_dir=$O/$name > $O/$name.log 2>&1; fi || { echo "FAILED $name"; tail -3 $O/$name.log; }; }
+G="optimizer.gas=4 train.max_iters=100"
+run 1 one model.batch_size=2 $G
+for p in 2 4; do
+  for kind in gpipe 1f1b zb-h1; do run $p pp${p}_$kind model.batch_size=2 $G parallel.pp=$p parallel.pp_schedule=$kind; done
+  run $p pp${p}_interleaved model.batch_size=2 $G parallel.pp=$p parallel.pp_schedule=interleaved parallel.pp_virtual=2
+done
+run 4 pp2tp2 model.batch_size=2 $G parallel.pp=2 parallel.tp=2
+run 4 dp2pp2z1 model.batch_size=1 $G parallel.pp=2 zero.stage=1
+run 8 dp2tp2pp2 model.batch_size=1 $G parallel.pp=2 parallel.tp=2
+python3 - $O <<PY
+$LOSSES
+one=losses("one")
+runs=[f"pp{p}_{k}" for p in (2,4) for k in ("gpipe","1f1b","interleaved","zb-h1")]+["pp2tp2","dp2pp2z1","dp2tp2pp2"]
+for d in runs:
+    x=losses(d)
+    rel=lambda a,b: abs(a-b)/abs(b)
+    m50=max(rel(x[s],one[s]) for s in one if s<50); m100=max(rel(x[s],one[s]) for s in one)
+    print(f"{d:16s} steps {len(x)}: max rel train-loss diff vs 1 rank: first 50 {m50:.3g} (<=1e-5: {m50<=1e-5}), all 100 {m100:.3g} (<=1e-4: {m100<=1e-4})")
+PY
+echo "== checkpoint at dp 1 x tp 2 x pp 2 (iteration 100, optimizer.gas 2), resumed for 20 steps"
+R="optimizer.gas=2 train.always_save_checkpoint=true"
+run 4 full model.batch_size=4 $R train.max_iters=120 parallel.tp=2 parallel.pp=2
+run 4 part model.batch_size=4 $R train.max_iters=100 parallel.tp=2 parallel.pp=2
+for v in pp4 dp4 one; do mkdir -p $O/res_$v; cp -r $O/part/ckpt $O/res_$v/; done
+run 4 res_pp4 model.batch_size=4 $R train.max_iters=120 parallel.pp=4 train.init_from=resume
+run 4 res_dp4 model.batch_size=1 $R train.max_iters=120 train.init_from=resume
+run 1 res_one model.batch_size=4 $R train.max_iters=120 train.init_from=resume
+python3 - $O <<PY
+$LOSSES
+full=losses("full")
+for d in ["res_pp4","res_dp4","res_one"]:
+    x=losses(d); steps=sorted(s for s in x if s>=100)
+    m=max(abs(x[s]-full[s])/abs(full[s]) for s in steps)
+    print(f"{d:8s} steps {steps[0]}..{steps[-1]} ({len(steps)}): max rel diff vs uninterrupted {m:.3g} (<=1e-5: {m<=1e-5})")
+PY
