@@ -198,12 +198,6 @@ std::vector<ParamLayout::WholeRun> ParamLayout::whole_runs(int i, int64_t a, int
   return out;
 }
 
-int64_t ParamLayout::global_count() const {
-  int64_t n = 0;
-  for (const auto& s : slots_) n += shape_numel(s.global_shape);
-  return n;
-}
-
 int64_t ParamLayout::add_part(const std::string& name, Shape global, Placement placement, ParamSlot::Init init,
                               float std, bool decay) {
   if (!placement.sharded() || spec_.tp == 1) return add(name, std::move(global), init, std, decay);

@@ -128,8 +128,6 @@ class ParamLayout {
     int64_t local = 0, whole = 0, count = 0;
   };
   std::vector<WholeRun> whole_runs(int s, int64_t a, int64_t b) const;
-  // Parameters of the whole model (every slot's global shape).
-  int64_t global_count() const;
   const std::vector<ParamSlot>& slots() const { return slots_; }
   int64_t total() const { return total_; }                          // flat buffer length (with alignment padding)
   int64_t count() const { return count_; }                          // number of real parameters

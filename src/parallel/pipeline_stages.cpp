@@ -21,8 +21,9 @@ std::vector<int64_t> stage_layer_counts(int64_t n_layer, int stages, const std::
                 "stages: give one count per stage",
                 counts.size(), stages);
   for (size_t s = 0; s < counts.size(); ++s)
-    PARALLM_CHECK(counts[s] >= 1, ConfigError, "config",
-                  "parallel.pp_layers: stage {} gets {} layers; every stage needs at least one", s, counts[s]);
+    PARALLM_CHECK(counts[s] >= 1 && counts[s] <= n_layer, ConfigError, "config",
+                  "parallel.pp_layers: stage {} gets {} layers; every stage needs at least one and the model has {}", s,
+                  counts[s], n_layer);
   const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   PARALLM_CHECK(total == n_layer, ConfigError, "config",
                 "parallel.pp_layers covers {} layers, but model.n_layer={}: the counts must add up to the layers "

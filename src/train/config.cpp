@@ -546,6 +546,8 @@ void check_pipeline(const ParallelSection& p, const model::GPTConfig& m) {
                 parallel::pipe_kind_name(p.pp_schedule));
   if (p.pp == 1) {
     PARALLM_CHECK(p.pp_layers.empty(), ConfigError, "config", "parallel.pp_layers is for parallel.pp > 1");
+    PARALLM_CHECK(p.pp_virtual == 1, ConfigError, "config",
+                  "parallel.pp_virtual={} is for parallel.pp > 1 (chunks per pipeline rank)", p.pp_virtual);
     return;
   }
   parallel::stage_layer_counts(m.n_layer, static_cast<int>(p.pp * p.pp_virtual), p.pp_layers);

@@ -5,6 +5,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/text.h"
 #include "core/timer.h"
 #include "parallel/pipeline_stages.h"
@@ -64,6 +65,13 @@ Pipeline::Pipeline(const RunConfig& cfg, parallel::Mesh& mesh) : mesh_(mesh), sh
                 "the pp group ({} ranks, this one {}) is not the mesh's pipeline axis ({}, {})", mesh.pp().size(),
                 mesh.pp().rank(), shape_.p, rank);
   part_ = stage_part(cfg, rank);
+  if (shape_.m < shape_.p && rank == 0)
+    log::warn(
+        "optimizer.gas={} micro-batches for parallel.pp={} stages: the pipeline is never full (the {} "
+        "schedule idles {:.0f}% of each step); use optimizer.gas >= parallel.pp (a smaller model.batch_size "
+        "keeps the global batch)",
+        shape_.m, shape_.p, parallel::pipe_kind_name(shape_.kind),
+        100.0 * parallel::bubble_formula(shape_) / (parallel::bubble_formula(shape_) + 3.0 * shape_.m));
   actions_ = parallel::pipe_actions(shape_, rank);
   parse_fault(mesh.world().rank(), fault_iter_, fault_signal_);
 }
@@ -79,16 +87,19 @@ Pipeline::Times Pipeline::execute(model::GPT& m, const std::vector<parallel::Act
   const int64_t count = m.message_count(B, T);
   const DType dt = m.compute_dtype();
   auto view = [&](void* p) { return Tensor::view_of(p, {count}, dt, m.device()); };
-  // Sends in flight, by chunk and activation set: a set's buffers are reused
-  // only once its sends have left them.
+  // Sends in flight, by chunk, activation set and buffer (the output an F
+  // writes, the gradient a receive or a backward writes): the next writer of
+  // a buffer waits for its send to leave it, and nothing else waits.
+  enum Buffer { kOutput, kGrad };
   struct Pending {
     int chunk, set;
+    Buffer buf;
     comm::WorkPtr work;
   };
   std::vector<Pending> pending;
-  auto settle = [&](int chunk, int set) {
+  auto settle = [&](int chunk, int set, Buffer buf) {
     for (auto it = pending.begin(); it != pending.end();) {
-      if (it->chunk == chunk && it->set == set) {
+      if (it->chunk == chunk && it->set == set && it->buf == buf) {
         it->work->wait();
         it = pending.erase(it);
       } else {
@@ -99,14 +110,16 @@ Pipeline::Times Pipeline::execute(model::GPT& m, const std::vector<parallel::Act
   Times t;
   Timer since_start;
   double last = 0;
-  const size_t halfway = cur_iter_ == fault_iter_ ? list.size() / 2 : list.size();
+  const size_t halfway = fault_signal_ != 0 && cur_iter_ == fault_iter_ ? list.size() / 2 : list.size();
   for (size_t i = 0; i < list.size(); ++i) {
     const parallel::Action& a = list[i];
     if (i == halfway) std::raise(fault_signal_);  // testing: a peer dies or hangs mid-step
     const int set = a.micro % part_.in_flight[static_cast<size_t>(a.chunk)];
     const bool compute = a.kind == ActKind::Forward || a.kind == ActKind::Backward ||
                          a.kind == ActKind::BackwardInput || a.kind == ActKind::BackwardWeight;
-    if (a.kind != ActKind::SendAct && a.kind != ActKind::SendGrad) settle(a.chunk, set);
+    if (a.kind == ActKind::Forward) settle(a.chunk, set, kOutput);
+    if (a.kind == ActKind::RecvGrad || a.kind == ActKind::Backward || a.kind == ActKind::BackwardInput)
+      settle(a.chunk, set, kGrad);
     const double start = since_start.seconds();
     switch (a.kind) {
       case ActKind::Forward: {
@@ -126,13 +139,13 @@ Pipeline::Times Pipeline::execute(model::GPT& m, const std::vector<parallel::Act
         break;
       }
       case ActKind::SendAct:
-        pending.push_back({a.chunk, set, pp.send_async(view(m.chunk_output(a.chunk, set)), a.peer, kActTag)});
+        pending.push_back({a.chunk, set, kOutput, pp.send_async(view(m.chunk_output(a.chunk, set)), a.peer, kActTag)});
         break;
       case ActKind::RecvAct:
         pp.recv(view(m.chunk_input(a.chunk, set)), a.peer, kActTag);
         break;
       case ActKind::SendGrad:
-        pending.push_back({a.chunk, set, pp.send_async(view(m.chunk_grad(a.chunk, set)), a.peer, kGradTag)});
+        pending.push_back({a.chunk, set, kGrad, pp.send_async(view(m.chunk_grad(a.chunk, set)), a.peer, kGradTag)});
         break;
       case ActKind::RecvGrad:
         pp.recv(view(m.chunk_grad(a.chunk, set)), a.peer, kGradTag);
@@ -141,6 +154,7 @@ Pipeline::Times Pipeline::execute(model::GPT& m, const std::vector<parallel::Act
     if (!compute) continue;
     const double end = since_start.seconds();
     (a.kind == ActKind::Forward ? t.forward : t.backward) += end - start;
+    static_assert(static_cast<int>(ActKind::Forward) == 0 && static_cast<int>(ActKind::BackwardWeight) == 3);
     const int k = static_cast<int>(a.kind);  // Forward, Backward, BackwardInput, BackwardWeight: 0..3
     t.kind_s[k] += end - start;
     ++t.kind_n[k];
@@ -204,6 +218,14 @@ void Pipeline::sum_tied_grads(model::GPT& m) {
   if (!ends || ends->size() == 1) return;
   const model::ParamSlot& s = m.layout().find("transformer.wte.weight");
   ends->all_reduce(Tensor::view_of(m.grads() + s.offset, {s.numel}, DType::F32, m.device()), comm::ReduceOp::Sum);
+}
+
+void Pipeline::tied_params_from_first(model::GPT& m) {
+  comm::Communicator* ends = mesh_.ends();
+  if (!ends || ends->size() == 1) return;
+  const model::ParamSlot& s = m.layout().find("transformer.wte.weight");
+  ends->broadcast(Tensor::view_of(m.params() + s.offset, {s.numel}, DType::F32, m.device()), 0);
+  m.params_changed();
 }
 
 void Pipeline::from_last_stage(float* v, int64_t n) {

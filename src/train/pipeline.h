@@ -59,6 +59,10 @@ class Pipeline {
   // `it`: the iteration (PARALLM_FAULT_STOP_RANK's trigger).
   Times step(model::GPT& m, int64_t it, int64_t B, int64_t T, const std::function<Micro(int)>& micro,
              std::vector<float>& losses);
+  // After the optimizer step: the last stage's copy of the tied table is set
+  // to the first stage's (bit for bit; both took the same summed gradient,
+  // but their dp reductions may have added it in different orders).
+  void tied_params_from_first(model::GPT& m);
   // Forward-only over every stage: the batch's loss on every rank.
   float forward_loss(model::GPT& m, const int32_t* x, const int32_t* y, int64_t B, int64_t T,
                      const model::StepContext& ctx);

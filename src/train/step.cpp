@@ -147,6 +147,8 @@ class PipelineSteps : public Schedule {
     return t;
   }
 
+  void after_update() override { s_.pipe->tied_params_from_first(*s_.model); }
+
  private:
   // Every stage's busy time, span and mean cost per action kind, gathered over the pp group.
   void stage_times(const Pipeline::Times& pt, PassTimes& t) const {
@@ -183,7 +185,16 @@ void write_inf(float* p, Device dev) {
 void inject_fault(const Session& s, int64_t it) {
   if (std::find(s.fault_inf.begin(), s.fault_inf.end(), it) == s.fault_inf.end()) return;
   const parallel::UpdateTarget u = s.sync->update();
-  if (u.state_size > 0) write_inf(u.grads, u.device);
+  if (u.state_size <= 0) return;
+  // Not into a pipeline's tied copy of the token table (the norm leaves it out).
+  int64_t at = 0;
+  if (!u.runs)
+    for (const auto& slot : s.model->layout().slots())
+      if (!slot.tied_copy) {
+        at = slot.offset;
+        break;
+      }
+  write_inf(u.grads + at, u.device);
 }
 
 // The update itself, when the loss scaler allows it. The gradients are
@@ -227,6 +238,7 @@ StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr) 
                                             "optimizer.grad_clip",
                                             r.loss, it));
   update(s, it, lr, norm, r);
+  schedule.after_update();
   r.dtf = t.dtf;
   r.dtb = t.dtb + to.seconds();
   r.stage_idle = std::move(t.stage_idle);

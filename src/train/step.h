@@ -33,6 +33,8 @@ class Schedule {
   // After the step's first wait for the device: the forward time as the
   // device measured it (a lone GPU process is timed by events, not by the host).
   virtual void settle(PassTimes& t) {}
+  // After the optimizer step (applied or skipped).
+  virtual void after_update() {}
 };
 
 // The schedule this run uses.

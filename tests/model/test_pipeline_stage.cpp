@@ -4,7 +4,7 @@
 // weights, losses and gradients, for any cut, with several micro-batches in
 // flight (activation sets) and with the backward pass split into its input
 // and weight halves (zero-bubble). The executor over MPI is tested in
-// tests/parallel/test_pipeline.cpp.
+// tests/parallel/test_pipeline_train.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>

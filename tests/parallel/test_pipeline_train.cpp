@@ -83,23 +83,31 @@ TEST_F(PipelineTrainTest, WithTensorAndDataParallelMatchesOneRank) {
 }
 
 TEST_F(PipelineTrainTest, TiedTableIsTheSameOnBothEndsAfterEveryStep) {
-  std::optional<train::RunDir> dir;
-  std::string nothing;
-  auto s = train::open_session(run("tied", 2, 6, {pp()}), *world, 0, dir, &nothing);
-  ASSERT_TRUE(s);
-  auto schedule = train::make_schedule(*s);
-  comm::Communicator* ends = s->mesh->ends();
-  for (int64_t it = 0; it < 6; ++it) {
-    train::optimizer_step(*s, *schedule, it, s->sched.at(it));
-    if (!ends) continue;
-    const model::ParamSlot& w = s->model->layout().find("transformer.wte.weight");
-    Tensor mine = Tensor::view_of(s->model->params() + w.offset, {w.numel}, DType::F32);
-    Tensor other = Tensor::empty({w.numel}, DType::F32);
-    if (ends->rank() == 0) {
-      ends->recv(other, 1);
-      ASSERT_EQ(0, std::memcmp(mine.raw(), other.raw(), w.numel * sizeof(float))) << "wte differs after step " << it;
-    } else {
-      ends->send(mine, 0);
+  std::vector<std::vector<std::string>> layouts = {{pp()}};
+  if (world->size() == 4) {  // with data parallelism over each stage: DDP, and ZeRO-1
+    layouts.push_back({"parallel.pp=2", "model.batch_size=1"});
+    layouts.push_back({"parallel.pp=2", "model.batch_size=1", "zero.stage=1"});
+  }
+  for (const auto& layout : layouts) {
+    std::optional<train::RunDir> dir;
+    std::string nothing;
+    auto s = train::open_session(run("tied" + std::to_string(layout.size()), 2, 6, layout), *world, 0, dir, &nothing);
+    ASSERT_TRUE(s);
+    auto schedule = train::make_schedule(*s);
+    comm::Communicator* ends = s->mesh->ends();
+    for (int64_t it = 0; it < 6; ++it) {
+      train::optimizer_step(*s, *schedule, it, s->sched.at(it));
+      if (!ends) continue;
+      const model::ParamSlot& w = s->model->layout().find("transformer.wte.weight");
+      Tensor mine = Tensor::view_of(s->model->params() + w.offset, {w.numel}, DType::F32);
+      Tensor other = Tensor::empty({w.numel}, DType::F32);
+      if (ends->rank() == 0) {
+        ends->recv(other, 1);
+        ASSERT_EQ(0, std::memcmp(mine.raw(), other.raw(), w.numel * sizeof(float)))
+            << "wte differs after step " << it << " with " << layout.back();
+      } else {
+        ends->send(mine, 0);
+      }
     }
   }
 }
