@@ -4,21 +4,9 @@
 # dp 2 x tp 2 ZeRO-1 checkpoint resumed at tp 4, dp 4 and on one rank against the uninterrupted run.
 # usage: bench/tp_equivalence.sh [parallm] [out dir] [data dir]   (about 6 minutes on 2 cores)
 set -u
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-B=${1:-build/parallm}; O=${2:-out/tp_equivalence}; DATA=${3:-data/shakespeare_char}; rm -rf $O; mkdir -p $O
-[ -d $DATA ] || $B prepare shakespeare_char --input ../shared/data/tinyshakespeare/input.txt --out $DATA >/dev/null
+B=${1:-build/parallm}; O=${2:-out/tp_equivalence}; DATA=${3:-data/shakespeare_char}
 C="model.n_layer=2 model.n_head=4 model.n_embd=64 model.block_size=64 model.dropout=0.1 train.eval_interval=50 train.eval_iters=5 train.peak_flops=1e11 train.sample_tokens=0 data.dir=$DATA train.progress=false train.log_interval=50"
-M="mpirun --oversubscribe --bind-to none"
-# Python: the train losses by step of a run directory (metrics.jsonl)
-LOSSES='import json,sys
-O=sys.argv[1]
-def losses(d):
-    r={}
-    for l in open(f"{O}/{d}/metrics.jsonl"):
-        j=json.loads(l)
-        if j.get("kind")=="train": r[j["step"]]=j["loss"]
-    return r'
-run() { local n=$1; shift; local name=$1; shift; if [ $n = 1 ]; then $B train $C "$@" train.out_dir=$O/$name > $O/$name.log 2>&1; else $M -np $n $B train $C comm.backend=mpi "$@" train.out_dir=$O/$name > $O/$name.log 2>&1; fi || { echo "FAILED $name"; tail -3 $O/$name.log; }; }
+. "$(dirname "$0")/equivalence_common.sh"
 run 1 one model.batch_size=8 train.max_iters=200
 run 2 tp2 model.batch_size=8 train.max_iters=200 parallel.tp=2
 run 4 tp4 model.batch_size=8 train.max_iters=200 parallel.tp=4

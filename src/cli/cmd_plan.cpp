@@ -140,6 +140,17 @@ Runner add_plan(CLI::App& app) {
         "  (* zero.stage as configured; total: device memory; state/p: params + grads + optimizer per parameter on "
         "the device; host pool: zero.offload=%s)\n",
         parallel::offload_name(in.offload));
+    if (in.pipe.pipelined() && exact && cfg.parallel.zero.stage < 2) {  // every stage: the largest may not be 0
+      std::printf("every pipeline stage at zero.stage=%d (--stage R plans one):\n",
+                  static_cast<int>(cfg.parallel.zero.stage));
+      train::PlanInput each = in;
+      for (int r = 0; r < cfg.parallel.pp; ++r) {
+        each.pipe = train::Pipeline::stage_part(cfg, r);
+        const auto b = train::plan_memory(each, static_cast<int>(cfg.parallel.zero.stage));
+        std::printf("  stage %-3d activations %11s total %11s%s\n", r, gb(b.activations).c_str(), gb(b.total()).c_str(),
+                    r == o->stage ? " (above)" : "");
+      }
+    }
     std::printf(
         "quick rules: mixed-precision AdamW keeps 18 B/param (2 bf16 weights + 4 fp32 grads + 12 fp32 master and "
         "moments; fp32 training 16), so %.4g parameters need %.1f GB (%s) of training state before sharding\n",

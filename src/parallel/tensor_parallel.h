@@ -41,7 +41,8 @@ class TensorParallelGroup final : public model::TensorGroup {
 // (others pass nullptr); `tp` is the group holding the whole model between
 // its ranks (tensor x pipeline parallel); collective, exact (each element
 // comes from one rank: a replicated slot from tp rank 0, the tied table from
-// the first stage).
+// the first stage). Each rank sends its elements (in runs of the whole
+// tensor) to rank 0 in turn, so no rank but the root holds more than its part.
 // slice_whole: this rank's part of a whole flat buffer.
 void gather_whole(comm::Communicator& tp, const model::ParamLayout& part, const model::ParamLayout& whole,
                   const float* mine, float* out);

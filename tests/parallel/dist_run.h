@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -46,6 +47,17 @@ class DistRunTest : public ::testing::Test {
     return c;
   }
 
+  // Two runs' train losses within `tol` (relative, every step) and their last val loss too; rank 0 prints the largest.
+  static void expect_close(const train::RunSummary& got, const train::RunSummary& want, double tol,
+                           const std::string& what) {
+    ASSERT_EQ(got.train_losses.size(), want.train_losses.size()) << what;
+    const double d = max_rel_diff(got.train_losses, want.train_losses);
+    if (world->rank() == 0)
+      std::printf("%s: max relative train-loss difference %.3g over %zu steps\n", what.c_str(), d,
+                  got.train_losses.size());
+    EXPECT_LT(d, tol) << what;
+    EXPECT_NEAR(got.last_val_loss, want.last_val_loss, tol * want.last_val_loss) << what;
+  }
   static double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
     double m = 0;
     for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]) / std::fabs(double(b[i])));

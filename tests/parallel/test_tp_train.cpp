@@ -29,16 +29,6 @@ class TpTrainTest : public test_util::DistRunTest {
   train::RunSummary alone(const std::string& out, int64_t batch, int64_t iters) {
     return train::run_training(run(out + std::to_string(world->rank()), batch, iters));
   }
-  static void expect_close(const train::RunSummary& got, const train::RunSummary& want, double tol,
-                           const std::string& what) {
-    ASSERT_EQ(got.train_losses.size(), want.train_losses.size()) << what;
-    const double d = max_rel_diff(got.train_losses, want.train_losses);
-    if (world->rank() == 0)
-      std::printf("%s: max relative train-loss difference %.3g over %zu steps\n", what.c_str(), d,
-                  got.train_losses.size());
-    EXPECT_LT(d, tol) << what;
-    EXPECT_NEAR(got.last_val_loss, want.last_val_loss, tol * want.last_val_loss) << what;
-  }
 };
 
 }  // namespace
