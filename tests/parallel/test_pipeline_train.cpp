@@ -70,6 +70,28 @@ TEST_F(PipelineTrainTest, WithTensorAndDataParallelMatchesOneRank) {
   expect_close(ptp, one, 1e-5, "pp 2 x tp 2 vs 1 rank");
   auto dpp = train::run_training(run("dppp", 1, 6, {"parallel.pp=2", "zero.stage=1", "optimizer.gas=2"}), world);
   expect_close(dpp, one, 1e-5, "dp 2 x pp 2 with ZeRO-1 vs 1 rank");
+  auto sp = train::run_training(
+      run("pptpsp", 2, 6, {"parallel.pp=2", "parallel.tp=2", "parallel.sequence_parallel=true", "optimizer.gas=2"}),
+      world);
+  expect_close(sp, one, 1e-5, "pp 2 x tp 2 with sequence parallelism vs 1 rank");
+}
+
+// Dynamic loss scaling: an overflow on one stage (PARALLM_FAULT_INF_GRAD
+// writes an inf into every rank's gradients) skips the step on every stage,
+// which then follow one rank with the same fault.
+TEST_F(PipelineTrainTest, LossScalingSkipsTheSameStepsOnEveryStage) {
+  const test_util::InfGradAt fault("1,4");
+  const std::vector<std::string> scaled = {"train.loss_scale=dynamic", "train.loss_scale_window=2"};
+  auto with = [&](std::vector<std::string> kv) {
+    kv.insert(kv.end(), scaled.begin(), scaled.end());
+    return kv;
+  };
+  auto r = train::run_training(run("ls", 2, 8, with({pp()})), world);
+  auto r1 = train::run_training(run("ls_one" + std::to_string(world->rank()), 2, 8, with({})));
+  EXPECT_EQ(r.skipped_steps, 2);
+  EXPECT_EQ(r1.skipped_steps, 2);
+  EXPECT_EQ(r.loss_scale, r1.loss_scale);
+  expect_close(r, r1, 2e-5, pp() + " with dynamic loss scaling vs 1 rank");
 }
 
 TEST_F(PipelineTrainTest, TiedTableIsTheSameOnBothEndsAfterEveryStep) {
