@@ -140,6 +140,10 @@ TEST_F(PipelineTrainTest, ACheckpointResumesInThePipelineAndOnOneRank) {
   const std::vector<float> tail(full.train_losses.end() - 7, full.train_losses.end());
   auto one = run(mine.filename().string(), 2, 12, {"train.init_from=resume"});
   auto alone_resumed = train::run_training(one);
+  // An evaluation-only run of the finished pipeline checkpoint, as a pipeline and
+  // alone, gives the val loss the training run reported at its last iteration.
+  auto eval = run("pp_part", 2, 12, {pp(), "train.init_from=resume", "train.eval_only=true"});
+  EXPECT_NEAR(train::run_training(eval, world).last_val_loss, full.last_val_loss, 1e-5 * full.last_val_loss);
   for (const auto* r : {&resumed, &alone_resumed}) {
     ASSERT_EQ(r->train_losses.size(), tail.size());
     const double d = max_rel_diff(r->train_losses, tail);
