@@ -523,16 +523,20 @@ void check_key_ranges(const RunConfig& c) {
 // against this machine's physical memory, before anything is written.
 void check_fits_host(const RunConfig& c) {
   if (!c.train.device.is_cpu()) return;  // the GPU's allocations report themselves
-  const uint64_t need = min_run_bytes(c.model, c.train.batch_size, static_cast<int>(c.parallel.zero.stage));
+  // Split over tp x pp ranks, every parameter and activation is held by at
+  // least one of them, so the largest holds at least 1/(tp x pp) of the whole.
+  const auto split = static_cast<uint64_t>(c.parallel.tp * c.parallel.pp);
+  const uint64_t need = min_run_bytes(c.model, c.train.batch_size, static_cast<int>(c.parallel.zero.stage)) /
+                        std::max<uint64_t>(split, 1);
   const uint64_t have = physical_memory_bytes();
   PARALLM_CHECK(
       have == 0 || need <= have, ConfigError, "config",
       "model.n_layer={}, model.n_embd={}, model.vocab_size={}, model.block_size={} and "
-      "model.batch_size={} (zero.stage={}) need at least {} of memory for the parameters, gradients, "
-      "optimizer state and activations, but this machine has {} ({} bytes); make the model or the "
-      "micro-batch smaller (or shard it: zero.stage and more ranks)",
+      "model.batch_size={} (zero.stage={}, parallel.tp x parallel.pp = {}) need at least {} of memory per rank for "
+      "the parameters, gradients, optimizer state and activations, but this machine has {} ({} bytes); make the "
+      "model or the micro-batch smaller (or split it: zero.stage, parallel.tp, parallel.pp and more ranks)",
       c.model.n_layer, c.model.n_embd, c.model.vocab_size, c.model.block_size, c.train.batch_size,
-      c.parallel.zero.stage,
+      c.parallel.zero.stage, split,
       need == UINT64_MAX ? std::string("more than 2^64 bytes") : fmt::format("{} ({} bytes)", format_bytes(need), need),
       format_bytes(have), have);
 }

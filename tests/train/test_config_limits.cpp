@@ -107,6 +107,24 @@ TEST(ConfigLimits, AModelLargerThanTheMachineIsRefusedAtOnce) {
   EXPECT_TRUE(has(e, "need at least")) << e;
   EXPECT_TRUE(has(e, "but this machine has")) << e;
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  // Split over pipeline stages, the largest stage holds at least 1/pp of it: a model
+  // about twice this machine's memory is refused whole and planned at pp 64.
+  const uint64_t have = physical_memory_bytes();
+  if (have > 0) {
+    model::GPTConfig c;
+    c.n_embd = 1024;
+    c.n_head = 16;
+    c.block_size = 8;
+    c.n_layer = 1;
+    const uint64_t per_layer = train::min_run_bytes(c, 1, 0);
+    const auto layers = static_cast<int64_t>(std::max<uint64_t>(64, 2 * have / per_layer + 1));
+    const std::vector<std::string> kv = {"model.n_layer=" + std::to_string(layers), "model.n_embd=1024",
+                                         "model.n_head=16", "model.batch_size=1", "model.block_size=8"};
+    EXPECT_TRUE(has(validate_error(kv), "need at least")) << layers << " layers";
+    auto split = kv;
+    split.push_back("parallel.pp=64");
+    EXPECT_FALSE(has(validate_error(split), "need at least")) << layers << " layers over 64 stages";
+  }
   // Sharded (ZeRO-3), the state is spread over the ranks: only the activations count here.
   EXPECT_FALSE(has(validate_error({"model.n_layer=64", "model.n_embd=8192", "model.n_head=64", "zero.stage=3",
                                    "model.batch_size=1", "model.block_size=8"}),
