@@ -16,6 +16,7 @@
 #include "comm/communicator.h"
 #include "comm/topology.h"
 #include "core/gpu.h"
+#include "nccl_skip.h"
 
 using namespace parallm;
 using namespace parallm::comm;
@@ -47,18 +48,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: p2p_faults mpi|nccl timeout|mismatch\n");
     return 2;
   }
-  if (backend == "nccl") {
-    if (!nccl_built() || !gpu::available()) {
-      std::printf("skipped: %s\n", nccl_built() ? "no GPU visible" : "built without NCCL");
-      return 77;
-    }
-    const EnvRank er = env_rank();
-    if (er.local_size > gpu::device_count()) {
-      std::printf("skipped: %d ranks on this node, %d GPU(s): NCCL needs one GPU per rank\n", er.local_size,
-                  gpu::device_count());
-      return 77;
-    }
-  }
+  if (backend == "nccl")
+    if (const int skip = test_util::nccl_skip()) return skip;
   CommOptions opt;
   opt.timeout_s = 2;
   auto world = make_world(backend, opt);

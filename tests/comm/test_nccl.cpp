@@ -15,6 +15,7 @@
 #include "comm/communicator.h"
 #include "comm/topology.h"
 #include "core/gpu.h"
+#include "nccl_skip.h"
 
 using namespace parallm;
 using namespace parallm::comm;
@@ -173,16 +174,7 @@ TEST(Nccl, LimitsAreErrorsWithContext) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (!nccl_built() || !gpu::available()) {
-    std::printf("skipped: %s\n", nccl_built() ? "no GPU visible" : "built without NCCL");
-    return 77;
-  }
-  const EnvRank er = env_rank();
-  if (er.size > 1 && er.local_size > gpu::device_count()) {
-    std::printf("skipped: %d ranks on this node, %d GPU(s): NCCL needs one GPU per rank\n", er.local_size,
-                gpu::device_count());
-    return 77;
-  }
+  if (const int skip = test_util::nccl_skip()) return skip;
   CommOptions opt;
   opt.timeout_s = 60;
   auto w = make_world("nccl", opt);

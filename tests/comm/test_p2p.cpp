@@ -18,6 +18,7 @@
 #include "comm/communicator.h"
 #include "comm/topology.h"
 #include "core/gpu.h"
+#include "nccl_skip.h"
 
 using namespace parallm;
 using namespace parallm::comm;
@@ -313,18 +314,8 @@ TEST(P2p, BadArgumentsAreRefusedAtOnce) {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   const std::string backend = argc > 1 ? argv[1] : "mpi";
-  if (backend == "nccl") {
-    if (!nccl_built() || !gpu::available()) {
-      std::printf("skipped: %s\n", nccl_built() ? "no GPU visible" : "built without NCCL");
-      return 77;
-    }
-    const EnvRank er = env_rank();
-    if (er.size > 1 && er.local_size > gpu::device_count()) {
-      std::printf("skipped: %d ranks on this node, %d GPU(s): NCCL needs one GPU per rank\n", er.local_size,
-                  gpu::device_count());
-      return 77;
-    }
-  }
+  if (backend == "nccl")
+    if (const int skip = test_util::nccl_skip()) return skip;
   CommOptions opt;
   opt.timeout_s = 60;  // a broken test fails instead of hanging ctest
   auto w = make_world(backend, opt);
