@@ -20,13 +20,7 @@ run 4 dp2pp2z1 model.batch_size=1 $G parallel.pp=2 zero.stage=1
 run 8 dp2tp2pp2 model.batch_size=1 $G parallel.pp=2 parallel.tp=2
 python3 - $O <<PY
 $LOSSES
-one=losses("one")
-runs=[f"pp{p}_{k}" for p in (2,4) for k in ("gpipe","1f1b","interleaved","zb-h1")]+["pp2tp2","dp2pp2z1","dp2tp2pp2"]
-for d in runs:
-    x=losses(d)
-    rel=lambda a,b: abs(a-b)/abs(b)
-    m50=max(rel(x[s],one[s]) for s in one if s<50); m100=max(rel(x[s],one[s]) for s in one)
-    print(f"{d:16s} steps {len(x)}: max rel train-loss diff vs 1 rank: first 50 {m50:.3g} (<=1e-5: {m50<=1e-5}), all 100 {m100:.3g} (<=1e-4: {m100<=1e-4})")
+vs_one([f"pp{p}_{k}" for p in (2,4) for k in ("gpipe","1f1b","interleaved","zb-h1")]+["pp2tp2","dp2pp2z1","dp2tp2pp2"], 100, 16)
 PY
 echo "== checkpoint at dp 1 x tp 2 x pp 2 (iteration 100, optimizer.gas 2), resumed for 20 steps"
 R="optimizer.gas=2 train.always_save_checkpoint=true"
@@ -38,9 +32,5 @@ run 4 res_dp4 model.batch_size=1 $R train.max_iters=120 train.init_from=resume
 run 1 res_one model.batch_size=4 $R train.max_iters=120 train.init_from=resume
 python3 - $O <<PY
 $LOSSES
-full=losses("full")
-for d in ["res_pp4","res_dp4","res_one"]:
-    x=losses(d); steps=sorted(s for s in x if s>=100)
-    m=max(abs(x[s]-full[s])/abs(full[s]) for s in steps)
-    print(f"{d:8s} steps {steps[0]}..{steps[-1]} ({len(steps)}): max rel diff vs uninterrupted {m:.3g} (<=1e-5: {m<=1e-5})")
+vs_full(["res_pp4","res_dp4","res_one"], 100, 8)
 PY

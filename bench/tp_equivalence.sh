@@ -15,12 +15,7 @@ run 4 dp2tp2z1 model.batch_size=4 train.max_iters=200 parallel.tp=2 zero.stage=1
 run 4 dp2tp2z3 model.batch_size=4 train.max_iters=200 parallel.tp=2 zero.stage=3
 python3 - $O <<PY
 $LOSSES
-one=losses("one")
-for d in ["tp2","tp4","tp2sp","dp2tp2z1","dp2tp2z3"]:
-    x=losses(d)
-    rel=lambda a,b: abs(a-b)/abs(b)
-    m50=max(rel(x[s],one[s]) for s in one if s<50); m200=max(rel(x[s],one[s]) for s in one)
-    print(f"{d:10s} steps {len(x)}: max rel train-loss diff vs 1 rank: first 50 {m50:.3g} (<=1e-5: {m50<=1e-5}), all 200 {m200:.3g} (<=1e-4: {m200<=1e-4})")
+vs_one(["tp2","tp4","tp2sp","dp2tp2z1","dp2tp2z3"], 200, 10)
 PY
 echo "== checkpoint at dp2 x tp2 ZeRO 1 (iteration 100), resumed for 20 steps"
 run 4 full model.batch_size=4 train.max_iters=120 parallel.tp=2 zero.stage=1 train.always_save_checkpoint=true
@@ -31,9 +26,5 @@ run 4 res_dp4 model.batch_size=2 train.max_iters=120 zero.stage=1 train.init_fro
 run 1 res_one model.batch_size=8 train.max_iters=120 zero.stage=0 train.init_from=resume
 python3 - $O <<PY
 $LOSSES
-full=losses("full")
-for d in ["res_tp4","res_dp4","res_one"]:
-    x=losses(d); steps=sorted(s for s in x if s>=100)
-    m=max(abs(x[s]-full[s])/abs(full[s]) for s in steps)
-    print(f"{d:8s} steps {steps[0]}..{steps[-1]} ({len(steps)}): max rel diff vs uninterrupted {m:.3g} (<=1e-5: {m<=1e-5})")
+vs_full(["res_tp4","res_dp4","res_one"], 100, 8)
 PY
