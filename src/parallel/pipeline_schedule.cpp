@@ -215,6 +215,14 @@ void check_pipe_shape(const PipeShape& s) {
                 s.p);
 }
 
+std::vector<Action> pipe_forward_actions(const PipeShape& s, int rank) {
+  PARALLM_CHECK(s.p >= 1 && s.v >= 1 && rank >= 0 && rank < s.p, InternalError, "pipeline",
+                "rank {} of p={} with v={} chunks", rank, s.p, s.v);
+  ListBuilder l(s, rank);
+  for (int c = 0; c < s.v; ++c) l.forward(0, c);
+  return l.take();
+}
+
 std::vector<Action> pipe_actions(const PipeShape& s, int rank) {
   check_pipe_shape(s);
   PARALLM_CHECK(rank >= 0 && rank < s.p, InternalError, "pipeline", "rank {} is outside [0, {})", rank, s.p);

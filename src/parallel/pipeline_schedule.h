@@ -72,6 +72,11 @@ void check_pipe_shape(const PipeShape& s);
 // compute that needs it (the executor may post it earlier). With p = 1 there
 // are no messages.
 std::vector<Action> pipe_actions(const PipeShape& s, int rank);
+// Forward only (evaluation, sampling): micro-batch 0 through every chunk of
+// the rank in order, with its messages placed as above (any p, v; m unused).
+// Rank r's list waits for virtual stage c·p + r - 1 before each chunk, so the
+// micro-batch flows through every virtual stage in turn without a deadlock.
+std::vector<Action> pipe_forward_actions(const PipeShape& s, int rank);
 
 // Virtual stage of rank r's chunk c, and the rank and chunk of a virtual stage.
 inline int virtual_stage(const PipeShape& s, int rank, int chunk) {

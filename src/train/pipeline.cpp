@@ -73,6 +73,7 @@ Pipeline::Pipeline(const RunConfig& cfg, parallel::Mesh& mesh) : mesh_(mesh), sh
         shape_.m, shape_.p, parallel::pipe_kind_name(shape_.kind),
         100.0 * parallel::bubble_formula(shape_) / (parallel::bubble_formula(shape_) + 3.0 * shape_.m));
   actions_ = parallel::pipe_actions(shape_, rank);
+  forward_actions_ = parallel::pipe_forward_actions(shape_, rank);
   parse_fault(mesh.world().rank(), fault_iter_, fault_signal_);
 }
 
@@ -176,24 +177,11 @@ Pipeline::Times Pipeline::step(model::GPT& m, int64_t it, int64_t B, int64_t T, 
   return t;
 }
 
-std::vector<parallel::Action> Pipeline::forward_only() const {
-  using parallel::ActKind;
-  std::vector<parallel::Action> out;
-  const int p = shape_.p, rank = mesh_.coord().pp, stages = p * shape_.v;
-  for (int c = 0; c < shape_.v; ++c) {
-    const int vs = parallel::virtual_stage(shape_, rank, c);
-    if (vs > 0) out.push_back({ActKind::RecvAct, 0, c, (vs - 1) % p});
-    out.push_back({ActKind::Forward, 0, c, -1});
-    if (vs + 1 < stages) out.push_back({ActKind::SendAct, 0, c, (vs + 1) % p});
-  }
-  return out;
-}
-
 float Pipeline::forward_loss(model::GPT& m, const int32_t* x, const int32_t* y, int64_t B, int64_t T,
                              const model::StepContext& ctx) {
   std::vector<float> loss(1, 0.0f);
   execute(
-      m, forward_only(), B, T,
+      m, forward_actions_, B, T,
       [&](int) {
         return Micro{x, y, ctx};
       },
@@ -204,7 +192,7 @@ float Pipeline::forward_loss(model::GPT& m, const int32_t* x, const int32_t* y, 
 
 void Pipeline::last_logits(model::GPT& m, const int32_t* tokens, int64_t T, int64_t pos, float* out) {
   execute(
-      m, forward_only(), 1, T,
+      m, forward_actions_, 1, T,
       [&](int) {
         return Micro{tokens, nullptr, {}};
       },

@@ -72,8 +72,9 @@ class Pipeline {
  private:
   parallel::Mesh& mesh_;
   parallel::PipeShape shape_;
-  std::vector<parallel::Action> actions_;  // this rank's, for a training step
-  model::PipelinePart part_;               // this rank's chunks, activation sets per chunk, split backward
+  std::vector<parallel::Action> actions_;          // this rank's, for a training step
+  std::vector<parallel::Action> forward_actions_;  // for a forward-only pass (evaluation, sampling)
+  model::PipelinePart part_;                       // this rank's chunks, activation sets per chunk, split backward
   // PARALLM_FAULT_STOP_RANK on this rank: the iteration and the signal, else -1.
   int64_t fault_iter_ = -1;
   int fault_signal_ = 0;
@@ -81,7 +82,6 @@ class Pipeline {
   // Runs `list` (this rank's actions); Forward of the model's last chunk stores its loss in losses[micro].
   Times execute(model::GPT& m, const std::vector<parallel::Action>& list, int64_t B, int64_t T,
                 const std::function<Micro(int)>& micro, std::vector<float>* losses);
-  std::vector<parallel::Action> forward_only() const;  // one micro-batch through every chunk
   void sum_tied_grads(model::GPT& m);
   // The last stage's `n` floats at `v`, on every rank of the pp group.
   void from_last_stage(float* v, int64_t n);

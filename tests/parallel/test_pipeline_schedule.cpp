@@ -359,3 +359,48 @@ TEST(PipelineSchedule, TimelineUnitsAndChunks) {
   failed.error = "broken";
   EXPECT_THROW(timeline(s, failed), InternalError);
 }
+
+// Forward-only lists (evaluation, sampling): one micro-batch through every
+// virtual stage in turn. Run as the executor does (sends never wait, a receive
+// waits for its send), every rank finishes and the forwards come in virtual
+// stage order.
+TEST(PipelineSchedule, ForwardOnlyListsPassEveryVirtualStageInOrder) {
+  for (int p = 1; p <= 8; ++p)
+    for (int v = 1; v <= 4; ++v) {
+      const PipeShape s{p, 1, v, v > 1 ? PipeKind::Interleaved : PipeKind::OneFOneB};
+      std::vector<std::vector<Action>> lists;
+      for (int r = 0; r < p; ++r) lists.push_back(pipe_forward_actions(s, r));
+      std::vector<size_t> at(static_cast<size_t>(p), 0);
+      std::vector<std::vector<int>> sent(static_cast<size_t>(p * p));  // [from * p + to]: chunks sent, in order
+      std::vector<int> order;                                          // virtual stages in the order their forwards ran
+      for (bool moved = true; moved;) {
+        moved = false;
+        for (int r = 0; r < p; ++r) {
+          auto& i = at[static_cast<size_t>(r)];
+          const auto& list = lists[static_cast<size_t>(r)];
+          while (i < list.size()) {
+            const Action& a = list[i];
+            if (a.kind == ActKind::RecvAct) {
+              auto& q = sent[static_cast<size_t>(a.peer * p + r)];
+              if (q.empty()) break;  // waits for its message
+              q.erase(q.begin());
+            } else if (a.kind == ActKind::SendAct) {
+              sent[static_cast<size_t>(r * p + a.peer)].push_back(a.chunk);
+            } else {
+              ASSERT_EQ(a.kind, ActKind::Forward);
+              order.push_back(virtual_stage(s, r, a.chunk));
+            }
+            ++i;
+            moved = true;
+          }
+        }
+      }
+      for (int r = 0; r < p; ++r)
+        EXPECT_EQ(at[static_cast<size_t>(r)], lists[static_cast<size_t>(r)].size())
+            << "p=" << p << " v=" << v << ": rank " << r << " waits forever";
+      std::vector<int> want(static_cast<size_t>(p * v));
+      for (int k = 0; k < p * v; ++k) want[static_cast<size_t>(k)] = k;
+      EXPECT_EQ(order, want) << "p=" << p << " v=" << v;
+      for (const auto& q : sent) EXPECT_TRUE(q.empty()) << "p=" << p << " v=" << v << ": a message nobody receives";
+    }
+}
