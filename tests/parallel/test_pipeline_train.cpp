@@ -50,6 +50,18 @@ TEST_F(PipelineTrainTest, EveryScheduleMatchesOneRank) {
   expect_close(r, one, 1e-5, pp() + " interleaved V=2 vs 1 rank");
 }
 
+// Recompute under 1F1B: the last stage runs a micro-batch's backward right
+// after its forward (the shared buffers still hold that block: not redone),
+// the others after other micro-batches' forwards (redone). Same bits either way.
+TEST_F(PipelineTrainTest, RecomputeMatchesOneRank) {
+  const auto one = alone("rc_one", 2, 6);
+  for (const char* mode : {"selective", "full"}) {
+    auto r = train::run_training(run(std::string("rc_") + mode, 2, 6, {pp(), std::string("model.recompute=") + mode}),
+                                 world);
+    expect_close(r, one, 1e-5, pp() + " 1f1b with model.recompute=" + mode + " vs 1 rank");
+  }
+}
+
 TEST_F(PipelineTrainTest, UnevenStagesMatchOneRank) {
   // All but one layer on the last stage.
   const int n = world->size();
