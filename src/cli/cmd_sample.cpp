@@ -4,7 +4,8 @@
 // run directory alone is enough to sample from. --data names another
 // dataset, which must have the same vocabulary. Text streams out as it is
 // generated; a model whose vocab_size pads the vocabulary never draws a
-// padding id.
+// padding id. The checkpoint is the run's best one (ckpt/), or, when that is
+// missing or damaged, its newest intact step-numbered one (train/ckpt_dirs.h).
 #include <cstdio>
 #include <filesystem>
 
@@ -14,6 +15,7 @@
 #include "data/vocab.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_dirs.h"
 #include "train/config.h"
 #include "train/sample.h"
 
@@ -49,7 +51,10 @@ Runner add_sample(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--data", o->data, "dataset directory with meta.json (default: the run's own vocabulary)");
   return [o]() {
-    auto meta = train::read_checkpoint_meta(o->ckpt);
+    train::ChooseOptions pick;
+    pick.best_first = true;
+    pick.params_only = true;
+    auto meta = train::choose_checkpoint(o->ckpt, nullptr, pick);
     auto cfg = train::RunConfig::from_json(meta["config"]);
     const bool own = std::filesystem::exists(std::filesystem::path(o->ckpt) / "meta.json");
     auto vocab = data::CharVocab::load(!o->data.empty() ? o->data : own ? o->ckpt : cfg.data.dir);
@@ -65,7 +70,7 @@ Runner add_sample(CLI::App& app) {
                   "trained on",
                   vocab.size(), o->ckpt, cfg.model.vocab_size);
     model::GPT m(cfg.model, 1, cfg.model.block_size);
-    train::load_checkpoint(o->ckpt, m, nullptr);
+    train::load_checkpoint(train::checkpoint_of(meta), m, nullptr, /*verify=*/false);  // verified when chosen
     auto prompt = vocab.encode(o->prompt);
     // Each character is printed as it is drawn: a long sample shows itself growing.
     auto print_token = [&vocab](int32_t t) {

@@ -50,15 +50,16 @@ nlohmann::json state_json(int format, const model::ParamLayout& layout, int64_t 
   return s;
 }
 
-// The message of a save that failed with `what`, once its partial ckpt.tmp is
-// removed (so a full disk is not kept full by it).
-std::string failed_save(const fs::path& out_dir, const std::string& what) {
+// The message of a save that failed with `what`, once its partial <name>.tmp
+// is removed (so a full disk is not kept full by it).
+std::string failed_save(const CkptDir& dir, const std::string& what) {
   std::error_code removed, ec;
-  fs::remove_all(out_dir / "ckpt.tmp", removed);
-  const bool have = fs::exists(out_dir / "ckpt" / "state.json", ec) || fs::exists(out_dir / "ckpt.old", ec);
-  return fmt::format("saving the checkpoint in {} failed: {}; {}; {}", out_dir.string(), what,
-                     removed ? "the partial ckpt.tmp could not be removed (" + removed.message() + "): delete it"
-                             : std::string("the partial ckpt.tmp was removed"),
+  fs::remove_all(dir.tmp(), removed);
+  const bool have = fs::exists(fs::path(dir.path()) / "state.json", ec) || fs::exists(dir.old(), ec);
+  const std::string tmp = dir.name + ".tmp";
+  return fmt::format("saving the checkpoint {} failed: {}; {}; {}", dir.path(), what,
+                     removed ? "the partial " + tmp + " could not be removed (" + removed.message() + "): delete it"
+                             : "the partial " + tmp + " was removed",
                      have ? "the previous checkpoint is intact" : "no earlier checkpoint exists");
 }
 
@@ -69,19 +70,19 @@ std::string reason(const std::exception& e) {
 }
 
 // Whether every rank of `world` managed its part of a save (`mine`): if not,
-// rank 0 removes the partial ckpt.tmp and every rank throws.
-void agree_saved(comm::Communicator& world, const fs::path& out_dir, bool mine, const std::string& what) {
+// rank 0 removes the partial <name>.tmp and every rank throws.
+void agree_saved(comm::Communicator& world, const CkptDir& dir, bool mine, const std::string& what) {
   Tensor ok = Tensor::empty({1}, DType::I32);
   ok.data<int32_t>()[0] = mine ? 1 : 0;
   world.all_reduce(ok, comm::ReduceOp::Min);
   if (ok.data<int32_t>()[0] == 1) return;
   if (world.rank() != 0) throw IoError("checkpoint.save", what + " failed on at least one rank (rank 0 reports it)");
-  throw IoError("checkpoint.save", failed_save(out_dir, what + " failed on at least one rank"));
+  throw IoError("checkpoint.save", failed_save(dir, what + " failed on at least one rank"));
 }
 
-// A collective save's fresh ckpt.tmp, made by rank 0.
-void start_save(comm::Communicator& world, const fs::path& out_dir) {
-  const fs::path tmp_dir = out_dir / "ckpt.tmp";
+// A collective save's fresh <name>.tmp, made by rank 0.
+void start_save(comm::Communicator& world, const CkptDir& dir) {
+  const fs::path tmp_dir = dir.tmp();
   std::string err;
   if (world.rank() == 0) {
     try {
@@ -91,7 +92,7 @@ void start_save(comm::Communicator& world, const fs::path& out_dir) {
       err = reason(e);
     }
   }
-  agree_saved(world, out_dir, err.empty(), "creating " + tmp_dir.string() + (err.empty() ? "" : ": " + err));
+  agree_saved(world, dir, err.empty(), "creating " + tmp_dir.string() + (err.empty() ? "" : ": " + err));
 }
 
 std::string shard_file(int r, int n) {
@@ -99,9 +100,9 @@ std::string shard_file(int r, int n) {
 }
 
 // Writes state.json into the finished tmp directory, then swaps it in:
-// ckpt -> ckpt.old, ckpt.tmp -> ckpt, drop ckpt.old.
-void finish_and_swap(const fs::path& out_dir, const nlohmann::json& state) {
-  const fs::path final_dir = out_dir / "ckpt", tmp_dir = out_dir / "ckpt.tmp", old_dir = out_dir / "ckpt.old";
+// <name> -> <name>.old, <name>.tmp -> <name>, drop <name>.old.
+void finish_and_swap(const CkptDir& dir, const nlohmann::json& state) {
+  const fs::path final_dir = dir.path(), tmp_dir = dir.tmp(), old_dir = dir.old();
   nlohmann::json s = state;
   s["state_crc32"] = ckpt::state_crc(s);
   const std::string js = s.dump(1);
@@ -113,7 +114,7 @@ void finish_and_swap(const fs::path& out_dir, const nlohmann::json& state) {
 }
 }  // namespace
 
-void save_checkpoint_whole(comm::Communicator& group, const std::string& out_dir, const model::ParamLayout& layout,
+void save_checkpoint_whole(comm::Communicator& group, const CkptDir& dir, const model::ParamLayout& layout,
                            const model::GPTConfig& cfg, const float* p, const float* om, const float* ov,
                            int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config) {
   const model::ParamLayout whole(cfg);
@@ -126,17 +127,17 @@ void save_checkpoint_whole(comm::Communicator& group, const std::string& out_dir
   // of the group (its peers would otherwise wait in the next collective).
   std::exception_ptr failed;
   if (root) try {
-      save_checkpoint(out_dir, whole, wp.data(), wm.data(), wv.data(), optimizer_steps, st, config);
+      save_checkpoint(dir, whole, wp.data(), wm.data(), wv.data(), optimizer_steps, st, config);
     } catch (...) {
       failed = std::current_exception();
     }
   const bool saved = parallel::GroupAll(group)(!failed);
   if (failed) std::rethrow_exception(failed);
   PARALLM_CHECK(saved, IoError, "checkpoint",
-                "rank 0 of the model-parallel group could not save the checkpoint in {} (its error says why)", out_dir);
+                "rank 0 of the model-parallel group could not save the checkpoint {} (its error says why)", dir.path());
 }
 
-void save_checkpoint(const std::string& out_dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
+void save_checkpoint(const CkptDir& dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
                      const nlohmann::json& config, comm::Communicator* tp) {
   const model::ParamLayout& layout = m.layout();
   const size_t pbytes = static_cast<size_t>(m.flat_size()) * sizeof(float);
@@ -155,17 +156,17 @@ void save_checkpoint(const std::string& out_dir, const model::GPT& m, const opti
     ov = hv.data();
   }
   if (layout.whole()) {
-    save_checkpoint(out_dir, layout, p, om, ov, opt.steps_taken(), st, config);
+    save_checkpoint(dir, layout, p, om, ov, opt.steps_taken(), st, config);
     return;
   }
   // Tensor or pipeline parallel: the whole model, gathered on the group's rank 0, which writes it.
   PARALLM_CHECK(tp, InternalError, "checkpoint", "a part of the model is saved with its group");
-  save_checkpoint_whole(*tp, out_dir, layout, m.config(), p, om, ov, opt.steps_taken(), st, config);
+  save_checkpoint_whole(*tp, dir, layout, m.config(), p, om, ov, opt.steps_taken(), st, config);
 }
 
-void save_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, const float* p, const float* om,
+void save_checkpoint(const CkptDir& dir, const model::ParamLayout& layout, const float* p, const float* om,
                      const float* ov, int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config) {
-  const fs::path tmp_dir = fs::path(out_dir) / "ckpt.tmp";
+  const fs::path tmp_dir = dir.tmp();
   try {
     fs::remove_all(tmp_dir);
     fs::create_directories(tmp_dir);
@@ -176,22 +177,21 @@ void save_checkpoint(const std::string& out_dir, const model::ParamLayout& layou
     s["files"] = {{"model.bin", pbytes}, {"optim.bin", 2 * pbytes}};
     s["checksums"] = {{"model.bin", crc32_hex(crc32_of({{p, pbytes}}))},
                       {"optim.bin", crc32_hex(crc32_of({{om, pbytes}, {ov, pbytes}}))}};
-    finish_and_swap(out_dir, s);
+    finish_and_swap(dir, s);
   } catch (const std::exception& e) {
-    throw IoError("checkpoint.save", failed_save(out_dir, reason(e)));
+    throw IoError("checkpoint.save", failed_save(dir, reason(e)));
   }
 }
 
-nlohmann::json read_checkpoint_meta(const std::string& out_dir) {
-  fs::path dir = fs::path(out_dir) / "ckpt";
+nlohmann::json read_checkpoint_meta(const CkptDir& at) {
+  fs::path dir = at.path();
   std::error_code ec;
-  // A crash between the two renames leaves only ckpt.old: it is complete.
-  if (!fs::exists(dir / "state.json", ec) && fs::exists(fs::path(out_dir) / "ckpt.old" / "state.json", ec))
-    dir = fs::path(out_dir) / "ckpt.old";
+  // A crash between the two renames leaves only <name>.old: it is complete.
+  if (!fs::exists(dir / "state.json", ec) && fs::exists(fs::path(at.old()) / "state.json", ec)) dir = at.old();
   const fs::path path = dir / "state.json";
   PARALLM_CHECK(fs::exists(path, ec), IoError, "checkpoint.load",
                 "no checkpoint in {} (expected {}): train a run there first, or name the run directory that holds one",
-                out_dir, path.string());
+                at.out_dir, path.string());
   nlohmann::json s = nlohmann::json::parse(read_text_file(path.string(), "checkpoint.load"), nullptr, false);
   PARALLM_CHECK(!s.is_discarded(), IoError, "checkpoint.load",
                 "{} is not valid JSON; the checkpoint is damaged: restore it from a copy, or start over with "
@@ -308,9 +308,9 @@ void read_checkpoint_range(const nlohmann::json& meta, CkptPart part, int64_t be
                 count);
 }
 
-TrainState load_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, float* params, float* om,
-                           float* ov, int64_t* optimizer_steps, bool verify) {
-  nlohmann::json s = read_checkpoint_meta(out_dir);
+TrainState load_checkpoint(const CkptDir& dir, const model::ParamLayout& layout, float* params, float* om, float* ov,
+                           int64_t* optimizer_steps, bool verify) {
+  nlohmann::json s = read_checkpoint_meta(dir);
   check_checkpoint_layout(s, layout);
   if (verify) verify_checkpoint(s, nullptr, !(om && ov));
   read_checkpoint_range(s, CkptPart::Params, 0, layout.total(), params);
@@ -321,10 +321,10 @@ TrainState load_checkpoint(const std::string& out_dir, const model::ParamLayout&
   return checkpoint_state(s, optimizer_steps);
 }
 
-void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_dir, const model::ParamLayout& layout,
+void save_checkpoint_sharded(comm::Communicator& world, const CkptDir& dir, const model::ParamLayout& layout,
                              const float* params, const float* om, const float* ov, int64_t optimizer_steps,
                              const TrainState& st, const nlohmann::json& config) {
-  const fs::path tmp_dir = fs::path(out_dir) / "ckpt.tmp";
+  const fs::path tmp_dir = dir.tmp();
   const int n = world.size(), me = world.rank();
   auto shard_of_rank = [&](int r) {
     nlohmann::json pieces = nlohmann::json::array();
@@ -336,7 +336,7 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
     }
     return std::pair{pieces, size};
   };
-  start_save(world, out_dir);
+  start_save(world, dir);
   const auto bytes = static_cast<size_t>(shard_of_rank(me).second) * sizeof(float);
   // Every rank's shard checksum, for rank 0's manifest.
   Tensor mine = Tensor::empty({1}, DType::I32), crcs = Tensor::empty({n}, DType::I32);
@@ -348,7 +348,7 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
   } catch (const Error& e) {
     err = reason(e);
   }
-  agree_saved(world, out_dir, err.empty(), "writing the shard files" + (err.empty() ? "" : ": " + err));
+  agree_saved(world, dir, err.empty(), "writing the shard files" + (err.empty() ? "" : ": " + err));
   world.all_gather(mine, crcs);
   if (me == 0) {
     try {
@@ -362,23 +362,23 @@ void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_d
         s["shards"].push_back(
             {{"file", shard_file(r, n)}, {"shard_size", size}, {"crc32", crc32_hex(c)}, {"pieces", pieces}});
       }
-      finish_and_swap(out_dir, s);
+      finish_and_swap(dir, s);
     } catch (const std::exception& e) {
       err = reason(e);
     }
   }
-  agree_saved(world, out_dir, err.empty(), "writing the manifest" + (err.empty() ? "" : ": " + err));
+  agree_saved(world, dir, err.empty(), "writing the manifest" + (err.empty() ? "" : ": " + err));
 }
 
-void save_checkpoint_groups(comm::Communicator& world, int writer, int writers, const std::string& out_dir,
+void save_checkpoint_groups(comm::Communicator& world, int writer, int writers, const CkptDir& dir,
                             const model::ParamLayout& whole, const AssembleGroup& assemble, int64_t optimizer_steps,
                             const TrainState& st, const nlohmann::json& config) {
   PARALLM_CHECK(writers >= 1 && writer >= -1 && writer < writers, InternalError, "checkpoint.save", "writer {} of {}",
                 writer, writers);
-  const fs::path tmp_dir = fs::path(out_dir) / "ckpt.tmp";
+  const fs::path tmp_dir = dir.tmp();
   const int G = whole.num_groups();
   auto group_len = [&](int g) { return whole.group(g).end - whole.group(g).begin; };
-  start_save(world, out_dir);
+  start_save(world, dir);
   // A writer streams its groups into its file; a failure stops its writing,
   // not its part in the collectives, and is agreed on at the end.
   std::string err;
@@ -414,7 +414,7 @@ void save_checkpoint_groups(comm::Communicator& world, int writer, int writers, 
       err = reason(e);
     }
   }
-  agree_saved(world, out_dir, err.empty(), "writing the shard files" + (err.empty() ? "" : ": " + err));
+  agree_saved(world, dir, err.empty(), "writing the shard files" + (err.empty() ? "" : ": " + err));
   // Every writer's checksum, for rank 0's manifest.
   const int n = world.size();
   Tensor mine = Tensor::empty({2}, DType::I32), all = Tensor::empty({2 * n}, DType::I32);
@@ -450,12 +450,12 @@ void save_checkpoint_groups(comm::Communicator& world, int writer, int writers, 
                                {"crc32", crc32_hex(crcs[static_cast<size_t>(w)])},
                                {"pieces", pieces}});
       }
-      finish_and_swap(out_dir, s);
+      finish_and_swap(dir, s);
     } catch (const std::exception& e) {
       err = reason(e);
     }
   }
-  agree_saved(world, out_dir, err.empty(), "writing the manifest" + (err.empty() ? "" : ": " + err));
+  agree_saved(world, dir, err.empty(), "writing the manifest" + (err.empty() ? "" : ": " + err));
 }
 
 void read_checkpoint_part(const nlohmann::json& meta, CkptPart part, const model::ParamLayout& layout,
@@ -502,13 +502,12 @@ void read_checkpoint_part(const nlohmann::json& meta, CkptPart part, const model
   }
 }
 
-TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::AdamW* opt, bool verify) {
+TrainState load_checkpoint(const CkptDir& dir, model::GPT& m, optim::AdamW* opt, bool verify) {
   int64_t steps = 0;
   TrainState st;
   const model::ParamLayout& layout = m.layout();
   if (m.device().is_cpu() && layout.whole()) {
-    st = load_checkpoint(out_dir, layout, m.params(), opt ? opt->m() : nullptr, opt ? opt->v() : nullptr, &steps,
-                         verify);
+    st = load_checkpoint(dir, layout, m.params(), opt ? opt->m() : nullptr, opt ? opt->v() : nullptr, &steps, verify);
     m.params_changed();  // CPU bf16 products read a bf16 copy of the parameters
     if (opt) opt->set_steps_taken(steps);
     return st;
@@ -517,11 +516,10 @@ TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::Ada
   const size_t n = static_cast<size_t>(m.flat_size()), pbytes = n * sizeof(float);
   std::vector<float> hp(n), hm(opt ? n : 0), hv(opt ? n : 0);
   if (layout.whole()) {
-    st = load_checkpoint(out_dir, layout, hp.data(), opt ? hm.data() : nullptr, opt ? hv.data() : nullptr, &steps,
-                         verify);
+    st = load_checkpoint(dir, layout, hp.data(), opt ? hm.data() : nullptr, opt ? hv.data() : nullptr, &steps, verify);
   } else {  // this rank's part of every range, read where it lies in the whole model
     const model::ParamLayout whole(m.config());
-    const nlohmann::json meta = read_checkpoint_meta(out_dir);
+    const nlohmann::json meta = read_checkpoint_meta(dir);
     check_checkpoint_layout(meta, whole);
     if (verify) verify_checkpoint(meta, nullptr, !opt);
     read_checkpoint_part(meta, CkptPart::Params, layout, whole, 0, layout.total(), hp.data());

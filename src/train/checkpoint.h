@@ -1,4 +1,7 @@
-// Checkpoints: a directory <out_dir>/ckpt holding
+// Checkpoints: a directory <out_dir>/ckpt (the best by val loss, or the
+// latest with train.always_save_checkpoint) or <out_dir>/ckpt-NNNNNNNN (a
+// step-numbered one, named after the iteration it resumes at; see
+// ckpt_dirs.h for how they are kept and which one a resume picks), holding
 //   model.bin  the flat parameter buffer (fp32)
 //   optim.bin  AdamW first then second moments (fp32, same layout)
 //   state.json format version, iteration, best val loss, optimizer step count,
@@ -28,18 +31,21 @@
 // Integrity: read_checkpoint_meta checks state.json's structure and its own
 // checksum, verify_checkpoint the files' checksums; a damaged checkpoint is
 // an IoError naming the file, never a silent load.
-// Saving is atomic: everything is written into a fresh sibling directory,
-// flushed, then swapped in by rename, so a crash at any point leaves either
-// the old or the new checkpoint, never a mix; a save that fails removes its
-// partial directory. Data order and dropout masks are pure functions of
-// (seed, step), so (weights, moments, step) is the whole state: a resumed run
-// continues the identical trajectory.
+// Saving is atomic: everything is written into a fresh sibling directory
+// (<name>.tmp), flushed, then swapped in by rename (<name> -> <name>.old,
+// <name>.tmp -> <name>, drop <name>.old), so a crash at any point leaves
+// either the old or the new checkpoint, never a mix; a save that fails
+// removes its partial directory. Every function below works on one such
+// directory, a CkptDir; a plain run directory means its best one, ckpt. Data order and dropout masks are pure functions
+// of (seed, step), so (weights, moments, step) is the whole state: a resumed run continues the identical trajectory.
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "comm/communicator.h"
 #include "model/gpt.h"
@@ -58,24 +64,37 @@ struct TrainState {
   nlohmann::json unwritten_records = nlohmann::json::array();
 };
 
+// One checkpoint directory <out_dir>/<name> and its siblings <name>.tmp
+// (being written) and <name>.old (the one it replaces, during the swap).
+struct CkptDir {
+  // Implicit: a run directory stands for its best checkpoint, <out_dir>/ckpt.
+  CkptDir(std::string run_dir, std::string dir_name = "ckpt")
+      : out_dir(std::move(run_dir)), name(std::move(dir_name)) {}
+  CkptDir(const char* run_dir) : CkptDir(std::string(run_dir)) {}
+  std::string out_dir, name;
+  std::string path() const { return (std::filesystem::path(out_dir) / name).string(); }
+  std::string tmp() const { return path() + ".tmp"; }
+  std::string old() const { return path() + ".old"; }
+};
+
 // A tensor- or pipeline-parallel model is saved whole (the one-rank layout,
 // so it loads at any tp and pp): collective over `tp`, the ranks holding the
 // whole model between them, whose rank 0 writes.
-void save_checkpoint(const std::string& out_dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
+void save_checkpoint(const CkptDir& dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
                      const nlohmann::json& config, comm::Communicator* tp = nullptr);
 // The same from host buffers of layout.total() floats each (a sharded run
 // assembles them first): parameters, then AdamW's first and second moments.
-void save_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, const float* params, const float* m,
+void save_checkpoint(const CkptDir& dir, const model::ParamLayout& layout, const float* params, const float* m,
                      const float* v, int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config);
 // The same from this rank's host buffers (layout.total() floats each: its
 // part's parameters and AdamW moments), collective over `group`.
-void save_checkpoint_whole(comm::Communicator& group, const std::string& out_dir, const model::ParamLayout& layout,
+void save_checkpoint_whole(comm::Communicator& group, const CkptDir& dir, const model::ParamLayout& layout,
                            const model::GPTConfig& cfg, const float* params, const float* m, const float* v,
                            int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config);
 // Reads state.json only (to rebuild the model with the saved config), and
 // checks it: its structure, value ranges and own checksum (IoError naming
 // the field otherwise).
-nlohmann::json read_checkpoint_meta(const std::string& out_dir);
+nlohmann::json read_checkpoint_meta(const CkptDir& dir);
 // Checks the CRC-32 of every file the checkpoint lists (with `params_only`,
 // only those holding parameters): IoError naming the first damaged file. With
 // a world of several ranks the files are shared out among the ranks, and
@@ -86,15 +105,15 @@ void verify_checkpoint(const nlohmann::json& meta, comm::Communicator* world = n
 // tensor-parallel model takes its part of the whole checkpoint); throws
 // IoError naming the mismatch if the layout differs, a file is truncated or
 // (with `verify`) does not match its checksum.
-TrainState load_checkpoint(const std::string& out_dir, model::GPT& m, optim::AdamW* opt, bool verify = true);
+TrainState load_checkpoint(const CkptDir& dir, model::GPT& m, optim::AdamW* opt, bool verify = true);
 // Into host buffers of layout.total() floats (m and v may both be null).
-TrainState load_checkpoint(const std::string& out_dir, const model::ParamLayout& layout, float* params, float* m,
-                           float* v, int64_t* optimizer_steps, bool verify = true);
+TrainState load_checkpoint(const CkptDir& dir, const model::ParamLayout& layout, float* params, float* m, float* v,
+                           int64_t* optimizer_steps, bool verify = true);
 
 // Sharded save (collective over `world`, which is the data-parallel group):
 // params, m, v are this rank's shards (see above). Throws IoError on every
 // rank if any rank could not write.
-void save_checkpoint_sharded(comm::Communicator& world, const std::string& out_dir, const model::ParamLayout& layout,
+void save_checkpoint_sharded(comm::Communicator& world, const CkptDir& dir, const model::ParamLayout& layout,
                              const float* params, const float* m, const float* v, int64_t optimizer_steps,
                              const TrainState& st, const nlohmann::json& config);
 enum class CkptPart { Params, M, V };
@@ -117,7 +136,7 @@ void read_checkpoint_part(const nlohmann::json& meta, CkptPart part, const model
 // others; writer -1: a rank that writes no file). Collective over `world`
 // (every rank of the run); IoError on every rank if any rank could not write.
 using AssembleGroup = std::function<void(CkptPart part, int g, float* out)>;
-void save_checkpoint_groups(comm::Communicator& world, int writer, int writers, const std::string& out_dir,
+void save_checkpoint_groups(comm::Communicator& world, int writer, int writers, const CkptDir& dir,
                             const model::ParamLayout& whole, const AssembleGroup& assemble, int64_t optimizer_steps,
                             const TrainState& st, const nlohmann::json& config);
 // IoError unless the checkpoint was saved for this layout.

@@ -255,6 +255,15 @@ void add_train_keys(KeyTable& t) {
          [](const RunConfig& c) { return nlohmann::json(c.train.resume() ? "resume" : "scratch"); }, std::nullopt}},
        BOOL_KEY("train.always_save_checkpoint", train.always_save_checkpoint,
                 "save at every eval, not only on improvement"),
+       INT_KEY("train.keep_checkpoints", train.keep_checkpoints, 1, kMaxIters,
+               "step-numbered checkpoints (ckpt-NNNNNNNN/) kept, newest first; the best ckpt/ is kept besides. "
+               "Default 2: the newest, and one to fall back on should it be damaged, for twice one checkpoint's "
+               "disk"),
+       INT_KEY("train.checkpoint_interval", train.checkpoint_interval, 0, kMaxIters,
+               "iterations between step-numbered checkpoints (0 = none: only the best ckpt/ is saved)"),
+       INT_KEY("train.resume_step", train.resume_step, -1, kMaxIters,
+               "with train.init_from=resume: resume from the checkpoint saved before this iteration (a rollback; "
+               "later checkpoints are moved to rolled_back/) instead of the newest intact one (-1)"),
        BOOL_KEY("train.eval_only", train.eval_only, "evaluate once and exit"),
        BOOL_KEY("train.final_eval", train.final_eval,
                 "also evaluate (and checkpoint) at the last iteration when it is not a multiple of eval_interval"),
@@ -656,6 +665,9 @@ void RunConfig::validate() const {
                   o.lr_decay_iters, o.warmup_iters);
   }
   PARALLM_CHECK(!train.out_dir.empty(), ConfigError, "config", "train.out_dir must not be empty");
+  PARALLM_CHECK(train.resume_step < 0 || train.resume(), ConfigError, "config",
+                "train.resume_step={} needs train.init_from=resume (it picks the checkpoint a resume starts from)",
+                train.resume_step);
   PARALLM_CHECK(!data.dir.empty(), ConfigError, "config", "data.dir must not be empty");
   loss_scale_config();
   check_device(*this);
@@ -712,6 +724,7 @@ RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::
   // Where and how this process runs, not what the run is: always this invocation's.
   static const std::set<std::string> this_run = {"train.out_dir",
                                                  "train.init_from",
+                                                 "train.resume_step",
                                                  "train.eval_only",
                                                  "train.overwrite",
                                                  "train.threads",

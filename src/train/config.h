@@ -44,6 +44,9 @@ struct TrainSection {
   std::string out_dir = "out";
   InitFrom init_from = InitFrom::Scratch;
   bool always_save_checkpoint = false;
+  int64_t keep_checkpoints = 2;     // step-numbered checkpoints kept (ckpt_dirs.h)
+  int64_t checkpoint_interval = 0;  // iterations between step-numbered checkpoints (0 = none)
+  int64_t resume_step = -1;         // resume from the checkpoint of this iteration (-1: the newest intact)
   bool eval_only = false;
   bool overwrite = false;       // a scratch run may replace (delete) the checkpoint already in out_dir
   bool final_eval = true;       // evaluate (and checkpoint) at max_iters too

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
 #include "core/fileio.h"
 #include "core/log.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_dirs.h"
 
 namespace parallm::train {
 
@@ -41,19 +43,23 @@ void drop_metrics_from(const fs::path& p, int64_t from, const nlohmann::json& ca
 
 std::string scratch_refusal(const RunConfig& cfg) {
   if (cfg.train.overwrite) return "";
-  const fs::path dir(cfg.train.out_dir);
-  std::error_code ec;
-  if (!fs::exists(dir / "ckpt", ec) && !fs::exists(dir / "ckpt.old", ec)) return "";
-  std::string at;
-  try {
-    at = fmt::format(" (iteration {})", read_checkpoint_meta(cfg.train.out_dir).value("iter", int64_t{-1}));
-  } catch (const std::exception&) {
-    at = " (not readable)";
+  const std::vector<std::string> names = checkpoint_names(cfg.train.out_dir);
+  if (names.empty()) return "";
+  std::string held;
+  for (const auto& name : names) {
+    std::string at;
+    try {
+      at = fmt::format("iteration {}",
+                       read_checkpoint_meta(CkptDir(cfg.train.out_dir, name)).value("iter", int64_t{-1}));
+    } catch (const std::exception&) {
+      at = "not readable";
+    }
+    held += fmt::format("{}{} ({})", held.empty() ? "" : ", ", name, at);
   }
   return fmt::format(
-      "train.out_dir={} already holds a checkpoint{}; continue it with train.init_from=resume, start over with "
-      "train.overwrite=true (which deletes it), or choose another train.out_dir",
-      cfg.train.out_dir, at);
+      "train.out_dir={} already holds {} {}; continue it with train.init_from=resume, start over with "
+      "train.overwrite=true (which deletes {}), or choose another train.out_dir",
+      cfg.train.out_dir, names.size() == 1 ? "a checkpoint" : "checkpoints", held, names.size() == 1 ? "it" : "them");
 }
 
 RunDir::LogAttach::LogAttach(const std::string& path, bool truncate) {
@@ -71,23 +77,41 @@ fs::path made(const std::string& dir) {
   return dir;
 }
 
-// Removes what an interrupted save or write left in `dir`, saying what it was.
+// Removes what an interrupted save or write left in `dir` (the <name>.tmp of
+// any checkpoint), saying what it was.
 void remove_leftovers(const fs::path& dir) {
   std::error_code ec;
-  if (fs::exists(dir / "ckpt.tmp", ec)) {
-    fs::remove_all(dir / "ckpt.tmp", ec);
+  std::vector<std::string> partial;  // the <name>.tmp directories, collected before any goes
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) partial.push_back(name);
+  }
+  for (const auto& name : partial) {
+    const std::string base = name.substr(0, name.size() - 4);
+    if (base != "ckpt" && !step_of(base)) continue;
+    fs::remove_all(dir / name, ec);
     PARALLM_CHECK(!ec, IoError, "train", "cannot delete {}, left by a checkpoint save that did not finish: {}",
-                  (dir / "ckpt.tmp").string(), ec.message());
+                  (dir / name).string(), ec.message());
     log::warn(
         "removed {}: a checkpoint save that did not finish (a crash or a full disk) left it; the last complete "
-        "checkpoint is the one in ckpt/",
-        (dir / "ckpt.tmp").string());
+        "checkpoint of that slot is the one in {}/",
+        (dir / name).string(), base);
   }
   for (const char* f : {"config.json.tmp", "meta.json.tmp", "memory.json.tmp", "metrics.jsonl.tmp"}) {
     if (!fs::exists(dir / f, ec)) continue;
     fs::remove(dir / f, ec);
     if (!ec) log::warn("removed {}: a write that did not finish left it", (dir / f).string());
   }
+}
+
+// What a scratch run deletes: every checkpoint (and its .old), the rolled-back ones, meta.json and memory.json.
+std::vector<std::string> earlier_run(const fs::path& dir) {
+  std::vector<std::string> names = {"rolled_back", "meta.json", "memory.json"};
+  for (const auto& name : checkpoint_names(dir.string())) {
+    names.push_back(name);
+    names.push_back(name + ".old");
+  }
+  return names;
 }
 }  // namespace
 
@@ -98,7 +122,7 @@ RunDir::RunDir(const RunConfig& cfg, Mode mode, int64_t resume_iter, const nlohm
   const bool rewrites = mode == Mode::Scratch || mode == Mode::Resume;  // config.json and meta.json
   if (rewrites) remove_leftovers(dir);
   if (mode == Mode::Scratch)  // a fresh directory, or train.overwrite=true: nothing of an earlier run stays
-    for (const char* old : {"ckpt", "ckpt.old", "meta.json", "memory.json"}) {
+    for (const std::string& old : earlier_run(dir)) {
       fs::remove_all(dir / old, ec);
       PARALLM_CHECK(!ec, IoError, "train", "cannot delete {}: {}", (dir / old).string(), ec.message());
     }

@@ -14,6 +14,7 @@
 #include "core/threads.h"
 #include "parallel/group_ops.h"
 #include "train/agree.h"
+#include "train/ckpt_dirs.h"
 #include "train/peak.h"
 #include "train/run_checks.h"
 #include "train/run_log.h"
@@ -37,7 +38,10 @@ std::string resolve_config(Session& s, int ranks_per_node) {
   RunConfig& cfg = s.cfg;
   std::string changes;  // "key=new (was old), ..."
   if (s.resume) {
-    s.ck_meta = read_checkpoint_meta(cfg.train.out_dir);
+    // The newest intact checkpoint (or train.resume_step's), agreed by every rank.
+    ChooseOptions o;
+    if (cfg.train.resume_step >= 0) o.at_iter = cfg.train.resume_step;
+    s.ck_meta = choose_checkpoint(cfg.train.out_dir, &s.world, o);
     std::vector<std::string> changed;
     cfg = cfg.resumed_from(s.ck_meta["config"], &changed);
     for (const auto& c : changed) changes += (changes.empty() ? "" : ", ") + c;
@@ -132,6 +136,8 @@ void open_run_dir(Session& s, int64_t ck_iter, const nlohmann::json& carried) {
       throw ConfigError("config", s.lead ? refusal : "rank 0 refused train.out_dir (its error says why)");
   }
   if (!s.lead) return;
+  // A rollback: the checkpoints after the one it starts from step aside, so its own are the newest.
+  if (s.resume && s.cfg.train.resume_step >= 0 && !s.cfg.train.eval_only) set_aside_newer(s.cfg.train.out_dir, ck_iter);
   using Mode = RunDir::Mode;
   s.run_dir.emplace(s.cfg,
                     !s.resume               ? Mode::Scratch
@@ -191,7 +197,6 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   if (s->resume) {
     *nothing_to_do = finished_run(*s, ck_iter, carried);
     if (!nothing_to_do->empty()) return nullptr;
-    verify_checkpoint(s->ck_meta, &world);  // every file's checksum, before anything is written
   }
   s->dev = choose_device(s->cfg.train, world);
   s->mesh =

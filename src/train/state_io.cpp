@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "parallel/group_ops.h"
 #include "parallel/tensor_parallel.h"
+#include "train/ckpt_dirs.h"
 
 namespace parallm::train {
 
@@ -58,7 +59,7 @@ void read_sharded(Session& s, const parallel::HeldState& h) {
 // group: each part's pieces of group g are gathered on the dp group's rank
 // g % dp (the parameters at stages 1-2 are there already), whose tp group
 // assembles the whole group on its tp rank 0, the writer of that group.
-void save_sharded_whole(Session& s, const parallel::HeldState& h) {
+void save_sharded_whole(Session& s, const parallel::HeldState& h, const CkptDir& dir) {
   comm::Communicator &dp = s.dp(), &tp = s.mesh->tp();
   const model::ParamLayout& layout = s.model->layout();
   const model::ParamLayout whole(s.cfg.model);
@@ -75,7 +76,7 @@ void save_sharded_whole(Session& s, const parallel::HeldState& h) {
     }
     if (here) parallel::gather_whole_group(tp, layout, whole, g, mine, out);
   };
-  save_checkpoint_groups(s.world, tp.rank() == 0 ? dp.rank() : -1, dp.size(), s.cfg.train.out_dir, whole, assemble,
+  save_checkpoint_groups(s.world, tp.rank() == 0 ? dp.rank() : -1, dp.size(), dir, whole, assemble,
                          s.opt->steps_taken(), s.st, s.cfg.to_json());
 }
 
@@ -83,7 +84,7 @@ void save_sharded_whole(Session& s, const parallel::HeldState& h) {
 // between them (tp x pp) gather it on their rank 0 (world rank 0). Sharded
 // optimizer state (ZeRO-1) is first gathered whole on the stage's dp rank 0,
 // group by group.
-void save_pipeline(Session& s, const parallel::HeldState& h) {
+void save_pipeline(Session& s, const parallel::HeldState& h, const CkptDir& dir) {
   comm::Communicator& dp = s.dp();
   const model::ParamLayout& layout = s.model->layout();
   const float *om = s.opt->m(), *ov = s.opt->v();
@@ -102,11 +103,11 @@ void save_pipeline(Session& s, const parallel::HeldState& h) {
   }
   if (dp.rank() != 0) return;
   if (h.sharded || s.dev.is_cpu()) {
-    save_checkpoint_whole(s.mesh->tp_pp(), s.cfg.train.out_dir, layout, s.cfg.model, s.model->params(), om, ov,
-                          s.opt->steps_taken(), s.st, s.cfg.to_json());
+    save_checkpoint_whole(s.mesh->tp_pp(), dir, layout, s.cfg.model, s.model->params(), om, ov, s.opt->steps_taken(),
+                          s.st, s.cfg.to_json());
     return;
   }
-  save_checkpoint(s.cfg.train.out_dir, *s.model, *s.opt, s.st, s.cfg.to_json(), &s.mesh->tp_pp());
+  save_checkpoint(dir, *s.model, *s.opt, s.st, s.cfg.to_json(), &s.mesh->tp_pp());
 }
 
 // A dynamic scale goes on where it was.
@@ -133,14 +134,15 @@ void restore_state(Session& s) {
   } else {
     // The group's rank 0 reads (verified above; a tensor-parallel rank its
     // part of the whole model); the group follows it.
-    if (dp.rank() == 0) s.st = load_checkpoint(s.cfg.train.out_dir, *s.model, s.opt.get(), /*verify=*/false);
+    if (dp.rank() == 0) s.st = load_checkpoint(checkpoint_of(s.ck_meta), *s.model, s.opt.get(), /*verify=*/false);
     // Every rank continues from rank 0's weights (params_loaded), optimizer state and step.
     parallel::broadcast_floats(dp, s.opt->m(), s.opt->size());
     parallel::broadcast_floats(dp, s.opt->v(), s.opt->size());
   }
   broadcast_scalars(dp, s.st, *s.opt);
   restore_loss_scale(s);
-  log::info("resuming from {} at iter {} (best val loss {:.4f})", s.cfg.train.out_dir, s.st.iter, s.st.best_val_loss);
+  log::info("resuming from {} at iter {} (best val loss {:.4f})", s.ck_meta["_dir"].get<std::string>(), s.st.iter,
+            s.st.best_val_loss);
   s.sync->params_loaded();
   s.saved_any = true;
 }
@@ -149,17 +151,18 @@ bool saves_state(const Session& s) {
   return s.lead || s.sync->held().sharded;
 }
 
-void save_state(Session& s, int64_t next) {
+std::string save_state(Session& s, int64_t next, SaveSlot slot) {
   s.saved_any = true;
   s.st.iter = next;
   s.st.loss_scale.reset();
   if (s.scaler->dynamic()) s.st.loss_scale = s.scaler->state();
-  const std::string& dir = s.cfg.train.out_dir;
+  const std::string& out = s.cfg.train.out_dir;
+  const CkptDir dir = slot == SaveSlot::Step ? step_checkpoint(out, next) : CkptDir(out);
   const parallel::HeldState h = s.sync->held();
   if (s.pipe) {
-    save_pipeline(s, h);
+    save_pipeline(s, h, dir);
   } else if (h.sharded && s.mesh->tp().size() > 1) {
-    save_sharded_whole(s, h);
+    save_sharded_whole(s, h, dir);
   } else if (h.sharded) {
     // Every rank writes its shard (stages 1-2: its pieces of the replicated parameters).
     Array<float> scratch;
@@ -169,7 +172,12 @@ void save_state(Session& s, int64_t next) {
   } else if (s.dp().rank() == 0) {  // rank 0 writes; a tensor-parallel model's group gathers it there first
     save_checkpoint(dir, *s.model, *s.opt, s.st, s.cfg.to_json(), &s.mesh->tp());
   }
-  if (s.lead) s.progress->print(fmt::format("saved checkpoint to {}/ckpt", dir));
+  if (s.lead) {
+    s.progress->print(fmt::format("saved checkpoint to {}", dir.path()));
+    // Only once this save stands (the swap is done) are the older ones dropped.
+    if (slot == SaveSlot::Step) prune_step_checkpoints(out, s.cfg.train.keep_checkpoints);
+  }
+  return dir.path();
 }
 
 }  // namespace parallm::train

@@ -13,8 +13,12 @@
 // group). Any tp, dp and stage resumes it, each tp rank reading its part of
 // every range. The few scalars a run continues from (iteration, best val
 // loss, optimizer steps, loss scale) are rank 0's, everywhere.
+// A save goes to one of two slots (checkpoint.h, ckpt_dirs.h): the best
+// checkpoint <out_dir>/ckpt, or a step-numbered <out_dir>/ckpt-NNNNNNNN, after
+// which the step-numbered ones beyond train.keep_checkpoints are deleted.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "train/session.h"
 
@@ -22,8 +26,13 @@ namespace parallm::train {
 
 // A resumed run's weights, optimizer state and scalars (every rank).
 void restore_state(Session& s);
-// The checkpoint of the state before iteration `next` (collective when the state is sharded).
-void save_state(Session& s, int64_t next);
+enum class SaveSlot {
+  Best,  // <out_dir>/ckpt: the best by val loss (or the latest, with train.always_save_checkpoint)
+  Step   // <out_dir>/ckpt-<next, 8 digits>: kept beside the best one, the newest train.keep_checkpoints of them
+};
+// The checkpoint of the state before iteration `next` (collective when the
+// state is sharded; every rank calls it). Returns the directory written.
+std::string save_state(Session& s, int64_t next, SaveSlot slot = SaveSlot::Best);
 // Whether this rank's save stands for the checkpoint (rank 0, or every rank of a sharded state).
 bool saves_state(const Session& s);
 

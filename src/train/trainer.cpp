@@ -68,6 +68,7 @@ RunSummary train_loop(Session& s) {
     }
     if (it == sum.first_iter) report_memory(s, it);
     sum.last_iter = it;
+    if (t.checkpoint_interval > 0 && (it + 1) % t.checkpoint_interval == 0) save_state(s, it + 1, SaveSlot::Step);
     stop_if_records_lost(s, it);
   }
   if (prof::enabled()) log::info("profile (PARALLM_PROFILE=1):\n{}", prof::table());
