@@ -416,6 +416,20 @@ void add_parallel_keys(KeyTable& t) {
          std::nullopt}}});
 }
 
+// train.skip_*: the loss-spike guard (train/spike_guard.h).
+void add_spike_guard_keys(KeyTable& t) {
+  t.insert(
+      {FLOAT_KEY("train.skip_loss_zscore", train.skip_loss_zscore, closed(0, 1e6),
+                 "loss-spike guard: skip a step whose loss is more than this many standard deviations above the mean "
+                 "of the last train.skip_window applied steps (0 = off)"),
+       FLOAT_KEY("train.skip_grad_zscore", train.skip_grad_zscore, closed(0, 1e6),
+                 "loss-spike guard: the same for the global gradient norm (0 = off)"),
+       INT_KEY("train.skip_window", train.skip_window, 2, 1000000,
+               "loss-spike guard: applied steps the mean and deviation are taken over; the guard acts once it is full"),
+       INT_KEY("train.skip_max_consecutive", train.skip_max_consecutive, 0, INT32_MAX,
+               "loss-spike guard: more skipped steps in a row than this stop the run with an error")});
+}
+
 // Every key, in one table: --help-keys prints it, set() and to_json() read it.
 const KeyTable& keys() {
   static const KeyTable table = [] {
@@ -425,6 +439,7 @@ const KeyTable& keys() {
     add_optimizer_keys(t);
     add_run_keys(t);
     add_parallel_keys(t);
+    add_spike_guard_keys(t);
     return t;
   }();
   return table;

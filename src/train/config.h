@@ -63,6 +63,10 @@ struct TrainSection {
   LossScaleSetting loss_scale;
   double loss_scale_init = 65536;    // dynamic: the first scale
   int64_t loss_scale_window = 2000;  // dynamic: finite steps in a row before the scale doubles
+  // The loss-spike guard (train/spike_guard.h): z-scores above which a step is skipped (0: off).
+  double skip_loss_zscore = 0, skip_grad_zscore = 0;
+  int64_t skip_window = 100;          // applied steps the mean and deviation are taken over
+  int64_t skip_max_consecutive = 10;  // more skipped steps in a row stop the run
 
   bool resume() const { return init_from == InitFrom::Resume; }
 };
