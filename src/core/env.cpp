@@ -44,6 +44,9 @@ const Info kVars[] = {
     {Var::FaultStopRank, "PARALLM_FAULT_STOP_RANK", "",
      "testing: R:I:S, world rank R sends itself signal S (kill or stop) halfway through iteration I's pipeline "
      "actions, to exercise a peer that dies or hangs mid-step"},
+    {Var::FaultSpike, "PARALLM_FAULT_SPIKE", "",
+     "testing: iterations (e.g. 30,31) whose mean loss and reduced gradients are multiplied by 100 on every rank, "
+     "to exercise the loss-spike guard (train.skip_loss_zscore)"},
 };
 }  // namespace
 

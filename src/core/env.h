@@ -29,6 +29,7 @@ enum class Var {
   JobId,            // PARALLM_JOB_ID
   FaultInfGrad,     // PARALLM_FAULT_INF_GRAD
   FaultStopRank,    // PARALLM_FAULT_STOP_RANK
+  FaultSpike,       // PARALLM_FAULT_SPIKE
 };
 
 struct Info {

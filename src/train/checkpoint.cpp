@@ -44,6 +44,7 @@ nlohmann::json state_json(int format, const model::ParamLayout& layout, int64_t 
                        {"good_steps", st.loss_scale->good_steps},
                        {"skipped", st.loss_scale->skipped}};
   if (!st.unwritten_records.empty()) s["unwritten_records"] = st.unwritten_records;
+  if (!st.spike_guard.is_null()) s["spike_guard"] = st.spike_guard;
   s["config"] = config;
   s["params"] = layout_json(layout);
   s["flat_size"] = layout.total();
@@ -272,6 +273,7 @@ TrainState checkpoint_state(const nlohmann::json& meta, int64_t* optimizer_steps
       throw IoError("checkpoint.load", fmt::format("state.json's loss_scale entry is malformed: {}", e.what()));
     }
   }
+  st.spike_guard = meta.value("spike_guard", nlohmann::json());
   return st;
 }
 

@@ -6,6 +6,7 @@
 //   optim.bin  AdamW first then second moments (fp32, same layout)
 //   state.json format version, iteration, best val loss, optimizer step count,
 //              dynamic loss scaling's state (scale, good steps, skipped steps),
+//              the loss-spike guard's windows (train/spike_guard.h),
 //              the resolved config, the parameter table (names, shapes,
 //              offsets), each file's size and CRC-32, and the CRC-32 of
 //              state.json's own content (state_crc32).
@@ -62,6 +63,8 @@ struct TrainState {
   // Metrics records the run could not write when it stopped on a write error
   // (an array, saved when not empty; a resumed run writes them: RunDir).
   nlohmann::json unwritten_records = nlohmann::json::array();
+  // The loss-spike guard's state (SpikeGuardState::to_json(); null when the guard is off).
+  nlohmann::json spike_guard = nullptr;
 };
 
 // One checkpoint directory <out_dir>/<name> and its siblings <name>.tmp

@@ -2,6 +2,7 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "train/spike_guard.h"
 
 namespace parallm::train::ckpt {
 
@@ -125,6 +126,11 @@ void check_state(const nlohmann::json& s, const std::string& dir) {
   if (!c.field(s, "config").is_object()) c.fail("\"config\" is not an object");
   if (s.contains("unwritten_records") && !s["unwritten_records"].is_array())
     c.fail("\"unwritten_records\" is not a list");
+  if (s.contains("spike_guard")) try {
+      SpikeGuardState::from_json(s["spike_guard"]);
+    } catch (const IoError& e) {
+      c.fail(e.message());
+    }
   if (!c.field(s, "params").is_array()) c.fail("\"params\" is not a list");
   const int64_t flat = c.integer(s, "flat_size", 1, INT64_MAX / 16);
   if (sharded(static_cast<int>(format)))

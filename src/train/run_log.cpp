@@ -1,5 +1,6 @@
 #include "train/run_log.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/gpu.h"
@@ -90,9 +91,10 @@ void record_step(const Session& s, int64_t it, float lr, const StepResult& r) {
                      {"dtb_ms", r.dtb * 1e3},
                      {"tokens_per_s", tok_s},
                      {"mfu", mfu}};
-  if (r.applied) rec["grad_norm"] = r.norm;  // a skipped step's norm is not finite
+  if (std::isfinite(r.norm)) rec["grad_norm"] = r.norm;  // an overflowed step's is not
   if (s.scaler->active()) rec["loss_scale"] = r.scale;
-  if (s.scaler->dynamic()) rec["skipped"] = !r.applied;
+  if (s.scaler->dynamic() || s.guard) rec["skipped"] = !r.applied;
+  if (!r.skip_reason.empty()) rec["skip_reason"] = r.skip_reason;  // e.g. "loss z-score 7.3 > 5"
   if (!r.stage_idle.empty()) {
     rec["pp_idle"] = r.stage_idle;        // per stage: the measured bubble
     rec["pp_cost_ms"] = r.stage_cost_ms;  // per stage: mean ms per F, B, B-input, W

@@ -31,6 +31,32 @@ std::vector<int64_t> fault_inf_grad_iters() {
   return list ? parse_int_list(list, "train", "PARALLM_FAULT_INF_GRAD") : std::vector<int64_t>{};
 }
 
+// PARALLM_FAULT_SPIKE="30,31": iterations whose mean loss and reduced
+// gradients are multiplied by 100 on every rank, to exercise the spike guard.
+std::vector<int64_t> fault_spike_iters() {
+  const char* list = env::get(env::Var::FaultSpike);
+  return list ? parse_int_list(list, "train", "PARALLM_FAULT_SPIKE") : std::vector<int64_t>{};
+}
+
+// The loss-spike guard, when a z-score turns it on, with a resumed run's windows.
+std::unique_ptr<SpikeGuard> make_guard(const Session& s) {
+  const TrainSection& t = s.cfg.train;
+  const SpikeGuardConfig c{t.skip_loss_zscore, t.skip_grad_zscore, t.skip_window, t.skip_max_consecutive};
+  if (!c.enabled()) return nullptr;
+  const nlohmann::json& saved = s.st.spike_guard;
+  auto g = std::make_unique<SpikeGuard>(c, saved.is_null() ? SpikeGuardState{} : SpikeGuardState::from_json(saved));
+  log::info(
+      "loss-spike guard: a step whose {} more than the z-score{} above the mean of the last {} applied steps is "
+      "skipped (acting once {} steps are in; {} now); more than {} skipped in a row stop the run",
+      c.loss_z > 0 && c.grad_z > 0 ? "loss or gradient norm lies"
+      : c.loss_z > 0               ? "loss lies"
+                                   : "gradient norm lies",
+      c.loss_z > 0 && c.grad_z > 0 ? fmt::format("s {:g} / {:g}", c.loss_z, c.grad_z)
+                                   : fmt::format(" {:g}", c.loss_z > 0 ? c.loss_z : c.grad_z),
+      c.window, c.window, g->state().loss.size(), c.max_consecutive);
+  return g;
+}
+
 // The config this run trains with, the same on every rank: a resumed run's
 // checkpoint config with this invocation's keys laid over it, checked, with
 // the dataset's vocabulary. Returns the keys a resume changed ("" if none).
@@ -189,6 +215,7 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   s->lead = world.rank() == 0;
   s->resume = s->cfg.train.resume();
   s->fault_inf = fault_inf_grad_iters();  // before anything is written
+  s->fault_spike = fault_spike_iters();
   const std::string changes = resolve_config(*s, ranks_per_node);
   // Where a resumed run starts, and the records a stop on a full disk kept in its checkpoint.
   const int64_t ck_iter = s->resume ? checkpoint_state(s->ck_meta, nullptr).iter : 0;
@@ -214,6 +241,7 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
     restore_state(*s);
   else
     s->sync->init_params(s->cfg.train.seed);
+  s->guard = make_guard(*s);
   s->peak = job_peak(*s);
   s->tokens_per_iter = s->batch() * s->seq() * s->cfg.optimizer.gas * s->dp().size();
   s->losses.reserve(std::max(s->cfg.optimizer.gas, s->cfg.train.eval_iters) * s->sync->passes());

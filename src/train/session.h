@@ -6,7 +6,7 @@
 //   the device; the mesh over the world and its data-parallel group;
 //   the dataset's vocabulary and this rank's loader;
 //   the model, the gradient sync (the data-parallel strategy), the optimizer,
-//   the loss scaler and the learning-rate schedule;
+//   the loss scaler, the loss-spike guard and the learning-rate schedule;
 //   the state a checkpoint carries (restored, or fresh weights);
 //   the run directory (rank 0), opened once every check has passed.
 // Nothing here asks which data-parallel strategy runs: make_grad_sync chose it.
@@ -33,6 +33,7 @@
 #include "train/metrics.h"
 #include "train/pipeline.h"
 #include "train/run_dir.h"
+#include "train/spike_guard.h"
 
 namespace parallm::train {
 
@@ -56,11 +57,13 @@ struct Session {
   std::unique_ptr<optim::LossScaler> scaler;
   optim::LrSchedule sched;
   TrainState st;
-  bool saved_any = false;          // a checkpoint of this run exists
-  double peak = 0;                 // the job's FLOP/s for MFU
-  int64_t tokens_per_iter = 0;     // the global batch's tokens
-  double flops_per_iter = 0;       // of the global batch
-  std::vector<int64_t> fault_inf;  // PARALLM_FAULT_INF_GRAD's iterations
+  bool saved_any = false;             // a checkpoint of this run exists
+  double peak = 0;                    // the job's FLOP/s for MFU
+  int64_t tokens_per_iter = 0;        // the global batch's tokens
+  double flops_per_iter = 0;          // of the global batch
+  std::vector<int64_t> fault_inf;     // PARALLM_FAULT_INF_GRAD's iterations
+  std::vector<int64_t> fault_spike;   // PARALLM_FAULT_SPIKE's iterations
+  std::unique_ptr<SpikeGuard> guard;  // the loss-spike guard, when train.skip_*_zscore turns it on
   std::unique_ptr<Progress> progress;
   std::unique_ptr<parallel::GroupAll> world_all;  // "true on every rank" over the world, made once
   std::vector<float> losses;                      // the current step's (or evaluation's) pass losses, in order

@@ -1,5 +1,6 @@
 #include "train/state_io.h"
 
+#include <cstring>
 #include <vector>
 
 #include "core/log.h"
@@ -33,6 +34,23 @@ void broadcast_scalars(comm::Communicator& g, TrainState& st, optim::AdamW& opt)
   st.loss_scale.reset();
   if (it.data<int32_t>()[2])
     st.loss_scale = optim::LossScaleState{t.data<float>()[1], it.data<int32_t>()[3], it.data<int32_t>()[4]};
+}
+
+// Rank 0's loss-spike guard state (its JSON text, sent as int32 words; none: length 0).
+void broadcast_guard_state(comm::Communicator& g, TrainState& st) {
+  if (g.size() == 1) return;
+  const std::string text = g.rank() == 0 && !st.spike_guard.is_null() ? st.spike_guard.dump() : std::string();
+  Tensor len = Tensor::empty({1}, DType::I32);
+  len.data<int32_t>()[0] = static_cast<int32_t>(text.size());
+  g.broadcast(len, 0);
+  const int32_t n = len.data<int32_t>()[0];
+  st.spike_guard = nullptr;
+  if (n == 0) return;
+  Tensor words = Tensor::empty({(n + 3) / 4}, DType::I32);
+  std::memset(words.raw(), 0, static_cast<size_t>(words.numel()) * 4);
+  if (g.rank() == 0) std::memcpy(words.raw(), text.data(), text.size());
+  g.broadcast(words, 0);
+  st.spike_guard = nlohmann::json::parse(std::string(static_cast<const char*>(words.raw()), static_cast<size_t>(n)));
 }
 
 // Each rank reads the ranges it holds (a tensor-parallel rank: its part of
@@ -140,6 +158,7 @@ void restore_state(Session& s) {
     parallel::broadcast_floats(dp, s.opt->v(), s.opt->size());
   }
   broadcast_scalars(dp, s.st, *s.opt);
+  broadcast_guard_state(dp, s.st);
   restore_loss_scale(s);
   log::info("resuming from {} at iter {} (best val loss {:.4f})", s.ck_meta["_dir"].get<std::string>(), s.st.iter,
             s.st.best_val_loss);
@@ -156,6 +175,7 @@ std::string save_state(Session& s, int64_t next, SaveSlot slot) {
   s.st.iter = next;
   s.st.loss_scale.reset();
   if (s.scaler->dynamic()) s.st.loss_scale = s.scaler->state();
+  s.st.spike_guard = s.guard ? s.guard->state().to_json() : nlohmann::json();
   const std::string& out = s.cfg.train.out_dir;
   const CkptDir dir = slot == SaveSlot::Step ? step_checkpoint(out, next) : CkptDir(out);
   const parallel::HeldState h = s.sync->held();

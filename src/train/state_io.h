@@ -12,7 +12,7 @@
 // of its part, a writer also the tp parts of a whole group and the whole
 // group). Any tp, dp and stage resumes it, each tp rank reading its part of
 // every range. The few scalars a run continues from (iteration, best val
-// loss, optimizer steps, loss scale) are rank 0's, everywhere.
+// loss, optimizer steps, loss scale, the loss-spike guard's windows) are rank 0's, everywhere.
 // A save goes to one of two slots (checkpoint.h, ckpt_dirs.h): the best
 // checkpoint <out_dir>/ckpt, or a step-numbered <out_dir>/ckpt-NNNNNNNN, after
 // which the step-numbered ones beyond train.keep_checkpoints are deleted.

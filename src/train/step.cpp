@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <utility>
 
 #include "core/error.h"
 #include "core/gpu.h"
@@ -197,7 +199,53 @@ void inject_fault(const Session& s, int64_t it) {
   write_inf(u.grads + at, u.device);
 }
 
-// The update itself, when the loss scaler allows it. The gradients are
+// PARALLM_FAULT_SPIKE: this rank's reduced gradients times kSpike (the mean loss too: optimizer_step).
+constexpr float kSpike = 100;
+bool spike_at(const Session& s, int64_t it) {
+  return std::find(s.fault_spike.begin(), s.fault_spike.end(), it) != s.fault_spike.end();
+}
+void inject_spike(const Session& s, int64_t it) {
+  if (!spike_at(s, it)) return;
+  const parallel::UpdateTarget u = s.sync->update();
+  std::vector<std::pair<int64_t, int64_t>> runs;  // [begin, count) of the gradients the optimizer reads
+  if (u.runs)
+    for (const auto& r : *u.runs) runs.emplace_back(r.grad, r.length);
+  else
+    runs.emplace_back(0, u.state_size);
+  for (const auto& [at, n] : runs) {
+    if (n <= 0) continue;
+    std::vector<float> host;
+    float* g = u.grads + at;
+    if (!u.device.is_cpu()) {  // a test hook: through the host
+      host.resize(static_cast<size_t>(n));
+      gpu::memcpy_d2h(host.data(), g, static_cast<size_t>(n) * sizeof(float));
+      g = host.data();
+    }
+    for (int64_t i = 0; i < n; ++i) g[i] *= kSpike;
+    if (!host.empty()) gpu::memcpy_h2d(u.grads + at, host.data(), static_cast<size_t>(n) * sizeof(float));
+  }
+}
+
+// The spike guard's verdict on this step ("" to apply it). Its inputs are
+// world rank 0's loss and norm, broadcast (one 12-byte message a step): every
+// rank computes them alike already (a global mean, a norm summed in a fixed
+// order), and this makes it certain, so every rank skips the same steps and
+// holds the same windows.
+std::string guard_verdict(Session& s, int64_t it, const StepResult& r) {
+  float loss = r.loss;
+  double norm = r.norm;
+  if (s.world.size() > 1) {
+    Tensor t = Tensor::empty({3}, DType::I32);
+    std::memcpy(t.raw(), &norm, sizeof norm);
+    std::memcpy(t.data<int32_t>() + 2, &loss, sizeof loss);
+    s.world.broadcast(t, 0);
+    std::memcpy(&norm, t.raw(), sizeof norm);
+    std::memcpy(&loss, t.data<int32_t>() + 2, sizeof loss);
+  }
+  return s.guard->judge(it, loss, norm);
+}
+
+// The update itself, when the loss scaler and the spike guard allow it. The gradients are
 // scaled by S (1 without loss scaling): clipping sees the true norm and
 // AdamW divides by S, both exact for a power of two.
 void update(Session& s, int64_t it, float lr, double norm, StepResult& r) {
@@ -205,8 +253,16 @@ void update(Session& s, int64_t it, float lr, double norm, StepResult& r) {
   r.norm = norm / r.scale;
   r.applied = s.scaler->update(norm, it);  // every rank decides alike: the norm is global
   if (!r.applied) {
-    s.progress->print(fmt::format("iter {}: gradients overflowed at loss scale {:g}: update skipped, scale now {:g}",
-                                  it, r.scale, s.scaler->state().scale));
+    r.skip_reason = fmt::format("gradients overflowed at loss scale {:g}", r.scale);
+    s.progress->print(
+        fmt::format("iter {}: {}: update skipped, scale now {:g}", it, r.skip_reason, s.scaler->state().scale));
+    return;
+  }
+  if (s.guard) r.skip_reason = guard_verdict(s, it, r);
+  if (!r.skip_reason.empty()) {
+    r.applied = false;
+    s.progress->print(fmt::format("iter {}: loss spike ({}; loss {:.4f}, grad norm {:.4g}): update skipped", it,
+                                  r.skip_reason, r.loss, r.norm));
     return;
   }
   // AdamW writes the model's bf16 weight copy as it updates the weights (where there is one).
@@ -229,10 +285,12 @@ StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr) 
   Timer to;
   s.sync->finish_step();
   inject_fault(s, it);
+  inject_spike(s, it);
   const double norm = s.sync->grad_norm(s.scaler->dynamic());
   schedule.settle(t);
   StepResult r;
   r.loss = s.sync->mean_loss(losses, s.cfg.optimizer.gas);
+  if (spike_at(s, it)) r.loss *= kSpike;
   if (!std::isfinite(r.loss))
     throw NumericError("train", fmt::format("non-finite loss ({}) at iter {}; lower optimizer.learning_rate or set "
                                             "optimizer.grad_clip",

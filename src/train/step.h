@@ -2,12 +2,14 @@
 // (gradient accumulation over optimizer.gas micro-batches, each cut into the
 // passes the gradient sync asks for; or a pipeline's schedule over its
 // stages, train/pipeline.h), then the gradient sync finishes the
-// gradients, the loss scaler decides on the global norm, and the optimizer
+// gradients, the loss scaler decides on the global norm, the loss-spike
+// guard (train/spike_guard.h) on the loss and norm, and the optimizer
 // updates what the sync names. The loop calls optimizer_step and never sees
 // which strategy or schedule runs.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "train/session.h"
@@ -41,10 +43,11 @@ class Schedule {
 std::unique_ptr<Schedule> make_schedule(Session& s);
 
 struct StepResult {
-  float loss = 0;       // mean over the global batch
-  double norm = 0;      // global gradient norm (unscaled)
-  float scale = 1;      // the loss scale the step used
-  bool applied = true;  // false: the update was skipped (overflow under dynamic loss scaling)
+  float loss = 0;           // mean over the global batch
+  double norm = 0;          // global gradient norm (unscaled)
+  float scale = 1;          // the loss scale the step used
+  bool applied = true;      // false: the update was skipped (overflow under dynamic loss scaling, or a loss spike)
+  std::string skip_reason;  // why, when skipped
   double dt = 0, dtf = 0, dtb = 0;
   std::vector<double> stage_idle, stage_cost_ms;  // PassTimes'
 };

@@ -75,6 +75,7 @@ RunSummary train_loop(Session& s) {
   sum.best_val_loss = static_cast<float>(s.st.best_val_loss);
   sum.loss_scale = s.scaler->state().scale;
   sum.skipped_steps = s.scaler->state().skipped;
+  sum.spike_skipped_steps = s.guard ? s.guard->state().skipped : 0;
   sum.mean_tokens_per_s = tok_s_n ? tok_s_acc / static_cast<double>(tok_s_n) : 0;
   return sum;
 }

@@ -24,9 +24,10 @@ struct RunSummary {
   std::vector<float> train_losses;  // per optimizer step, in order
   float last_val_loss = 0;
   float best_val_loss = 0;
-  double mean_tokens_per_s = 0;  // over the timed steps (first step excluded)
-  double loss_scale = 1;         // at the end (1 without loss scaling)
-  int64_t skipped_steps = 0;     // updates skipped for overflow (dynamic loss scaling), resumed runs included
+  double mean_tokens_per_s = 0;     // over the timed steps (first step excluded)
+  double loss_scale = 1;            // at the end (1 without loss scaling)
+  int64_t skipped_steps = 0;        // updates skipped for overflow (dynamic loss scaling), resumed runs included
+  int64_t spike_skipped_steps = 0;  // updates the loss-spike guard skipped, resumed runs included
   // Set (and nothing else) when a resumed run's checkpoint is already at or
   // past train.max_iters: the sentence saying so; no file was touched.
   std::string nothing_to_do;
