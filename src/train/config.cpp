@@ -264,6 +264,14 @@ void add_train_keys(KeyTable& t) {
        INT_KEY("train.resume_step", train.resume_step, -1, kMaxIters,
                "with train.init_from=resume: resume from the checkpoint saved before this iteration (a rollback; "
                "later checkpoints are moved to rolled_back/) instead of the newest intact one (-1)"),
+       {"train.skip_batches",
+        {"string",
+         "global batch indices never fed, as inclusive ascending ranges a:b,c:d (the straight run's iteration "
+         "numbers); the other batches keep their order; kept by the checkpoint",
+         [](RunConfig& c, const std::string& k, const std::string& v) {
+           c.train.skip_batches = BatchSkip::parse(k, v);
+         },
+         [](const RunConfig& c) { return nlohmann::json(c.train.skip_batches.text()); }, std::nullopt}},
        BOOL_KEY("train.eval_only", train.eval_only, "evaluate once and exit"),
        BOOL_KEY("train.final_eval", train.final_eval,
                 "also evaluate (and checkpoint) at the last iteration when it is not a multiple of eval_interval"),
@@ -683,6 +691,7 @@ void RunConfig::validate() const {
   PARALLM_CHECK(train.resume_step < 0 || train.resume(), ConfigError, "config",
                 "train.resume_step={} needs train.init_from=resume (it picks the checkpoint a resume starts from)",
                 train.resume_step);
+  train.skip_batches.check_reach("train.skip_batches", train.max_iters);
   PARALLM_CHECK(!data.dir.empty(), ConfigError, "config", "data.dir must not be empty");
   loss_scale_config();
   check_device(*this);

@@ -18,6 +18,7 @@
 #include "parallel/mesh.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/zero.h"
+#include "train/batch_skip.h"
 
 namespace parallm::train {
 
@@ -47,6 +48,7 @@ struct TrainSection {
   int64_t keep_checkpoints = 2;     // step-numbered checkpoints kept (ckpt_dirs.h)
   int64_t checkpoint_interval = 0;  // iterations between step-numbered checkpoints (0 = none)
   int64_t resume_step = -1;         // resume from the checkpoint of this iteration (-1: the newest intact)
+  BatchSkip skip_batches;           // global batch indices never fed (batch_skip.h)
   bool eval_only = false;
   bool overwrite = false;       // a scratch run may replace (delete) the checkpoint already in out_dir
   bool final_eval = true;       // evaluate (and checkpoint) at max_iters too

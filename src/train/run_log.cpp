@@ -84,6 +84,7 @@ void record_step(const Session& s, int64_t it, float lr, const StepResult& r) {
   const double mfu = s.flops_per_iter / r.dt / s.peak;
   nlohmann::json rec{{"kind", "train"},
                      {"step", it},
+                     {"batch", s.cfg.train.skip_batches.data_index(it)},  // the global batch it read
                      {"loss", r.loss},
                      {"lr", lr},
                      {"dt_ms", r.dt * 1e3},

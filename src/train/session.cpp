@@ -98,6 +98,29 @@ std::string finished_run(const Session& s, int64_t ck_iter, const nlohmann::json
                             carried.size(), s.cfg.train.out_dir);
 }
 
+// A resumed run's train.skip_batches may change only the batches it has not
+// read yet: those before the checkpoint's next batch are its past.
+void check_skip_past(const Session& s, int64_t ck_iter) {
+  const auto& saved = s.ck_meta["config"];
+  const BatchSkip before = BatchSkip::parse("train.skip_batches", saved.value("train.skip_batches", std::string()));
+  const BatchSkip& now = s.cfg.train.skip_batches;
+  const int64_t next = before.data_index(ck_iter);
+  auto has = [](const BatchSkip& b, const std::pair<int64_t, int64_t>& r) {
+    return std::find(b.ranges.begin(), b.ranges.end(), r) != b.ranges.end();
+  };
+  for (const auto& r : now.ranges)
+    PARALLM_CHECK(r.first >= next || has(before, r), ConfigError, "config",
+                  "train.skip_batches: the range {}:{} starts before batch {}, the one the checkpoint of iteration {} "
+                  "reads next: the batches before it are trained on already (roll back further with "
+                  "train.resume_step to skip them)",
+                  r.first, r.second, next, ck_iter);
+  for (const auto& r : before.ranges)
+    PARALLM_CHECK(r.first >= next || has(now, r), ConfigError, "config",
+                  "train.skip_batches={}: the checkpoint of iteration {} skipped the range {}:{} already (it reads "
+                  "batch {} next); keep that range, or the batches after it would move",
+                  now.text(), ck_iter, r.first, r.second, next);
+}
+
 // The device this rank trains on.
 Device choose_device(const TrainSection& t, comm::Communicator& world) {
   Device dev = t.device;
@@ -224,6 +247,7 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   if (s->resume) {
     *nothing_to_do = finished_run(*s, ck_iter, carried);
     if (!nothing_to_do->empty()) return nullptr;
+    check_skip_past(*s, ck_iter);
   }
   s->dev = choose_device(s->cfg.train, world);
   s->mesh =

@@ -37,6 +37,7 @@ class MicroBatches : public Schedule {
     model::GPT& m = *s_.model;
     parallel::GradSync& sync = *s_.sync;
     const int64_t gas = s_.cfg.optimizer.gas, T = s_.seq(), passes = sync.passes(), Bs = s_.batch() / passes;
+    const int64_t batch = s_.cfg.train.skip_batches.data_index(it);  // the global batch (train.skip_batches)
     PassTimes t;
     if (gpu_async_) marks_.front()->record();
     m.zero_grad();
@@ -45,7 +46,7 @@ class MicroBatches : public Schedule {
     for (int64_t micro = 0; micro < gas; ++micro) {
       {
         PARALLM_PROFILE("data");
-        s_.loader->get(data::Split::Train, it, micro, x_.data(), y_.data());
+        s_.loader->get(data::Split::Train, batch, micro, x_.data(), y_.data());
       }
       for (int64_t j = 0; j < passes; ++j) {
         model::StepContext ctx{true,
@@ -114,12 +115,13 @@ class PipelineSteps : public Schedule {
     model::GPT& m = *s_.model;
     parallel::GradSync& sync = *s_.sync;
     const int64_t gas = s_.cfg.optimizer.gas, B = s_.batch(), T = s_.seq(), N = B * T;
+    const int64_t batch = s_.cfg.train.skip_batches.data_index(it);  // the global batch (train.skip_batches)
     m.zero_grad();
     sync.begin_step();
     if (!x_.empty()) {
       PARALLM_PROFILE("data");
       for (int64_t micro = 0; micro < gas; ++micro)
-        s_.loader->get(data::Split::Train, it, micro, x_.data() + micro * N, y_.data() + micro * N);
+        s_.loader->get(data::Split::Train, batch, micro, x_.data() + micro * N, y_.data() + micro * N);
     }
     const auto micro = [&](int k) {
       Pipeline::Micro u;
