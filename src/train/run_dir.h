@@ -6,20 +6,22 @@
 //   memory.json    peak bytes per category, after the first step
 //   train.log      the log lines with timestamps, and the error that ended
 //                  the run if one did
-//   ckpt/          the checkpoint (train/checkpoint.h)
+//   ckpt/          the best checkpoint (train/checkpoint.h)
+//   ckpt-NNNNNNNN/ step-numbered checkpoints (train/ckpt_dirs.h), and
+//   rolled_back/   the checkpoints a rollback (train.resume_step) set aside
 // It is opened only once the config, the dataset and the prompt have been
 // checked, so bad input changes nothing in an existing directory. A scratch
-// run refuses a directory that holds a checkpoint unless train.overwrite=true
-// (then the old checkpoint is deleted, so the directory never mixes two
-// runs). A resumed run keeps the metrics of the steps before the one it
-// resumes at and drops the later ones (written after the checkpoint it
-// continues from), so metrics.jsonl reads as one run.
+// run refuses a directory that holds any checkpoint unless
+// train.overwrite=true (then every old checkpoint is deleted, so the directory
+// never mixes two runs). A resumed run keeps the metrics of the steps before
+// the one it resumes at and drops the later ones (written after the
+// checkpoint it continues from), so metrics.jsonl reads as one run.
 // Records are checked: a metrics, memory or log line that cannot be written
 // (a full disk) is kept as write_error(), which the trainer polls every step
 // to stop the run (after a best-effort checkpoint) instead of training on
-// with its records lost. Leftovers of an interrupted save (ckpt.tmp, *.tmp)
-// are removed when a scratch or resumed run opens the directory, with a line
-// saying what they were.
+// with its records lost. Leftovers of an interrupted save (the <name>.tmp of
+// any checkpoint, *.tmp) are removed when a scratch or resumed run opens the
+// directory, with a line saying what they were.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -31,8 +33,9 @@
 
 namespace parallm::train {
 
-// Why a scratch run may not use cfg.out_dir ("" if it may): a checkpoint is
-// there (ckpt/ or ckpt.old/, readable or not) and train.overwrite is not set.
+// Why a scratch run may not use cfg.out_dir ("" if it may): checkpoints are
+// there (ckpt/, ckpt-*/ or their .old, readable or not; each is named) and
+// train.overwrite is not set.
 std::string scratch_refusal(const RunConfig& cfg);
 
 class RunDir {
