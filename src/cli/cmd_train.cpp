@@ -6,6 +6,7 @@
 #include "comm/communicator.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/stop_signal.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -46,11 +47,15 @@ Runner add_train(CLI::App& app) {
       std::fputs(env::help_table().c_str(), stdout);
       return 0;
     }
+    // SIGUSR1/SIGTERM ask the run to save and stop (core/stop_signal.h): from
+    // the start, and again once MPI (which may set its own handlers) is up.
+    stop_signal::install();
     train::RunConfig cfg = run_config_from_args(*args, "cli.train");
     comm::CommOptions copt;
     copt.timeout_s = cfg.comm.timeout_s;
     World world = start_world(comm::resolve_backend(cfg.comm.backend, !cfg.train.device.is_cpu()), copt,
                               /*announce=*/false);
+    stop_signal::install();
     train::RunSummary s;
     run_guarded(world, [&] {
       announce_mesh(world, cfg.mesh_dims(), cfg.parallel.tp_across_nodes);
@@ -65,6 +70,11 @@ Runner add_train(CLI::App& app) {
       std::printf("done: iters %lld..%lld, last val loss %.4f, best val loss %.4f\n",
                   static_cast<long long>(s.first_iter), static_cast<long long>(s.last_iter), s.last_val_loss,
                   s.best_val_loss);
+    if (!s.stopped.empty()) {  // every rank says where it stopped: the same iteration everywhere
+      if (world->rank() == 0) std::printf("%s\n", s.stopped.c_str());
+      std::printf("parallm: rank %d stopped after iteration %lld\n", world->rank(),
+                  static_cast<long long>(s.last_iter));
+    }
     return 0;
   };
 }

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "core/error.h"
@@ -54,6 +56,22 @@ void check_thread_count(int64_t n, const std::string& where, const std::string& 
 uint64_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? sat_mul(static_cast<uint64_t>(pages), static_cast<uint64_t>(page)) : 0;
+}
+
+double process_age_s() {
+  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
+  std::string text;
+  double up = 0;
+  if (!std::getline(stat, text) || !(uptime >> up)) return 0;
+  // Fields after the command name (which may hold spaces, inside parentheses): the 22nd field is the start time in
+  // ticks.
+  std::istringstream rest(text.substr(text.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i < 22 && rest >> field;) ++i;
+  double ticks = 0;
+  if (!(rest >> ticks)) return 0;
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  return hz > 0 ? std::max(0.0, up - ticks / static_cast<double>(hz)) : 0;
 }
 
 }  // namespace parallm

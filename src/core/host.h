@@ -31,6 +31,11 @@ int max_threads();
 // the message gives the limit and the cores.
 void check_thread_count(int64_t n, const std::string& where, const std::string& what);
 
+// Seconds since this process started (the kernel's record: /proc/self/stat
+// against /proc/uptime, so time spent before main, loading libraries or
+// waiting for MPI, counts); 0 if unknown.
+double process_age_s();
+
 // Physical memory of this machine in bytes (sysconf pages x page size; 0 if unknown).
 uint64_t physical_memory_bytes();
 

@@ -44,4 +44,36 @@ std::optional<double> to_decimal(std::string_view s) {
   return v;
 }
 
+std::optional<double> to_duration_s(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  if (const auto plain = to_decimal(s)) return *plain >= 0 ? plain : std::nullopt;
+  static constexpr std::string_view kUnits = "dhms";
+  static constexpr double kSeconds[] = {86400, 3600, 60, 1};
+  double total = 0;
+  size_t next_unit = 0;  // units in order, each once
+  while (!s.empty()) {
+    const size_t at = s.find_first_of(kUnits);
+    if (at == 0 || at == std::string_view::npos) return std::nullopt;
+    const size_t u = kUnits.find(s[at]);
+    const auto v = to_decimal(s.substr(0, at));
+    if (u < next_unit || !v || *v < 0) return std::nullopt;
+    total += *v * kSeconds[u];
+    next_unit = u + 1;
+    s.remove_prefix(at + 1);
+  }
+  return total;
+}
+
+std::string format_duration(double seconds) {
+  const auto whole = static_cast<int64_t>(seconds);
+  if (static_cast<double>(whole) != seconds || whole < 60) return fmt::format("{:g}s", seconds);
+  std::string out;
+  const int64_t d = whole / 86400, h = whole / 3600 % 24, m = whole / 60 % 60, sec = whole % 60;
+  if (d) out += fmt::format("{}d", d);
+  if (h || (d && (m || sec))) out += fmt::format("{}h", h);
+  if (m || ((d || h) && sec)) out += fmt::format("{}m", m);
+  if (sec) out += fmt::format("{}s", sec);
+  return out;
+}
+
 }  // namespace parallm

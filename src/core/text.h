@@ -19,4 +19,11 @@ std::optional<int64_t> to_int(std::string_view s);
 // no hex, inf or nan, which std::stod would accept.
 std::optional<double> to_decimal(std::string_view s);
 
+// A duration: "5h50m", "90s", "1d12h", "1.5h", or a bare number of seconds
+// ("360"); units d, h, m, s, each at most once, largest first. Seconds, or
+// nothing (a negative or malformed text).
+std::optional<double> to_duration_s(std::string_view s);
+// Seconds as to_duration_s reads them back: "5h50m", "6s", "1h0m30s", "0.5s".
+std::string format_duration(double seconds);
+
 }  // namespace parallm

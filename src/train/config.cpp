@@ -364,6 +364,52 @@ void add_run_keys(KeyTable& t) {
                       "seconds before a communication operation is an error")});
 }
 
+// The operator's controls of a long run (train/control.h).
+void add_control_keys(KeyTable& t) {
+  t.insert({STR_KEY("train.kill_switch", train.kill_switch,
+                    "a file path: when it exists, every rank finishes its step, saves and exits 0; a run started "
+                    "with it present exits 0 at once without touching the checkpoint (\"\" = none)"),
+            STR_KEY("train.save_switch", train.save_switch,
+                    "a file path: when it appears, the run saves a step-numbered checkpoint, deletes the file and "
+                    "trains on (\"\" = none)"),
+            {"train.max_duration",
+             {"string",
+              "the run's time limit, e.g. 5h50m, 90m, 6s (0 = none); auto: the Slurm or PBS job's end time. Before "
+              "each step, if elapsed + 2 x (longest iteration + last save) would pass it, every rank saves and "
+              "exits 0",
+              [](RunConfig& c, const std::string& k, const std::string& v) {
+                if (v == "auto") {
+                  c.train.max_duration_s = kDurationAuto;
+                  return;
+                }
+                const auto d = to_duration_s(v);
+                PARALLM_CHECK(d && std::isfinite(*d), ConfigError, "config",
+                              "{}: expected a duration such as 5h50m, 90m or 6s (units d, h, m, s, largest first), "
+                              "a number of seconds, 0 (none) or auto; got \"{}\"{}",
+                              k, v, !v.empty() && v[0] == '-' ? " (a duration cannot be negative)" : "");
+                c.train.max_duration_s = *d;
+              },
+              [](const RunConfig& c) {
+                const double d = c.train.max_duration_s;
+                return nlohmann::json(d == kDurationAuto ? "auto" : d == 0 ? "0" : format_duration(d));
+              },
+              std::nullopt}}});
+}
+
+// A switch's directory must exist before the run starts: a typo there would
+// otherwise leave a switch nobody can pull.
+void check_switch(const std::string& key, const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  PARALLM_CHECK(fs::is_directory(dir, ec), ConfigError, "config",
+                "{}={}: the directory {} does not exist (create it first, so that the switch can be pulled)", key, path,
+                dir.string());
+  PARALLM_CHECK(!fs::is_directory(path, ec), ConfigError, "config",
+                "{}={}: is a directory; the switch is a file that appears (touch it) when wanted", key, path);
+}
+
 // parallel.*, ddp.* and zero.*
 void add_parallel_keys(KeyTable& t) {
   t.insert(
@@ -446,6 +492,7 @@ const KeyTable& keys() {
     add_train_keys(t);
     add_optimizer_keys(t);
     add_run_keys(t);
+    add_control_keys(t);
     add_parallel_keys(t);
     add_spike_guard_keys(t);
     return t;
@@ -693,6 +740,8 @@ void RunConfig::validate() const {
                 train.resume_step);
   train.skip_batches.check_reach("train.skip_batches", train.max_iters);
   PARALLM_CHECK(!data.dir.empty(), ConfigError, "config", "data.dir must not be empty");
+  check_switch("train.kill_switch", train.kill_switch);
+  check_switch("train.save_switch", train.save_switch);
   loss_scale_config();
   check_device(*this);
   check_fits_host(*this);
@@ -755,6 +804,9 @@ RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::
                                                  "train.device",
                                                  "train.peak_flops",
                                                  "train.progress",
+                                                 "train.kill_switch",
+                                                 "train.save_switch",
+                                                 "train.max_duration",
                                                  "comm.backend",
                                                  "comm.timeout_s",
                                                  "parallel.dp",

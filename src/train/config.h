@@ -35,6 +35,9 @@ struct LossScaleSetting {
 // The sections mirror the keys (model.*, train.*, optimizer.*, data.*, comm.*,
 // parallel.*, ddp.*, zero.*); every string a user gives is parsed into its
 // enum or number once, by set().
+// train.max_duration=auto: the scheduler's job end time.
+constexpr double kDurationAuto = -1;
+
 struct TrainSection {
   int64_t batch_size = 12;  // key model.batch_size: the micro-batch each data-parallel rank reads
   int64_t max_iters = 5000;
@@ -69,6 +72,10 @@ struct TrainSection {
   double skip_loss_zscore = 0, skip_grad_zscore = 0;
   int64_t skip_window = 100;          // applied steps the mean and deviation are taken over
   int64_t skip_max_consecutive = 10;  // more skipped steps in a row stop the run
+  // The operator's controls (train/control.h).
+  std::string kill_switch;    // file: when present, save and exit 0 ("" = none)
+  std::string save_switch;    // file: when present, save a step checkpoint, delete it and go on
+  double max_duration_s = 0;  // seconds (0 = none; kDurationAuto = the job's end time)
 
   bool resume() const { return init_from == InitFrom::Resume; }
 };

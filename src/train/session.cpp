@@ -237,9 +237,12 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   auto s = std::make_unique<Session>(std::move(cfg), world, run_dir);
   s->lead = world.rank() == 0;
   s->resume = s->cfg.train.resume();
+  *nothing_to_do = kill_switch_at_start(s->cfg.train, world);
+  if (!nothing_to_do->empty()) return nullptr;
   s->fault_inf = fault_inf_grad_iters();  // before anything is written
   s->fault_spike = fault_spike_iters();
   const std::string changes = resolve_config(*s, ranks_per_node);
+  s->control = std::make_unique<RunControl>(s->cfg, world);  // the time limit, before anything is written
   // Where a resumed run starts, and the records a stop on a full disk kept in its checkpoint.
   const int64_t ck_iter = s->resume ? checkpoint_state(s->ck_meta, nullptr).iter : 0;
   const nlohmann::json carried =
@@ -272,7 +275,6 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   s->flops_per_iter = s->model->flops_per_token(s->seq()) * static_cast<double>(s->tokens_per_iter);
   log_run(*s);
   // Launchers (mpirun, srun) relay output line by line, often through a pty: no bar there.
-  s->world_all = std::make_unique<parallel::GroupAll>(world);
   s->progress =
       std::make_unique<Progress>(s->st.iter, s->cfg.train.max_iters, s->cfg.train.progress && world.size() == 1);
   return s;

@@ -30,6 +30,7 @@
 #include "parallel/tensor_parallel.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/control.h"
 #include "train/metrics.h"
 #include "train/pipeline.h"
 #include "train/run_dir.h"
@@ -65,8 +66,8 @@ struct Session {
   std::vector<int64_t> fault_spike;   // PARALLM_FAULT_SPIKE's iterations
   std::unique_ptr<SpikeGuard> guard;  // the loss-spike guard, when train.skip_*_zscore turns it on
   std::unique_ptr<Progress> progress;
-  std::unique_ptr<parallel::GroupAll> world_all;  // "true on every rank" over the world, made once
-  std::vector<float> losses;                      // the current step's (or evaluation's) pass losses, in order
+  std::unique_ptr<RunControl> control;  // the operator's switches, signals and time limit (control.h)
+  std::vector<float> losses;            // the current step's (or evaluation's) pass losses, in order
 
   Session(RunConfig c, comm::Communicator& w, std::optional<RunDir>& rd) : cfg(std::move(c)), world(w), run_dir(rd) {}
   comm::Communicator& dp() const { return mesh->dp(); }
@@ -91,9 +92,10 @@ struct Session {
   }
 };
 
-// Builds the run. With a checkpoint already at or past train.max_iters it
-// returns no session and sets *nothing_to_do to the sentence saying so (the
-// records a full disk kept in the checkpoint are written first). Throws
+// Builds the run. With a checkpoint already at or past train.max_iters, or
+// train.kill_switch present, it returns no session and sets *nothing_to_do
+// to the sentence saying so (the records a full disk kept in the checkpoint
+// are written first). Throws
 // ConfigError/IoError on bad input, before anything is written where it can.
 std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, int ranks_per_node,
                                       std::optional<RunDir>& run_dir, std::string* nothing_to_do);

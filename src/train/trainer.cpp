@@ -1,12 +1,15 @@
 // The training loop. Setup (session.h) builds the run; each iteration may
-// evaluate (evaluate.h), then takes one optimizer step (step.h) and writes
-// its record (run_log.h). The loop never asks how the model is distributed:
+// evaluate (evaluate.h), then takes one optimizer step (step.h), writes its
+// record (run_log.h) and obeys what the ranks agreed on (control.h: save,
+// stop). The loop never asks how the model is distributed:
 // the gradient sync and the schedule in the session know.
 #include "train/trainer.h"
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/profiler.h"
+#include "core/timer.h"
+#include "train/control.h"
 #include "train/evaluate.h"
 #include "train/run_log.h"
 #include "train/session.h"
@@ -23,16 +26,15 @@ bool eval_due(const TrainSection& t, int64_t it) {
 }
 
 // A record that could not be written (a full disk) stops the run on every
-// rank after iteration `it`, once the state is saved where space allows.
-void stop_if_records_lost(Session& s, int64_t it) {
+// rank after iteration `it` (the ranks agreed on it in the control vote),
+// once the state is saved where space allows.
+[[noreturn]] void stop_on_lost_records(Session& s, int64_t it) {
   const std::string lost = s.run_dir ? s.run_dir->write_error() : std::string();
-  if ((*s.world_all)(lost.empty())) return;
   std::string saved = "rank 0 reports whether the state was saved";  // it alone saves replicated state
   try {
     if (s.run_dir) s.st.unwritten_records = s.run_dir->unwritten_metrics();  // written when the run resumes
-    save_state(s, it + 1);
-    if (saves_state(s))
-      saved = fmt::format("the state after iteration {} is saved in {}/ckpt", it, s.cfg.train.out_dir);
+    const std::string dir = save_state(s, it + 1, SaveSlot::Step);
+    if (saves_state(s)) saved = fmt::format("the state after iteration {} is saved in {}", it, dir);
   } catch (const Error& e) {
     saved = "saving the state failed too (" + e.message() + ")";
   }
@@ -40,6 +42,25 @@ void stop_if_records_lost(Session& s, int64_t it) {
       "train", fmt::format("{}; the run stopped after iteration {} instead of training on without its "
                            "records; {}. Free space in {}, then continue with train.init_from=resume",
                            s.lead ? lost : "rank 0 could not write the run's records", it, saved, s.cfg.train.out_dir));
+}
+
+// What the ranks agreed after iteration `it` (train/control.h): save a
+// step-numbered checkpoint (also every train.checkpoint_interval), then
+// stop or train on. Returns whether to stop; a stop's sentence goes to
+// sum.stopped.
+bool obey(Session& s, const ControlDecision& d, int64_t it, RunSummary& sum) {
+  if (d.records_lost) stop_on_lost_records(s, it);
+  const int64_t every = s.cfg.train.checkpoint_interval;  // periodic step checkpoints
+  if (!d.save && !(every > 0 && (it + 1) % every == 0)) return false;
+  Timer t;
+  const std::string dir = save_state(s, it + 1, SaveSlot::Step);
+  s.control->saved(d, t.seconds());
+  if (!d.stop) return false;
+  sum.stopped = fmt::format(
+      "stopped after iteration {}: {}; the state is saved in {}; continue with "
+      "train.init_from=resume",
+      it, d.why, dir);
+  return true;
 }
 
 RunSummary train_loop(Session& s) {
@@ -50,6 +71,7 @@ RunSummary train_loop(Session& s) {
   double tok_s_acc = 0;
   int64_t tok_s_n = 0;
   for (int64_t it = s.st.iter; it <= t.max_iters; ++it) {
+    Timer t_it;
     const float lr = s.sched.at(it);
     if (eval_due(t, it)) {
       sum.last_val_loss = evaluate(s, it, lr).val_loss;
@@ -68,8 +90,8 @@ RunSummary train_loop(Session& s) {
     }
     if (it == sum.first_iter) report_memory(s, it);
     sum.last_iter = it;
-    if (t.checkpoint_interval > 0 && (it + 1) % t.checkpoint_interval == 0) save_state(s, it + 1, SaveSlot::Step);
-    stop_if_records_lost(s, it);
+    const bool records_ok = !s.run_dir || s.run_dir->write_error().empty();
+    if (obey(s, s.control->vote(it, t_it.seconds(), records_ok), it, sum)) break;
   }
   if (prof::enabled()) log::info("profile (PARALLM_PROFILE=1):\n{}", prof::table());
   sum.best_val_loss = static_cast<float>(s.st.best_val_loss);

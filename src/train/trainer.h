@@ -30,7 +30,12 @@ struct RunSummary {
   int64_t spike_skipped_steps = 0;  // updates the loss-spike guard skipped, resumed runs included
   // Set (and nothing else) when a resumed run's checkpoint is already at or
   // past train.max_iters: the sentence saying so; no file was touched.
+  // Also set (and nothing else) when the run started with train.kill_switch present.
   std::string nothing_to_do;
+  // Set when an operator's control stopped the run early (kill switch,
+  // SIGUSR1/SIGTERM, train.max_duration): the sentence saying why and where
+  // the state is saved. The run exits 0.
+  std::string stopped;
 };
 
 // Runs training as configured over `world` (nullptr: a world of one),

@@ -4,6 +4,8 @@
 # file in a temporary directory, its own ports, MpiDefault=none) and runs
 #   salloc -n 2 parallm launch -- parallm train ...
 #   salloc -n 2 srun --mpi=pmix parallm train ...
+#   sbatch --time=1 --signal=USR1@15 (parallm launch ...), then
+#   sbatch --dependency=afterany:<first> (the same, resumed)
 # Each must be one 2-rank job that trains and exits 0: the dist info says
 # world size 2 once, with the CPUs split between the ranks, and the run
 # directory holds one run's records. Then tasks that cannot join each other
@@ -155,5 +157,65 @@ run no_pmi salloc -n 2 srun --mpi=none "$parallm" train "${tiny[@]}" "train.out_
 not_alone no_pmi 'task [01] of a Slurm step (SLURM_PROCID=[01], SLURM_STEP_NUM_TASKS=2), but srun gave it no PMI'
 run self salloc -n 2 srun --mpi=pmix "$parallm" train "${tiny[@]}" comm.backend=self "train.out_dir=$tmp/run-self"
 not_alone self 'backend self runs one rank alone, but this process is task [01] of 2 of a launched job (PMIX_RANK=[01], SLURM_STEP_NUM_TASKS=2)'
+
+# Preemption: a batch job with a 1-minute limit and --signal=USR1@15 runs a
+# run far longer than that through parallm launch on 2 ranks; Slurm signals
+# the tasks before the limit and they must save and exit 0 (job COMPLETED,
+# exit code 0:0). A second job, submitted behind it with --dependency,
+# resumes where the first stopped (and reads its own limit: max_duration=auto).
+job_state() { scontrol show job "$1" -o 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
+wait_job() {  # job id, seconds: waits until it ended
+  for _ in $(seq $(($2 * 5))); do
+    case $(job_state "$1") in PENDING | RUNNING | CONFIGURING | COMPLETING | "") sleep 0.2 ;; *) return 0 ;; esac
+  done
+  fail "job $1 still $(job_state "$1") after $2 s"
+}
+ended_ok() {  # job id, name: COMPLETED with exit code 0:0
+  local info
+  info=$(scontrol show job "$1" -o)
+  echo "slurm_job: $2: job $1 $(grep -o 'JobState=[A-Z_]* Reason=[^ ]*' <<<"$info") $(grep -o 'ExitCode=[0-9:]*' <<<"$info")" \
+    "$(grep -o 'RunTime=[0-9:]*' <<<"$info")"
+  grep -q 'JobState=COMPLETED' <<<"$info" && grep -q 'ExitCode=0:0' <<<"$info" ||
+    { cat "$tmp/$2.txt"; fail "$2: job $1 did not end COMPLETED with exit code 0"; }
+}
+long=("${tiny[@]/train.max_iters=$iters/train.max_iters=100000000}")
+long=("${long[@]/train.eval_interval=10/train.eval_interval=100000000}")
+cat >"$tmp/preempt1.sh" <<EOS
+#!/bin/bash
+exec "$parallm" launch -- parallm train ${long[*]} train.out_dir=$tmp/run-preempt
+EOS
+cat >"$tmp/preempt2.sh" <<EOS
+#!/bin/bash
+k=\$(ls -d $tmp/run-preempt/ckpt-* | grep -vF -e .tmp -e .old | sort | tail -1 | sed 's/.*ckpt-0*//')
+echo "preempt2: resuming at step \$k"
+exec "$parallm" launch -- parallm train ${long[*]} train.out_dir=$tmp/run-preempt train.init_from=resume \
+  train.max_iters=\$((k + 10)) train.max_duration=auto
+EOS
+chmod +x "$tmp/preempt1.sh" "$tmp/preempt2.sh"
+j1=$(sbatch --parsable -n 2 --time=1 --signal=USR1@15 -o "$tmp/preempt1.txt" "$tmp/preempt1.sh") ||
+  fail "sbatch of the first job"
+j2=$(sbatch --parsable -n 2 --time=2 --dependency=afterany:"$j1" -o "$tmp/preempt2.txt" "$tmp/preempt2.sh") ||
+  fail "sbatch of the second job"
+echo "slurm_job: preempt1: sbatch -n 2 --time=1 --signal=USR1@15 (job $j1); preempt2: --dependency=afterany:$j1 (job $j2)"
+wait_job "$j1" 120
+ended_ok "$j1" preempt1
+grep -q 'SIGUSR1 received by rank' "$tmp/preempt1.txt" || { cat "$tmp/preempt1.txt"; fail "preempt1: no SIGUSR1 seen"; }
+stops=$(grep -oE 'rank [01] stopped after iteration [0-9]+' "$tmp/preempt1.txt" | awk '{print $NF}' | sort -u)
+[ "$(grep -cE 'rank [01] stopped after iteration' "$tmp/preempt1.txt")" = 2 ] && [ "$(wc -w <<<"$stops")" = 1 ] ||
+  { cat "$tmp/preempt1.txt"; fail "preempt1: the 2 ranks did not stop at one iteration"; }
+echo "slurm_job: preempt1: $(grep -m1 '^stopped after iteration' "$tmp/preempt1.txt" | cut -c1-200)"
+wait_job "$j2" 120
+ended_ok "$j2" preempt2
+k=$((stops + 1))
+grep -q "resuming from $tmp/run-preempt at iter $k " "$tmp/preempt2.txt" ||
+  { cat "$tmp/preempt2.txt"; fail "preempt2: did not resume at iteration $k"; }
+grep -q 'time limit: .* (train.max_duration=auto' "$tmp/preempt2.txt" ||
+  { cat "$tmp/preempt2.txt"; fail "preempt2: train.max_duration=auto did not read the job's limit"; }
+steps=$(grep '"kind":"train"' "$tmp/run-preempt/metrics.jsonl" | grep -o '"step":[0-9]*' | cut -d: -f2)
+[ "$(sort -n <<<"$steps" | uniq | tr '\n' ' ')" = "$(seq 0 $((k + 10)) | tr '\n' ' ')" ] &&
+  [ "$(wc -l <<<"$steps")" = $((k + 11)) ] || fail "preempt: the records are not steps 0..$((k + 10)) once each"
+echo "slurm_job: preempt2: $(grep -m1 'resuming from' "$tmp/preempt2.txt" | cut -c1-120); $(grep -m1 'time limit:' "$tmp/preempt2.txt" | cut -c1-120)"
+echo "slurm_job: preempt: job $j1 stopped by SIGUSR1 after iteration $stops and exited 0; job $j2 resumed at $k and" \
+  "finished; the records hold steps 0..$((k + 10)) once each"
 echo "slurm_job: PASS (salloc + parallm launch and salloc + srun --mpi=pmix each ran one 2-rank job; tasks that" \
-  "cannot join stopped with the error)"
+  "cannot join stopped with the error; a job preempted by --signal=USR1 saved, exited 0 and the next one resumed)"
