@@ -207,7 +207,7 @@ echo "slurm_job: preempt1: $(grep -m1 '^stopped after iteration' "$tmp/preempt1.
 wait_job "$j2" 120
 ended_ok "$j2" preempt2
 k=$((stops + 1))
-grep -q "resuming from $tmp/run-preempt at iter $k " "$tmp/preempt2.txt" ||
+grep -q "resuming from $tmp/run-preempt/ckpt-0*$k at iter $k " "$tmp/preempt2.txt" ||
   { cat "$tmp/preempt2.txt"; fail "preempt2: did not resume at iteration $k"; }
 grep -q 'time limit: .* (train.max_duration=auto' "$tmp/preempt2.txt" ||
   { cat "$tmp/preempt2.txt"; fail "preempt2: train.max_duration=auto did not read the job's limit"; }
