@@ -234,6 +234,7 @@ void inject_spike(const Session& s, int64_t it) {
 // order), and this makes it certain, so every rank skips the same steps and
 // holds the same windows.
 std::string guard_verdict(Session& s, int64_t it, const StepResult& r) {
+  PARALLM_PROFILE("spike_guard");  // its cost: bench/spike_guard_cost.sh
   float loss = r.loss;
   double norm = r.norm;
   if (s.world.size() > 1) {
