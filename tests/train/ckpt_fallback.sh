@@ -4,8 +4,8 @@
 # run of the same settings: the train losses of metrics.jsonl, step by step,
 # must be the same bits.
 #   flip      the newest step checkpoint's model.bin gets one byte flipped: the
-#             resume says it skips it, takes the one before, and continues
-#             bitwise from there.
+#             resume (and parallm sample) says it skips it, takes the one
+#             before, and continues bitwise from there.
 #   truncate  the same with zero.stage=1, the newest checkpoint's shard file
 #             cut short.
 #   kill      SIGKILL of every rank at random moments of a run saving at each
@@ -69,6 +69,10 @@ flip | truncate)
     file="$newest/shard-00001-of-00002.bin"
     truncate -s 100 "$file"
   fi
+  # parallm sample (no best ckpt/ here) falls back the same way.
+  "$parallm" sample --ckpt "$work/part" --max_new_tokens 5 >"$work/sample.log" 2>&1 ||
+    { tail "$work/sample.log"; fail "sample from the damaged run directory"; }
+  grep -q "skipping $newest" "$work/sample.log" || fail "sample did not say it skips $newest"
   train "$work/part" "$work/resume.log" "${extra[@]}" train.init_from=resume train.max_iters=12 ||
     { tail "$work/resume.log"; fail "the resume"; }
   grep -q "skipping $newest: .*$(basename "$file")" "$work/resume.log" ||
