@@ -6,6 +6,7 @@
 #include "kernels/bf16.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/elementwise.h"
+#include "kernels/stats.h"
 
 namespace parallm::kernels {
 
@@ -91,6 +92,20 @@ void convert_to_bf16(Device dev, bfloat16* dst, const float* src, int64_t n) {
     cpu::to_bf16(dst, src, 1, n, n);
   else
     cuda::convert(dst, src, n);
+}
+
+void abs_stats(Device dev, AbsStats* out, const float* x, int64_t n) {
+  if (dev.is_cpu())
+    cpu::abs_stats(out, x, n);
+  else
+    cuda::abs_stats(out, x, n);
+}
+
+void abs_stats(Device dev, AbsStats* out, const bfloat16* x, int64_t n) {
+  if (dev.is_cpu())
+    cpu::abs_stats(out, x, n);
+  else
+    cuda::abs_stats(out, x, n);
 }
 
 }  // namespace parallm::kernels

@@ -9,6 +9,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/stats.h"
 #include "kernels/vocab_parallel.h"
 
 namespace parallm::kernels::cuda {
@@ -227,6 +228,13 @@ void convert(bf*, const float*, int64_t) {
 }
 void convert(float*, const bf*, int64_t) {
   not_built("convert");
+}
+
+void abs_stats(AbsStats*, const float*, int64_t) {
+  not_built("abs_stats");
+}
+void abs_stats(AbsStats*, const bfloat16*, int64_t) {
+  not_built("abs_stats");
 }
 
 }  // namespace parallm::kernels::cuda
