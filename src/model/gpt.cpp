@@ -285,12 +285,14 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
   float* ws = ws_.data();
   A* x = act<A>(co().input);
   if (first) embed(k, x, tokens, PE, e0, f);
+  if (first && ctx.watch) watch_embed(*ctx.watch, x, PE, e0, f);
   const LayerRange r = layout_.chunks()[static_cast<size_t>(chunk)];
   for (int64_t l = r.begin; l < r.end; ++l) {
     const int g = layout_.group_of_block(l);
     P = params_of<A>(g, Pass::Forward);
     p0 = layout_.group(g).begin;
     block_forward(k, l, x, P, p0, f);
+    if (ctx.watch) watch_block(*ctx.watch, l, P, p0, f);
     x = act<A>(off_.la[l].res3);
     if (!(last && l + 1 == r.end)) release_group(g, Pass::Forward);  // the last group also holds ln_f
   }
@@ -300,6 +302,7 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
   }
   k.layernorm_forward(act<A>(co().lnf), stat(co().lnf_mean), stat(co().lnf_rstd), x, W(layout_.lnf_w()),
                       W(layout_.lnf_b()), Nl, C);
+  if (ctx.watch) watch_head(*ctx.watch, P, p0, false, f);
   release_group(layout_.num_groups() - 1, Pass::Forward);
   if (!targets) {
     release_group(eg, Pass::Forward);
@@ -315,6 +318,7 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
   else
     k.classifier_forward_backward(losses, dlnf, dwte, act<A>(co().lnf), PE + (layout_.wte() - e0), targets, N, C, V,
                                   ctx.loss_scale / static_cast<float>(N), ws);
+  if (ctx.watch) watch_head(*ctx.watch, P, p0, true, f);
   release_group(eg, Pass::Forward);  // backward does not read the embedding weights
   if (!dev_.is_cpu()) {
     gpu::memcpy_d2h_async(host_losses(), losses, N * sizeof(float));

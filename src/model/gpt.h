@@ -38,6 +38,8 @@ struct ModelOps;
 
 namespace parallm::model {
 
+class NumericWatch;
+
 // What varies per micro-step: whether this is training (dropout on, gradients
 // wanted) and where the dropout masks come from in the counter-based RNG.
 struct StepContext {
@@ -56,6 +58,9 @@ struct StepContext {
   // GPU: forward queues the losses' copy and returns NaN instead of waiting
   // for the GPU; deferred_loss() reads the mean later (before the next forward).
   bool defer_loss = false;
+  // The numeric detector (numeric_watch.h; nullptr: off): each layer's
+  // tensors are checked after its forward and backward (one test per layer when off).
+  NumericWatch* watch = nullptr;
 };
 
 // Which flat buffers the model allocates itself. A sharded run (ZeRO stage 2
@@ -268,6 +273,23 @@ class GPT {
   template <class A>
   void linear_residual(const kernels::ModelOps<A>& k, A* out, const A* res, const A* inp, const A* w, const A* bias,
                        int64_t IN, int64_t l, uint64_t site, const Fwd& f);
+  // The numeric detector (gpt_watch.cpp): a layer's tensors handed to the
+  // watch after its forward (weights, then outputs) and backward (weight
+  // gradients, then d(input)); `slots` names parameters by flat offset in a
+  // buffer `base` that begins at flat offset p0 (-1: absent).
+  template <class T>
+  void watch_slots(NumericWatch& w, std::initializer_list<int64_t> slots, const T* base, int64_t p0,
+                   const char* suffix) const;
+  template <class A>
+  void watch_embed(NumericWatch& w, const A* x, const A* PE, int64_t e0, const Fwd& f) const;
+  template <class A>
+  void watch_block(NumericWatch& w, int64_t l, const A* P, int64_t p0, const Fwd& f) const;
+  template <class A>
+  void watch_head(NumericWatch& w, const A* P, int64_t p0, bool loss, const Fwd& f) const;
+  template <class A>
+  void watch_grads(NumericWatch& w, int64_t l, const float* G, int64_t p0, const A* dres, BackwardPart part,
+                   const Fwd& f) const;
+  void watch_embed_grads(NumericWatch& w, const float* GE, int64_t e0, const Fwd& f) const;
   void zero_device(void* p, size_t bytes) const;
   void copy_device(void* dst, const void* src, size_t bytes) const;
   // Sequence parallel: this rank's rows of a [N, C] activation gathered into

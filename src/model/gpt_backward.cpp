@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "kernels/ops.h"
 #include "model/gpt.h"
+#include "model/numeric_watch.h"
 
 namespace parallm::model {
 
@@ -140,6 +141,7 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
     zero_device(dres, sizeof(A) * Nl * C);
     ln_backward(layout_.lnf_w(), layout_.lnf_b(), act<A>(co().dlnf), act<A>(off_.la[r.end - 1].res3),
                 stat(co().lnf_mean), stat(co().lnf_rstd));
+    if (ctx.watch) watch_grads(*ctx.watch, cfg_.n_layer, G, p0, dres, part, f);
     ready(ctx, {layout_.lnf_w(), layout_.lnf_b()});
   }  // else dres holds the received d(chunk output)
   // Gradient through a residual branch's dropout: a fresh buffer, or dres itself.
@@ -187,6 +189,7 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
     if (!split) ready(ctx, {bp.qkv_w, bp.qkv_b});
     ln_backward(bp.ln1_w, bp.ln1_b, dtmp, x_in, stat(a.ln1_mean), stat(a.ln1_rstd));
     ready(ctx, {bp.ln1_w, bp.ln1_b});
+    if (ctx.watch) watch_grads(*ctx.watch, l, G, p0, dres, part, f);
     if (!split) group_grads_done(g);
     release_group(g, Pass::Backward);
   }
@@ -218,6 +221,7 @@ void GPT::weight_backward(const kernels::ModelOps<A>& k, int chunk, const int32_
     k.matmul_backward(nullptr, D(bp.proj_w), D(bp.proj_b), act<A>(a.d_proj), act<A>(a.atty), W(bp.proj_w), N, Cl, C);
     k.matmul_backward(nullptr, D(bp.qkv_w), D(bp.qkv_b), act<A>(a.d_qkv), whole_rows(act<A>(a.ln1), N), W(bp.qkv_w), N,
                       C, 3 * Cl);
+    if (f.ctx->watch) watch_grads<A>(*f.ctx->watch, l, G, p0, nullptr, BackwardPart::Weight, f);
     ready(*f.ctx, {bp.fcproj_w, bp.fcproj_b, bp.fc_w, bp.fc_b, bp.proj_w, bp.proj_b, bp.qkv_w, bp.qkv_b});
     group_grads_done(g);
     release_group(g, Pass::Backward);
@@ -253,6 +257,7 @@ void GPT::embedding_backward(const kernels::ModelOps<A>& k, const A* demb, const
   } else {
     k.embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0), demb, tokens, f.B, f.T, C);
   }
+  if (ctx.watch) watch_embed_grads(*ctx.watch, GE, e0, f);
 }
 
 void GPT::copy_device(void* dst, const void* src, size_t bytes) const {
