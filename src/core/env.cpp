@@ -47,6 +47,10 @@ const Info kVars[] = {
     {Var::FaultSpike, "PARALLM_FAULT_SPIKE", "",
      "testing: iterations (e.g. 30,31) whose mean loss and reduced gradients are multiplied by 100 on every rank, "
      "to exercise the loss-spike guard (train.skip_loss_zscore)"},
+    {Var::FaultScale, "PARALLM_FAULT_SCALE", "",
+     "testing: NAME:FACTOR:I, from iteration I on the parameter NAME (e.g. h.1.mlp.c_fc.weight) is multiplied by "
+     "FACTOR before each step, compounding (1e5 overflows fp32 in a few steps), on the ranks that hold it, to "
+     "exercise the numeric detector (train.detect_anomaly)"},
 };
 }  // namespace
 

@@ -30,6 +30,7 @@ enum class Var {
   FaultInfGrad,     // PARALLM_FAULT_INF_GRAD
   FaultStopRank,    // PARALLM_FAULT_STOP_RANK
   FaultSpike,       // PARALLM_FAULT_SPIKE
+  FaultScale,       // PARALLM_FAULT_SCALE
 };
 
 struct Info {

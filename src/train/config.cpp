@@ -288,6 +288,9 @@ void add_train_keys(KeyTable& t) {
        FLOAT_KEY("train.temperature", train.temperature, above(0, 100), "sampling temperature"),
        INT_KEY("train.top_k", train.top_k, 0, model::kMaxVocab, "sampling top-k (0 = all)"),
        BOOL_KEY("train.progress", train.progress, "progress bar on a terminal"),
+       BOOL_KEY("train.detect_anomaly", train.detect_anomaly,
+                "numeric detector: check each layer's weights, outputs and gradients for inf/NaN after its forward "
+                "and backward; stop at the first, printing the last 21 frames (docs/operations.md)"),
        {"train.device",
         {"string", "cpu | cuda | cuda:N (one process on the GPU for now)",
          [](RunConfig& c, const std::string& k, const std::string& v) {
@@ -807,6 +810,7 @@ RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::
                                                  "train.kill_switch",
                                                  "train.save_switch",
                                                  "train.max_duration",
+                                                 "train.detect_anomaly",
                                                  "comm.backend",
                                                  "comm.timeout_s",
                                                  "parallel.dp",

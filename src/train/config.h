@@ -62,6 +62,7 @@ struct TrainSection {
   float temperature = 0.8f;
   int64_t top_k = 200;
   bool progress = true;           // progress bar when stdout is a terminal
+  bool detect_anomaly = false;    // the numeric detector (model/numeric_watch.h)
   Device device = Device::cpu();  // cpu | cuda | cuda:N
   bool device_by_rank = false;    // "cuda" without an index: the GPU of this rank (NCCL picks it by local rank)
   Precision dtype = Precision::FP32;

@@ -5,6 +5,7 @@
 #include "train/session.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -55,6 +56,41 @@ std::unique_ptr<SpikeGuard> make_guard(const Session& s) {
                                    : fmt::format(" {:g}", c.loss_z > 0 ? c.loss_z : c.grad_z),
       c.window, c.window, g->state().loss.size(), c.max_consecutive);
   return g;
+}
+
+// PARALLM_FAULT_SCALE="h.1.mlp.c_fc.weight:1e5:3", read before anything else
+// (its parameter is checked against the model once the config is resolved).
+ScaleFault fault_scale_setting() {
+  const char* text = env::get(env::Var::FaultScale);
+  if (!text) return {};
+  const std::string t = text;
+  const size_t b = t.rfind(':'), a = b == std::string::npos || b == 0 ? std::string::npos : t.rfind(':', b - 1);
+  const std::optional<double> factor =
+      a == std::string::npos || a == 0 ? std::nullopt : to_decimal(t.substr(a + 1, b - a - 1));
+  const std::optional<int64_t> from = factor ? to_int(t.substr(b + 1)) : std::nullopt;
+  PARALLM_CHECK(factor && std::isfinite(static_cast<float>(*factor)) && from && *from >= 0, ConfigError, "env",
+                "PARALLM_FAULT_SCALE={}: expected NAME:FACTOR:I (a parameter, a finite factor, an iteration >= 0), "
+                "e.g. h.1.mlp.c_fc.weight:1e5:3",
+                t);
+  ScaleFault f;
+  f.param = t.substr(0, a);
+  if (f.param.rfind("transformer.", 0) != 0) f.param = "transformer." + f.param;
+  f.factor = static_cast<float>(*factor);
+  f.from = *from;
+  return f;
+}
+
+// The fault's parameter is one of the model's, held whole by the model (no ZeRO).
+void check_fault_scale(const ScaleFault& f, const RunConfig& cfg) {
+  if (f.from < 0) return;
+  try {
+    model::ParamLayout(cfg.model).find(f.param);
+  } catch (const ConfigError& e) {
+    throw ConfigError("env", fmt::format("PARALLM_FAULT_SCALE: {}", e.message()));
+  }
+  PARALLM_CHECK(cfg.parallel.zero.stage == 0, ConfigError, "env",
+                "PARALLM_FAULT_SCALE with zero.stage={}: it scales the model's own parameters (zero.stage=0)",
+                cfg.parallel.zero.stage);
 }
 
 // The config this run trains with, the same on every rank: a resumed run's
@@ -241,8 +277,10 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   if (!nothing_to_do->empty()) return nullptr;
   s->fault_inf = fault_inf_grad_iters();  // before anything is written
   s->fault_spike = fault_spike_iters();
+  s->fault_scale = fault_scale_setting();
   const std::string changes = resolve_config(*s, ranks_per_node);
   s->control = std::make_unique<RunControl>(s->cfg, world);  // the time limit, before anything is written
+  check_fault_scale(s->fault_scale, s->cfg);
   // Where a resumed run starts, and the records a stop on a full disk kept in its checkpoint.
   const int64_t ck_iter = s->resume ? checkpoint_state(s->ck_meta, nullptr).iter : 0;
   const nlohmann::json carried =
@@ -264,6 +302,8 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   open_run_dir(*s, ck_iter, carried);
   if (!changes.empty()) log::info("resume: the checkpoint's settings, except {}", changes);
   build_model(*s, so);
+  if (s->cfg.train.detect_anomaly)
+    s->watch = std::make_unique<model::NumericWatch>(s->dev, world.rank(), s->cfg.optimizer.gas);
   if (s->resume)
     restore_state(*s);
   else

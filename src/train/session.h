@@ -21,6 +21,7 @@
 #include "data/loader.h"
 #include "data/vocab.h"
 #include "model/gpt.h"
+#include "model/numeric_watch.h"
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
 #include "optim/schedule.h"
@@ -37,6 +38,14 @@
 #include "train/spike_guard.h"
 
 namespace parallm::train {
+
+// PARALLM_FAULT_SCALE=NAME:FACTOR:I: from iteration `from` on, the parameter
+// `param` is multiplied by `factor` before each step (testing the numeric detector).
+struct ScaleFault {
+  std::string param;  // the whole model's slot name (transformer.h.1.mlp.c_fc.weight)
+  float factor = 1;
+  int64_t from = -1;  // -1: no fault
+};
 
 struct Session {
   RunConfig cfg;
@@ -65,6 +74,9 @@ struct Session {
   std::vector<int64_t> fault_inf;     // PARALLM_FAULT_INF_GRAD's iterations
   std::vector<int64_t> fault_spike;   // PARALLM_FAULT_SPIKE's iterations
   std::unique_ptr<SpikeGuard> guard;  // the loss-spike guard, when train.skip_*_zscore turns it on
+  ScaleFault fault_scale;             // PARALLM_FAULT_SCALE
+  // train.detect_anomaly: the numeric detector, handed to each training pass (null: off).
+  std::unique_ptr<model::NumericWatch> watch;
   std::unique_ptr<Progress> progress;
   std::unique_ptr<RunControl> control;  // the operator's switches, signals and time limit (control.h)
   std::vector<float> losses;            // the current step's (or evaluation's) pass losses, in order

@@ -58,6 +58,7 @@ class MicroBatches : public Schedule {
                                s_.mesh->coord().dp * s_.batch() + j * Bs};
         ctx.grads_ready = sync.before_pass(static_cast<int>(micro), static_cast<int>(gas), static_cast<int>(j));
         ctx.defer_loss = gpu_async_;
+        ctx.watch = s_.watch.get();
         const int32_t* xs = x_.data() + j * Bs * T;
         Timer tf;
         float l = m.forward(xs, y_.data() + j * Bs * T, Bs, T, ctx);
@@ -136,6 +137,7 @@ class PipelineSteps : public Schedule {
                s_.scaler->scale() / static_cast<float>(gas),  // exact: S is a power of two
                nullptr,
                s_.mesh->coord().dp * B};
+      u.ctx.watch = s_.watch.get();
       return u;
     };
     const Pipeline::Times pt = s_.pipe->step(m, it, B, T, micro, losses);
@@ -199,6 +201,30 @@ void inject_fault(const Session& s, int64_t it) {
         break;
       }
   write_inf(u.grads + at, u.device);
+}
+
+// PARALLM_FAULT_SCALE: from its iteration on, its parameter multiplied by its
+// factor before each step, wherever this rank holds it (every tensor-parallel
+// part; both pipeline ends' copies of the tied table).
+void scale_fault(Session& s, int64_t it) {
+  const ScaleFault& f = s.fault_scale;
+  if (f.from < 0 || it < f.from) return;
+  model::GPT& m = *s.model;
+  for (const auto& slot : m.layout().slots()) {
+    if (slot.name != f.param) continue;
+    float* p = m.params() + slot.offset;
+    std::vector<float> host(static_cast<size_t>(slot.numel));
+    if (s.dev.is_cpu())
+      std::copy(p, p + slot.numel, host.begin());
+    else
+      gpu::memcpy_d2h(host.data(), p, host.size() * sizeof(float));
+    for (float& v : host) v *= f.factor;
+    if (s.dev.is_cpu())
+      std::copy(host.begin(), host.end(), p);
+    else
+      gpu::memcpy_h2d(p, host.data(), host.size() * sizeof(float));
+  }
+  m.params_changed();
 }
 
 // PARALLM_FAULT_SPIKE: this rank's reduced gradients times kSpike (the mean loss too: optimizer_step).
@@ -284,6 +310,7 @@ std::unique_ptr<Schedule> make_schedule(Session& s) {
 StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr) {
   std::vector<float>& losses = s.losses;
   Timer t_iter;
+  scale_fault(s, it);
   PassTimes t = schedule.run(it, losses);
   Timer to;
   s.sync->finish_step();
