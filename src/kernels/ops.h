@@ -13,6 +13,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/stats.h"
 #include "kernels/vocab_parallel.h"
 
 namespace parallm::kernels {
@@ -80,5 +81,9 @@ const ModelOps<bfloat16>& bf16_ops_for(Device dev);
 // linear layers and the classifier (see cpu/gemm_bf16.h). ConfigError on a
 // CPU without bf16 matrix hardware.
 const Ops& cpu_bf16_product_ops();
+
+// The numeric detector's statistics (stats.h) on `dev`, `out` on that device too.
+void abs_stats(Device dev, AbsStats* out, const float* x, int64_t n);
+void abs_stats(Device dev, AbsStats* out, const bfloat16* x, int64_t n);
 
 }  // namespace parallm::kernels

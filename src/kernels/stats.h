@@ -5,10 +5,10 @@
 // a GPU kernel) and written to `out` there: a GPU caller gathers several
 // tensors' statistics in device memory and reads them back with one copy.
 // Exact (min, max and counts do not depend on the order of the reduction).
+// This header is C++17 (the CUDA kernels include it).
 #pragma once
 #include <cstdint>
 
-#include "core/device.h"
 #include "core/dtype.h"
 
 namespace parallm::kernels {
@@ -36,9 +36,6 @@ namespace cuda {
 PARALLM_STATS_DECLS
 }
 #undef PARALLM_STATS_DECLS
-
-// The implementation of `dev` (out on that device too).
-void abs_stats(Device dev, AbsStats* out, const float* x, int64_t n);
-void abs_stats(Device dev, AbsStats* out, const bfloat16* x, int64_t n);
+// The implementation of a given device: kernels/ops.h (this header stays C++17 for the CUDA sources).
 
 }  // namespace parallm::kernels

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/ops.h"
 
 namespace parallm::model {
 
