@@ -225,5 +225,7 @@ double native_loop(Communicator& c, OpKind kind, Tensor in, Tensor out, int iter
 // The MPI library parallm was built with (MPI_Get_library_version, first
 // line), or "" when built without MPI. Safe before and without MPI_Init.
 std::string mpi_library_version();
+// The NCCL library linked ("NCCL 2.21.5"), or "" when built without NCCL.
+std::string nccl_library_version();
 
 }  // namespace parallm::comm

@@ -1044,6 +1044,14 @@ bool nccl_built() {
   return true;
 }
 
+std::string nccl_library_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "NCCL (version unknown)";
+  // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9 (major * 1000 + ... before).
+  return v >= 10000 ? fmt::format("NCCL {}.{}.{}", v / 10000, v / 100 % 100, v % 100)
+                    : fmt::format("NCCL {}.{}.{}", v / 1000, v / 100 % 10, v % 100);
+}
+
 std::unique_ptr<Communicator> make_nccl_world(const CommOptions& options) {
   const int ndev = gpu::device_count();
   PARALLM_CHECK(ndev > 0, CommError, "comm.nccl", "comm.backend=nccl needs a GPU, and this process sees none");

@@ -8,6 +8,10 @@ bool nccl_built() {
   return false;
 }
 
+std::string nccl_library_version() {
+  return "";
+}
+
 std::unique_ptr<Communicator> make_nccl_world(const CommOptions&) {
   throw CommError("comm.nccl",
                   "parallm was built without NCCL; configure with -DPARALLM_CUDA=ON on a machine with the CUDA "

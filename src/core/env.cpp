@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <string_view>
 
+extern char** environ;  // POSIX: the process's environment
+
 #include "core/error.h"
 
 namespace parallm::env {
@@ -51,6 +53,9 @@ const Info kVars[] = {
      "testing: NAME:FACTOR:I, from iteration I on the parameter NAME (e.g. h.1.mlp.c_fc.weight) is multiplied by "
      "FACTOR before each step, compounding (1e5 overflows fp32 in a few steps), on the ranks that hold it, to "
      "exercise the numeric detector (train.detect_anomaly)"},
+    {Var::FaultSlowRank, "PARALLM_FAULT_SLOW_RANK", "",
+     "testing: R:MS, world rank R sleeps MS milliseconds in every training step's compute, to exercise the "
+     "straggler report (train.straggler_pct)"},
 };
 }  // namespace
 
@@ -85,6 +90,24 @@ int64_t integer(Var v, int64_t lo, int64_t hi) {
   PARALLM_CHECK(digits && *end == '\0' && errno == 0 && x >= lo && x <= hi, ConfigError, "env",
                 "{}=\"{}\": expected an integer in [{}, {}] ({})", name(v), s, lo, hi, info(v).meaning);
   return x;
+}
+
+std::vector<std::pair<std::string, std::string>> with_prefixes(const std::vector<std::string>& prefixes) {
+  static const char* const secret[] = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY"};
+  std::vector<std::pair<std::string, std::string>> out;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view entry(*e);
+    const size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    const std::string_view name = entry.substr(0, eq);
+    const auto starts = [&](const std::string& p) { return name.substr(0, p.size()) == p; };
+    const auto names = [&](const char* w) { return name.find(w) != std::string_view::npos; };
+    if (std::any_of(prefixes.begin(), prefixes.end(), starts) &&
+        std::none_of(std::begin(secret), std::end(secret), names))
+      out.emplace_back(std::string(name), std::string(entry.substr(eq + 1)));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::string help_table() {

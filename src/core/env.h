@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace parallm::env {
@@ -31,6 +32,7 @@ enum class Var {
   FaultStopRank,    // PARALLM_FAULT_STOP_RANK
   FaultSpike,       // PARALLM_FAULT_SPIKE
   FaultScale,       // PARALLM_FAULT_SCALE
+  FaultSlowRank,    // PARALLM_FAULT_SLOW_RANK
 };
 
 struct Info {
@@ -54,6 +56,12 @@ std::string value(Var v);
 // value() as an integer in [lo, hi]; a ConfigError naming the variable and
 // the range otherwise.
 int64_t integer(Var v, int64_t lo, int64_t hi);
+
+// Every variable of this process's environment whose name starts with one
+// of `prefixes` (a whole name is a prefix of itself) and names no secret
+// (no TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or KEY in it), sorted by
+// name: what a run records of its environment (repro.json).
+std::vector<std::pair<std::string, std::string>> with_prefixes(const std::vector<std::string>& prefixes);
 
 // The table `parallm train --help-env` prints: name, default, meaning.
 std::string help_table();
