@@ -12,6 +12,21 @@
 
 namespace parallm::cli {
 
+namespace {
+std::vector<std::string>& kept_command_line() {
+  static std::vector<std::string> argv;
+  return argv;
+}
+}  // namespace
+
+void keep_command_line(int argc, char** argv) {
+  kept_command_line().assign(argv, argv + argc);
+}
+
+const std::vector<std::string>& command_line() {
+  return kept_command_line();
+}
+
 train::RunConfig run_config_from_args(const std::vector<std::string>& args, const char* where) {
   train::RunConfig cfg;
   std::vector<std::string> overrides;
@@ -59,7 +74,9 @@ Runner add_train(CLI::App& app) {
     train::RunSummary s;
     run_guarded(world, [&] {
       announce_mesh(world, cfg.mesh_dims(), cfg.parallel.tp_across_nodes);
-      s = train::run_training(cfg, world.comm.get(), ranks_per_node(world.topo));
+      train::Invocation inv{command_line(), {}};
+      for (const comm::RankPlace& r : world.topo.ranks) inv.hosts.push_back(r.host);
+      s = train::run_training(cfg, world.comm.get(), ranks_per_node(world.topo), inv);
       return 0;
     });
     if (!s.nothing_to_do.empty()) {

@@ -21,6 +21,11 @@ Runner add_test_dist(CLI::App& app);
 Runner add_plan(CLI::App& app);
 Runner add_pipeline(CLI::App& app);
 
+// The program's command line as given (argv, the program first), kept by
+// main() before parsing: train records it in the run's repro.json.
+void keep_command_line(int argc, char** argv);
+const std::vector<std::string>& command_line();
+
 // `[config.yaml] key=value ...` as train takes them; errors name `where`.
 train::RunConfig run_config_from_args(const std::vector<std::string>& args, const char* where);
 

@@ -51,6 +51,7 @@ bool is_unknown_subcommand(const CLI::App& app, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   parallm::log::init_console();
+  parallm::cli::keep_command_line(argc, argv);
   CLI::App app{"parallm: train GPT models in parallel, from one CPU core to many GPUs"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "parallm 0.1.0");

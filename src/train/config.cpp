@@ -236,6 +236,11 @@ void add_train_keys(KeyTable& t) {
        INT_KEY("train.eval_interval", train.eval_interval, 1, kMaxIters, "iterations between evaluations"),
        INT_KEY("train.eval_iters", train.eval_iters, 1, kMaxEvalIters, "batches per evaluation"),
        INT_KEY("train.log_interval", train.log_interval, 1, kMaxIters, "iterations between log lines"),
+       FLOAT_KEY("train.straggler_pct", train.straggler_pct, closed(0, 1e6),
+                 "warn naming a rank whose compute per step is this many percent above its peers' median over "
+                 "train.straggler_window log intervals (0 = off; several ranks only)"),
+       INT_KEY("train.straggler_window", train.straggler_window, 1, kMaxIters,
+               "log intervals over which train.straggler_pct compares the ranks"),
        {"train.seed",
         {"int", "seed of init, data order and dropout (>= 0)",
          [](RunConfig& c, const std::string& k, const std::string& v) {

@@ -74,9 +74,11 @@ struct TrainSection {
   int64_t skip_window = 100;          // applied steps the mean and deviation are taken over
   int64_t skip_max_consecutive = 10;  // more skipped steps in a row stop the run
   // The operator's controls (train/control.h).
-  std::string kill_switch;    // file: when present, save and exit 0 ("" = none)
-  std::string save_switch;    // file: when present, save a step checkpoint, delete it and go on
-  double max_duration_s = 0;  // seconds (0 = none; kDurationAuto = the job's end time)
+  std::string kill_switch;       // file: when present, save and exit 0 ("" = none)
+  std::string save_switch;       // file: when present, save a step checkpoint, delete it and go on
+  double max_duration_s = 0;     // seconds (0 = none; kDurationAuto = the job's end time)
+  double straggler_pct = 20;     // warn when a rank computes this much slower than its peers (0 = off)
+  int64_t straggler_window = 5;  // log intervals per straggler verdict
 
   bool resume() const { return init_from == InitFrom::Resume; }
 };

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/fileio.h"
 #include "core/log.h"
+#include "core/text.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_dirs.h"
 
@@ -37,6 +38,18 @@ void drop_metrics_from(const fs::path& p, int64_t from, const nlohmann::json& ca
     kept += line + "\n";
   }
   write_text(p, kept);
+}
+
+// The highest n of the repro-<n>.json files in `dir` (0: none).
+int last_attempt(const fs::path& dir) {
+  int last = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("repro-", 0) != 0 || name.size() <= 11 || name.substr(name.size() - 5) != ".json") continue;
+    if (const auto n = to_int(name.substr(6, name.size() - 11))) last = std::max(last, static_cast<int>(*n));
+  }
+  return last;
 }
 
 }  // namespace
@@ -97,7 +110,7 @@ void remove_leftovers(const fs::path& dir) {
         "checkpoint of that slot is the one in {}/",
         (dir / name).string(), base);
   }
-  for (const char* f : {"config.json.tmp", "meta.json.tmp", "memory.json.tmp", "metrics.jsonl.tmp"}) {
+  for (const char* f : {"config.json.tmp", "meta.json.tmp", "memory.json.tmp", "metrics.jsonl.tmp", "repro.json.tmp"}) {
     if (!fs::exists(dir / f, ec)) continue;
     fs::remove(dir / f, ec);
     if (!ec) log::warn("removed {}: a write that did not finish left it", (dir / f).string());
@@ -106,7 +119,8 @@ void remove_leftovers(const fs::path& dir) {
 
 // What a scratch run deletes: every checkpoint (and its .old), the rolled-back ones, meta.json and memory.json.
 std::vector<std::string> earlier_run(const fs::path& dir) {
-  std::vector<std::string> names = {"rolled_back", "meta.json", "memory.json"};
+  std::vector<std::string> names = {"rolled_back", "meta.json", "memory.json", "repro.json"};
+  for (int n = last_attempt(dir); n > 0; --n) names.push_back(fmt::format("repro-{}.json", n));
   for (const auto& name : checkpoint_names(dir.string())) {
     names.push_back(name);
     names.push_back(name + ".old");
@@ -138,6 +152,15 @@ RunDir::RunDir(const RunConfig& cfg, Mode mode, int64_t resume_iter, const nlohm
   metrics_ = std::make_unique<MetricsWriter>((dir / "metrics.jsonl").string(), mode != Mode::Scratch);
   if (carries)
     for (const auto& r : carried) metrics_->write(r);
+}
+
+void RunDir::write_repro(nlohmann::json record) {
+  const fs::path dir(dir_);
+  const int n = last_attempt(dir) + 1;
+  record["attempt"] = n;
+  const std::string text = record.dump(2) + "\n";
+  write_text(dir / fmt::format("repro-{}.json", n), text);
+  write_text(dir / "repro.json", text);
 }
 
 void RunDir::write_memory(const nlohmann::json& record) {

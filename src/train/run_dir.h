@@ -1,5 +1,8 @@
 // The run directory (train.out_dir), written by the lead rank only:
 //   config.json    the resolved config
+//   repro.json     what it takes to run it again (train/repro.h), of the
+//                  latest attempt; repro-<n>.json: attempt n's (1 = the
+//                  scratch run, then each resume), every one kept
 //   meta.json      the dataset's vocabulary, so that `parallm sample` needs
 //                  nothing but the run directory
 //   metrics.jsonl  one JSON object per train step and per evaluation
@@ -54,6 +57,9 @@ class RunDir {
 
   void write_metrics(const nlohmann::json& record) { metrics_->write(record); }
   void write_memory(const nlohmann::json& record);
+  // `record` as repro-<n>.json, n one more than the last attempt's here, and
+  // as repro.json, with "attempt": n.
+  void write_repro(nlohmann::json record);
   // "" while every record was written; else the first failure.
   std::string write_error() const;
   // The metrics records that could not be written (an array).

@@ -79,6 +79,28 @@ void log_run(const Session& s) {
                                        : "the GPU's dense bf16 tensor-core peak");
 }
 
+namespace {
+// Every log interval with several ranks: the fastest and slowest rank's
+// compute (collective over the world), into the record; a straggler named
+// in rank 0's log. Returns the log line's part.
+std::string straggler_report(const Session& s, int64_t it, const StepResult& r, nlohmann::json& rec) {
+  if (!s.straggler) return "";
+  s.straggler->add(r.compute);
+  if (it % s.cfg.train.log_interval != 0) return "";
+  const StragglerReport::Interval iv = s.straggler->gather();
+  rec["step_ms_min"] = iv.min_ms;
+  rec["step_ms_max"] = iv.max_ms;
+  rec["fastest_rank"] = iv.fastest;
+  rec["slowest_rank"] = iv.slowest;
+  if (!iv.stragglers.empty()) {
+    rec["stragglers"] = iv.stragglers;
+    if (s.lead) log::warn("{}", iv.warning);
+  }
+  return fmt::format(", compute {:.1f}ms (rank {}) .. {:.1f}ms (rank {})", iv.min_ms, iv.fastest, iv.max_ms,
+                     iv.slowest);
+}
+}  // namespace
+
 void record_step(const Session& s, int64_t it, float lr, const StepResult& r) {
   const double tok_s = static_cast<double>(s.tokens_per_iter) / r.dt;
   const double mfu = s.flops_per_iter / r.dt / s.peak;
@@ -103,12 +125,13 @@ void record_step(const Session& s, int64_t it, float lr, const StepResult& r) {
   const parallel::SyncStats stats = s.sync->stats();
   for (const auto& f : stats.fields)
     rec[f.key] = f.integer ? nlohmann::json(static_cast<int64_t>(f.value)) : nlohmann::json(f.value);
+  const std::string spread = straggler_report(s, it, r, rec);
   s.write_metrics(rec);
   if (it % s.cfg.train.log_interval == 0)
     s.progress->print(fmt::format(
         "iter {}: loss {:.4f}, lr {:.2e}, dt {:.1f}ms, dtf {:.1f}ms, dtb {:.1f}ms, tok/s {:.0f}, mfu {:.2f}%{}", it,
         r.loss, lr, r.dt * 1e3, r.dtf * 1e3, r.dtb * 1e3, tok_s, mfu * 100,
-        stats.text + (s.scaler->active() ? fmt::format(", loss scale {:g}", r.scale) : "")));
+        stats.text + spread + (s.scaler->active() ? fmt::format(", loss scale {:g}", r.scale) : "")));
   s.progress->update(it, fmt::format("loss {:.4f} tok/s {:.0f}", r.loss, tok_s));
 }
 

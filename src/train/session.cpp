@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "comm/topology.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/gpu.h"
@@ -91,6 +92,36 @@ void check_fault_scale(const ScaleFault& f, const RunConfig& cfg) {
   PARALLM_CHECK(cfg.parallel.zero.stage == 0, ConfigError, "env",
                 "PARALLM_FAULT_SCALE with zero.stage={}: it scales the model's own parameters (zero.stage=0)",
                 cfg.parallel.zero.stage);
+}
+
+// PARALLM_FAULT_SLOW_RANK="R:MS": world rank R's extra seconds of compute
+// per step (0 on the other ranks), to exercise the straggler report.
+double fault_slow_seconds(int rank) {
+  const char* v = env::get(env::Var::FaultSlowRank);
+  if (!v) return 0;
+  const std::string s = v;
+  const size_t colon = s.find(':');
+  const auto r = to_int(s.substr(0, colon));
+  const auto ms = to_int(colon == std::string::npos ? std::string() : s.substr(colon + 1));
+  PARALLM_CHECK(r && ms && *r >= 0 && *ms >= 0 && *ms <= 3600000, ConfigError, "env",
+                "PARALLM_FAULT_SLOW_RANK=\"{}\": expected R:MS, a world rank and milliseconds in [0, 3600000]", s);
+  return *r == rank ? static_cast<double>(*ms) / 1e3 : 0.0;
+}
+
+// Every rank's host (gathered unless the caller knew them) and, with
+// several ranks, the straggler report, whose peers are the ranks of one
+// pipeline stage. Collective over the world.
+void observe_ranks(Session& s) {
+  const int n = s.world.size();
+  if (static_cast<int>(s.invocation.hosts.size()) != n) {
+    s.invocation.hosts.clear();
+    for (const comm::RankPlace& p : comm::discover_topology(s.world).ranks) s.invocation.hosts.push_back(p.host);
+  }
+  if (n == 1) return;
+  std::vector<int> stage(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) stage[static_cast<size_t>(r)] = s.mesh->coord_of(r).pp;
+  s.straggler = std::make_unique<StragglerReport>(s.world, s.cfg.train.straggler_pct, s.cfg.train.straggler_window,
+                                                  std::move(stage), s.invocation.hosts);
 }
 
 // The config this run trains with, the same on every rank: a resumed run's
@@ -229,6 +260,7 @@ void open_run_dir(Session& s, int64_t ck_iter, const nlohmann::json& carried) {
                     : s.cfg.train.eval_only ? Mode::EvalOnly
                                             : Mode::Resume,
                     ck_iter, carried);
+  if (!s.cfg.train.eval_only) s.run_dir->write_repro(repro_record(s));
 }
 
 // The model, its gradient sync over the data-parallel group, the optimizer
@@ -269,7 +301,8 @@ double job_peak(const Session& s) {
 }  // namespace
 
 std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, int ranks_per_node,
-                                      std::optional<RunDir>& run_dir, std::string* nothing_to_do) {
+                                      std::optional<RunDir>& run_dir, std::string* nothing_to_do,
+                                      Invocation invocation) {
   auto s = std::make_unique<Session>(std::move(cfg), world, run_dir);
   s->lead = world.rank() == 0;
   s->resume = s->cfg.train.resume();
@@ -278,6 +311,8 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   s->fault_inf = fault_inf_grad_iters();  // before anything is written
   s->fault_spike = fault_spike_iters();
   s->fault_scale = fault_scale_setting();
+  s->invocation = std::move(invocation);
+  s->fault_slow_s = fault_slow_seconds(world.rank());
   const std::string changes = resolve_config(*s, ranks_per_node);
   s->control = std::make_unique<RunControl>(s->cfg, world);  // the time limit, before anything is written
   check_fault_scale(s->fault_scale, s->cfg);
@@ -299,6 +334,7 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
                                      data::BatchSpec{s->batch(), s->seq(), s->dp().size(), at.dp}, s->cfg.train.seed);
   s->prompt = sample_prompt(s->cfg, s->vocab);
   const parallel::GradSyncOptions so = sync_options(s->cfg, s->dp().size());
+  observe_ranks(*s);
   open_run_dir(*s, ck_iter, carried);
   if (!changes.empty()) log::info("resume: the checkpoint's settings, except {}", changes);
   build_model(*s, so);

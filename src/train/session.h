@@ -8,7 +8,9 @@
 //   the model, the gradient sync (the data-parallel strategy), the optimizer,
 //   the loss scaler, the loss-spike guard and the learning-rate schedule;
 //   the state a checkpoint carries (restored, or fresh weights);
-//   the run directory (rank 0), opened once every check has passed.
+//   the run directory (rank 0), opened once every check has passed, with
+//   the invocation its repro.json records;
+//   the straggler report (several ranks).
 // Nothing here asks which data-parallel strategy runs: make_grad_sync chose it.
 #pragma once
 #include <memory>
@@ -34,8 +36,10 @@
 #include "train/control.h"
 #include "train/metrics.h"
 #include "train/pipeline.h"
+#include "train/repro.h"
 #include "train/run_dir.h"
 #include "train/spike_guard.h"
+#include "train/straggler.h"
 
 namespace parallm::train {
 
@@ -77,6 +81,9 @@ struct Session {
   ScaleFault fault_scale;             // PARALLM_FAULT_SCALE
   // train.detect_anomaly: the numeric detector, handed to each training pass (null: off).
   std::unique_ptr<model::NumericWatch> watch;
+  double fault_slow_s = 0;                     // PARALLM_FAULT_SLOW_RANK: this rank's extra seconds of compute per step
+  Invocation invocation;                       // the command line, and every rank's host
+  std::unique_ptr<StragglerReport> straggler;  // several ranks: compute times compared every log interval
   std::unique_ptr<Progress> progress;
   std::unique_ptr<RunControl> control;  // the operator's switches, signals and time limit (control.h)
   std::vector<float> losses;            // the current step's (or evaluation's) pass losses, in order
@@ -110,6 +117,7 @@ struct Session {
 // are written first). Throws
 // ConfigError/IoError on bad input, before anything is written where it can.
 std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, int ranks_per_node,
-                                      std::optional<RunDir>& run_dir, std::string* nothing_to_do);
+                                      std::optional<RunDir>& run_dir, std::string* nothing_to_do,
+                                      Invocation invocation = {});
 
 }  // namespace parallm::train

@@ -1,9 +1,11 @@
 #include "train/step.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <utility>
 
 #include "core/error.h"
@@ -63,7 +65,8 @@ class MicroBatches : public Schedule {
         Timer tf;
         float l = m.forward(xs, y_.data() + j * Bs * T, Bs, T, ctx);
         if (gpu_async_) marks_[1 + 2 * micro]->record();
-        t.dtf += tf.seconds();
+        const double forward_s = tf.seconds();
+        t.dtf += forward_s;
         Timer tb;
         m.backward(xs, Bs, T, ctx);
         if (gpu_async_) {
@@ -73,6 +76,7 @@ class MicroBatches : public Schedule {
           gpu::synchronize();  // dtb times the GPU's work, not its queueing
         }
         losses.push_back(l);
+        t.compute += forward_s + tb.seconds();
         sync.after_pass(static_cast<int>(j));
         t.dtb += tb.seconds();
       }
@@ -149,6 +153,7 @@ class PipelineSteps : public Schedule {
     PassTimes t;
     t.dtf = pt.forward;
     t.dtb = pt.backward + tc.seconds();
+    t.compute = pt.forward + pt.backward;
     stage_times(pt, t);
     return t;
   }
@@ -311,6 +316,12 @@ StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr) 
   std::vector<float>& losses = s.losses;
   Timer t_iter;
   scale_fault(s, it);
+  double slept = 0;
+  if (s.fault_slow_s > 0) {  // PARALLM_FAULT_SLOW_RANK: a slower device, as a sleep before the passes
+    Timer ts;
+    std::this_thread::sleep_for(std::chrono::duration<double>(s.fault_slow_s));
+    slept = ts.seconds();
+  }
   PassTimes t = schedule.run(it, losses);
   Timer to;
   s.sync->finish_step();
@@ -331,6 +342,7 @@ StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr) 
   r.dtb = t.dtb + to.seconds();
   r.stage_idle = std::move(t.stage_idle);
   r.stage_cost_ms = std::move(t.stage_cost_ms);
+  r.compute = t.compute + slept;
   r.dt = t_iter.seconds();
   if (t.device_timed) r.dtb = r.dt - r.dtf;  // the GPU's forwards, then everything else: backward and optimizer
   return r;

@@ -18,6 +18,7 @@ namespace parallm::train {
 
 struct PassTimes {
   double dtf = 0, dtb = 0;    // seconds in forward passes, and in backward passes with their gradient work
+  double compute = 0;         // seconds in the passes alone, without the sync's waits (the straggler report's time)
   bool device_timed = false;  // dtf is the device's own time (settle): the rest of the step is backward's
   // Pipeline: per stage (pp rank), the share of the pipeline's span (the
   // longest stage's, from the step's first action) it spent waiting instead
@@ -49,6 +50,7 @@ struct StepResult {
   bool applied = true;      // false: the update was skipped (overflow under dynamic loss scaling, or a loss spike)
   std::string skip_reason;  // why, when skipped
   double dt = 0, dtf = 0, dtb = 0;
+  double compute = 0;                             // PassTimes' (with PARALLM_FAULT_SLOW_RANK's sleep)
   std::vector<double> stage_idle, stage_cost_ms;  // PassTimes'
 };
 

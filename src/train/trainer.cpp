@@ -104,14 +104,14 @@ RunSummary train_loop(Session& s) {
 
 }  // namespace
 
-RunSummary run_training(RunConfig cfg, comm::Communicator* world_in, int ranks_per_node) {
+RunSummary run_training(RunConfig cfg, comm::Communicator* world_in, int ranks_per_node, Invocation invocation) {
   std::unique_ptr<comm::Communicator> own_world;
   if (!world_in) own_world = comm::make_world("self");
   std::optional<RunDir> run_dir;
   try {
     RunSummary done;
-    const std::unique_ptr<Session> s =
-        open_session(std::move(cfg), world_in ? *world_in : *own_world, ranks_per_node, run_dir, &done.nothing_to_do);
+    const std::unique_ptr<Session> s = open_session(std::move(cfg), world_in ? *world_in : *own_world, ranks_per_node,
+                                                    run_dir, &done.nothing_to_do, std::move(invocation));
     return s ? train_loop(*s) : done;
   } catch (const std::exception& e) {
     if (run_dir) RunDir::log_error(e.what());  // train.log says how the run ended

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "train/config.h"
+#include "train/repro.h"
 
 namespace parallm::comm {
 class Communicator;
@@ -41,8 +42,10 @@ struct RunSummary {
 // Runs training as configured over `world` (nullptr: a world of one),
 // arranged on the mesh parallel.* describes (data parallel over every rank
 // by default). `ranks_per_node` (0 = unknown) keeps a tensor-parallel group
-// inside a node. Throws parallm::Error on bad input; the run directory
+// inside a node. `invocation` (the command line, the hosts) goes into the
+// run's repro.json. Throws parallm::Error on bad input; the run directory
 // keeps whatever was written until then.
-RunSummary run_training(RunConfig cfg, comm::Communicator* world = nullptr, int ranks_per_node = 0);
+RunSummary run_training(RunConfig cfg, comm::Communicator* world = nullptr, int ranks_per_node = 0,
+                        Invocation invocation = {});
 
 }  // namespace parallm::train
