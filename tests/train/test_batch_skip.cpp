@@ -7,19 +7,11 @@
 #include "core/error.h"
 #include "train/ckpt_dirs.h"
 #include "train/config.h"
+#include "train/error_of.h"
 
 using namespace parallm;
 
-namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
+using parallm::test_util::error_of;
 
 TEST(BatchSkip, IterationsReadTheBatchesLeftInOrder) {
   const auto none = train::BatchSkip::parse("k", "");

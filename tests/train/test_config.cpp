@@ -10,19 +10,11 @@
 #include "core/gpu.h"
 #include "kernels/bf16.h"
 #include "train/config.h"
+#include "train/error_of.h"
 
 using namespace parallm;
 
-namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
+using parallm::test_util::error_of;
 
 TEST(Config, OverridesSetTypedValues) {
   train::RunConfig c;

@@ -13,21 +13,15 @@
 #include "core/text.h"
 #include "train/config.h"
 #include "train/control.h"
+#include "train/error_of.h"
 #include "train/job_limit.h"
 
 namespace parallm::train {
+using parallm::test_util::error_of;
+
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(Duration, ParsesAndFormats) {
   EXPECT_EQ(to_duration_s("5h50m"), 21000);
