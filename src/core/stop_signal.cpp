@@ -1,10 +1,13 @@
 #include "core/stop_signal.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 namespace parallm::stop_signal {
 
@@ -15,10 +18,11 @@ std::atomic<int> g_count{0};
 
 void say(const char* text) {
   const ssize_t n = ::write(STDERR_FILENO, text, std::strlen(text));
-  (void)n;  // nothing to do about a closed stderr inside a handler
+  (void)n;  // nothing to do about a closed stderr
 }
 
-extern "C" void on_stop_signal(int sig) {
+// Async-signal-safe: atomics and write(2) only (also runs inside the handler).
+void received(int sig) {
   int none = 0;
   const bool first = g_first.compare_exchange_strong(none, sig);
   g_count.fetch_add(1);
@@ -27,6 +31,27 @@ extern "C" void on_stop_signal(int sig) {
                        : "parallm: SIGUSR1 received: finishing the step, then saving and exiting\n");
   else
     say("parallm: another stop signal received: the stop already under way goes on (a save is never cut short)\n");
+}
+
+extern "C" void on_stop_signal(int sig) {
+  received(sig);
+}
+
+sigset_t stop_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
+void signal_thread_main() {
+  ::pthread_setname_np(::pthread_self(), "parallm-signals");
+  const sigset_t set = stop_set();
+  for (;;) {
+    int sig = 0;
+    if (::sigwait(&set, &sig) == 0) received(sig);
+  }
 }
 
 }  // namespace
@@ -38,6 +63,26 @@ void install() {
   sa.sa_flags = SA_RESTART;  // blocking reads and writes go on rather than fail with EINTR
   ::sigaction(SIGUSR1, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  const sigset_t set = stop_set();
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  static std::once_flag started;
+  std::call_once(started, [] { std::thread(signal_thread_main).detach(); });
+}
+
+Unblocked::Unblocked() {
+  sigset_t old;
+  const sigset_t set = stop_set();
+  ::pthread_sigmask(SIG_UNBLOCK, &set, &old);
+  was_blocked_[0] = sigismember(&old, SIGUSR1) == 1;
+  was_blocked_[1] = sigismember(&old, SIGTERM) == 1;
+}
+
+Unblocked::~Unblocked() {
+  sigset_t set;
+  sigemptyset(&set);
+  if (was_blocked_[0]) sigaddset(&set, SIGUSR1);
+  if (was_blocked_[1]) sigaddset(&set, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
 int first() {

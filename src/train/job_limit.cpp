@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "core/stop_signal.h"
 #include "core/text.h"
 
 namespace parallm::train {
@@ -45,6 +46,7 @@ std::optional<std::string> qstat_field(const std::string& text, const std::strin
 RunCommand run_command() {
   return [](const std::string& command) {
     std::string out;
+    const stop_signal::Unblocked unblocked;  // the child starts with SIGTERM deliverable
     FILE* p = ::popen((command + " 2>/dev/null").c_str(), "r");
     if (!p) return out;
     std::array<char, 4096> buf{};

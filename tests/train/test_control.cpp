@@ -1,11 +1,15 @@
 // The operator's controls (train/control.h, train/job_limit.h, core/stop_signal.h)
 // on one process; the 2-rank runs are tests/train/run_control.sh.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "comm/communicator.h"
 #include "core/error.h"
@@ -144,9 +148,16 @@ TEST_F(Control, SignalsStopAfterTheStep) {
   stop_signal::install();
   RunControl c(cfg_, *world_);
   EXPECT_FALSE(c.vote(1, 0.01, true).stop);
-  std::raise(SIGUSR1);
-  std::raise(SIGTERM);  // a second one: counted, the first one decides
-  EXPECT_EQ(stop_signal::count(), 2);
+  // Sent to the process, as a scheduler does: the signal thread takes them.
+  const auto received = [](int n) {
+    for (int i = 0; i < 2000 && stop_signal::count() < n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return stop_signal::count();
+  };
+  ::kill(::getpid(), SIGUSR1);
+  EXPECT_EQ(received(1), 1);
+  ::kill(::getpid(), SIGTERM);  // a second one: counted, the first one decides
+  EXPECT_EQ(received(2), 2);
   const ControlDecision d = c.vote(2, 0.01, true);
   EXPECT_TRUE(d.save && d.stop);
   EXPECT_NE(d.why.find("SIGUSR1 received by rank 0"), std::string::npos) << d.why;
