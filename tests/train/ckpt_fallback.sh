@@ -98,7 +98,8 @@ kill)
     kill -KILL $(tree_of $pid) 2>/dev/null
     wait $pid 2>/dev/null || true
     compgen -G "$run/ckpt*.tmp" >/dev/null && in_save=$((in_save + 1))
-    [ -n "$(compgen -G "$run/ckpt-*")" ] || continue # killed before its first save: nothing to resume
+    # Killed before its first save was complete (at most a ckpt-*.tmp): nothing to resume.
+    ls -d "$run"/ckpt-* 2>/dev/null | grep -qv '\.tmp$' || continue
     train "$run" "$work/resume.log" "${extra[@]}" train.init_from=resume train.max_iters=$iters ||
       { tail "$work/resume.log"; fail "kill $k: the resume failed"; }
     from=$(grep -o "resuming from [^ ]*" "$work/resume.log")
