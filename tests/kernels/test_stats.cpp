@@ -53,3 +53,30 @@ TEST(AbsStats, ReferenceValuesByHand) {
   EXPECT_EQ(s.abs_max, 0.0f);
   EXPECT_TRUE(s.finite());
 }
+
+// The bit-pattern edges of the CPU's integer comparisons: signed zeros, the
+// largest finite value, subnormals, NaN with its sign bit set, nothing finite.
+TEST(AbsStats, CpuEdgeValuesMatchTheReference) {
+  using L = std::numeric_limits<float>;
+  const std::vector<std::vector<float>> cases = {
+      {-0.0f, 0.0f, L::max(), -L::denorm_min(), -L::quiet_NaN(), L::infinity()},
+      {0.0f, -0.0f, 0.0f},
+      {L::quiet_NaN(), -L::infinity(), -L::quiet_NaN()},
+      {-L::max(), L::min(), L::denorm_min()},
+  };
+  for (const auto& x : cases) {
+    AbsStats want, got;
+    ref::abs_stats(&want, x.data(), static_cast<int64_t>(x.size()));
+    cpu::abs_stats(&got, x.data(), static_cast<int64_t>(x.size()));
+    expect_same(got, want, x.size());
+  }
+  AbsStats s;
+  cpu::abs_stats(&s, cases[0].data(), 6);
+  EXPECT_EQ(s.abs_min, L::denorm_min());
+  EXPECT_EQ(s.abs_max, L::max());
+  EXPECT_EQ(s.inf, 1);
+  EXPECT_EQ(s.nan, 1);
+  cpu::abs_stats(&s, cases[2].data(), 3);
+  EXPECT_EQ(s.abs_min, L::infinity());
+  EXPECT_EQ(s.abs_max, 0.0f);
+}

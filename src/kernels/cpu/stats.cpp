@@ -1,14 +1,20 @@
 // The numeric detector's statistics (kernels/stats.h) on the host: the
 // reference, one plain loop per value, and the optimized version, chunks in
-// parallel, each a branch-free loop the compiler vectorizes (a magnitude is
-// finite when it is <= FLT_MAX, which NaN never is; NaN alone differs from
-// itself), the chunks' results combined (exact in any order).
+// parallel, the chunks' results combined (exact in any order). Each chunk is
+// a branch-free loop over the magnitudes' bit patterns as integers, which
+// the compiler vectorizes (a float min/max reduction it does not, without
+// -ffast-math: 11x slower here). For a magnitude's bits m (sign cleared),
+// integer order is float order; m < 0x7f800000 is finite, m == 0x7f800000
+// infinite, above it NaN; m - 1 (unsigned) puts zero last, so the smallest
+// m - 1 over all values is the smallest nonzero finite magnitude when any.
 #include "kernels/stats.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "core/profiler.h"
@@ -18,7 +24,6 @@ namespace parallm::kernels {
 
 namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kMaxFinite = std::numeric_limits<float>::max();
 
 inline float value_of(float x) {
   return x;
@@ -52,20 +57,35 @@ AbsStats ref_stats(const T* x, int64_t n) {
   return s;
 }
 
-// One chunk, branch-free: selects instead of branches so the loop vectorizes.
+inline uint32_t bits_of(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+inline uint32_t bits_of(bfloat16 x) {
+  return static_cast<uint32_t>(x.bits) << 16;
+}
+inline float float_of(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+// One chunk (at most 2^32 - 1 values: the counts are 32-bit), branch-free.
 template <class T>
 inline __attribute__((always_inline)) AbsStats chunk_stats(const T* x, int64_t n) {
-  float mn = kInf, mx = 0;
-  int64_t bad = 0, nan = 0;
+  constexpr uint32_t kInfBits = 0x7f800000u;
+  uint32_t below_min = ~0u, inf = 0, nan = 0;
+  int32_t mx = 0;  // signed: the max of a select vectorizes, the unsigned one does not (GCC 12)
   for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(value_of(x[i]));
-    const bool finite = a <= kMaxFinite;
-    mn = std::min(mn, finite && a > 0 ? a : kInf);
-    mx = std::max(mx, finite ? a : 0.0f);
-    bad += !finite;
-    nan += a != a;
+    const uint32_t m = bits_of(x[i]) & 0x7fffffffu;
+    below_min = std::min(below_min, m - 1u);
+    mx = std::max(mx, m < kInfBits ? static_cast<int32_t>(m) : 0);
+    inf += m == kInfBits;
+    nan += m > kInfBits;
   }
-  return {mn, mx, bad - nan, nan};
+  const float mn = below_min < kInfBits - 1 ? float_of(below_min + 1) : kInf;
+  return {mn, float_of(static_cast<uint32_t>(mx)), inf, nan};
 }
 PARALLM_CLONES AbsStats chunk_f32(const float* x, int64_t n) {
   return chunk_stats(x, n);
