@@ -12,6 +12,7 @@ PKGS=(
   libfmt-dev libspdlog-dev
   zlib1g-dev             # CRC-32 checksums of checkpoint files
   libcurl4-openssl-dev   # dataset download
+  libicu-dev             # Unicode letters, numbers and white space for GPT-2's BPE pre-tokenizer
   libopenmpi-dev openmpi-bin  # MPI: multi-rank runs and their tests (mpirun inside ctest)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3                # .ci/check-layers (a ctest too), bench/compare_runs.py
