@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "data/bpe.h"
 #include "data/prepare.h"
+#include "train/error_of.h"
 
 using namespace parallm;
 using namespace parallm::data;
@@ -60,15 +61,6 @@ struct Files {
     return s;
   }
 };
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const IoError& e) {
-    return e.what();
-  }
-  return "(no IoError)";
-}
 
 }  // namespace
 
@@ -141,24 +133,30 @@ TEST(Bpe, MalformedFilesAreRefusedNamingTheEntry) {
   Files f;
   f.write("vocab.json", f.vocab.dump());
   f.write("merges.txt", "#version: 0.2\nh e\nl l x\n");
-  EXPECT_NE(error_of([&] { Bpe::load_dir(f.dir.string()); }).find("merges.txt line 3"), std::string::npos);
+  EXPECT_NE(test_util::error_of<IoError>([&] { Bpe::load_dir(f.dir.string()); }).find("merges.txt line 3"),
+            std::string::npos);
   f.write("merges.txt", "#version: 0.2\nh e\nq z\n");
-  EXPECT_NE(error_of([&] { Bpe::load_dir(f.dir.string()); }).find("merge 2 (\"q z\")"), std::string::npos);
+  EXPECT_NE(test_util::error_of<IoError>([&] { Bpe::load_dir(f.dir.string()); }).find("merge 2 (\"q z\")"),
+            std::string::npos);
   nlohmann::json v = f.vocab;
   v["he"] = 5;  // id 5 twice
   f.write("vocab.json", v.dump());
   f.write("merges.txt", f.merges_txt());
-  EXPECT_NE(error_of([&] { Bpe::load_dir(f.dir.string()); }).find("id 5 is given to two tokens"), std::string::npos);
+  EXPECT_NE(test_util::error_of<IoError>([&] { Bpe::load_dir(f.dir.string()); }).find("id 5 is given to two tokens"),
+            std::string::npos);
   v = f.vocab;
   v.erase(printable(" "));
   v["<|endoftext|>"] = 32;  // keeps the ids contiguous
   f.write("vocab.json", v.dump());
-  EXPECT_NE(error_of([&] { Bpe::load_dir(f.dir.string()); }).find("no token for the single byte 0x20"),
-            std::string::npos);
+  EXPECT_NE(
+      test_util::error_of<IoError>([&] { Bpe::load_dir(f.dir.string()); }).find("no token for the single byte 0x20"),
+      std::string::npos);
   f.write("vocab.json", "{\"a\": 0,");
-  EXPECT_NE(error_of([&] { Bpe::load_dir(f.dir.string()); }).find("is not valid JSON"), std::string::npos);
+  EXPECT_NE(test_util::error_of<IoError>([&] { Bpe::load_dir(f.dir.string()); }).find("is not valid JSON"),
+            std::string::npos);
   fs::remove(f.dir / "vocab.json");
-  EXPECT_NE(error_of([&] { Bpe::load_dir(f.dir.string()); }).find("holds no GPT-2 tokenizer"), std::string::npos);
+  EXPECT_NE(test_util::error_of<IoError>([&] { Bpe::load_dir(f.dir.string()); }).find("holds no GPT-2 tokenizer"),
+            std::string::npos);
 }
 
 // GPT-2's real files against js-tiktoken's ids (tests/data/bpe_oracle.sh sets

@@ -1,5 +1,5 @@
-// The message of the parallm::Error a callable throws ("" when it throws
-// none): the config and control tests check that errors name their key.
+// The message of the parallm::Error (or of the narrower E) a callable throws
+// ("" when it throws none): tests check that errors name their key or entry.
 #pragma once
 #include <functional>
 #include <string>
@@ -8,10 +8,11 @@
 
 namespace parallm::test_util {
 
-inline std::string error_of(const std::function<void()>& f) {
+template <class E = Error>
+std::string error_of(const std::function<void()>& f) {
   try {
     f();
-  } catch (const Error& e) {
+  } catch (const E& e) {
     return e.what();
   }
   return "";
