@@ -4,10 +4,12 @@
 //                    train.always_save_checkpoint), as always;
 //   ckpt-NNNNNNNN/   step-numbered ones, named after the iteration they
 //                    resume at (8 digits or more), written every
-//                    train.checkpoint_interval iterations and by the switches,
-//                    signals and time limit; after each one is saved, those
-//                    beyond the newest train.keep_checkpoints are deleted (the
-//                    best one never is);
+//                    train.checkpoint_interval iterations, by the switches,
+//                    signals and time limit, and after the last iteration
+//                    (ckpt-<max_iters + 1>: a finished run); after each
+//                    one is saved, those beyond the newest
+//                    train.keep_checkpoints are deleted (the best one never
+//                    is);
 // each written through its own <name>.tmp and swapped in via <name>.old
 // (checkpoint.h), so a process killed at any moment of a save leaves every
 // earlier checkpoint as it was.

@@ -35,10 +35,11 @@ data::CharVocab dataset_vocabulary(RunConfig& cfg, const nlohmann::json* saved_c
 }
 
 std::string nothing_left(const RunConfig& cfg, int64_t ckpt_iter) {
-  if (cfg.train.eval_only || ckpt_iter < cfg.train.max_iters) return "";
+  // A checkpoint holds the state before iteration ckpt_iter; train.max_iters is the last one trained.
+  if (cfg.train.eval_only || ckpt_iter <= cfg.train.max_iters) return "";
   return fmt::format(
-      "nothing to do: the checkpoint in {} is at iteration {}, at or past train.max_iters={}; the run is left as "
-      "it is (raise train.max_iters to train further)",
+      "nothing to do: the checkpoint in {} resumes at iteration {}, past the last one, train.max_iters={}; the run "
+      "is left as it is (raise train.max_iters to train further)",
       cfg.train.out_dir, ckpt_iter, cfg.train.max_iters);
 }
 

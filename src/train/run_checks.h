@@ -19,8 +19,9 @@ namespace parallm::train {
 // one, must hold the same vocabulary: a ConfigError naming both otherwise.
 data::CharVocab dataset_vocabulary(RunConfig& cfg, const nlohmann::json* saved_config);
 
-// For a resumed run whose checkpoint is at `ckpt_iter`: "" if it has steps
-// left, else the sentence saying it is done (an eval-only run always has).
+// For a resumed run whose checkpoint resumes at iteration `ckpt_iter`: "" if
+// it has iterations left (ckpt_iter <= train.max_iters, the last one), else
+// the sentence saying it is done (an eval-only run always has some).
 std::string nothing_left(const RunConfig& cfg, int64_t ckpt_iter);
 
 }  // namespace parallm::train

@@ -154,7 +154,7 @@ std::string resolve_config(Session& s, int ranks_per_node) {
   return changes;
 }
 
-// A resumed run whose checkpoint is already at or past train.max_iters: the
+// A resumed run whose checkpoint resumes past train.max_iters: the
 // sentence saying so ("" otherwise). No file is touched, except to write the
 // records a full disk kept in the checkpoint (a stop at the last steps).
 std::string finished_run(const Session& s, int64_t ck_iter, const nlohmann::json& carried) {

@@ -111,7 +111,7 @@ struct Session {
   }
 };
 
-// Builds the run. With a checkpoint already at or past train.max_iters, or
+// Builds the run. With a checkpoint that resumes past train.max_iters, or
 // train.kill_switch present, it returns no session and sets *nothing_to_do
 // to the sentence saying so (the records a full disk kept in the checkpoint
 // are written first). Throws

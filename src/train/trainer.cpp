@@ -63,6 +63,16 @@ bool obey(Session& s, const ControlDecision& d, int64_t it, RunSummary& sum) {
   return true;
 }
 
+// A run that trained its last iteration saves the state after it
+// (ckpt-<max_iters + 1>, unless that save was just made): a resume then
+// finds the run finished, and a checkpoint at max_iters, saved before the
+// last iteration ran, always means that iteration is still to train.
+void save_final_state(Session& s, const RunSummary& sum) {
+  const TrainSection& t = s.cfg.train;
+  if (t.eval_only || !sum.stopped.empty() || sum.last_iter != t.max_iters || s.st.iter == t.max_iters + 1) return;
+  save_state(s, t.max_iters + 1, SaveSlot::Step);
+}
+
 RunSummary train_loop(Session& s) {
   const TrainSection& t = s.cfg.train;
   const std::unique_ptr<Schedule> schedule = make_schedule(s);
@@ -93,6 +103,7 @@ RunSummary train_loop(Session& s) {
     const bool records_ok = !s.run_dir || s.run_dir->write_error().empty();
     if (obey(s, s.control->vote(it, t_it.seconds(), records_ok), it, sum)) break;
   }
+  save_final_state(s, sum);
   if (prof::enabled()) log::info("profile (PARALLM_PROFILE=1):\n{}", prof::table());
   sum.best_val_loss = static_cast<float>(s.st.best_val_loss);
   sum.loss_scale = s.scaler->state().scale;

@@ -118,11 +118,11 @@ TEST_F(DdpTest, ResumeUnderDdpContinuesTheTrajectory) {
   train::run_training(part, world);
   part.train.max_iters = 12;
   part.train.init_from = train::InitFrom::Resume;
-  auto rp = train::run_training(part, world);  // from the checkpoint of the iter-6 evaluation
-  ASSERT_EQ(rp.first_iter, 6);
-  ASSERT_EQ(rp.train_losses.size(), 7u);
+  auto rp = train::run_training(part, world);  // from the state saved after iteration 6
+  ASSERT_EQ(rp.first_iter, 7);
+  ASSERT_EQ(rp.train_losses.size(), 6u);
   for (size_t i = 0; i < rp.train_losses.size(); ++i)
-    EXPECT_EQ(rp.train_losses[i], rf.train_losses[6 + i]) << "iter " << 6 + i;
+    EXPECT_EQ(rp.train_losses[i], rf.train_losses[7 + i]) << "iter " << 7 + i;
   EXPECT_EQ(rp.last_val_loss, rf.last_val_loss);
 }
 

@@ -147,17 +147,24 @@ TEST_F(PipelineTrainTest, ACheckpointResumesInThePipelineAndOnOneRank) {
   world->barrier();
   part.train.max_iters = 12;
   part.train.init_from = train::InitFrom::Resume;
-  auto resumed = train::run_training(part, world);
-  // Iterations 6..12 of the uninterrupted run.
-  const std::vector<float> tail(full.train_losses.end() - 7, full.train_losses.end());
+  auto resumed = train::run_training(part, world);  // from the state after iteration 6: iterations 7..12
   auto one = run(mine.filename().string(), 2, 12, {"train.init_from=resume"});
-  auto alone_resumed = train::run_training(one);
-  // An evaluation-only run of the finished pipeline checkpoint, as a pipeline and
-  // alone, gives the val loss the training run reported at its last iteration.
+  auto alone_resumed = train::run_training(one);  // from ckpt/, saved at the evaluation of iteration 6: 6..12
+  // An evaluation-only run of the finished pipeline checkpoint (the state
+  // after iteration 12) gives the same val loss as a pipeline and alone.
+  if (world->rank() == 0)
+    std::filesystem::copy(root_ / "pp_part", root_ / "pp_eval_alone", std::filesystem::copy_options::recursive);
+  world->barrier();
   auto eval = run("pp_part", 2, 12, {pp(), "train.init_from=resume", "train.eval_only=true"});
-  EXPECT_NEAR(train::run_training(eval, world).last_val_loss, full.last_val_loss, 1e-5 * full.last_val_loss);
+  const float pp_val = train::run_training(eval, world).last_val_loss;
+  if (world->rank() == 0) {
+    auto eval1 = run("pp_eval_alone", 2, 12, {"train.init_from=resume", "train.eval_only=true"});
+    EXPECT_NEAR(pp_val, train::run_training(eval1).last_val_loss, 1e-5 * pp_val);
+  }
   for (const auto* r : {&resumed, &alone_resumed}) {
-    ASSERT_EQ(r->train_losses.size(), tail.size());
+    const size_t n = r->train_losses.size();
+    ASSERT_EQ(n, r == &resumed ? 6u : 7u);
+    const std::vector<float> tail(full.train_losses.end() - static_cast<std::ptrdiff_t>(n), full.train_losses.end());
     const double d = max_rel_diff(r->train_losses, tail);
     if (world->rank() == 0)
       std::printf("resumed %s: max relative difference %.3g\n", r == &resumed ? "pp" : "alone", d);
@@ -171,8 +178,8 @@ TEST_F(PipelineTrainTest, OneRanksCheckpointResumesInThePipeline) {
   if (world->rank() == 0) train::run_training(run("one_part", 2, 6));
   world->barrier();
   auto part = run("one_part", 2, 12, {pp(), "train.init_from=resume"});
-  auto resumed = train::run_training(part, world);
-  const std::vector<float> tail(full.train_losses.end() - 7, full.train_losses.end());
+  auto resumed = train::run_training(part, world);  // from the state after iteration 6
+  const std::vector<float> tail(full.train_losses.end() - 6, full.train_losses.end());
   ASSERT_EQ(resumed.train_losses.size(), tail.size());
   const double d = max_rel_diff(resumed.train_losses, tail);
   if (world->rank() == 0)
@@ -196,7 +203,7 @@ TEST_F(PipelineTrainTest, AZeroOnePipelineCheckpointResumesInOtherLayouts) {
   auto same = train::run_training(part, world);
   auto pp4 =
       train::run_training(run("z1_pp4", 2, 12, {"parallel.pp=4", "optimizer.gas=2", "train.init_from=resume"}), world);
-  const std::vector<float> tail(full.train_losses.end() - 7, full.train_losses.end());
+  const std::vector<float> tail(full.train_losses.end() - 6, full.train_losses.end());  // iterations 7..12
   for (const auto* r : {&same, &pp4}) {
     ASSERT_EQ(r->train_losses.size(), tail.size());
     const double d = max_rel_diff(r->train_losses, tail);

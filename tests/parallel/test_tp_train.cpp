@@ -68,10 +68,10 @@ TEST_F(TpTrainTest, ACheckpointResumesAtTheSameAndAtOneRank) {
   part.train.max_iters = 12;
   part.train.init_from = train::InitFrom::Resume;
   auto resumed = train::run_training(part, world);
-  ASSERT_EQ(resumed.first_iter, 6);
-  ASSERT_EQ(resumed.train_losses.size(), 7u);
+  ASSERT_EQ(resumed.first_iter, 7);  // from the state saved after the last iteration, 6
+  ASSERT_EQ(resumed.train_losses.size(), 6u);
   for (size_t i = 0; i < resumed.train_losses.size(); ++i)
-    EXPECT_EQ(resumed.train_losses[i], full.train_losses[6 + i]) << "iter " << 6 + i;
+    EXPECT_EQ(resumed.train_losses[i], full.train_losses[7 + i]) << "iter " << 7 + i;
   auto one = run("tp_alone" + std::to_string(world->rank()), 2, 12, {"train.init_from=resume"});
   auto r1 = train::run_training(one);
   ASSERT_EQ(r1.train_losses.size(), 7u);

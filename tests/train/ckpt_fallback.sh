@@ -8,10 +8,11 @@
 #             before, and continues bitwise from there.
 #   truncate  the same with zero.stage=1, the newest checkpoint's shard file
 #             cut short.
-#   kill      SIGKILL of every rank at random moments of a run saving at each
-#             step (train.keep_checkpoints=2), $kills times: after each, a
-#             resume must succeed, from the newest intact checkpoint, and end
-#             with the straight run's losses.
+#   kill      SIGKILL of every rank at random moments during the saves of a
+#             run saving at each step (train.keep_checkpoints=2): a random
+#             time, then 0-9 ms after the next save's ckpt-*.tmp appears,
+#             $kills times: after each, a resume must succeed, from the newest
+#             intact checkpoint, and end with the straight run's losses.
 #   rollback  train.resume_step=K train.skip_batches=a:b (K <= a): the "batch"
 #             fields never hold a..b, steps K..a-1 are the straight run's, and
 #             the batch sequence is the straight one without a..b.
@@ -56,9 +57,10 @@ flip | truncate)
   extra=(train.checkpoint_interval=2 train.keep_checkpoints=3)
   [ "$mode" = truncate ] && extra+=(zero.stage=1)
   train "$work/straight" "$work/straight.log" "${extra[@]}" train.max_iters=12 || fail "the straight run"
-  [ -d "$work/straight/ckpt-00000012" ] && [ -d "$work/straight/ckpt-00000010" ] && [ -d "$work/straight/ckpt-00000008" ] ||
-    fail "the step checkpoints 8, 10, 12 are not all there: $(ls "$work/straight")"
-  [ -d "$work/straight/ckpt-00000006" ] && fail "ckpt-00000006 was kept beyond train.keep_checkpoints=3"
+  # Every second one, and the state after the last iteration (13).
+  [ -d "$work/straight/ckpt-00000013" ] && [ -d "$work/straight/ckpt-00000012" ] && [ -d "$work/straight/ckpt-00000010" ] ||
+    fail "the step checkpoints 10, 12, 13 are not all there: $(ls "$work/straight")"
+  [ -d "$work/straight/ckpt-00000008" ] && fail "ckpt-00000008 was kept beyond train.keep_checkpoints=3"
   train "$work/part" "$work/part.log" "${extra[@]}" train.max_iters=9 || fail "the part run"
   newest="$work/part/ckpt-00000010"
   if [ "$mode" = flip ]; then
@@ -94,6 +96,13 @@ kill)
     pid=$!
     sleep "$((RANDOM % 2)).$((RANDOM % 10))$((RANDOM % 10))"
     sleep 0.5
+    # Then into the next save: once its ckpt-*.tmp appears, 0-9 ms later.
+    for _ in $(seq 400); do
+      compgen -G "$run/ckpt-*.tmp" >/dev/null && break
+      kill -0 $pid 2>/dev/null || break
+      sleep 0.005
+    done
+    sleep "0.00$((RANDOM % 10))"
     # Every rank at once, as a lost node: the launcher and every process under it.
     kill -KILL $(tree_of $pid) 2>/dev/null
     wait $pid 2>/dev/null || true

@@ -103,10 +103,13 @@ case $case in
     touch "$work/SAVE"
     wait $job || fail "the job exited $? (expected 0)"
     [ ! -e "$work/SAVE" ] || fail "the save switch is still there"
-    [ "$(step_ckpts "$work/run" | wc -l)" = 1 ] || fail "expected exactly one step checkpoint: $(ls "$work/run")"
+    # Besides the state after the last iteration, ckpt-00000041: exactly one.
+    [ -d "$work/run/ckpt-00000041" ] || fail "the final state ckpt-00000041 is missing: $(ls "$work/run")"
+    [ "$(step_ckpts "$work/run" | grep -vc 'ckpt-00000041$')" = 1 ] ||
+      fail "expected exactly one step checkpoint besides the final one: $(ls "$work/run")"
     grep -q "train.save_switch $work/SAVE appeared" "$work/log.txt" || fail "the log does not say why it saved"
     same_as_reference "$work/run" "the run with a save is not the run without one"
-    echo "run_control: PASS (save: one step checkpoint $(basename "$(step_ckpts "$work/run")"), switch deleted, losses unchanged)"
+    echo "run_control: PASS (save: one step checkpoint $(basename "$(step_ckpts "$work/run" | grep -v 'ckpt-00000041$')"), switch deleted, losses unchanged)"
     ;;
   usr1 | term)
     sig=$([ $case = usr1 ] && echo USR1 || echo TERM)

@@ -78,22 +78,29 @@ struct FileSizeLimit {
   rlimit old_{};
 };
 
-TEST_F(TrainerTest, ACheckpointAtOrPastMaxItersLeavesTheRunAlone) {
-  train_to("done", 6);
+TEST_F(TrainerTest, AFinishedRunIsLeftAloneAndALaterMaxItersTrainsOnFromItsLastState) {
+  train_to("done", 6);  // trains iterations 0..6 and saves the state after the last one
+  EXPECT_TRUE(fs::exists(root_ / "done" / "ckpt-00000007" / "state.json"));
   const auto before = snapshot(root_ / "done");
   for (int64_t max : {6, 5}) {
     auto r = resume_to("done", max);
     const auto s = train::run_training(r);
-    EXPECT_NE(s.nothing_to_do.find("at iteration 6, at or past train.max_iters=" + std::to_string(max)),
+    EXPECT_NE(s.nothing_to_do.find("resumes at iteration 7, past the last one, train.max_iters=" + std::to_string(max)),
               std::string::npos)
         << s.nothing_to_do;
     EXPECT_TRUE(s.train_losses.empty());
     EXPECT_EQ(snapshot(root_ / "done"), before) << "max_iters=" << max;
   }
+  // A checkpoint that resumes at train.max_iters has that iteration left to train.
+  const auto s = train::run_training(resume_to("done", 7));
+  EXPECT_TRUE(s.nothing_to_do.empty()) << s.nothing_to_do;
+  EXPECT_EQ(s.first_iter, 7);
+  EXPECT_EQ(s.train_losses.size(), 1u);
 }
 
 TEST_F(TrainerTest, ADamagedCheckpointIsRefusedNamingTheFile) {
   train_to("dmg", 6);
+  test_util::keep_only_best_checkpoint(root_ / "dmg");  // nothing to fall back on
   const fs::path ck = root_ / "dmg" / "ckpt";
   for (const auto& [file, at] :
        {std::pair{"model.bin", std::streamoff{3}},

@@ -130,14 +130,14 @@ TEST_F(SpikeRun, AResumedRunDecidesAsTheUninterruptedOne) {
   const EnvAt spike("PARALLM_FAULT_SPIKE", "14");
   const auto full = train::run_training(run("full", kGuard), world);
   ASSERT_EQ(full.spike_skipped_steps, 1);
-  train::run_training(run("part", kGuard, 12), world);  // its checkpoint: before step 12
+  train::run_training(run("part", kGuard, 12), world);  // its last checkpoint: after step 12
   auto again = run("part", kGuard);
   again.train.init_from = train::InitFrom::Resume;
   const auto resumed = train::run_training(again, world);
-  ASSERT_EQ(resumed.first_iter, 12);
-  ASSERT_EQ(resumed.train_losses.size(), 9u);
+  ASSERT_EQ(resumed.first_iter, 13);
+  ASSERT_EQ(resumed.train_losses.size(), 8u);
   for (size_t i = 0; i < resumed.train_losses.size(); ++i)
-    EXPECT_EQ(resumed.train_losses[i], full.train_losses[12 + i]) << "iter " << 12 + i;
+    EXPECT_EQ(resumed.train_losses[i], full.train_losses[13 + i]) << "iter " << 13 + i;
   EXPECT_EQ(resumed.spike_skipped_steps, 1) << "the resumed guard did not skip the spike at 14";
   EXPECT_EQ(resumed.last_val_loss, full.last_val_loss);
 }

@@ -20,6 +20,15 @@ inline void prepare_tiny_dataset(const std::filesystem::path& root) {
   data::prepare_char_dataset((root / "in.txt").string(), (root / "data").string());
 }
 
+// Deletes run `out_dir`'s step-numbered checkpoints (ckpt-NNNNNNNN/, the
+// state a run saves after its last iteration among them): a resume then takes
+// the best ckpt/, saved at an evaluation, as the tests that damage, copy or
+// redo from it want.
+inline void keep_only_best_checkpoint(const std::filesystem::path& out_dir) {
+  for (const auto& e : std::filesystem::directory_iterator(out_dir))
+    if (e.path().filename().string().rfind("ckpt-", 0) == 0) std::filesystem::remove_all(e.path());
+}
+
 // 2 layers x 32 wide, batch 4, dropout 0.1, gas 2, eval and checkpoint every 6 iterations.
 inline std::vector<std::string> tiny_run_overrides(const std::filesystem::path& root, const std::string& out) {
   return {"model.n_layer=2",

@@ -55,9 +55,9 @@ class TrainerTest : public ::testing::Test {
     }
     return r;
   }
-  // Trains run "part" to iteration 6 (its checkpoint is written at the iter-6
-  // evaluation, before step 6), resumes it to 12, and checks that the resumed
-  // steps are bitwise those of the uninterrupted run `full`; *resumed gets the
+  // Trains run "part" to iteration 6 (its last state is saved after step 6,
+  // in ckpt-00000007), resumes it to 12, and checks that the resumed steps
+  // are bitwise those of the uninterrupted run `full`; *resumed gets the
   // resumed run's summary.
   void resume_at_6_matches(const std::vector<std::string>& overrides, const train::RunSummary& full,
                            train::RunSummary* resumed) {
@@ -70,10 +70,10 @@ class TrainerTest : public ::testing::Test {
     again.train.init_from = train::InitFrom::Resume;
     again.train.max_iters = 12;
     *resumed = train::run_training(again);
-    ASSERT_EQ(resumed->first_iter, 6);
-    ASSERT_EQ(resumed->train_losses.size(), 7u);
+    ASSERT_EQ(resumed->first_iter, 7);
+    ASSERT_EQ(resumed->train_losses.size(), 6u);
     for (size_t i = 0; i < resumed->train_losses.size(); ++i)
-      EXPECT_EQ(resumed->train_losses[i], full.train_losses[6 + i]) << "iter " << 6 + i;
+      EXPECT_EQ(resumed->train_losses[i], full.train_losses[7 + i]) << "iter " << 7 + i;
   }
   fs::path root_;
 };
