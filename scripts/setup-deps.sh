@@ -13,6 +13,7 @@ PKGS=(
   zlib1g-dev             # CRC-32 checksums of checkpoint files
   libcurl4-openssl-dev   # dataset download
   libicu-dev             # Unicode letters, numbers and white space for GPT-2's BPE pre-tokenizer
+  libssl-dev             # SHA-256 of downloaded tokenizer files (OpenSSL libcrypto)
   libopenmpi-dev openmpi-bin  # MPI: multi-rank runs and their tests (mpirun inside ctest)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3                # .ci/check-layers (a ctest too), bench/compare_runs.py

@@ -98,7 +98,7 @@ Runner add_plan(CLI::App& app) {
     } else {
       if (!cfg.vocab_size_set) {  // the dataset's (a regular file, its meta.json checked strictly)
         try {
-          cfg.model.vocab_size = data::CharVocab::load(cfg.data.dir).size();
+          cfg.model.vocab_size = data::Vocab::load(cfg.data.dir).size();
         } catch (const IoError& e) {
           throw ConfigError("cli.plan", fmt::format("no vocabulary size: set model.vocab_size=V, or data.dir to a "
                                                     "prepared dataset ({})",

@@ -6,35 +6,101 @@
 // generated; a model whose vocab_size pads the vocabulary never draws a
 // padding id. The checkpoint is the run's best one (ckpt/), or, when that is
 // missing or damaged, its newest intact step-numbered one (train/ckpt_dirs.h).
+// --ckpt hf:DIR samples a Hugging Face GPT-2 directory instead (its weights
+// and tokenizer, train/hf_gpt2.h); --logits FILE writes the prompt's logits
+// instead of sampling (what tools/torch_ref/hf_logits.py compares).
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
+#include "core/fileio.h"
 #include "data/vocab.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_dirs.h"
 #include "train/config.h"
+#include "train/hf_gpt2.h"
 #include "train/sample.h"
 
 namespace parallm::cli {
 
 namespace {
+
 constexpr int64_t kMaxNewTokens = 10'000'000;  // the whole sample is kept in memory (4 bytes a token)
+
+struct Opts {
+  std::string ckpt, prompt = "\n", data, logits;
+  int64_t max_new_tokens = 500, top_k = 200, num_samples = 1;
+  float temperature = 0.8f;
+  uint64_t seed = 1337;
+};
+
+struct Loaded {
+  std::unique_ptr<model::GPT> model;
+  data::Vocab vocab;
+};
+
+// A run directory's checkpoint and vocabulary.
+Loaded load_run(const Opts& o) {
+  train::ChooseOptions pick;
+  pick.best_first = true;
+  pick.params_only = true;
+  auto meta = train::choose_checkpoint(o.ckpt, nullptr, pick);
+  auto cfg = train::RunConfig::from_json(meta["config"]);
+  const bool own = std::filesystem::exists(std::filesystem::path(o.ckpt) / "meta.json");
+  Loaded l;
+  l.vocab = data::Vocab::load(!o.data.empty() ? o.data : own ? o.ckpt : cfg.data.dir);
+  if (!o.data.empty() && own) {
+    const auto trained = data::Vocab::load(o.ckpt);
+    PARALLM_CHECK(l.vocab == trained, ConfigError, "cli.sample",
+                  "--data {}: its vocabulary ({}) is not the one run {} was trained with ({}); leave --data "
+                  "out to use the run's own",
+                  o.data, l.vocab.describe(), o.ckpt, trained.describe());
+  }
+  l.model = std::make_unique<model::GPT>(cfg.model, 1, cfg.model.block_size);
+  train::load_checkpoint(train::checkpoint_of(meta), *l.model, nullptr, /*verify=*/false);  // verified when chosen
+  return l;
+}
+
+// hf:DIR, a Hugging Face GPT-2 directory (train/hf_gpt2.h): its weights and
+// its tokenizer files (or --data's vocabulary).
+Loaded load_hf(const Opts& o) {
+  const std::string dir = o.ckpt.substr(3);
+  const model::GPTConfig cfg = train::hf_gpt2_config(dir);
+  Loaded l;
+  l.vocab = !o.data.empty() ? data::Vocab::load(o.data)
+                            : data::Vocab::of_bpe(std::make_shared<const data::Bpe>(data::Bpe::load_dir(dir)));
+  l.model = std::make_unique<model::GPT>(cfg, 1, cfg.block_size);
+  l.model->load_params(train::load_hf_gpt2(dir, cfg, l.model->layout()).data());
+  return l;
+}
+
+// The logits of every position of the prompt, [T, vocab_size] float32, to `path`.
+int write_logits(model::GPT& m, const std::vector<int32_t>& prompt, const std::string& path) {
+  const auto T = static_cast<int64_t>(prompt.size());
+  PARALLM_CHECK(T > 0 && T <= m.config().block_size && T % m.token_multiple() == 0, ConfigError, "cli.sample",
+                "--logits: the prompt is {} tokens; it must be 1 to {} (model.block_size)", T, m.config().block_size);
+  const auto V = m.config().vocab_size;
+  std::vector<float> out(static_cast<size_t>(T * V));
+  m.forward(prompt.data(), nullptr, 1, T, model::StepContext{});
+  for (int64_t pos = 0; pos < T; ++pos) m.last_logits(out.data() + pos * V, 1, T, pos);
+  write_file(path, {{out.data(), out.size() * sizeof(float)}});
+  std::printf("wrote the logits of %lld positions x %lld tokens to %s\n", static_cast<long long>(T),
+              static_cast<long long>(V), path.c_str());
+  return 0;
+}
+
 }  // namespace
 
 Runner add_sample(CLI::App& app) {
   auto* cmd = app.add_subcommand("sample", "Generate text from a checkpoint");
-  struct Opts {
-    std::string ckpt, prompt = "\n", data;
-    int64_t max_new_tokens = 500, top_k = 200, num_samples = 1;
-    float temperature = 0.8f;
-    uint64_t seed = 1337;
-  };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--ckpt", o->ckpt, "run directory (train.out_dir) holding ckpt/")->required();
+  cmd->add_option("--ckpt", o->ckpt,
+                  "run directory (train.out_dir) holding ckpt/, or hf:DIR (a Hugging Face GPT-2 directory)")
+      ->required();
   cmd->add_option("--prompt", o->prompt, "prompt text (default a newline)");
   cmd->add_option("--max_new_tokens", o->max_new_tokens, "tokens to generate")
       ->check(int_in(0, kMaxNewTokens))
@@ -50,27 +116,17 @@ Runner add_sample(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--data", o->data, "dataset directory with meta.json (default: the run's own vocabulary)");
+  cmd->add_option("--logits", o->logits,
+                  "write the prompt's logits (every position, float32 little-endian, [tokens, vocab_size]) to this "
+                  "file instead of sampling");
   return [o]() {
-    train::ChooseOptions pick;
-    pick.best_first = true;
-    pick.params_only = true;
-    auto meta = train::choose_checkpoint(o->ckpt, nullptr, pick);
-    auto cfg = train::RunConfig::from_json(meta["config"]);
-    const bool own = std::filesystem::exists(std::filesystem::path(o->ckpt) / "meta.json");
-    auto vocab = data::CharVocab::load(!o->data.empty() ? o->data : own ? o->ckpt : cfg.data.dir);
-    if (!o->data.empty() && own) {
-      const auto trained = data::CharVocab::load(o->ckpt);
-      PARALLM_CHECK(vocab == trained, ConfigError, "cli.sample",
-                    "--data {}: its vocabulary ({} characters) is not the one run {} was trained with ({} "
-                    "characters); leave --data out to use the run's own",
-                    o->data, vocab.size(), o->ckpt, trained.size());
-    }
-    PARALLM_CHECK(vocab.size() <= cfg.model.vocab_size, ConfigError, "cli.sample",
-                  "the vocabulary has {} characters but the model in {} only {} tokens: not the dataset it was "
-                  "trained on",
-                  vocab.size(), o->ckpt, cfg.model.vocab_size);
-    model::GPT m(cfg.model, 1, cfg.model.block_size);
-    train::load_checkpoint(train::checkpoint_of(meta), m, nullptr, /*verify=*/false);  // verified when chosen
+    Loaded l = o->ckpt.rfind("hf:", 0) == 0 ? load_hf(*o) : load_run(*o);
+    model::GPT& m = *l.model;
+    const data::Vocab& vocab = l.vocab;
+    PARALLM_CHECK(vocab.size() <= m.config().vocab_size, ConfigError, "cli.sample",
+                  "the vocabulary has {} but the model in {} only {} tokens: not the dataset it was trained on",
+                  vocab.describe(), o->ckpt, m.config().vocab_size);
+    if (!o->logits.empty()) return write_logits(m, vocab.encode(o->prompt), o->logits);
     auto prompt = vocab.encode(o->prompt);
     // Each character is printed as it is drawn: a long sample shows itself growing.
     auto print_token = [&vocab](int32_t t) {

@@ -20,6 +20,7 @@ Runner add_doctor(CLI::App& app);
 Runner add_test_dist(CLI::App& app);
 Runner add_plan(CLI::App& app);
 Runner add_pipeline(CLI::App& app);
+Runner add_export(CLI::App& app);
 
 // The program's command line as given (argv, the program first), kept by
 // main() before parsing: train records it in the run's repro.json.

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   auto test_dist = parallm::cli::add_test_dist(app);
   auto plan = parallm::cli::add_plan(app);
   auto pipeline = parallm::cli::add_pipeline(app);
+  auto export_ = parallm::cli::add_export(app);
   if (is_unknown_subcommand(app, argc, argv)) return 2;
   try {
     app.parse(argc, argv);
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("test-dist")) return test_dist();
     if (app.got_subcommand("plan")) return plan();
     if (app.got_subcommand("pipeline")) return pipeline();
+    if (app.got_subcommand("export")) return export_();
   } catch (const parallm::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -132,8 +132,8 @@ std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
   return pieces;
 }
 
-Bpe Bpe::build(const std::vector<std::pair<std::string, int32_t>>& vocab,
-               const std::vector<std::pair<std::string, std::string>>& merges, const std::string& what) {
+Bpe Bpe::from_lists(const std::vector<std::pair<std::string, int32_t>>& vocab,
+                    const std::vector<std::pair<std::string, std::string>>& merges, const std::string& what) {
   std::map<char32_t, char> to_byte;
   for (int b = 0; b < 256; ++b) to_byte[byte_to_unicode()[static_cast<size_t>(b)]] = static_cast<char>(b);
   Bpe t;
@@ -193,19 +193,20 @@ Bpe Bpe::load_files(const std::string& vocab_json, const std::string& merges_txt
     if (line.empty() || (number == 1 && line.rfind("#version", 0) == 0)) continue;
     merges.push_back(merge_of(line, merges_txt, number));
   }
-  return build(vocab, merges, vocab_json + " + " + merges_txt);
+  return from_lists(vocab, merges, vocab_json + " + " + merges_txt);
 }
 
-Bpe Bpe::load_tokenizer_json(const std::string& path) {
-  const nlohmann::json j = read_json(path);
-  PARALLM_CHECK(j.contains("model") && j["model"].is_object() && j["model"].value("type", "") == "BPE", IoError, kWhere,
-                "{}: expected \"model\": {{\"type\": \"BPE\", ...}}", path);
-  const nlohmann::json& model = j["model"];
+namespace {
+
+// tokenizer.json's "model" object: its vocab, with `added` (added_tokens) where the vocab lacks them, and merges.
+Bpe model_of(const nlohmann::json& model, const nlohmann::json* added, const std::string& what) {
+  PARALLM_CHECK(model.is_object() && model.value("type", "") == "BPE", IoError, kWhere,
+                "{}: expected a model {{\"type\": \"BPE\", ...}}", what);
   PARALLM_CHECK(model.contains("vocab") && model.contains("merges") && model["merges"].is_array(), IoError, kWhere,
-                "{}: the model has no vocab object or merges list", path);
-  auto vocab = vocab_of(model["vocab"], path + " model.vocab");
-  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-    for (const auto& a : j["added_tokens"]) {
+                "{}: the model has no vocab object or merges list", what);
+  auto vocab = vocab_of(model["vocab"], what + " model.vocab");
+  if (added && added->is_array()) {
+    for (const auto& a : *added) {
       const std::string content = a.value("content", "");
       const bool known = std::any_of(vocab.begin(), vocab.end(), [&](const auto& v) { return v.first == content; });
       if (!known && a.contains("id") && a["id"].is_number_integer())
@@ -217,14 +218,60 @@ Bpe Bpe::load_tokenizer_json(const std::string& path) {
   for (const auto& m : model["merges"]) {  // "a b" (all versions) or ["a", "b"] (tokenizers >= 0.20)
     ++number;
     if (m.is_string()) {
-      merges.push_back(merge_of(m.get<std::string>(), path + " model.merges", number));
+      merges.push_back(merge_of(m.get<std::string>(), what + " model.merges", number));
     } else {
       PARALLM_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), IoError, kWhere,
-                    "{}: model.merges entry {} is {}, neither \"a b\" nor [\"a\", \"b\"]", path, number, m.dump());
+                    "{}: model.merges entry {} is {}, neither \"a b\" nor [\"a\", \"b\"]", what, number, m.dump());
       merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
     }
   }
-  return build(vocab, merges, path);
+  return Bpe::from_lists(vocab, merges, what);
+}
+
+}  // namespace
+
+Bpe Bpe::load_tokenizer_json(const std::string& path) {
+  const nlohmann::json j = read_json(path);
+  PARALLM_CHECK(j.contains("model"), IoError, kWhere, "{}: expected \"model\": {{\"type\": \"BPE\", ...}}", path);
+  return model_of(j["model"], j.contains("added_tokens") ? &j["added_tokens"] : nullptr, path);
+}
+
+Bpe Bpe::from_model_json(const nlohmann::json& model, const std::string& what) {
+  return model_of(model, nullptr, what);
+}
+
+std::string gpt2_printable(std::string_view bytes) {
+  std::string s;
+  for (unsigned char b : bytes) s += encode_utf8(byte_to_unicode()[b]);
+  return s;
+}
+
+std::string Bpe::token_text(int32_t id) const {
+  return gpt2_printable(token_bytes(id));
+}
+
+std::vector<std::pair<int32_t, int32_t>> Bpe::merge_list() const {
+  std::vector<std::pair<int32_t, std::pair<int32_t, int32_t>>> ranked;
+  ranked.reserve(pair_rank_.size());
+  for (const auto& [key, m] : pair_rank_)
+    ranked.push_back({m.rank, {static_cast<int32_t>(key >> 32), static_cast<int32_t>(key & 0xffffffffu)}});
+  std::sort(ranked.begin(), ranked.end());
+  std::vector<std::pair<int32_t, int32_t>> out;
+  out.reserve(ranked.size());
+  for (const auto& r : ranked) out.push_back(r.second);
+  return out;
+}
+
+nlohmann::json Bpe::model_json() const {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int32_t id = 0; id < vocab_size(); ++id) vocab[token_text(id)] = id;
+  nlohmann::json merges = nlohmann::json::array();
+  for (const auto& [a, b] : merge_list()) merges.push_back(token_text(a) + " " + token_text(b));
+  return {{"type", "BPE"}, {"vocab", std::move(vocab)}, {"merges", std::move(merges)}};
+}
+
+bool Bpe::operator==(const Bpe& o) const {
+  return token_bytes_ == o.token_bytes_ && merge_list() == o.merge_list();
 }
 
 Bpe Bpe::load_dir(const std::string& dir) {
@@ -238,10 +285,11 @@ Bpe Bpe::load_dir(const std::string& dir) {
                                     dir));
 }
 
-void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
-  std::vector<int32_t> sym(piece.size());
+void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, Scratch& s) const {
+  std::vector<int32_t>& sym = s.sym;
+  std::vector<int32_t>& next = s.next;
+  sym.resize(piece.size());
   for (size_t i = 0; i < piece.size(); ++i) sym[i] = byte_id_[static_cast<unsigned char>(piece[i])];
-  std::vector<int32_t> next;
   while (sym.size() > 1) {
     const Merge* best = nullptr;
     uint64_t best_key = 0;
@@ -267,22 +315,47 @@ void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out) const 
   out.insert(out.end(), sym.begin(), sym.end());
 }
 
+// A piece seen before in the same text is copied from where its ids were
+// written (text is mostly repeated words); the rest are merged.
+void Bpe::encode_text(std::string_view text, std::vector<int32_t>& out, Scratch& s) const {
+  for (std::string_view piece : gpt2_pretokenize(text)) {
+    if (piece.size() == 1) {
+      out.push_back(byte_id_[static_cast<unsigned char>(piece[0])]);
+      continue;
+    }
+    const auto [it, fresh] = s.seen.try_emplace(piece, out.size(), 0);
+    if (!fresh) {
+      const auto [from, n] = it->second;
+      for (size_t i = from; i < from + n; ++i) {
+        const int32_t id = out[i];
+        out.push_back(id);
+      }
+      continue;
+    }
+    encode_piece(piece, out, s);
+    it->second.second = out.size() - it->second.first;
+  }
+}
+
 std::vector<int32_t> Bpe::encode_ordinary(std::string_view text) const {
   std::vector<int32_t> out;
-  for (std::string_view piece : gpt2_pretokenize(text)) encode_piece(piece, out);
+  out.reserve(text.size() / 3);
+  Scratch s;
+  encode_text(text, out, s);
   return out;
 }
 
 std::vector<int32_t> Bpe::encode(std::string_view text) const {
   if (end_of_text_ < 0) return encode_ordinary(text);
   std::vector<int32_t> out;
+  Scratch s;
   size_t start = 0;
   for (size_t at = text.find(kEndOfText); at != std::string_view::npos; at = text.find(kEndOfText, start)) {
-    for (std::string_view piece : gpt2_pretokenize(text.substr(start, at - start))) encode_piece(piece, out);
+    encode_text(text.substr(start, at - start), out, s);
     out.push_back(end_of_text_);
     start = at + kEndOfText.size();
   }
-  for (std::string_view piece : gpt2_pretokenize(text.substr(start))) encode_piece(piece, out);
+  encode_text(text.substr(start), out, s);
   return out;
 }
 

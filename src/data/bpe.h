@@ -16,6 +16,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -29,6 +30,8 @@ std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
 
 // GPT-2's printable code point of each byte (byte 0x20 -> U+0120 "Ġ", ...).
 const std::array<char32_t, 256>& byte_to_unicode();
+// Raw bytes in that alphabet, as the tokenizer files write tokens.
+std::string gpt2_printable(std::string_view bytes);
 
 class Bpe {
  public:
@@ -39,6 +42,16 @@ class Bpe {
   // A token -> id table (vocab.json / encoder.json) and the merges file.
   static Bpe load_files(const std::string& vocab_json, const std::string& merges_txt);
   static Bpe load_tokenizer_json(const std::string& path);
+  // tokenizer.json's "model" object ({"type": "BPE", "vocab": {...}, "merges": [...]}),
+  // as model_json() writes it; `what` names it in errors.
+  static Bpe from_model_json(const nlohmann::json& model, const std::string& what);
+  // From the (token text, id) pairs and the merges (token texts) in rank order.
+  static Bpe from_lists(const std::vector<std::pair<std::string, int32_t>>& vocab,
+                        const std::vector<std::pair<std::string, std::string>>& merges, const std::string& what);
+  // The vocabulary and merges as tokenizer.json's "model" object.
+  nlohmann::json model_json() const;
+  // The same tokens with the same merges in the same order.
+  bool operator==(const Bpe& o) const;
 
   int32_t vocab_size() const { return static_cast<int32_t>(token_bytes_.size()); }
   int32_t merges() const { return static_cast<int32_t>(pair_rank_.size()); }
@@ -53,14 +66,21 @@ class Bpe {
   // mid-character); ConfigError naming an id out of range.
   std::string decode(const std::vector<int32_t>& ids) const;
   const std::string& token_bytes(int32_t id) const { return token_bytes_.at(static_cast<size_t>(id)); }
+  // A token as the files write it, in GPT-2's printable alphabet.
+  std::string token_text(int32_t id) const;
+  // The merged pairs (left id, right id), by rank.
+  std::vector<std::pair<int32_t, int32_t>> merge_list() const;
 
  private:
   struct Merge {
     int32_t rank, id;
   };
-  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
-  static Bpe build(const std::vector<std::pair<std::string, int32_t>>& vocab,
-                   const std::vector<std::pair<std::string, std::string>>& merges, const std::string& what);
+  struct Scratch {
+    std::vector<int32_t> sym, next;
+    std::unordered_map<std::string_view, std::pair<size_t, size_t>> seen;  // piece -> its ids' [start, +n) in out
+  };
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out, Scratch& s) const;
+  void encode_text(std::string_view text, std::vector<int32_t>& out, Scratch& s) const;
 
   std::vector<std::string> token_bytes_;           // id -> raw bytes
   std::array<int32_t, 256> byte_id_{};             // byte -> its single-byte token

@@ -251,13 +251,25 @@ void add_train_keys(KeyTable& t) {
          [](const RunConfig& c) { return nlohmann::json(c.train.seed); }, closed(0, 0x1p63 - 1)}},
        STR_KEY("train.out_dir", train.out_dir, "run directory"),
        {"train.init_from",
-        {"string", "scratch | resume",
+        {"string",
+         "scratch | resume | hf:DIR (the weights of a Hugging Face GPT-2 directory: config.json + "
+         "model.safetensors, to fine-tune)",
          [](RunConfig& c, const std::string& k, const std::string& v) {
-           PARALLM_CHECK(v == "scratch" || v == "resume", ConfigError, "config",
-                         "{}: expected scratch or resume, got \"{}\"", k, v);
-           c.train.init_from = v == "resume" ? InitFrom::Resume : InitFrom::Scratch;
+           const bool hf = v.rfind("hf:", 0) == 0;
+           PARALLM_CHECK(v == "scratch" || v == "resume" || (hf && v.size() > 3), ConfigError, "config",
+                         "{}: expected scratch, resume or hf:DIR, got \"{}\"", k, v);
+           c.train.init_from = hf ? InitFrom::Hf : v == "resume" ? InitFrom::Resume : InitFrom::Scratch;
+           c.train.hf_dir = hf ? v.substr(3) : "";
          },
-         [](const RunConfig& c) { return nlohmann::json(c.train.resume() ? "resume" : "scratch"); }, std::nullopt}},
+         [](const RunConfig& c) {
+           return nlohmann::json(c.train.init_from == InitFrom::Hf ? "hf:" + c.train.hf_dir
+                                 : c.train.resume()                ? "resume"
+                                                                   : "scratch");
+         },
+         std::nullopt}},
+       BOOL_KEY("train.tensorboard", train.tensorboard,
+                "also write the metrics records as TensorBoard event files (events.out.tfevents.*) in "
+                "train.out_dir, on rank 0"),
        BOOL_KEY("train.always_save_checkpoint", train.always_save_checkpoint,
                 "save at every eval, not only on improvement"),
        INT_KEY("train.keep_checkpoints", train.keep_checkpoints, 1, kMaxIters,

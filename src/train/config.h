@@ -23,7 +23,8 @@
 namespace parallm::train {
 
 // train.init_from
-enum class InitFrom { Scratch, Resume };
+// (hf: the weights of a Hugging Face GPT-2 directory, train/hf_gpt2.h)
+enum class InitFrom { Scratch, Resume, Hf };
 // train.dtype: the training precision (fp16 is parsed, and refused by validate() until it exists).
 enum class Precision { FP32, BF16, FP16 };
 // train.loss_scale as given: auto (dynamic for fp16, else off), dynamic, off, or a static scale.
@@ -47,6 +48,7 @@ struct TrainSection {
   uint64_t seed = 1337;
   std::string out_dir = "out";
   InitFrom init_from = InitFrom::Scratch;
+  std::string hf_dir;  // train.init_from=hf:DIR
   bool always_save_checkpoint = false;
   int64_t keep_checkpoints = 2;     // step-numbered checkpoints kept (ckpt_dirs.h)
   int64_t checkpoint_interval = 0;  // iterations between step-numbered checkpoints (0 = none)
@@ -55,6 +57,7 @@ struct TrainSection {
   bool eval_only = false;
   bool overwrite = false;       // a scratch run may replace (delete) the checkpoint already in out_dir
   bool final_eval = true;       // evaluate (and checkpoint) at max_iters too
+  bool tensorboard = false;     // the metrics also as TensorBoard event files (train/tb_writer.h)
   double peak_flops = 0;        // FLOP/s for MFU; 0 = measure the GEMM peak once per machine
   int64_t threads = 0;          // OpenMP threads; 0 = OMP_NUM_THREADS or the cores per rank
   int64_t sample_tokens = 200;  // tokens sampled at each eval (0 = none)
@@ -177,6 +180,8 @@ struct RunConfig {
   // Keys with type, valid range (numeric keys; validate() checks the same), default and help, for
   // `parallm train --help-keys`.
   static std::vector<std::pair<std::string, std::string>> describe();
+  // Whether `key` was given (set(): a config file, key=value).
+  bool given(const std::string& key) const { return explicit_keys_.count(key) > 0; }
 
  private:
   std::set<std::string> explicit_keys_;  // keys given through set() (config file, key=value)

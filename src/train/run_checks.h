@@ -17,7 +17,17 @@ namespace parallm::train {
 // never occur in the data and are never sampled). On resume (`saved_config`
 // not null) the run's own copy of meta.json in train.out_dir, where it has
 // one, must hold the same vocabulary: a ConfigError naming both otherwise.
-data::CharVocab dataset_vocabulary(RunConfig& cfg, const nlohmann::json* saved_config);
+data::Vocab dataset_vocabulary(RunConfig& cfg, const nlohmann::json* saved_config);
+
+// train.init_from=hf:DIR: the model.* keys from DIR/config.json (n_layer,
+// n_head, n_embd, bias, gelu; block_size and vocab_size unless given: a
+// smaller block_size crops the position table, a larger vocab_size pads the
+// token table). A given key that contradicts the directory is a ConfigError
+// naming both values.
+void take_hf_model(RunConfig& cfg);
+// With train.init_from=hf:DIR, the dataset's vocabulary must be BPE, and the
+// one DIR's tokenizer files hold where it has some (ConfigError otherwise).
+void check_hf_vocabulary(const RunConfig& cfg, const data::Vocab& vocab);
 
 // For a resumed run whose checkpoint resumes at iteration `ckpt_iter`: "" if
 // it has iterations left (ckpt_iter <= train.max_iters, the last one), else

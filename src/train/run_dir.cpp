@@ -117,10 +117,14 @@ void remove_leftovers(const fs::path& dir) {
   }
 }
 
-// What a scratch run deletes: every checkpoint (and its .old), the rolled-back ones, meta.json and memory.json.
+// What a scratch run deletes: every checkpoint (and its .old), the rolled-back ones, meta.json, memory.json,
+// the repro records and the TensorBoard event files.
 std::vector<std::string> earlier_run(const fs::path& dir) {
   std::vector<std::string> names = {"rolled_back", "meta.json", "memory.json", "repro.json"};
   for (int n = last_attempt(dir); n > 0; --n) names.push_back(fmt::format("repro-{}.json", n));
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) names.push_back(e.path().filename());
   for (const auto& name : checkpoint_names(dir.string())) {
     names.push_back(name);
     names.push_back(name + ".old");
@@ -152,6 +156,7 @@ RunDir::RunDir(const RunConfig& cfg, Mode mode, int64_t resume_iter, const nlohm
   metrics_ = std::make_unique<MetricsWriter>((dir / "metrics.jsonl").string(), mode != Mode::Scratch);
   if (carries)
     for (const auto& r : carried) metrics_->write(r);
+  if (cfg.train.tensorboard && mode != Mode::Records) tb_ = std::make_unique<TbWriter>(dir_);
 }
 
 void RunDir::write_repro(nlohmann::json record) {
@@ -164,6 +169,11 @@ void RunDir::write_repro(nlohmann::json record) {
 }
 
 void RunDir::write_memory(const nlohmann::json& record) {
+  if (tb_) {
+    nlohmann::json r = record;
+    r["kind"] = "memory";
+    tb_->write_record(r);
+  }
   try {
     write_text(fs::path(dir_) / "memory.json", record.dump(2) + "\n");
   } catch (const Error& e) {
@@ -174,6 +184,7 @@ void RunDir::write_memory(const nlohmann::json& record) {
 std::string RunDir::write_error() const {
   if (!metrics_->error().empty()) return metrics_->error();
   if (const std::string e = log::file_error(); !e.empty()) return e;
+  if (tb_ && !tb_->write_error().empty()) return tb_->write_error();
   return memory_error_;
 }
 

@@ -6,6 +6,7 @@
 //   meta.json      the dataset's vocabulary, so that `parallm sample` needs
 //                  nothing but the run directory
 //   metrics.jsonl  one JSON object per train step and per evaluation
+//   events.out.tfevents.*  the same as TensorBoard scalars (train.tensorboard)
 //   memory.json    peak bytes per category, after the first step
 //   train.log      the log lines with timestamps, and the error that ended
 //                  the run if one did
@@ -33,6 +34,7 @@
 
 #include "train/config.h"
 #include "train/metrics.h"
+#include "train/tb_writer.h"
 
 namespace parallm::train {
 
@@ -55,7 +57,10 @@ class RunDir {
   RunDir(const RunDir&) = delete;
   RunDir& operator=(const RunDir&) = delete;
 
-  void write_metrics(const nlohmann::json& record) { metrics_->write(record); }
+  void write_metrics(const nlohmann::json& record) {
+    metrics_->write(record);
+    if (tb_) tb_->write_record(record);
+  }
   void write_memory(const nlohmann::json& record);
   // `record` as repro-<n>.json, n one more than the last attempt's here, and
   // as repro.json, with "attempt": n.
@@ -77,6 +82,7 @@ class RunDir {
   std::string dir_;
   LogAttach log_;
   std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<TbWriter> tb_;  // train.tensorboard
   std::string memory_error_;
 };
 

@@ -140,6 +140,7 @@ std::string resolve_config(Session& s, int ranks_per_node) {
     for (const auto& c : changed) changes += (changes.empty() ? "" : ", ") + c;
   }
   if (!s.lead) cfg.train.progress = false;
+  if (cfg.train.init_from == InitFrom::Hf) take_hf_model(cfg);
   check_ranks_agree(cfg, s.world);  // every rank, before any check or decision that could differ between them
   // Every check that needs no file comes before the dataset is read (the
   // vocabulary size, unless given, comes from it).
@@ -149,6 +150,7 @@ std::string resolve_config(Session& s, int ranks_per_node) {
     cfg.check_ranges();
   parallel::resolve_mesh_dims(cfg.mesh_dims(), s.world.size(), ranks_per_node, cfg.parallel.tp_across_nodes);
   s.vocab = dataset_vocabulary(cfg, s.resume ? &s.ck_meta["config"] : nullptr);
+  if (cfg.train.init_from == InitFrom::Hf) check_hf_vocabulary(cfg, s.vocab);
   cfg.validate();  // train.threads in range before libgomp is asked for them
   if (cfg.train.threads > 0) set_num_threads(static_cast<int>(cfg.train.threads));
   return changes;
@@ -231,7 +233,7 @@ parallel::GradSyncOptions sync_options(const RunConfig& cfg, int dp_size) {
 }
 
 // The samples' prompt, checked against the vocabulary before anything is written.
-std::string sample_prompt(const RunConfig& cfg, const data::CharVocab& vocab) {
+std::string sample_prompt(const RunConfig& cfg, const data::Vocab& vocab) {
   const std::string prompt = cfg.train.sample_prompt.empty() ? "\n" : cfg.train.sample_prompt;
   if (cfg.train.sample_tokens > 0) {
     try {
@@ -342,6 +344,8 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
     s->watch = std::make_unique<model::NumericWatch>(s->dev, world.rank(), s->cfg.optimizer.gas);
   if (s->resume)
     restore_state(*s);
+  else if (s->cfg.train.init_from == InitFrom::Hf)
+    load_hf_weights(*s);
   else
     s->sync->init_params(s->cfg.train.seed);
   s->guard = make_guard(*s);

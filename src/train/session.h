@@ -60,7 +60,7 @@ struct Session {
   nlohmann::json ck_meta;  // the checkpoint's state.json (resume)
   Device dev;
   std::unique_ptr<parallel::Mesh> mesh;
-  data::CharVocab vocab;
+  data::Vocab vocab;
   std::string prompt;  // the samples' prompt
   std::unique_ptr<data::Loader> loader;
   std::unique_ptr<parallel::TensorParallelGroup> tp;  // the model's group of the mesh's tp axis

@@ -1,5 +1,6 @@
 #include "train/state_io.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -7,6 +8,7 @@
 #include "parallel/group_ops.h"
 #include "parallel/tensor_parallel.h"
 #include "train/ckpt_dirs.h"
+#include "train/hf_gpt2.h"
 
 namespace parallm::train {
 
@@ -164,6 +166,18 @@ void restore_state(Session& s) {
             s.st.best_val_loss);
   s.sync->params_loaded();
   s.saved_any = true;
+}
+
+void load_hf_weights(Session& s) {
+  const std::vector<float> local = load_hf_gpt2(s.cfg.train.hf_dir, s.cfg.model, s.model->layout());
+  const parallel::HeldState h = s.sync->held();
+  if (h.param_shard) {
+    for (const auto& p : h.pieces) std::copy_n(local.data() + p.flat, p.count, h.param_shard + p.local);
+  } else {
+    s.model->load_params(local.data());
+  }
+  log::info("weights from {} (Hugging Face GPT-2, {})", s.cfg.train.hf_dir, s.cfg.model.summary());
+  s.sync->params_loaded();
 }
 
 bool saves_state(const Session& s) {

@@ -26,6 +26,9 @@ namespace parallm::train {
 
 // A resumed run's weights, optimizer state and scalars (every rank).
 void restore_state(Session& s);
+// train.init_from=hf:DIR: every rank reads its part of the weights from the
+// Hugging Face directory (train/hf_gpt2.h); the optimizer starts fresh.
+void load_hf_weights(Session& s);
 enum class SaveSlot {
   Best,  // <out_dir>/ckpt: the best by val loss (or the latest, with train.always_save_checkpoint)
   Step   // <out_dir>/ckpt-<next, 8 digits>: kept beside the best one, the newest train.keep_checkpoints of them

@@ -31,11 +31,8 @@ std::vector<std::string> pieces(const std::string& text) {
 
 using Pieces = std::vector<std::string>;
 
-// GPT-2's printable form of raw bytes.
 std::string printable(const std::string& bytes) {
-  std::string out;
-  for (unsigned char b : bytes) out += encode_utf8(byte_to_unicode()[b]);
-  return out;
+  return gpt2_printable(bytes);
 }
 
 // A vocabulary of the 256 bytes and the merges of "hello", plus <|endoftext|>.

@@ -56,7 +56,7 @@ TEST(Prepare, CodePointVocabularyAndNinetyTenSplit) {
   std::vector<uint16_t> want{1, 0, 3, 2, 4, 0, 1, 5, 2};
   EXPECT_EQ(train, want);
   EXPECT_EQ(read_u16(d / "out" / "val.bin"), std::vector<uint16_t>{0});
-  auto vocab = data::CharVocab::load((d / "out").string());
+  auto vocab = data::Vocab::load((d / "out").string());
   EXPECT_EQ(vocab.decode(vocab.encode("c\xE2\x82\xAC"
                                       "a")),
             "c\xE2\x82\xAC"

@@ -181,7 +181,12 @@ TEST_F(TrainerTest, MetaJsonMustDescribeItsData) {
     EXPECT_NE(e.find(says), std::string::npos) << e;
     EXPECT_FALSE(fs::exists(root_ / "never")) << "the run directory was made for a dataset that was refused";
   };
-  expect_refused([](auto& m) { m.erase("itos"); }, "has no itos list");
+  expect_refused([](auto& m) { m.erase("itos"); }, "has neither an itos list");
+  expect_refused(
+      [](auto& m) {
+        m["bpe"] = {{"type", "BPE"}, {"vocab", 3}};
+      },
+      "the model has no vocab object or merges list");
   expect_refused([](auto& m) { m["itos"][3] = 42; }, "itos entry 42 (id 3) is not a string");
   expect_refused([](auto& m) { m["itos"][3] = "ab"; }, "itos entry \"ab\" (id 3) is not one character");
   expect_refused([](auto& m) { m["itos"][3] = m["itos"][4]; }, "(id 4) repeats id 3");
@@ -189,7 +194,7 @@ TEST_F(TrainerTest, MetaJsonMustDescribeItsData) {
 }
 
 TEST_F(TrainerTest, AVocabSizeBelowTheDataIsRefusedAndPaddingIsNeverSampled) {
-  const auto vocab = data::CharVocab::load((root_ / "data").string());
+  const auto vocab = data::Vocab::load((root_ / "data").string());
   auto small = tiny("small");
   small.apply_overrides({"model.vocab_size=" + std::to_string(vocab.size() - 1)});
   EXPECT_NE(error_of([&] { train::run_training(small); }).find("is smaller than the dataset's vocabulary"),
