@@ -21,6 +21,7 @@ Runner add_test_dist(CLI::App& app);
 Runner add_plan(CLI::App& app);
 Runner add_pipeline(CLI::App& app);
 Runner add_export(CLI::App& app);
+Runner add_report(CLI::App& app);
 
 // The program's command line as given (argv, the program first), kept by
 // main() before parsing: train records it in the run's repro.json.

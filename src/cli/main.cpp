@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   auto plan = parallm::cli::add_plan(app);
   auto pipeline = parallm::cli::add_pipeline(app);
   auto export_ = parallm::cli::add_export(app);
+  auto report = parallm::cli::add_report(app);
   if (is_unknown_subcommand(app, argc, argv)) return 2;
   try {
     app.parse(argc, argv);
@@ -88,6 +89,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("plan")) return plan();
     if (app.got_subcommand("pipeline")) return pipeline();
     if (app.got_subcommand("export")) return export_();
+    if (app.got_subcommand("report")) return report();
   } catch (const parallm::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
