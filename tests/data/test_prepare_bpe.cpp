@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "data/bpe_train.h"
+#include "data/gpt2_files.h"
 #include "data/prepare.h"
 #include "data/prepare_bpe.h"
 #include "data/small_bpe.h"
@@ -209,4 +210,19 @@ TEST_F(PrepareBpe, TrainedBpeIsDeterministicRoundTripsCompressesAndLoadsFromItsF
   EXPECT_NE(
       test_util::error_of<ConfigError>([&] { train_bpe({(root_ / "docs").string()}, 256); }).find("vocab_size 256"),
       std::string::npos);
+}
+
+TEST_F(PrepareBpe, Gpt2FilesWhoseChecksumIsNotThePublishedOneAreRefused) {
+  const fs::path cache = root_ / "gpt2-tokenizer";
+  fs::create_directories(cache);
+  write(cache / "encoder.json", "{\"a\": 0}");
+  write(cache / "vocab.bpe", "#version: 0.2\n");
+  const std::string e = test_util::error_of<IoError>([&] { gpt2_tokenizer("", cache.string()); });
+  EXPECT_NE(e.find((cache / "encoder.json").string() + ": SHA-256 "), std::string::npos) << e;
+  EXPECT_NE(e.find("is not that of GPT-2's published encoder.json (196139668be63f3b"), std::string::npos) << e;
+  // Given with --vocab, any tokenizer is taken as it is (and is not GPT-2's).
+  write_bpe_files(small_bpe(), (root_ / "mine").string());
+  const Bpe mine = gpt2_tokenizer((root_ / "mine").string(), cache.string());
+  EXPECT_TRUE(mine == small_bpe());
+  EXPECT_FALSE(is_gpt2(mine));
 }
