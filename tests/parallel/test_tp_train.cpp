@@ -2,14 +2,19 @@
 // split into tp (and dp) against one rank with the whole batch (each rank runs
 // that reference alone), a resumed tp run against the uninterrupted one, and
 // a tp checkpoint resumed by one rank; ZeRO stages over the dp group of a tp
-// run against one rank, and a ZeRO x tp checkpoint resumed in other layouts. Dropout on, vocabulary 65 (no degree
-// divides it), 12 heads so tp = 2, 3, 4 and 6 all split them.
+// run against one rank, and a ZeRO x tp checkpoint resumed in other layouts; fine-tuning from a Hugging Face
+// directory at tp and ZeRO-3 against one rank. Dropout on, vocabulary 65 (no degree divides it), 12 heads so tp =
+// 2, 3, 4 and 6 all split them.
 #include <filesystem>
+#include <fstream>
 #include <string>
 
+#include "data/prepare_bpe.h"
+#include "data/small_bpe.h"
 #include "model/params.h"
 #include "parallel/dist_run.h"
 #include "train/checkpoint.h"
+#include "train/hf_gpt2.h"
 
 using namespace parallm;
 using test_util::world;
@@ -169,6 +174,41 @@ TEST_F(TpTrainTest, AZeroCheckpointResumesInAnyLayout) {
     }
     close(resume(z + "_alone" + std::to_string(me), global, {"zero.stage=0"}, nullptr), "1 rank (zero.stage=0)");
   }
+}
+
+// Fine-tuning from a Hugging Face GPT-2 directory (train.init_from=hf:DIR) in
+// a tensor-parallel layout and under ZeRO-3 (each rank loads its part or its
+// shard) gives the one-rank fine-tuning's losses.
+TEST_F(TpTrainTest, FineTuningFromAnHfDirectoryMatchesOneRank) {
+  const int n = world->size();
+  const auto data = root_ / "bpe_data", hf = root_ / "hf";
+  if (world->rank() == 0) {
+    const data::Bpe bpe = test_util::small_bpe();
+    std::string text;
+    for (int i = 0; i < 900; ++i) text += i % 3 ? "the other thee whether\n" : "to be or not to be\n";
+    std::ofstream(root_ / "bpe.txt") << text;
+    data::prepare_bpe_documents({(root_ / "bpe.txt").string()}, data.string(), bpe, data::BpePrepareOptions{});
+    model::GPTConfig c;
+    c.n_layer = 2, c.n_head = 12, c.n_embd = 48, c.block_size = 32, c.vocab_size = bpe.vocab_size(), c.bias = true;
+    c.gelu = kernels::GeluKind::Tanh;
+    const model::ParamLayout l(c);
+    std::vector<float> params(static_cast<size_t>(l.total()));
+    l.init(params.data(), 11);
+    train::export_hf_gpt2(hf.string(), c, l, params.data(), c.vocab_size, &bpe);
+  }
+  world->barrier();
+  auto ft = [&](const std::string& out, int64_t batch, std::vector<std::string> keys) {
+    auto c = tiny(out, batch);
+    keys.insert(keys.begin(), {"model.n_head=12", "model.n_embd=48", "data.dir=" + data.string(),
+                               "train.init_from=hf:" + hf.string(), "train.max_iters=8"});
+    c.apply_overrides(keys);
+    return c;
+  };
+  const auto one = train::run_training(ft("hf_one" + std::to_string(world->rank()), n, {}));
+  const auto tp = train::run_training(ft("hf_tp", n, {"parallel.tp=" + std::to_string(n)}), world);
+  expect_close(tp, one, 1e-5, "init_from=hf, tp=" + std::to_string(n) + " vs 1 rank");
+  const auto z3 = train::run_training(ft("hf_z3", 1, {"zero.stage=3"}), world);
+  expect_close(z3, one, 1e-5, "init_from=hf, zero.stage=3 over dp=" + std::to_string(n) + " vs 1 rank");
 }
 
 int main(int argc, char** argv) {
