@@ -164,9 +164,12 @@ not_alone self 'backend self runs one rank alone, but this process is task [01] 
 # exit code 0:0). A second job, submitted behind it with --dependency,
 # resumes where the first stopped (and reads its own limit: max_duration=auto).
 job_state() { scontrol show job "$1" -o 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
-wait_job() {  # job id, seconds: waits until it ended
+wait_job() {  # job id, seconds: waits until it ended (a final state; any other, e.g. one shown while Slurm signals it, is waited out)
   for _ in $(seq $(($2 * 5))); do
-    case $(job_state "$1") in PENDING | RUNNING | CONFIGURING | COMPLETING | "") sleep 0.2 ;; *) return 0 ;; esac
+    case $(job_state "$1") in
+    COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | PREEMPTED | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE) return 0 ;;
+    *) sleep 0.2 ;;
+    esac
   done
   fail "job $1 still $(job_state "$1") after $2 s"
 }
