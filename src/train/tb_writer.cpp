@@ -8,17 +8,12 @@
 #include <cstring>
 #include <filesystem>
 
+#include "comm/topology.h"
 #include "core/error.h"
 
 namespace parallm::train {
 
 namespace {
-
-std::string host() {
-  char h[256] = {0};
-  if (::gethostname(h, sizeof h - 1) != 0) return "host";
-  return h;
-}
 
 double now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -106,7 +101,7 @@ std::string tf_record(const std::string& data) {
 
 TbWriter::TbWriter(const std::string& dir) {
   path_ = (std::filesystem::path(dir) /
-           fmt::format("events.out.tfevents.{:010d}.{}.{}", static_cast<int64_t>(now()), host(), ::getpid()))
+           fmt::format("events.out.tfevents.{:010d}.{}.{}", static_cast<int64_t>(now()), comm::this_host(), ::getpid()))
               .string();
   f_ = std::fopen(path_.c_str(), "wb");
   PARALLM_CHECK(f_, IoError, "train.tensorboard", "cannot create {}: {}", path_, std::strerror(errno));
