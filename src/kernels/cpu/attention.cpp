@@ -16,37 +16,25 @@
 
 #include "core/profiler.h"
 #include "core/rng.h"
+#include "kernels/cpu/attention_rows.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/small_gemm.h"
 #include "kernels/elementwise.h"
 
 namespace parallm::kernels::cpu {
 
-namespace {
+namespace attn {
 
-constexpr int64_t kBr = 32;  // query rows per block (smaller blocks waste less on the causal diagonal)
-
-// Row stride of the scratch tiles: T rounded up to 16 floats plus 16, so that
-// successive rows do not fall on the same L1 sets (a 1 KiB stride at T=256
-// made the K^T stream in S = Q K^T thrash the cache).
-int64_t scratch_ld(int64_t T) {
-  return (T + 15) / 16 * 16 + 16;
+int64_t scratch_ld(int64_t n) {
+  return (n + 15) / 16 * 16 + 16;
 }
 
-// Per-thread scratch: K^T, V^T (HS x ld) and four kBr x ld tiles.
-int64_t per_thread_floats(int64_t T, int64_t HS) {
-  return 2 * HS * scratch_ld(T) + 4 * kBr * scratch_ld(T) + 64;
-}
-
-// Multiplies a row of probabilities by the dropout mask of (bh, i, .) (bh: the global
-// (sample, head) index, AttnDropout::global_bh), scaled by 1/(1-p).
-void dropout_row(float* row, const float* src, int64_t len, int64_t bh, int64_t i, int64_t T, const AttnDropout& d) {
+void dropout_row(float* row, const float* src, int64_t len, uint64_t index0, const AttnDropout& d) {
   const float scale = 1.0f / (1.0f - d.p);
   for (int64_t j = 0; j < len; ++j)
-    row[j] = dropout_keep(d.p, d.seed, d.stream, static_cast<uint64_t>((bh * T + i) * T + j)) ? src[j] * scale : 0.0f;
+    row[j] = dropout_keep(d.p, d.seed, d.stream, index0 + static_cast<uint64_t>(j)) ? src[j] * scale : 0.0f;
 }
 
-// Scores -> probabilities over s[0..len), zeros in [len, n); returns log-sum-exp.
 PARALLM_CLONES float softmax_row(float* s, int64_t len, int64_t n) {
   const simd::ExpBounds eb;
   float mx = -INFINITY;
@@ -70,7 +58,6 @@ PARALLM_CLONES void probs_row(float* s, int64_t len, int64_t n, float lse) {
   for (int64_t j = len; j < n; ++j) s[j] = 0.0f;
 }
 
-// dS = P * (dP - D) * scale, in place over dp.
 PARALLM_CLONES void dscores_row(float* dp, const float* p, int64_t n, float D, float scale) {
   for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - D) * scale;
 }
@@ -80,6 +67,22 @@ PARALLM_CLONES float dot(const float* a, const float* b, int64_t n) {
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
+}
+
+}  // namespace attn
+
+namespace {
+
+using namespace attn;
+
+// Per-thread scratch: K^T, V^T (HS x ld) and four kBr x ld tiles.
+int64_t per_thread_floats(int64_t T, int64_t HS) {
+  return 2 * HS * scratch_ld(T) + 4 * kBr * scratch_ld(T) + 64;
+}
+
+// The dropout index of (bh, i, key 0) (bh: the global (sample, head) index, AttnDropout::global_bh).
+uint64_t row_index(int64_t bh, int64_t i, int64_t T) {
+  return static_cast<uint64_t>((bh * T + i) * T);
 }
 
 void fwd_head(float* out, float* lse, const float* q, const float* k, const float* v, int64_t T, int64_t HS, int64_t C,
@@ -96,7 +99,7 @@ void fwd_head(float* out, float* lse, const float* q, const float* k, const floa
     for (int64_t r = 0; r < rows; ++r) lse[i0 + r] = softmax_row(S + r * ld, i0 + r + 1, n);
     const float* P = S;
     if (drop.p > 0) {
-      for (int64_t r = 0; r < rows; ++r) dropout_row(Pd + r * ld, S + r * ld, n, bh, i0 + r, T, drop);
+      for (int64_t r = 0; r < rows; ++r) dropout_row(Pd + r * ld, S + r * ld, n, row_index(bh, i0 + r, T), drop);
       P = Pd;
     }
     small_gemm(rows, HS, n, 1.0f, P, ld, v, C3, out + i0 * C, C, false);
@@ -127,7 +130,7 @@ void bwd_head(float* dq, float* dk, float* dv, const float* dout, const float* q
       for (int64_t r = 0; r < rows; ++r) {
         // mask / (1 - p) per entry, from the same counter-based draws as forward
         std::fill(Pd + r * ld, Pd + r * ld + n, 1.0f);
-        dropout_row(Pd + r * ld, Pd + r * ld, n, bh, i0 + r, T, drop);
+        dropout_row(Pd + r * ld, Pd + r * ld, n, row_index(bh, i0 + r, T), drop);
         for (int64_t j = 0; j < n; ++j) {
           dP[r * ld + j] *= Pd[r * ld + j];
           Pd[r * ld + j] *= P[r * ld + j];
