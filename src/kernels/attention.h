@@ -5,6 +5,9 @@
 // so no T x T matrix is kept between forward and backward.
 // Attention dropout (p > 0) drops probabilities with a mask drawn from the
 // counter-based RNG at (seed, stream, index of (b, h, i, j)), regenerated in backward.
+// The block kernels (AttnBlock, below) run one such problem in pieces, queries
+// of some rows against keys of others, merging per-row (out, lse) pairs: the
+// context-parallel (ring attention) form, with the same dropout masks.
 #pragma once
 #include <cstdint>
 
@@ -62,5 +65,59 @@ bool cudnn_attention_built();
 int64_t cudnn_attention_calls();
 }  // namespace cuda
 #undef PARALLM_ATTENTION_DECLS
+
+// Context parallelism (issue 36): the queries of some rows against the keys
+// and values of some rows of one causal attention problem, positions global.
+// Head h of row i of sample b of a tensor X lies at X + b*X_bs + i*X_ld + h*HS.
+// Key row j is visible to query row i iff k0 + j <= q0 + i (causal), so a
+// block entirely before the queries is full, one at the same positions is the
+// causal diagonal, one after them is empty (nothing done).
+struct AttnBlock {
+  int64_t B = 0, NH = 0, HS = 0;
+  int64_t Tq = 0, Tk = 0;        // query rows, key rows in this block
+  int64_t q0 = 0, k0 = 0;        // global positions of the first query row and the first key row
+  int64_t T = 0;                 // global sequence length (the dropout mask's index)
+  int64_t q_ld = 0, q_bs = 0;    // q (and dq): row and sample strides, in elements
+  int64_t kv_ld = 0, kv_bs = 0;  // k, v (and dk, dv)
+  int64_t o_ld = 0, o_bs = 0;    // out (and dout)
+  int64_t lse_ld = 0;            // lse of (b, h, i) at lse[(b*NH + h)*lse_ld + i]
+  bool first = false;            // forward: the rows' first block (write out and lse instead of merging)
+};
+
+// The block kernels, fp32 only. The dropout mask of query row i, key row j of
+// (b, h) is the unsplit kernels' one at global (q0 + i, k0 + j) of length T.
+//
+// attention_block_forward merges this block into the running (out, lse) of
+// its query rows: with the block's own log-sum-exp l_b (of the scaled scores
+// q.k/sqrt(HS) over the visible keys, before dropout) and output
+// o_b = sum_j softmax_j * mask_j/(1-p) * v_j,
+//   lse' = log(exp(lse) + exp(l_b)),  out' = exp(lse - lse') out + exp(l_b - lse') o_b
+// (stable form: max + log1p(exp(-|a-b|))). A row with no visible key in the
+// block is left alone; a row whose running lse is -inf takes the block's
+// values. With blk.first the block's values are written (a row with no
+// visible key then gets out = 0, lse = -inf).
+//
+// attention_block_backward accumulates (+=) this block's part of dq, dk, dv,
+// given dout and the MERGED out and lse of the query rows (the global ones
+// over all keys): P = exp(s - lse), D = rowsum(dout * out),
+// dS = P * (dP' * mask/(1-p) - D) * scale with dP' = dout . v, dq += dS k,
+// dk += dS^T q, dv += (P * mask/(1-p))^T dout. dq has q's strides, dk and dv
+// kv's, dout out's.
+#define PARALLM_ATTENTION_BLOCK_DECLS                                                                               \
+  void attention_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,              \
+                               const AttnBlock& blk, AttnDropout drop, float* workspace);                           \
+  void attention_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, \
+                                const float* v, const float* out, const float* lse, const AttnBlock& blk,           \
+                                AttnDropout drop, float* workspace);                                                \
+  int64_t attention_block_workspace_floats(int64_t B, int64_t NH, int64_t Tq, int64_t Tk, int64_t HS, int nthreads);
+
+namespace cpu {
+PARALLM_ATTENTION_BLOCK_DECLS
+}
+// kernels::cuda: device pointers, run on gpu::stream().
+namespace cuda {
+PARALLM_ATTENTION_BLOCK_DECLS
+}
+#undef PARALLM_ATTENTION_BLOCK_DECLS
 
 }  // namespace parallm::kernels

@@ -1,6 +1,7 @@
-// Contract: residual add and dropout. Dropout's mask is drawn from the
-// counter-based RNG at (seed, stream, element index) and regenerated in
-// backward, so nothing is stored and any thread count gives the same mask.
+// Contract: residual add, dropout, strided row copies and fills. Dropout's
+// mask is drawn from the counter-based RNG at (seed, stream, element index)
+// and regenerated in backward, so nothing is stored and any thread count gives
+// the same mask.
 // `base` is the global index of element 0: a rank holding samples [s, s+B)
 // of a step passes s*T*C, so every layout draws the same mask per sample.
 #pragma once
@@ -39,6 +40,24 @@ void convert(bfloat16* out, const float* in, int64_t n);
 void convert(float* out, const bfloat16* in, int64_t n);
 }  // namespace cuda
 #undef PARALLM_ELEMENTWISE_DECLS
+
+// Strided copies and fills, for float and bf16 elements (context parallelism's
+// staging of q, k, v rows and its running out and lse):
+//   copy_rows: dst[r * dld + c] = src[r * sld + c] for r < rows, c < width;
+//   fill:      x[0, n) = value (rounded to bf16 for bf16 elements).
+#define PARALLM_COPY_FILL_DECLS(E)                                                             \
+  void copy_rows(E* dst, int64_t dld, const E* src, int64_t sld, int64_t width, int64_t rows); \
+  void fill(E* x, int64_t n, float value);
+namespace cpu {
+PARALLM_COPY_FILL_DECLS(float)
+PARALLM_COPY_FILL_DECLS(bfloat16)
+}  // namespace cpu
+// kernels::cuda: device pointers, on gpu::stream().
+namespace cuda {
+PARALLM_COPY_FILL_DECLS(float)
+PARALLM_COPY_FILL_DECLS(bfloat16)
+}  // namespace cuda
+#undef PARALLM_COPY_FILL_DECLS
 
 // Keep probability for element `index`: true when the element survives.
 bool dropout_keep(float p, uint64_t seed, uint64_t stream, uint64_t index);

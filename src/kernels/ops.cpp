@@ -33,18 +33,23 @@ namespace {
   t.xent_vp_local_max = &ns::xent_vp_local_max;                     \
   t.xent_vp_exp_sums = &ns::xent_vp_exp_sums;                       \
   t.xent_vp_losses = &ns::xent_vp_losses;                           \
-  t.xent_vp_grad = &ns::xent_vp_grad
+  t.xent_vp_grad = &ns::xent_vp_grad;                               \
+  t.copy_rows = &ns::copy_rows;                                     \
+  t.fill = &ns::fill
 
-#define PARALLM_FP32_OPS(ns)                                          \
-  [] {                                                                \
-    Ops t{};                                                          \
-    PARALLM_MODEL_OPS(t, ns);                                         \
-    t.attention_workspace_floats = &ns::attention_workspace_floats;   \
-    t.classifier_workspace_floats = &ns::classifier_workspace_floats; \
-    t.add_inplace = &ns::add_inplace;                                 \
-    t.adamw_runs = &ns::adamw_runs;                                   \
-    t.sum_squares = &ns::sum_squares;                                 \
-    return t;                                                         \
+#define PARALLM_FP32_OPS(ns)                                                    \
+  [] {                                                                          \
+    Ops t{};                                                                    \
+    PARALLM_MODEL_OPS(t, ns);                                                   \
+    t.attention_workspace_floats = &ns::attention_workspace_floats;             \
+    t.attention_block_forward = &ns::attention_block_forward;                   \
+    t.attention_block_backward = &ns::attention_block_backward;                 \
+    t.attention_block_workspace_floats = &ns::attention_block_workspace_floats; \
+    t.classifier_workspace_floats = &ns::classifier_workspace_floats;           \
+    t.add_inplace = &ns::add_inplace;                                           \
+    t.adamw_runs = &ns::adamw_runs;                                             \
+    t.sum_squares = &ns::sum_squares;                                           \
+    return t;                                                                   \
   }()
 const Ops kCpu = PARALLM_FP32_OPS(cpu);
 // bf16 mixed precision on the CPU: fp32 activations, bf16 products.

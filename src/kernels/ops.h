@@ -62,6 +62,17 @@ struct ModelOps {
   void (*xent_vp_losses)(float* losses, const float* mx, const float* sums, I N);
   void (*xent_vp_grad)(A* dlogits, const float* logits, const float* mx, const float* se, const int32_t* targets, I N,
                        I vn, I valid, I v0, float dloss);
+  // Context parallelism (attention.h's block kernels; fp32 activations only: null in a bf16 table).
+  void (*attention_block_forward)(float* out, float* lse, const float* q, const float* k, const float* v,
+                                  const AttnBlock& blk, AttnDropout drop, float* ws);
+  void (*attention_block_backward)(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                                   const float* v, const float* out, const float* lse, const AttnBlock& blk,
+                                   AttnDropout drop, float* ws);
+  I (*attention_block_workspace_floats)(I B, I NH, I Tq, I Tk, I HS, int nthreads);
+  // dst[r * dld + c] = src[r * sld + c] for r < rows, c < width (elements of A; device memory of the table's device).
+  void (*copy_rows)(A* dst, I dld, const A* src, I sld, I width, I rows);
+  // x[0, n) = value.
+  void (*fill)(A* x, I n, float value);
 };
 
 // Everything of one device in fp32: the model's kernels and the optimizer's.

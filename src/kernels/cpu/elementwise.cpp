@@ -1,10 +1,11 @@
 // Optimized residual and dropout: fixed-size chunks in parallel. Dropout
 // chunks start at multiples of 4 so each Philox block (4 draws) is generated
-// once.
+// once. Strided copies and fills are plain loops (memory-bound, small).
 #include "kernels/elementwise.h"
 
 #include <algorithm>
 
+#include "core/dtype.h"
 #include "core/profiler.h"
 #include "core/rng.h"
 #include "kernels/cpu/simd.h"
@@ -54,6 +55,19 @@ void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t 
 void dropout_backward(float* dinp, const float* dout, int64_t n, float p, uint64_t seed, uint64_t stream,
                       uint64_t base) {
   dropout_forward(dinp, dout, n, p, seed, stream, base);
+}
+
+void copy_rows(float* dst, int64_t dld, const float* src, int64_t sld, int64_t width, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r) std::copy(src + r * sld, src + r * sld + width, dst + r * dld);
+}
+void copy_rows(bfloat16* dst, int64_t dld, const bfloat16* src, int64_t sld, int64_t width, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r) std::copy(src + r * sld, src + r * sld + width, dst + r * dld);
+}
+void fill(float* x, int64_t n, float value) {
+  std::fill(x, x + n, value);
+}
+void fill(bfloat16* x, int64_t n, float value) {
+  std::fill(x, x + n, bfloat16{f32_to_bf16(value)});
 }
 
 }  // namespace parallm::kernels::cpu

@@ -54,6 +54,17 @@ void attention_backward(float*, const float*, const float*, const float*, const 
 int64_t attention_workspace_floats(int64_t, int64_t, int64_t, int64_t, int) {
   return 0;
 }
+void attention_block_forward(float*, float*, const float*, const float*, const float*, const AttnBlock&, AttnDropout,
+                             float*) {
+  not_built("attention_block_forward");
+}
+void attention_block_backward(float*, float*, float*, const float*, const float*, const float*, const float*,
+                              const float*, const float*, const AttnBlock&, AttnDropout, float*) {
+  not_built("attention_block_backward");
+}
+int64_t attention_block_workspace_floats(int64_t, int64_t, int64_t, int64_t, int64_t, int) {
+  return 0;
+}
 AttentionImpl set_attention_impl(AttentionImpl) {
   return AttentionImpl::Own;
 }
@@ -116,6 +127,12 @@ void dropout_forward(float*, const float*, int64_t, float, uint64_t, uint64_t, u
 }
 void dropout_backward(float*, const float*, int64_t, float, uint64_t, uint64_t, uint64_t) {
   not_built("dropout_backward");
+}
+void copy_rows(float*, int64_t, const float*, int64_t, int64_t, int64_t) {
+  not_built("copy_rows");
+}
+void fill(float*, int64_t, float) {
+  not_built("fill");
 }
 void adamw_step(float*, const float*, float*, float*, int64_t, const AdamWParams&, bfloat16*) {
   not_built("adamw_step");
@@ -222,6 +239,12 @@ void dropout_forward(bf*, const bf*, int64_t, float, uint64_t, uint64_t, uint64_
 }
 void dropout_backward(bf*, const bf*, int64_t, float, uint64_t, uint64_t, uint64_t) {
   not_built("dropout_backward");
+}
+void copy_rows(bf*, int64_t, const bf*, int64_t, int64_t, int64_t) {
+  not_built("copy_rows");
+}
+void fill(bf*, int64_t, float) {
+  not_built("fill");
 }
 void convert(bf*, const float*, int64_t) {
   not_built("convert");
