@@ -3,11 +3,15 @@
 // itself, saying why; in a CPU-only build the stubs are checked to say that
 // CUDA was not built.
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <vector>
 
+#include "attention_block_plan.h"
 #include "core/error.h"
 #include "core/gpu.h"
 #include "cuda_test_util.h"
@@ -20,6 +24,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 
 namespace parallm {
 namespace {
@@ -150,6 +155,95 @@ TEST_F(Cuda, AttentionMatchesReferenceWithAndWithoutDropout) {
       expect_close(gdqkv.back(), dqkv, 1e-4, 1e-2, "attention dqkv");
     }
   }
+}
+
+// Context parallelism's blocks: the zigzag plan over 2 and 3 ranks and an
+// uneven cut visited in reverse (first blocks wholly after their queries)
+// through the cuda block kernels, against the cpu block kernels on the same
+// plan; k | v in qkv's buffer or in their own.
+TEST_F(Cuda, AttentionBlocksMatchTheCpuBlocks) {
+  struct Way {
+    int64_t T;
+    test::Plan plan;
+  };
+  const auto uneven = test::cut({5, 37, 1, 21});
+  for (const Way& w : {Way{4 * 37, test::zigzag_plan(4 * 37, 2)}, Way{6 * 11, test::zigzag_plan(6 * 11, 3)},
+                       Way{64, test::all_pairs_plan(uneven, uneven, test::iota_order(uneven.size(), true))}})
+    for (auto [B, NH, HS] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 3, 12}, {3, 2, 16}})
+      for (float p : {0.0f, 0.1f})
+        for (bool sep : {false, true}) {
+          const int64_t T = w.T, C = NH * HS;
+          const kernels::AttnDropout drop = p > 0 ? kernels::AttnDropout{p, 77, 5, 7, NH + 2} : kernels::AttnDropout{};
+          auto qkv = randv(B * T * 3 * C, 700), dy = randv(B * T * C, 701);
+          std::vector<float> kv(sep ? B * T * 2 * C : 0);
+          for (int64_t r = 0; sep && r < B * T; ++r)
+            std::copy(qkv.begin() + r * 3 * C + C, qkv.begin() + r * 3 * C + 3 * C, kv.begin() + r * 2 * C);
+          const int64_t kv_ld = sep ? 2 * C : 3 * C;
+          std::vector<float> out(B * T * C, NAN), lse(B * NH * T, NAN), dqkv(B * T * 3 * C, 0.0f), dkv(kv.size(), 0.0f);
+          int64_t wc = 0, wg = 0;
+          for (const auto& v : w.plan)
+            for (const auto& k : v.keys) {
+              wc = std::max(
+                  wc, kernels::cpu::attention_block_workspace_floats(B, NH, v.q.len, k.len, HS, omp_get_max_threads()));
+              wg = std::max(wg, kc::attention_block_workspace_floats(B, NH, v.q.len, k.len, HS, 1));
+            }
+          std::vector<float> ws(wc);
+          auto tensors = [&](const float* q, const float* kk, const float* d, float* o, float* l, float* dq, float* dk,
+                             float* wsp) {
+            test::BlockTensors t;
+            t.q = q, t.k = kk, t.v = kk + C, t.dout = d, t.out = o, t.lse = l, t.dq = dq, t.dk = dk, t.dv = dk + C;
+            t.ws = wsp, t.q_ld = 3 * C, t.kv_ld = kv_ld, t.o_ld = C;
+            return t;
+          };
+          const auto tc = tensors(qkv.data(), sep ? kv.data() : qkv.data() + C, dy.data(), out.data(), lse.data(),
+                                  dqkv.data(), sep ? dkv.data() : dqkv.data() + C, ws.data());
+          test::plan_forward(w.plan, B, NH, HS, T, tc, drop, &kernels::cpu::attention_block_forward);
+          test::plan_backward(w.plan, B, NH, HS, T, tc, drop, &kernels::cpu::attention_block_backward);
+          Dev<float> gqkv(qkv), gkv(sep ? kv : std::vector<float>(1)), gdy(dy),
+              gout(std::vector<float>(out.size(), NAN)), glse(std::vector<float>(lse.size(), NAN)),
+              gdqkv(std::vector<float>(dqkv.size(), 0.0f)), gdkv(std::vector<float>(sep ? dkv.size() : 1, 0.0f)),
+              gws(std::vector<float>(wg + 1));
+          const auto tg = tensors(gqkv.p(), sep ? gkv.p() : gqkv.p() + C, gdy.p(), gout.p(), glse.p(), gdqkv.p(),
+                                  sep ? gdkv.p() : gdqkv.p() + C, gws.p());
+          test::plan_forward(w.plan, B, NH, HS, T, tg, drop, &kc::attention_block_forward);
+          test::plan_backward(w.plan, B, NH, HS, T, tg, drop, &kc::attention_block_backward);
+          const std::string what = "T=" + std::to_string(T) + " B=" + std::to_string(B) + " HS=" + std::to_string(HS) +
+                                   " p=" + std::to_string(p) + (sep ? " separate kv" : " qkv");
+          // Within 1e-5 of the tensor's largest value (a floor of 1: absolute against max |want|).
+          expect_close(gout.back(), out, 1e-5, 1.0, (what + ": out").c_str());
+          expect_close(glse.back(), lse, 1e-5, 1.0, (what + ": lse").c_str());
+          expect_close(gdqkv.back(), dqkv, 1e-5, 1.0, (what + ": dqkv").c_str());
+          if (sep) expect_close(gdkv.back(), dkv, 1e-5, 1.0, (what + ": dkv").c_str());
+        }
+}
+
+TEST_F(Cuda, CopyRowsAndFillOnTheDevice) {
+  const auto& k = kernels::ops_for(Device::cuda());
+  const auto src = randv(7 * 11, 710);
+  Dev<float> gsrc(src), gdst(std::vector<float>(7 * 9, -1.0f));
+  k.copy_rows(gdst.p() + 2, 9, gsrc.p() + 3, 11, 5, 7);  // columns 3..7 of src's rows to columns 2..6 of dst's
+  auto dst = gdst.back();
+  for (int64_t r = 0; r < 7; ++r)
+    for (int64_t c = 0; c < 9; ++c)
+      ASSERT_EQ(dst[r * 9 + c], c >= 2 && c < 7 ? src[r * 11 + 3 + c - 2] : -1.0f) << r << " " << c;
+  k.fill(gdst.p() + 1, 60, 2.5f);
+  dst = gdst.back();
+  for (int64_t i = 0; i < 63; ++i) ASSERT_EQ(dst[i], i >= 1 && i < 61 ? 2.5f : -1.0f) << i;
+  // bf16 elements, through the bf16 table (which has no block kernels: fp32 only).
+  const auto& kb = kernels::bf16_ops_for(Device::cuda());
+  EXPECT_EQ(kb.attention_block_forward, nullptr);
+  std::vector<bfloat16> hs(4 * 3);
+  for (size_t i = 0; i < hs.size(); ++i) hs[i] = bfloat16{static_cast<uint16_t>(1000 + i)};
+  Dev<bfloat16> gbs(hs), gbd(std::vector<bfloat16>(4 * 6, bfloat16{0}));
+  kb.copy_rows(gbd.p() + 1, 6, gbs.p(), 3, 3, 4);
+  auto hb = gbd.back();
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t c = 0; c < 6; ++c)
+      ASSERT_EQ(hb[r * 6 + c].bits, c >= 1 && c < 4 ? 1000 + r * 3 + c - 1 : 0) << r << " " << c;
+  kb.fill(gbd.p(), 5, -0.75f);
+  hb = gbd.back();
+  for (int64_t i = 0; i < 5; ++i) ASSERT_EQ(hb[i].bits, f32_to_bf16(-0.75f)) << i;
+  EXPECT_EQ(hb[5].bits, 0);
 }
 
 TEST_F(Cuda, ClassifierMatchesReferenceInOneChunkAndMany) {
