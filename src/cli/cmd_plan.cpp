@@ -75,6 +75,7 @@ Runner add_plan(CLI::App& app) {
     in.world = o->world;
     in.tp = static_cast<int>(cfg.parallel.tp);
     in.sequence_parallel = cfg.parallel.sequence_parallel;
+    in.cp = model::CpLayout{static_cast<int>(cfg.parallel.cp), 0, cfg.parallel.cp_kind};
     PARALLM_CHECK(o->stage < cfg.parallel.pp, ConfigError, "cli.plan",
                   "--stage {} is not a stage of parallel.pp={} (stages 0 to {})", o->stage, cfg.parallel.pp,
                   cfg.parallel.pp - 1);
@@ -108,10 +109,13 @@ Runner add_plan(CLI::App& app) {
       cfg.model.validate();  // again, with the dataset's vocabulary
       in.model = cfg.model;
       in.params = static_cast<double>(model::ParamLayout(cfg.model, {in.tp, 0}, in.pipe.stage).count());
-      what = fmt::format("{} | {:.2f}M parameters{} | micro batch {} x {} | {} thread{}{}{}", cfg.model.summary(),
+      what = fmt::format("{} | {:.2f}M parameters{} | micro batch {} x {} | {} thread{}{}{}{}", cfg.model.summary(),
                          in.params / 1e6, in.tp > 1 || in.pipe.pipelined() ? " on this rank" : "", in.micro_batch,
                          in.seq_len, in.threads, in.threads > 1 ? "s" : "",
                          in.tp > 1 ? fmt::format(" | tp {}{}", in.tp, in.sequence_parallel ? " + sp" : "") : "",
+                         in.cp.size > 1 ? fmt::format(" | cp {} {}: {} positions a rank", in.cp.size,
+                                                      model::cp_kind_name(in.cp.kind), in.seq_len / in.cp.size)
+                                        : "",
                          in.pipe.pipelined() ? pipeline_text(cfg, in.pipe, o->stage) : "");
     }
     std::printf("parallm plan: %s | %s | %d rank%s\n", what.c_str(), in.dtype.c_str(), in.world,

@@ -51,6 +51,9 @@ Loader::Loader(const std::string& dir, int64_t vocab_size, BatchSpec spec, uint6
       spec_(spec),
       seed_(seed),
       row_(static_cast<size_t>(spec.seq_len) + 1) {
+  for (const int64_t p : spec_.positions)
+    PARALLM_CHECK(p >= 0 && p < spec.seq_len, ShapeError, "data.loader", "position {} is outside a sequence of {}", p,
+                  spec.seq_len);
   for (const TokenFile* f : {&train_, &val_}) {
     PARALLM_CHECK(f->size() > spec.seq_len + 1, ConfigError, "data.loader",
                   "{} has {} tokens, fewer than block_size + 2 = {}", f->path(), f->size(), spec.seq_len + 2);
@@ -82,6 +85,15 @@ void Loader::get(Split split, int64_t step, int64_t micro, int32_t* x, int32_t* 
     const uint64_t g = static_cast<uint64_t>((micro * spec_.world + spec_.rank) * B + b);
     const int64_t start = static_cast<int64_t>(random_below(range, seed_, stream, g));
     f.read(start, T + 1, src);
+    if (!spec_.positions.empty()) {  // context parallel: this rank's positions, each with its own target
+      const auto Tl = static_cast<int64_t>(spec_.positions.size());
+      for (int64_t i = 0; i < Tl; ++i) {
+        const int64_t t = spec_.positions[static_cast<size_t>(i)];
+        x[b * Tl + i] = src[t];
+        y[b * Tl + i] = src[t + 1];
+      }
+      continue;
+    }
     for (int64_t t = 0; t < T; ++t) {
       x[b * T + t] = src[t];
       y[b * T + t] = src[t + 1];

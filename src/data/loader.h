@@ -46,6 +46,9 @@ struct BatchSpec {
   int64_t seq_len = 64;     // T
   int64_t world = 1;
   int64_t rank = 0;
+  // Context parallelism: the positions of each sample this rank keeps, in
+  // its local order (x and y are then [B, positions.size()]); empty: all T.
+  std::vector<int64_t> positions = {};
 };
 
 class Loader {
@@ -53,7 +56,7 @@ class Loader {
   // Opens data_dir/train.bin and data_dir/val.bin; checks that tokens fit vocab_size
   // and that each split holds more than seq_len + 1 tokens.
   Loader(const std::string& data_dir, int64_t vocab_size, BatchSpec spec, uint64_t seed);
-  // Fills x, y ([B, T] int32 each) with this rank's slice of micro-step `micro` of step `step`.
+  // Fills x, y ([B, T] int32 each, or [B, positions]) with this rank's slice of micro-step `micro` of step `step`.
   // Evaluation batches (eval = true) come from their own streams, so they never
   // coincide with training batches and are the same at every evaluation.
   void get(Split split, int64_t step, int64_t micro, int32_t* x, int32_t* y, bool eval = false) const;

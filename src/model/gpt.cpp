@@ -31,7 +31,7 @@ ShardSpec shard_spec(const TensorGroup* tp) {
 }  // namespace
 
 GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, GPTStorage storage, TensorGroup* tp,
-         bool sequence_parallel, PipelinePart pipe)
+         bool sequence_parallel, PipelinePart pipe, ContextPart cp)
     : cfg_(cfg),
       layout_((cfg.validate(), cfg), shard_spec(tp), pipe.stage),
       max_B_(max_batch),
@@ -40,13 +40,20 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
       compute_(storage.compute),
       k_(&kernels::ops_for(dev)),
       tp_(tp && tp->size() > 1 ? tp : nullptr),
-      sp_(sequence_parallel && tp_) {
+      sp_(sequence_parallel && tp_),
+      cpl_(cp.layout()) {
+  if (cpl_.size > 1) {
+    PARALLM_CHECK(!sp_, ConfigError, "config",
+                  "parallel.sequence_parallel=true with parallel.cp={}: both split the sequence; use one of them",
+                  cpl_.size);
+    cpa_ = std::make_unique<CpAttention>(*cp.group, cp, cfg.n_head);
+  }
   PARALLM_CHECK(!sp_ || (max_batch * max_seq) % tp_->size() == 0, ConfigError, "model",
                 "sequence parallelism splits the {} x {} tokens of a batch over {} ranks: they do not divide",
                 max_batch, max_seq, tp_->size());
   PARALLM_CHECK(max_batch > 0, ConfigError, "model", "batch size must be positive, got {}", max_batch);
-  PARALLM_CHECK(max_seq > 0 && max_seq <= cfg.block_size, ConfigError, "model",
-                "sequence length {} must be in [1, model.block_size={}]", max_seq, cfg.block_size);
+  PARALLM_CHECK(max_seq > 0 && max_seq * cpl_.size <= cfg.block_size, ConfigError, "model",
+                "sequence length {} must be in [1, model.block_size={}]", max_seq * cpl_.size, cfg.block_size);
   PARALLM_CHECK(compute_ == DType::F32 || compute_ == DType::BF16, ConfigError, "model",
                 "compute dtype {} is not supported (fp32 or bf16)", dtype_name(compute_));
   if (compute_ == DType::BF16 && dev.is_cpu()) {
@@ -79,7 +86,7 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
   PARALLM_CHECK(!pipe.split_backward || pipe.pipelined(), InternalError, "model",
                 "a split backward keeps its messages in a pipeline stage's buffers");
   pipe_ = std::move(pipe);
-  off_ = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads(), compute_, layout_.spec().tp, sp_, pipe_);
+  off_ = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads(), compute_, layout_.spec().tp, sp_, pipe_, cpl_);
   int max_sets = 1;
   for (const auto& ch : off_.chunks) {
     sets_.emplace_back(static_cast<size_t>(ch.sets));
@@ -336,18 +343,36 @@ void GPT::embed(const kernels::ModelOps<A>& k, A* x, const int32_t* tokens, cons
   if (tp_) {  // each rank embeds its vocabulary rows' tokens, rank 0 adds the positions; the sum is exact
     const auto vr = layout_.vocab_rows();
     A* parts = sp_ ? scr<A>(off_.s_gfull) : x;
-    k.vp_embedding_forward(parts, tokens, PE + (layout_.wte() - e0),
-                           tp_->rank() == 0 ? PE + (layout_.wpe() - e0) : nullptr, f.B, f.T, C, vr.v0, vr.rows);
+    const A* wpe = tp_->rank() == 0 ? PE + (layout_.wpe() - e0) : nullptr;
+    for_position_runs(f, [&](int64_t row, int64_t pos, int64_t Bn, int64_t Tn) {
+      k.vp_embedding_forward(parts + row * C, tokens + row, PE + (layout_.wte() - e0), wpe ? wpe + pos * C : nullptr,
+                             Bn, Tn, C, vr.v0, vr.rows);
+    });
     if (sp_)
       scatter_forward(tp_, parts, x, Nl * C);
     else
       reduce_forward(tp_, x, N * C);
   } else {
-    k.embedding_forward(x, tokens, PE + (layout_.wte() - e0), PE + (layout_.wpe() - e0), f.B, f.T, C);
+    for_position_runs(f, [&](int64_t row, int64_t pos, int64_t Bn, int64_t Tn) {
+      k.embedding_forward(x + row * C, tokens + row, PE + (layout_.wte() - e0), PE + (layout_.wpe() - e0) + pos * C, Bn,
+                          Tn, C);
+    });
   }
-  if (f.p > 0)
-    k.dropout_forward(x, x, Nl * C, f.p, f.ctx->seed, stream_id(kRngDropout, f.ctx->micro_step, cfg_.n_layer, kEmbed),
-                      f.drop_base);
+  if (f.p > 0) dropout_rows(k, false, x, x, stream_id(kRngDropout, f.ctx->micro_step, cfg_.n_layer, kEmbed), f);
+}
+
+template <class A>
+void GPT::dropout_rows(const kernels::ModelOps<A>& k, bool backward, A* out, const A* in, uint64_t stream,
+                       const Fwd& f) const {
+  const auto fn = backward ? k.dropout_backward : k.dropout_forward;
+  const int64_t C = cfg_.n_embd;
+  if (!cpa_) return fn(out, in, f.Nl * C, f.p, f.ctx->seed, stream, f.drop_base);
+  for (int64_t b = 0; b < f.B; ++b)  // element (sample s, global position t, channel c) has index (s Tg + t) C + c
+    for (const CpRun& r : f.runs) {
+      const int64_t o = (b * f.T + r.local) * C;
+      fn(out + o, in + o, r.len * C, f.p, f.ctx->seed, stream,
+         static_cast<uint64_t>(((f.ctx->sample_offset + b) * f.Tg + r.global) * C));
+    }
 }
 
 void* GPT::chunk_input(int chunk, int set) {
@@ -377,6 +402,8 @@ GPT::Fwd GPT::pass_shape(const StepContext& ctx, int64_t B, int64_t T) const {
   const int64_t row0 = sp_ ? tp_->rank() * f.Nl : 0;
   f.p = ctx.train ? cfg_.dropout : 0.0f;
   f.drop_base = static_cast<uint64_t>((ctx.sample_offset * T + row0) * cfg_.n_embd);  // global index of element 0
+  f.Tg = T * cpl_.size;
+  if (cpa_) f.runs = cpl_.runs(f.Tg);
   f.ctx = &ctx;
   return f;
 }
@@ -405,9 +432,7 @@ void GPT::linear_residual(const kernels::ModelOps<A>& k, A* out, const A* res, c
   } else {
     k.matmul_forward(tmp, inp, w, bias, N, IN, C);
   }
-  if (f.p > 0)
-    k.dropout_forward(tmp, tmp, Nl * C, f.p, f.ctx->seed, stream_id(kRngDropout, f.ctx->micro_step, l, site),
-                      f.drop_base);
+  if (f.p > 0) dropout_rows(k, false, tmp, tmp, stream_id(kRngDropout, f.ctx->micro_step, l, site), f);
   k.residual_forward(out, res, tmp, Nl * C);
 }
 
@@ -422,7 +447,11 @@ void GPT::block_forward(const kernels::ModelOps<A>& k, int64_t l, const A* x, co
   k.layernorm_forward(act<A>(a.ln1), stat(a.ln1_mean), stat(a.ln1_rstd), x, W(bp.ln1_w), W(bp.ln1_b), Nl, C);
   k.matmul_forward(act<A>(a.qkv), whole_rows(act<A>(a.ln1), N), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * Cl);
   const kernels::AttnDropout ad = attn_dropout(*f.ctx, l, f.p);
-  k.attention_forward(act<A>(a.atty), stat(a.lse), act<A>(a.qkv), f.B, f.T, Cl, cfg_.n_head / tp, ad, ws_.data());
+  if (cpa_)
+    cpa_->forward(k, act<A>(a.atty), stat(a.lse), act<A>(a.qkv), a.att_h >= 0 ? act<A>(a.att_h) : nullptr, f.B, f.T, Cl,
+                  cfg_.n_head / tp, ad, ws_.data(), scr<A>(off_.s_cp));
+  else
+    k.attention_forward(act<A>(a.atty), stat(a.lse), act<A>(a.qkv), f.B, f.T, Cl, cfg_.n_head / tp, ad, ws_.data());
   linear_residual(k, act<A>(a.res2), x, act<A>(a.atty), W(bp.proj_w), W(bp.proj_b), Cl, l, kAttnResid, f);
   k.layernorm_forward(act<A>(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), act<A>(a.res2), W(bp.ln2_w), W(bp.ln2_b), Nl,
                       C);
@@ -563,6 +592,10 @@ template void GPT::block_forward<float>(const kernels::ModelOps<float>&, int64_t
                                         const Fwd&);
 template void GPT::block_forward<bfloat16>(const kernels::ModelOps<bfloat16>&, int64_t, const bfloat16*,
                                            const bfloat16*, int64_t, const Fwd&);
+template void GPT::dropout_rows<float>(const kernels::ModelOps<float>&, bool, float*, const float*, uint64_t,
+                                       const Fwd&) const;
+template void GPT::dropout_rows<bfloat16>(const kernels::ModelOps<bfloat16>&, bool, bfloat16*, const bfloat16*,
+                                          uint64_t, const Fwd&) const;
 template const float* GPT::whole_rows<float>(const float*, int64_t);
 template const bfloat16* GPT::whole_rows<bfloat16>(const bfloat16*, int64_t);
 template const float* GPT::params_of<float>(int, Pass);

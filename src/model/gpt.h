@@ -26,6 +26,8 @@
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
 #include "model/config.h"
+#include "model/context_group.h"
+#include "model/cp_attention.h"
 #include "model/param_store.h"
 #include "model/params.h"
 #include "model/tensor_group.h"
@@ -109,8 +111,14 @@ class GPT {
   // reduce-scattered after the row-parallel ones; every pass's B*T must then
   // divide by tp.
   // With `pipe`, the model holds one pipeline stage (PipelinePart above).
+  // With a context-parallel group in `cp` (context parallelism, issue 36)
+  // each sequence is split over the group as cp.layout() says: every pass's
+  // T (and max_seq) is this rank's T/C positions, held in local order;
+  // position embeddings, dropout masks and attention use the global
+  // positions, so the group's passes together are the one-rank pass over
+  // the whole sequence (cp_attention.h exchanges K and V, or heads).
   GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev = Device::cpu(), GPTStorage storage = {},
-      TensorGroup* tp = nullptr, bool sequence_parallel = false, PipelinePart pipe = {});
+      TensorGroup* tp = nullptr, bool sequence_parallel = false, PipelinePart pipe = {}, ContextPart cp = {});
   // From now on parameters and gradients are reached through `store`, group by
   // group (nullptr: the model's own buffers again). Not owned.
   void set_store(ParamStore* store);
@@ -197,11 +205,16 @@ class GPT {
   struct Buffers {
     int64_t activation_bytes = 0, scratch_bytes = 0;
   };
+  // Context parallel, max_seq is the local length (T / cp.size).
   static Buffers buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
                          DType compute = DType::F32, int tp = 1, bool sequence_parallel = false,
-                         const PipelinePart& pipe = {});
+                         const PipelinePart& pipe = {}, const CpLayout& cp = {});
   // Sequence parallel: the multiple every pass's B*T must be (1 otherwise).
   int64_t token_multiple() const { return sp_ ? layout_.spec().tp : 1; }
+  // Context parallel: the split (size 1 without), and the ring's attention
+  // measurement (CpAttention::block_cpu_seconds; 0 without a ring).
+  const CpLayout& cp_layout() const { return cpl_; }
+  double cp_block_cpu_seconds() const { return cpa_ ? cpa_->block_cpu_seconds() : 0.0; }
 
  private:
   // Dropout sites, for the RNG stream of each mask.
@@ -216,6 +229,8 @@ class GPT {
   bool bf16_products_ = false;                       // CPU bf16: fp32 activations, bf16 products
   TensorGroup* tp_ = nullptr;                        // null: the whole model on this rank
   bool sp_ = false;                                  // sequence parallel (with tp_)
+  CpLayout cpl_;                                     // context parallel: this rank's positions
+  std::unique_ptr<CpAttention> cpa_;                 // context parallel (cp > 1): the attention exchange
   DeviceArray<float> params_, grads_;                // empty where GPTStorage says so
   DeviceArray<bfloat16> params_lp_;                  // bf16 copy of params_ (GPU bf16, CPU bf16 products)
   bool lp_stale_ = true;
@@ -234,12 +249,29 @@ class GPT {
   // One pass's shape: B, T, N = B*T rows, Nl of them on this rank (sequence
   // parallel: N/tp), the dropout rate and the global index of element 0 of
   // this rank's residual rows (layout-invariant masks).
+  // Context parallel, T is the local length, Tg the global one and `runs`
+  // where each sample's rows lie in it (drop_base is then unused).
   struct Fwd {
-    int64_t B = 0, T = 0, N = 0, Nl = 0;
+    int64_t B = 0, T = 0, N = 0, Nl = 0, Tg = 0;
     float p = 0;
     uint64_t drop_base = 0;
+    CpRuns runs;
     const StepContext* ctx = nullptr;
   };
+  // Dropout (forward or backward) over the pass's Nl x C residual rows, with
+  // the masks of their global (sample, position, channel) indices.
+  template <class A>
+  void dropout_rows(const kernels::ModelOps<A>& k, bool backward, A* out, const A* in, uint64_t stream,
+                    const Fwd& f) const;
+  // Calls fn(row, pos, B, T) over the pass's rows in runs of consecutive
+  // positions: the whole batch at once (pos 0), or context parallel each
+  // sample's runs (local row `row` holds global position `pos`).
+  template <class F>
+  void for_position_runs(const Fwd& f, F&& fn) const {
+    if (!cpa_) return fn(int64_t{0}, int64_t{0}, f.B, f.T);
+    for (int64_t b = 0; b < f.B; ++b)
+      for (const CpRun& r : f.runs) fn(b * f.T + r.local, r.global, int64_t{1}, r.len);
+  }
   template <class A>
   float forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets, int64_t B,
                      int64_t T, const StepContext& ctx);
@@ -336,6 +368,7 @@ class GPT {
   // Layout of activations for a given (B, T): computed for max sizes, reused.
   struct LayerActs {
     int64_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
+    int64_t att_h = -1;  // Ulysses: the head-form attention output [B, T, Cl/cp]
     // split_backward: B's gradients of the linear layers' outputs, kept for W
     // (fcproj, proj: whole rows; fc (after GELU's backward), qkv: this rank's columns).
     int64_t d_fcproj = -1, d_fc = -1, d_proj = -1, d_qkv = -1;
@@ -361,11 +394,12 @@ class GPT {
     int64_t logits = 0, xmax = 0, xsums = 0, dlogits = 0;  // vocabulary-parallel loss (tp > 1)
     int64_t s_full = 0, s_gfull = 0, ln_grad = 0;          // sequence parallel: whole-row buffers, LayerNorm grads
     int64_t s_dres = 0, s_tmp = 0, s_dfch = 0, s_dfch2 = 0;
+    int64_t s_cp = 0;                                  // context parallel: the attention exchange's buffers
     int64_t acts = 0, stats = 0, scratch = 0, ws = 0;  // element counts
     Buffers sizes;
   };
   static Carve carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute, int tp,
-                     bool sp, const PipelinePart& pipe);
+                     bool sp, const PipelinePart& pipe, const CpLayout& cp);
   Carve off_;  // offsets into acts_ and scratch_ for the allocated (max) B, T
   PipelinePart pipe_;
   // The selected chunk and activation set, and the shifts of the set's offsets.

@@ -147,7 +147,7 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
   // Gradient through a residual branch's dropout: a fresh buffer, or dres itself.
   auto through_dropout = [&](int64_t l, uint64_t site) -> const A* {
     if (p <= 0) return dres;
-    k.dropout_backward(dtmp, dres, Nl * C, p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, site), f.drop_base);
+    dropout_rows(k, true, dtmp, dres, stream_id(kRngDropout, ctx.micro_step, l, site), f);
     return dtmp;
   };
   for (int64_t l = r.end - 1; l >= r.begin; --l) {
@@ -180,7 +180,11 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
     if (!split) ready(ctx, {bp.proj_w, bp.proj_b});
     const kernels::AttnDropout ad = attn_dropout(ctx, l, p);
     A* dqkv = split ? act<A>(a.d_qkv) : dbig2;
-    k.attention_backward(dqkv, dbig1, act<A>(a.qkv), act<A>(a.atty), stat(a.lse), B, T, Cl, NHl, ad, ws);
+    if (cpa_)
+      cpa_->backward(k, dqkv, dbig1, act<A>(a.qkv), act<A>(a.atty), a.att_h >= 0 ? act<A>(a.att_h) : nullptr,
+                     stat(a.lse), B, T, Cl, NHl, ad, ws, scr<A>(off_.s_cp));
+    else
+      k.attention_backward(dqkv, dbig1, act<A>(a.qkv), act<A>(a.atty), stat(a.lse), B, T, Cl, NHl, ad, ws);
     if (sel && redo)
       k.layernorm_forward(act<A>(a.ln1), stat(a.ln1_mean), stat(a.ln1_rstd), x_in, W(bp.ln1_w), W(bp.ln1_b), Nl, C);
     k.matmul_backward(partial, DW(bp.qkv_w), DW(bp.qkv_b), dqkv, split ? nullptr : whole_rows(act<A>(a.ln1), N),
@@ -238,8 +242,7 @@ void GPT::embedding_backward(const kernels::ModelOps<A>& k, const A* demb, const
   const StepContext& ctx = *f.ctx;
   if (f.p > 0) {
     A* dtmp = scr<A>(off_.s_tmp);
-    k.dropout_backward(dtmp, demb, Nl * C, f.p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed),
-                       f.drop_base);
+    dropout_rows(k, true, dtmp, demb, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed), f);
     demb = dtmp;
   }
   float* GE = group_grads(0);
@@ -252,10 +255,15 @@ void GPT::embedding_backward(const kernels::ModelOps<A>& k, const A* demb, const
       scatter_backward(tp_, demb, w, Nl * C);
       whole = w;
     }
-    k.vp_embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0), whole, tokens, f.B, f.T, C, vr.v0,
-                            vr.rows);
+    for_position_runs(f, [&](int64_t row, int64_t pos, int64_t Bn, int64_t Tn) {
+      k.vp_embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0) + pos * C, whole + row * C,
+                              tokens + row, Bn, Tn, C, vr.v0, vr.rows);
+    });
   } else {
-    k.embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0), demb, tokens, f.B, f.T, C);
+    for_position_runs(f, [&](int64_t row, int64_t pos, int64_t Bn, int64_t Tn) {
+      k.embedding_backward(GE + (layout_.wte() - e0), GE + (layout_.wpe() - e0) + pos * C, demb + row * C, tokens + row,
+                           Bn, Tn, C);
+    });
   }
   if (ctx.watch) watch_embed_grads(*ctx.watch, GE, e0, f);
 }

@@ -11,7 +11,9 @@
 // are this rank's N/tp rows, and two whole-row buffers take the gathers.
 // A pipeline stage carves only its chunks' layers, one activation set per
 // micro-batch its schedule keeps in flight; recompute's shared buffers and
-// the loss's transients exist once.
+// the loss's transients exist once. Context parallel, T is the local length
+// (every per-token term shrinks by cp); the exchange's buffers are scratch,
+// and Ulysses keeps the head-form attention output per layer.
 #include <omp.h>
 
 #include <algorithm>
@@ -22,12 +24,12 @@
 namespace parallm::model {
 
 GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
-                          DType compute, int tp, bool sequence_parallel, const PipelinePart& pipe) {
-  return carve(cfg, max_batch, max_seq, dev, threads, compute, tp, sequence_parallel && tp > 1, pipe).sizes;
+                          DType compute, int tp, bool sequence_parallel, const PipelinePart& pipe, const CpLayout& cp) {
+  return carve(cfg, max_batch, max_seq, dev, threads, compute, tp, sequence_parallel && tp > 1, pipe, cp).sizes;
 }
 
 GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute, int tp,
-                      bool sp, const PipelinePart& pipe) {
+                      bool sp, const PipelinePart& pipe, const CpLayout& cp) {
   const int64_t N = B * T, C = cfg.n_embd, L = cfg.n_layer, Nl = sp ? N / tp : N;
   const int64_t Cl = C / tp, NH = cfg.n_head / tp, vn = (cfg.vocab_size + tp - 1) / tp;
   const std::vector<LayerRange> chunks = pipe.pipelined() ? pipe.stage.chunks : std::vector<LayerRange>{{0, L}};
@@ -61,6 +63,7 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
     shared.atty = take(N * Cl);
     shared.res2 = take(Nl * C);
     shared.fch = take(N * 4 * Cl);
+    if (const int64_t h = CpAttention::head_out_elems(cp, B, T, Cl)) shared.att_h = take(h);
   }
   if (tp > 1 && last && lowp) o.dlogits = take(N * vn);  // fp32 computes d(logits) over the logits
   o.acts_sets = off;
@@ -77,6 +80,7 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
       a.ln1_rstd = stat(Nl);
       if (!full) a.qkv = take(N * 3 * Cl);
       if (!full) a.atty = take(N * Cl);
+      if (const int64_t h = CpAttention::head_out_elems(cp, B, T, Cl); h && !full) a.att_h = take(h);
       a.lse = stat(B * NH * T);
       if (!full) a.res2 = take(Nl * C);
       if (!sel && !full) a.ln2 = take(Nl * C);
@@ -120,7 +124,9 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
       lowp ? kernels::bf16_ops_for(dev).attention_workspace_floats : kernels::ops_for(dev).attention_workspace_floats;
   const auto cls_ws =
       lowp ? kernels::bf16_ops_for(dev).classifier_workspace_floats : kernels::ops_for(dev).classifier_workspace_floats;
-  o.ws = std::max(attn_ws(B, T, Cl, NH, threads), tp > 1 || !last ? 0 : cls_ws(N, cfg.vocab_size, threads));
+  o.ws = std::max({cp.size > 1 ? CpAttention::workspace_floats(cp, dev, B, T, Cl, NH, threads, lowp)
+                               : attn_ws(B, T, Cl, NH, threads),
+                   tp > 1 || !last ? 0 : cls_ws(N, cfg.vocab_size, threads)});
   off = 0;
   o.s_dres = take(Nl * C);
   o.s_tmp = take(Nl * C);
@@ -130,6 +136,7 @@ GPT::Carve GPT::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, in
     o.s_full = take(N * C);
     o.s_gfull = take(N * C);
   }
+  if (cp.size > 1) o.s_cp = take(CpAttention::scratch_elems(cp, B, T, Cl));
   o.scratch = off;
   const int64_t es = lowp ? 2 : 4;
   o.sizes.activation_bytes = o.acts * es + o.stats * 4;

@@ -458,7 +458,21 @@ void add_parallel_keys(KeyTable& t) {
        INT_KEY("parallel.dp", parallel.dp, 0, kMaxRanks, "data-parallel degree (0 = the world size / (tp x pp x cp))"),
        INT_KEY("parallel.tp", parallel.tp, 1, kMaxRanks, "tensor-parallel degree (ranks inside a node)"),
        INT_KEY("parallel.pp", parallel.pp, 1, kMaxRanks, "pipeline-parallel degree (stages)"),
-       INT_KEY("parallel.cp", parallel.cp, 1, kMaxRanks, "context-parallel degree"),
+       INT_KEY("parallel.cp", parallel.cp, 1, kMaxRanks,
+               "context-parallel degree: each sequence split over this many ranks (parallel.cp_kind says how)"),
+       {"parallel.cp_kind",
+        {"string",
+         "ring | ulysses: context parallelism's attention: K/V blocks passed around a ring (zigzag split, any "
+         "heads) or all-to-alls to whole sequences of n_head/(tp x cp) heads",
+         [](RunConfig& c, const std::string& k, const std::string& v) {
+           if (v == "ring")
+             c.parallel.cp_kind = model::CpKind::Ring;
+           else if (v == "ulysses")
+             c.parallel.cp_kind = model::CpKind::Ulysses;
+           else
+             throw ConfigError("config", fmt::format("{}='{}' is not one of ring, ulysses", k, v));
+         },
+         [](const RunConfig& c) { return nlohmann::json(model::cp_kind_name(c.parallel.cp_kind)); }, std::nullopt}},
        BOOL_KEY("parallel.tp_across_nodes", parallel.tp_across_nodes,
                 "allow a tensor-parallel group to span nodes (a warning: its exchanges then cross the network)"),
        BOOL_KEY("parallel.sequence_parallel", parallel.sequence_parallel,
@@ -622,16 +636,17 @@ void check_key_ranges(const RunConfig& c) {
 // against this machine's physical memory, before anything is written.
 void check_fits_host(const RunConfig& c) {
   if (!c.train.device.is_cpu()) return;  // the GPU's allocations report themselves
-  // Split over tp x pp ranks, every parameter and activation is held by at
-  // least one of them, so the largest holds at least 1/(tp x pp) of the whole.
-  const auto split = static_cast<uint64_t>(c.parallel.tp * c.parallel.pp);
+  // Split over tp x pp x cp ranks, every parameter and activation is held by
+  // at least one of them, so the largest holds at least 1/(tp x pp x cp) of the whole.
+  const auto split = static_cast<uint64_t>(c.parallel.tp * c.parallel.pp * c.parallel.cp);
   const uint64_t need = min_run_bytes(c.model, c.train.batch_size, static_cast<int>(c.parallel.zero.stage)) /
                         std::max<uint64_t>(split, 1);
   const uint64_t have = physical_memory_bytes();
   PARALLM_CHECK(
       have == 0 || need <= have, ConfigError, "config",
       "model.n_layer={}, model.n_embd={}, model.vocab_size={}, model.block_size={} and "
-      "model.batch_size={} (zero.stage={}, parallel.tp x parallel.pp = {}) need at least {} of memory per rank for "
+      "model.batch_size={} (zero.stage={}, parallel.tp x parallel.pp x parallel.cp = {}) need at least {} of memory "
+      "per rank for "
       "the parameters, gradients, optimizer state and activations, but this machine has {} ({} bytes); make the "
       "model or the micro-batch smaller (or split it: zero.stage, parallel.tp, parallel.pp and more ranks)",
       c.model.n_layer, c.model.n_embd, c.model.vocab_size, c.model.block_size, c.train.batch_size,
@@ -670,13 +685,22 @@ void check_pipeline(const ParallelSection& p, const model::GPTConfig& m) {
                 model::recompute_name(m.recompute));
 }
 
-// The axes of the mesh whose parallelism is not built yet, in words.
+// Context parallelism against the model and the other axes.
+void check_context(const ParallelSection& p, const model::GPTConfig& m) {
+  model::check_cp_layout(p.cp_kind, static_cast<int>(p.cp), m.block_size, m.n_head, static_cast<int>(p.tp));
+  if (p.cp == 1) return;
+  PARALLM_CHECK(!p.sequence_parallel, ConfigError, "config",
+                "parallel.sequence_parallel=true with parallel.cp={}: both split the sequence (sequence parallelism "
+                "inside the tp group, context parallelism across the cp group); use one of them",
+                p.cp);
+  PARALLM_CHECK(!p.ddp.deterministic, ConfigError, "config",
+                "ddp.deterministic=true with parallel.cp={}: the deterministic reduction sums per-sample shards, and "
+                "context parallelism splits the samples themselves; drop ddp.deterministic",
+                p.cp);
+}
+
+// The axes of the mesh against each other and the model.
 void check_parallel(const ParallelSection& p, const model::GPTConfig& m) {
-  const auto missing = [](int64_t degree, const char* key, const char* what) {
-    PARALLM_CHECK(degree == 1, ConfigError, "config",
-                  "{}={}: {} is not implemented yet; leave {} at 1 (data parallelism, DDP or ZeRO, uses every rank)",
-                  key, degree, what, key);
-  };
   PARALLM_CHECK(m.n_head % p.tp == 0, ConfigError, "config",
                 "model.n_head={} is not divisible by parallel.tp={}: tensor parallelism splits attention by heads; "
                 "pick a parallel.tp that divides {}",
@@ -689,7 +713,7 @@ void check_parallel(const ParallelSection& p, const model::GPTConfig& m) {
                 "not divisible by it",
                 p.tp, m.block_size);
   check_pipeline(p, m);
-  missing(p.cp, "parallel.cp", "context parallelism");
+  check_context(p, m);
   PARALLM_CHECK(p.ddp.shards == 0 || p.ddp.deterministic, ConfigError, "config",
                 "ddp.shards={} only applies with ddp.deterministic=true", p.ddp.shards);
   using parallel::Offload;
@@ -739,6 +763,12 @@ void check_device(const RunConfig& c) {
                 "train.device={}: this parallm was built without CUDA (configure with -DPARALLM_CUDA=ON)", dev);
   PARALLM_CHECK(!c.parallel.ddp.deterministic, ConfigError, "config",
                 "ddp.deterministic is CPU-only for now (train.device={})", dev);
+  PARALLM_CHECK(
+      c.parallel.cp == 1 || c.parallel.cp_kind != model::CpKind::Ring || t.dtype != Precision::BF16, ConfigError,
+      "config",
+      "parallel.cp_kind=ring with train.dtype=bf16 on the GPU (train.device={}): the ring's block kernels are "
+      "fp32 for now; use train.dtype=fp32, or parallel.cp_kind=ulysses",
+      dev);
 }
 }  // namespace
 
@@ -837,6 +867,7 @@ RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::
                                                  "parallel.pp_virtual",
                                                  "parallel.pp_layers",
                                                  "parallel.cp",
+                                                 "parallel.cp_kind",
                                                  "parallel.tp_across_nodes",
                                                  "parallel.sequence_parallel"};
   RunConfig r = from_json(saved);

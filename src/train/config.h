@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/cp_layout.h"
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
 #include "parallel/mesh.h"
@@ -129,8 +130,9 @@ struct ParallelSection {
   bool tp_across_nodes = false;
   bool sequence_parallel = false;  // Megatron SP inside the tp group
   parallel::PipeKind pp_schedule = parallel::PipeKind::OneFOneB;
-  int64_t pp_virtual = 1;          // chunks per pipeline rank (interleaved)
-  std::vector<int64_t> pp_layers;  // layers per virtual stage, in order (empty: balanced)
+  model::CpKind cp_kind = model::CpKind::Ring;  // context parallel: ring attention or Ulysses
+  int64_t pp_virtual = 1;                       // chunks per pipeline rank (interleaved)
+  std::vector<int64_t> pp_layers;               // layers per virtual stage, in order (empty: balanced)
   DdpSection ddp;
   ZeroSection zero;
 };

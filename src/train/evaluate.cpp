@@ -13,7 +13,7 @@ namespace {
 // The mean loss over the global batch of train.eval_iters fixed batches of `split`.
 float split_loss(Session& s, data::Split split, std::vector<int32_t>& x, std::vector<int32_t>& y) {
   model::StepContext ctx;  // no dropout, no grads
-  const int64_t passes = s.sync->passes(), Bs = s.batch() / passes, T = s.seq();
+  const int64_t passes = s.sync->passes(), Bs = s.batch() / passes, T = s.local_seq();
   s.losses.clear();
   for (int64_t k = 0; k < s.cfg.train.eval_iters; ++k) {
     s.loader->get(split, k, 0, x.data(), y.data(), /*eval=*/true);
@@ -33,7 +33,7 @@ void sample(Session& s, int64_t it) {
     s.last_logits(tokens, T, pos, out);
   };
   auto out =
-      generate(s.model->config(), s.model->token_multiple(), logits, prompt,
+      generate(s.model->config(), s.sequence_multiple(), logits, prompt,
                {t.sample_tokens, t.temperature, t.top_k, t.seed + static_cast<uint64_t>(it), s.vocab.size(), {}});
   if (s.lead)
     s.progress->print("sample:\n" + s.vocab.decode(std::vector<int32_t>(out.begin() + n_prompt, out.end())) + "\n---");
@@ -44,7 +44,7 @@ void sample(Session& s, int64_t it) {
 EvalResult evaluate(Session& s, int64_t it, float lr) {
   const TrainSection& t = s.cfg.train;
   Timer timer;
-  std::vector<int32_t> x(s.batch() * s.seq()), y(s.batch() * s.seq());
+  std::vector<int32_t> x(s.batch() * s.local_seq()), y(s.batch() * s.local_seq());
   EvalResult r;
   r.train_loss = split_loss(s, data::Split::Train, x, y);
   r.val_loss = split_loss(s, data::Split::Val, x, y);

@@ -60,8 +60,8 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
   const auto total = static_cast<double>(layout.total());
   parallel::Offload off = in.offload;
   if (stage == 0 || (off == parallel::Offload::Params && stage < 3)) off = parallel::Offload::None;
-  const auto z =
-      stage > 0 ? parallel::Zero::sizes(layout, stage, in.world, 0, in.prefetch, off) : parallel::ZeroSizes{};
+  const auto z = stage > 0 ? parallel::Zero::sizes(layout, stage, in.world * in.cp.size, 0, in.prefetch, off)
+                           : parallel::ZeroSizes{};
   const double f = sizeof(float);
   b.params = f * ((stage < 3 ? total : 0) + static_cast<double>(z.params));
   b.grads = f * ((stage < 2 ? total : 0) + static_cast<double>(z.grads));
@@ -69,8 +69,8 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
   (off == parallel::Offload::None ? b.optimizer : b.offloaded) = moments;
   b.offloaded += f * static_cast<double>(z.offloaded);
   b.comm = f * static_cast<double>(z.comm);
-  const auto buf = model::GPT::buffers(*in.model, in.micro_batch, in.seq_len, Device::cpu(), in.threads, DType::F32,
-                                       in.tp, in.sequence_parallel, in.pipe);
+  const auto buf = model::GPT::buffers(*in.model, in.micro_batch, in.seq_len / in.cp.size, Device::cpu(), in.threads,
+                                       DType::F32, in.tp, in.sequence_parallel, in.pipe, in.cp);
   b.activations = static_cast<double>(buf.activation_bytes);
   b.scratch = static_cast<double>(buf.scratch_bytes);
   b.exact = true;

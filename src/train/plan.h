@@ -34,8 +34,9 @@ struct PlanInput {
   model::PipelinePart pipe;               // pipeline parallel: the planned rank's stage (Pipeline::stage_part)
   int prefetch = 1;                       // ZeRO stage 3 blocks gathered ahead
   parallel::Offload offload = parallel::Offload::None;  // ZeRO offload (params: stage 3 only)
-  int64_t micro_batch = 1, seq_len = 1;                 // per rank
-  int threads = 1;                                      // kernel workspaces depend on it
+  model::CpLayout cp;  // context parallel: each sequence split over cp.size ranks (ZeRO shards over world x cp)
+  int64_t micro_batch = 1, seq_len = 1;  // per rank; seq_len the whole sequence (context parallel too)
+  int threads = 1;                       // kernel workspaces depend on it
 };
 
 // Predicted peak bytes of one rank (rank 0, which holds the largest shards).

@@ -61,7 +61,7 @@ void log_precision(const Session& s) {
 
 void log_run(const Session& s) {
   const RunConfig& cfg = s.cfg;
-  const int64_t B = s.batch(), gas = cfg.optimizer.gas, dp = s.dp().size();
+  const int64_t B = s.batch(), gas = cfg.optimizer.gas, dp = s.data_ranks();
   const int n = s.world.size();
   log::info("parallm train: {} | {} threads", cfg.model.summary(), num_threads());
   log::info("number of parameters: {:.2f}M", static_cast<double>(s.model->num_params_nanogpt()) / 1e6);
@@ -70,6 +70,10 @@ void log_run(const Session& s) {
       "gas {}",
       n, n > 1 ? "s" : "", s.world.backend(), s.mesh->summary(), B * dp * gas, B, dp, dp > 1 ? "s" : "", gas);
   log::info("tokens per iteration will be: {} (global batch {} x block {})", s.tokens_per_iter, B * dp * gas, s.seq());
+  if (s.cp)
+    log::info("context parallel: each sequence of {} split over {} ranks ({}{}), {} positions a rank", s.seq(),
+              s.cp->size(), model::cp_kind_name(cfg.parallel.cp_kind),
+              cfg.parallel.cp_kind == model::CpKind::Ring ? ", zigzag" : "", s.local_seq());
   if (const std::string how = s.sync->describe(); !how.empty()) log::info("{}", how);
   log_precision(s);
   log::info("MFU peak: {:.1f} GFLOP/s ({})", s.peak / 1e9,

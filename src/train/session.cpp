@@ -273,11 +273,17 @@ void build_model(Session& s, const parallel::GradSyncOptions& so) {
                 "parallel.tp={} on the GPU exchanges device buffers inside every layer, which comm.backend={} cannot "
                 "carry; use comm.backend=nccl (or auto)",
                 s.mesh->tp().size(), s.mesh->tp().backend());
+  PARALLM_CHECK(s.dev.is_cpu() || s.mesh->cp().size() == 1 || s.mesh->cp().gpu_device() >= 0, ConfigError, "config",
+                "parallel.cp={} on the GPU exchanges device buffers inside every layer, which comm.backend={} cannot "
+                "carry; use comm.backend=nccl (or auto)",
+                s.mesh->cp().size(), s.mesh->cp().backend());
   s.tp = std::make_unique<parallel::TensorParallelGroup>(s.mesh->tp(), s.dev);
+  if (s.mesh->cp().size() > 1) s.cp = std::make_unique<parallel::ContextParallelGroup>(s.mesh->cp(), s.dev);
   if (s.mesh->dims().pp > 1) s.pipe = std::make_unique<Pipeline>(cfg, *s.mesh);
   s.model = std::make_unique<model::GPT>(
-      cfg.model, s.batch(), s.seq(), s.dev, parallel::model_storage(so, cfg.compute_dtype()), s.tp.get(),
-      cfg.parallel.sequence_parallel, s.pipe ? s.pipe->part() : model::PipelinePart{});
+      cfg.model, s.batch(), s.local_seq(), s.dev, parallel::model_storage(so, cfg.compute_dtype()), s.tp.get(),
+      cfg.parallel.sequence_parallel, s.pipe ? s.pipe->part() : model::PipelinePart{},
+      model::ContextPart{s.cp.get(), cfg.parallel.cp_kind});
   s.sync = parallel::make_grad_sync(s.dp(), *s.model, s.dev, so, &s.mesh->tp_pp());
   const OptimizerSection& o = cfg.optimizer;
   const optim::AdamWConfig acfg{o.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay};
@@ -301,6 +307,23 @@ double job_peak(const Session& s) {
 }
 
 }  // namespace
+
+void Session::last_logits(const int32_t* tokens, int64_t T, int64_t pos, float* out) {
+  const int64_t V = model->config().vocab_size;
+  const auto logits = [&](const int32_t* t, int64_t Tn, int64_t at) {
+    if (pipe) return pipe->last_logits(*model, t, Tn, at, out);
+    model->forward(t, nullptr, 1, Tn, {});
+    model->last_logits(out, 1, Tn, at);
+  };
+  if (!cp) return logits(tokens, T, pos);
+  // Every cp rank runs its positions; the rank holding `pos` has the logits (the others' are dropped).
+  const model::CpLayout& l = model->cp_layout();
+  std::vector<int32_t> mine(static_cast<size_t>(T / l.size));
+  l.slice(tokens, mine.data(), 1, T);
+  const auto [owner, row] = l.owner(pos, T);
+  logits(mine.data(), T / l.size, row);
+  mesh->cp().broadcast(Tensor::view_of(out, {V}, DType::F32, Device::cpu()), owner);
+}
 
 std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, int ranks_per_node,
                                       std::optional<RunDir>& run_dir, std::string* nothing_to_do,
@@ -331,9 +354,10 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   s->mesh =
       std::make_unique<parallel::Mesh>(world, s->cfg.mesh_dims(), ranks_per_node, s->cfg.parallel.tp_across_nodes);
   const parallel::MeshCoord& at = s->mesh->coord();
-  s->loader =
-      std::make_unique<data::Loader>(s->cfg.data.dir, s->cfg.model.vocab_size,
-                                     data::BatchSpec{s->batch(), s->seq(), s->dp().size(), at.dp}, s->cfg.train.seed);
+  data::BatchSpec spec{s->batch(), s->seq(), s->data_ranks(), at.dp, {}};
+  if (s->mesh->dims().cp > 1)  // this rank's positions of its dp rank's samples
+    spec.positions = model::CpLayout{s->mesh->dims().cp, at.cp, s->cfg.parallel.cp_kind}.positions(s->seq());
+  s->loader = std::make_unique<data::Loader>(s->cfg.data.dir, s->cfg.model.vocab_size, spec, s->cfg.train.seed);
   s->prompt = sample_prompt(s->cfg, s->vocab);
   const parallel::GradSyncOptions so = sync_options(s->cfg, s->dp().size());
   observe_ranks(*s);
@@ -350,7 +374,7 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
     s->sync->init_params(s->cfg.train.seed);
   s->guard = make_guard(*s);
   s->peak = job_peak(*s);
-  s->tokens_per_iter = s->batch() * s->seq() * s->cfg.optimizer.gas * s->dp().size();
+  s->tokens_per_iter = s->batch() * s->seq() * s->cfg.optimizer.gas * s->data_ranks();
   s->losses.reserve(std::max(s->cfg.optimizer.gas, s->cfg.train.eval_iters) * s->sync->passes());
   s->flops_per_iter = s->model->flops_per_token(s->seq()) * static_cast<double>(s->tokens_per_iter);
   log_run(*s);

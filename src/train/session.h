@@ -27,6 +27,7 @@
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
 #include "optim/schedule.h"
+#include "parallel/context_parallel.h"
 #include "parallel/grad_sync.h"
 #include "parallel/group_ops.h"
 #include "parallel/mesh.h"
@@ -63,9 +64,10 @@ struct Session {
   data::Vocab vocab;
   std::string prompt;  // the samples' prompt
   std::unique_ptr<data::Loader> loader;
-  std::unique_ptr<parallel::TensorParallelGroup> tp;  // the model's group of the mesh's tp axis
-  std::unique_ptr<Pipeline> pipe;                     // pipeline parallel (parallel.pp > 1): this rank's stage
-  std::unique_ptr<model::GPT> model;                  // the whole model, or this rank's stage of it
+  std::unique_ptr<parallel::TensorParallelGroup> tp;   // the model's group of the mesh's tp axis
+  std::unique_ptr<parallel::ContextParallelGroup> cp;  // the model's group of the mesh's cp axis (cp > 1)
+  std::unique_ptr<Pipeline> pipe;                      // pipeline parallel (parallel.pp > 1): this rank's stage
+  std::unique_ptr<model::GPT> model;                   // the whole model, or this rank's stage of it
   std::unique_ptr<parallel::GradSync> sync;
   std::unique_ptr<optim::AdamW> opt;
   std::unique_ptr<optim::LossScaler> scaler;
@@ -89,23 +91,30 @@ struct Session {
   std::vector<float> losses;            // the current step's (or evaluation's) pass losses, in order
 
   Session(RunConfig c, comm::Communicator& w, std::optional<RunDir>& rd) : cfg(std::move(c)), world(w), run_dir(rd) {}
-  comm::Communicator& dp() const { return mesh->dp(); }
+  // The group holding copies of one model's weights (replicas, or ZeRO's
+  // shards): gradients are averaged over it, and its rank 0 writes. The
+  // data-parallel ranks, times the context-parallel ones (they hold the same
+  // weights and different positions of the same samples: Mesh::dp_cp).
+  comm::Communicator& dp() const { return mesh->dims().cp > 1 ? mesh->dp_cp() : mesh->dp(); }
+  // The ranks that read different samples, and this rank's index among them.
+  int64_t data_ranks() const { return mesh->dims().dp; }
   // Whether this rank runs the samples: rank 0, with the ranks of its model's
-  // tensor-parallel group (the dp group's rank 0s), or every rank when the
-  // sync gathers parameters collectively.
-  bool samples() const { return lead || dp().rank() == 0 || sync->collective_sampling(); }
+  // tensor- and context-parallel groups (data-parallel index 0), or every
+  // rank when the sync gathers parameters collectively.
+  bool samples() const { return lead || mesh->coord().dp == 0 || sync->collective_sampling(); }
   int64_t batch() const { return cfg.train.batch_size; }
   // The loss of one batch forward only (every pipeline stage takes part; every rank gets it).
   float forward_loss(const int32_t* x, const int32_t* y, int64_t B, int64_t T, const model::StepContext& ctx) {
     return pipe ? pipe->forward_loss(*model, x, y, B, T, ctx) : model->forward(x, y, B, T, ctx);
   }
-  // The logits of position `pos` of one sequence of T tokens (generation; every pipeline stage takes part).
-  void last_logits(const int32_t* tokens, int64_t T, int64_t pos, float* out) {
-    if (pipe) return pipe->last_logits(*model, tokens, T, pos, out);
-    model->forward(tokens, nullptr, 1, T, {});
-    model->last_logits(out, 1, T, pos);
-  }
+  // The logits of position `pos` of one sequence of T tokens (generation;
+  // every pipeline stage and context-parallel rank takes part).
+  void last_logits(const int32_t* tokens, int64_t T, int64_t pos, float* out);
+  // The multiple of T generation pads its contexts to (sequence or context parallel).
+  int64_t sequence_multiple() const { return cp ? model->cp_layout().multiple() : model->token_multiple(); }
   int64_t seq() const { return cfg.model.block_size; }
+  // The positions of each sequence this rank's model holds (context parallel: seq() / cp).
+  int64_t local_seq() const { return cfg.model.block_size / cfg.parallel.cp; }
   void write_metrics(const nlohmann::json& rec) const {
     if (run_dir) run_dir->write_metrics(rec);
   }

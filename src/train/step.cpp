@@ -28,8 +28,8 @@ class MicroBatches : public Schedule {
  public:
   explicit MicroBatches(Session& s)
       : s_(s),
-        x_(s.batch() * s.seq()),
-        y_(s.batch() * s.seq()),
+        x_(s.batch() * s.local_seq()),
+        y_(s.batch() * s.local_seq()),
         gpu_async_(!s.dev.is_cpu() && !s.sync->communicates()) {
     if (gpu_async_)
       for (int64_t k = 0; k < 1 + 2 * s.cfg.optimizer.gas; ++k) marks_.push_back(std::make_unique<gpu::Event>());
@@ -38,7 +38,7 @@ class MicroBatches : public Schedule {
   PassTimes run(int64_t it, std::vector<float>& losses) override {
     model::GPT& m = *s_.model;
     parallel::GradSync& sync = *s_.sync;
-    const int64_t gas = s_.cfg.optimizer.gas, T = s_.seq(), passes = sync.passes(), Bs = s_.batch() / passes;
+    const int64_t gas = s_.cfg.optimizer.gas, T = s_.local_seq(), passes = sync.passes(), Bs = s_.batch() / passes;
     const int64_t batch = s_.cfg.train.skip_batches.data_index(it);  // the global batch (train.skip_batches)
     PassTimes t;
     if (gpu_async_) marks_.front()->record();
@@ -110,7 +110,7 @@ class MicroBatches : public Schedule {
 class PipelineSteps : public Schedule {
  public:
   explicit PipelineSteps(Session& s) : s_(s) {
-    const int64_t gas = s.cfg.optimizer.gas, N = s.batch() * s.seq();
+    const int64_t gas = s.cfg.optimizer.gas, N = s.batch() * s.local_seq();
     const bool reads = s.model->layout().first_stage() || s.model->layout().last_stage();
     x_.assign(static_cast<size_t>(reads ? gas * N : 0), 0);
     y_.assign(x_.size(), 0);
@@ -119,7 +119,7 @@ class PipelineSteps : public Schedule {
   PassTimes run(int64_t it, std::vector<float>& losses) override {
     model::GPT& m = *s_.model;
     parallel::GradSync& sync = *s_.sync;
-    const int64_t gas = s_.cfg.optimizer.gas, B = s_.batch(), T = s_.seq(), N = B * T;
+    const int64_t gas = s_.cfg.optimizer.gas, B = s_.batch(), T = s_.local_seq(), N = B * T;
     const int64_t batch = s_.cfg.train.skip_batches.data_index(it);  // the global batch (train.skip_batches)
     m.zero_grad();
     sync.begin_step();

@@ -125,7 +125,37 @@ TEST(Config, ParallelKeysBadLayoutsAndTheAxesNotBuiltYet) {
     EXPECT_EQ(back.to_json()["parallel.pp_layers"], "2,4");
     EXPECT_EQ(back.parallel.pp_layers, (std::vector<int64_t>{2, 4}));
   }
-  EXPECT_NE(validate_error({"parallel.cp=3"}).find("context parallelism is not implemented yet"), std::string::npos);
+  // Context parallelism: the layouts that split, and those refused by name.
+  EXPECT_EQ(validate_error({"parallel.cp=4"}), "");                                               // ring: 256 % 8
+  EXPECT_EQ(validate_error({"parallel.cp=2", "parallel.cp_kind=ulysses", "parallel.tp=3"}), "");  // 6 heads / (3 x 2)
+  const std::string ring_T = validate_error({"parallel.cp=3"});
+  EXPECT_NE(ring_T.find("model.block_size=256 is not divisible by 2 x parallel.cp = 6: ring attention splits the "
+                        "sequence into 2 x cp chunks"),
+            std::string::npos)
+      << ring_T;
+  const std::string uly_heads = validate_error({"parallel.cp=4", "parallel.cp_kind=ulysses"});
+  EXPECT_NE(uly_heads.find("model.n_head=6 is not divisible by parallel.tp=1 x parallel.cp=4: Ulysses gives each rank "
+                           "n_head/(tp x cp) whole heads"),
+            std::string::npos)
+      << uly_heads;
+  const std::string uly_T = validate_error({"parallel.cp=3", "parallel.cp_kind=ulysses", "model.block_size=64"});
+  EXPECT_NE(uly_T.find("model.block_size=64 is not divisible by parallel.cp=3"), std::string::npos) << uly_T;
+  const std::string cp_sp = validate_error({"parallel.cp=2", "parallel.tp=2", "parallel.sequence_parallel=true"});
+  EXPECT_NE(cp_sp.find("parallel.sequence_parallel=true with parallel.cp=2: both split the sequence"),
+            std::string::npos)
+      << cp_sp;
+  EXPECT_NE(
+      validate_error({"parallel.cp=2", "ddp.deterministic=true"}).find("ddp.deterministic=true with parallel.cp=2"),
+      std::string::npos);
+  EXPECT_NE(error_of([] {
+              train::RunConfig().set("parallel.cp_kind", "zigzag");
+            }).find("parallel.cp_kind='zigzag' is not one of ring, ulysses"),
+            std::string::npos);
+  {
+    train::RunConfig u;
+    u.apply_overrides({"parallel.cp=2", "parallel.cp_kind=ulysses"});
+    EXPECT_EQ(train::RunConfig::from_json(u.to_json()).parallel.cp_kind, model::CpKind::Ulysses);
+  }
   EXPECT_NE(validate_error({"parallel.tp=0"}).find("parallel.tp must be in [1, "), std::string::npos);
   EXPECT_NE(validate_error({"parallel.dp=-1"}).find("parallel.dp must be in [0, "), std::string::npos);
   EXPECT_EQ(validate_error({"parallel.dp=4", "parallel.tp=1"}), "");
