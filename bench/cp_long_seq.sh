@@ -12,7 +12,7 @@ B=${1:-build/parallm}; CAP_MIB=${2:-48}; KINDS=${3:-"ring ulysses"}; O=${4:-out/
 DATA=${5:-data/shakespeare_char}; rm -rf $O; mkdir -p $O
 [ -d $DATA ] || $B prepare shakespeare_char --input ../shared/data/tinyshakespeare/input.txt --out $DATA >/dev/null
 CAP=$((CAP_MIB * 1024 * 1024))
-C="model.n_layer=4 model.n_head=8 model.n_embd=128 model.batch_size=1 model.dropout=0.1 train.threads=1 train.max_iters=4 train.eval_interval=1000 train.sample_tokens=0 train.peak_flops=1e11 train.log_interval=1 data.dir=$DATA train.progress=false"
+C="model.n_layer=4 model.n_head=8 model.n_embd=128 model.batch_size=1 model.dropout=0.1 train.threads=1 train.max_iters=4 train.eval_interval=1000 train.eval_iters=1 train.sample_tokens=0 train.peak_flops=1e11 train.log_interval=1 data.dir=$DATA train.progress=false"
 # The planned activations (bytes) of cp=$1 kind $2 at T=$3.
 planned() {
   $B plan $C parallel.cp=$1 parallel.cp_kind=$2 model.block_size=$3 2>/dev/null | python3 -c '
