@@ -4,7 +4,7 @@
 // with dp, tp and pp beside cp, ZeRO over dp x cp, and a cp checkpoint
 // resumed by one rank. Dropout 0.1, T = 256, vocabulary 65 (no degree divides
 // it), 12 heads (Ulysses at tp x cp = 4 gives each rank 3).
-// CI runs 20 steps; the acceptance's 100 (at most 1e-5 relative over the
+// CI runs 12 steps; the acceptance's 100 (at most 1e-5 relative over the
 // first 50 steps, 1e-4 over all) is the same binary with
 // PARALLM_CP_TRAIN_ITERS=100 (docs/context_parallel.md has the command).
 #include <cstdlib>
@@ -20,7 +20,7 @@ namespace {
 
 int64_t iters() {
   const char* v = std::getenv("PARALLM_CP_TRAIN_ITERS");
-  return v ? std::atoll(v) : 20;
+  return v ? std::atoll(v) : 12;
 }
 
 class CpTrainTest : public test_util::DistRunTest {
@@ -90,8 +90,8 @@ TEST_F(CpTrainTest, ContextTimesTensorAndDataParallelMatchOneRank) {
 
 TEST_F(CpTrainTest, PipelineTimesContextParallelMatchesOneRank) {
   if (world->size() != 4) GTEST_SKIP() << "pp 2 x cp 2 needs 4 ranks";
-  auto r = train::run_training(run("pp", 2, 20, {cp_of(2), "parallel.pp=2", "optimizer.gas=2"}), world);
-  auto one = train::run_training(run("pp_one" + std::to_string(world->rank()), 2, 20, {"optimizer.gas=2"}));
+  auto r = train::run_training(run("pp", 2, 12, {cp_of(2), "parallel.pp=2", "optimizer.gas=2"}), world);
+  auto one = train::run_training(run("pp_one" + std::to_string(world->rank()), 2, 12, {"optimizer.gas=2"}));
   expect_matches(r, one, "ring cp 2 x pp 2 vs 1 rank");
 }
 
