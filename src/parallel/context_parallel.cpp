@@ -1,15 +1,9 @@
 #include "parallel/context_parallel.h"
 
 #include "core/error.h"
+#include "parallel/group_ops.h"
 
 namespace parallm::parallel {
-
-namespace {
-template <class T>
-Tensor view(T* p, int64_t n, DType dt, Device dev) {
-  return Tensor::view_of(const_cast<std::remove_const_t<T>*>(p), {n}, dt, dev);
-}
-}  // namespace
 
 void ContextParallelGroup::start_ring(const float* send, float* recv, int64_t n, int tag) {
   PARALLM_CHECK(tag >= 0 && tag < kTags && !sends_[tag], InternalError, "parallel.cp",

@@ -4,11 +4,19 @@
 // communicate nothing.
 #pragma once
 #include <cstring>
+#include <type_traits>
 
 #include "comm/communicator.h"
 #include "core/tensor.h"
 
 namespace parallm::parallel {
+
+// A model's buffer (n elements of `dt` on `dev`) as a tensor for the
+// communicator: what the model's groups (tensor, context parallel) hand it.
+template <class T>
+Tensor view(T* p, int64_t n, DType dt, Device dev) {
+  return Tensor::view_of(const_cast<std::remove_const_t<T>*>(p), {n}, dt, dev);
+}
 
 // One float averaged over the group.
 class GroupMean {

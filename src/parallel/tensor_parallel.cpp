@@ -4,15 +4,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "parallel/group_ops.h"
 
 namespace parallm::parallel {
-
-namespace {
-template <class T>
-Tensor view(T* p, int64_t n, DType dt, Device dev) {
-  return Tensor::view_of(const_cast<std::remove_const_t<T>*>(p), {n}, dt, dev);
-}
-}  // namespace
 
 void TensorParallelGroup::sum(float* x, int64_t n) {
   c_.all_reduce(view(x, n, DType::F32, dev_), comm::ReduceOp::Sum);
