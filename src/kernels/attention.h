@@ -83,6 +83,9 @@ struct AttnBlock {
   int64_t lse_ld = 0;            // lse of (b, h, i) at lse[(b*NH + h)*lse_ld + i]
   bool first = false;            // forward: the rows' first block (write out and lse instead of merging)
 };
+// ShapeError naming `where` unless the block's sizes are valid and its query
+// and key rows lie inside the sequence of blk.T (every backend checks this first).
+void check_attn_block(const AttnBlock& blk, const char* where);
 
 // The block kernels, fp32 only. The dropout mask of query row i, key row j of
 // (b, h) is the unsplit kernels' one at global (q0 + i, k0 + j) of length T.

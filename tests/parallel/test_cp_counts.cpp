@@ -17,12 +17,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/dist_run.h"
 #include "parallel/mesh.h"
-
-namespace parallm::comm {
-void PrintTo(const OpCounts& c, std::ostream* os) {
-  *os << c.text();
-}
-}  // namespace parallm::comm
+#include "parallel/op_counts_print.h"
 
 using namespace parallm;
 using comm::OpCounts;

@@ -15,14 +15,8 @@
 #include "parallel/dist_run.h"
 #include "parallel/grad_sync.h"
 #include "parallel/mesh.h"
+#include "parallel/op_counts_print.h"
 #include "parallel/tensor_parallel.h"
-
-namespace parallm::comm {
-// Failures print the readings as text ("all_reduce 3 calls 27648 B").
-void PrintTo(const OpCounts& c, std::ostream* os) {
-  *os << c.text();
-}
-}  // namespace parallm::comm
 
 using namespace parallm;
 using comm::OpCounts;

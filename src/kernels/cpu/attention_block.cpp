@@ -19,6 +19,18 @@
 #include "kernels/cpu/attention_rows.h"
 #include "kernels/cpu/small_gemm.h"
 
+namespace parallm::kernels {
+
+void check_attn_block(const AttnBlock& b, const char* where) {
+  PARALLM_CHECK(b.B >= 0 && b.NH > 0 && b.HS > 0 && b.Tq >= 0 && b.Tk >= 0, ShapeError, where,
+                "bad block shape B={} NH={} HS={} Tq={} Tk={}", b.B, b.NH, b.HS, b.Tq, b.Tk);
+  PARALLM_CHECK(b.q0 >= 0 && b.k0 >= 0 && b.q0 + b.Tq <= b.T && b.k0 + b.Tk <= b.T, ShapeError, where,
+                "query rows [{}, {}) or key rows [{}, {}) outside the sequence of T={}", b.q0, b.q0 + b.Tq, b.k0,
+                b.k0 + b.Tk, b.T);
+}
+
+}  // namespace parallm::kernels
+
 namespace parallm::kernels::cpu {
 
 namespace {
@@ -40,14 +52,6 @@ int64_t keys_before(const AttnBlock& b, int64_t end) {
 // The dropout index of query row i, key row 0 of the block, for global (sample, head) gbh.
 uint64_t row_index(const AttnBlock& b, int64_t gbh, int64_t i) {
   return static_cast<uint64_t>((gbh * b.T + b.q0 + i) * b.T + b.k0);
-}
-
-void check(const AttnBlock& b, const char* where) {
-  PARALLM_CHECK(b.B >= 0 && b.NH > 0 && b.HS > 0 && b.Tq >= 0 && b.Tk >= 0, ShapeError, where,
-                "bad block shape B={} NH={} HS={} Tq={} Tk={}", b.B, b.NH, b.HS, b.Tq, b.Tk);
-  PARALLM_CHECK(b.q0 >= 0 && b.k0 >= 0 && b.q0 + b.Tq <= b.T && b.k0 + b.Tk <= b.T, ShapeError, where,
-                "query rows [{}, {}) or key rows [{}, {}) outside the sequence of T={}", b.q0, b.q0 + b.Tq, b.k0,
-                b.k0 + b.Tk, b.T);
 }
 
 // Merges a row's block output ob (log-sum-exp lb) into its running o (log-sum-exp *l).
@@ -168,7 +172,7 @@ int64_t attention_block_workspace_floats(int64_t, int64_t, int64_t, int64_t Tk, 
 void attention_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                              const AttnBlock& blk, AttnDropout drop, float* ws) {
   PARALLM_PROFILE("attention_block_forward");
-  check(blk, "kernels.cpu.attention_block_forward");
+  check_attn_block(blk, "kernels.cpu.attention_block_forward");
   if (blk.Tq == 0 || (!blk.first && keys_before(blk, blk.Tq) == 0)) return;
   const int64_t NH = blk.NH, HS = blk.HS;
 #pragma omp parallel
@@ -187,7 +191,7 @@ void attention_block_backward(float* dq, float* dk, float* dv, const float* dout
                               const float* v, const float* out, const float* lse, const AttnBlock& blk,
                               AttnDropout drop, float* ws) {
   PARALLM_PROFILE("attention_block_backward");
-  check(blk, "kernels.cpu.attention_block_backward");
+  check_attn_block(blk, "kernels.cpu.attention_block_backward");
   if (blk.Tq == 0 || keys_before(blk, blk.Tq) == 0) return;
   const int64_t NH = blk.NH, HS = blk.HS;
 #pragma omp parallel

@@ -227,12 +227,9 @@ __global__ void backward_key_rows(float* dk, float* dv, const float* Dw, const f
   }
 }
 
+// The shared checks, and this backend's launch limits.
 void check(const AttnBlock& b, const char* where) {
-  PARALLM_CHECK(b.B >= 0 && b.NH > 0 && b.HS > 0 && b.Tq >= 0 && b.Tk >= 0, ShapeError, where,
-                "bad block shape B={} NH={} HS={} Tq={} Tk={}", b.B, b.NH, b.HS, b.Tq, b.Tk);
-  PARALLM_CHECK(b.q0 >= 0 && b.k0 >= 0 && b.q0 + b.Tq <= b.T && b.k0 + b.Tk <= b.T, ShapeError, where,
-                "query rows [{}, {}) or key rows [{}, {}) outside the sequence of T={}", b.q0, b.q0 + b.Tq, b.k0,
-                b.k0 + b.Tk, b.T);
+  check_attn_block(b, where);
   PARALLM_CHECK(b.B * b.NH * (b.Tq > b.Tk ? b.Tq : b.Tk) < (int64_t{1} << 31), ShapeError, where,
                 "{} rows exceed one launch", b.B * b.NH * (b.Tq > b.Tk ? b.Tq : b.Tk));
   PARALLM_CHECK(b.HS <= 1024, ShapeError, where, "head size {} over 1024", b.HS);
