@@ -77,15 +77,19 @@ TEST_F(CpTrainTest, RingAndUlyssesMatchOneRank) {
 TEST_F(CpTrainTest, ContextTimesTensorAndDataParallelMatchOneRank) {
   if (world->size() != 4) GTEST_SKIP() << "cp 2 x tp 2 and cp 2 x dp 2 need 4 ranks";
   const int64_t n_it = iters();
-  const auto one = alone("one", 3, n_it);
-  for (const char* kind : {"ring", "ulysses"}) {
-    auto r = train::run_training(
-        run(std::string("tp_") + kind, 3, n_it, {cp_of(2), "parallel.tp=2", std::string("parallel.cp_kind=") + kind}),
-        world);
-    expect_matches(r, one, std::string(kind) + " cp 2 x tp 2 vs 1 rank");
+  for (int64_t B : {1, 3}) {
+    const std::string b = " B=" + std::to_string(B);
+    const auto one = alone("one_b" + std::to_string(B), B, n_it);
+    for (const char* kind : {"ring", "ulysses"}) {
+      auto r = train::run_training(run(std::string("tp_") + kind + std::to_string(B), B, n_it,
+                                       {cp_of(2), "parallel.tp=2", std::string("parallel.cp_kind=") + kind}),
+                                   world);
+      expect_matches(r, one, std::string(kind) + " cp 2 x tp 2" + b + " vs 1 rank");
+    }
+    // dp 2: one rank with the global batch 2B.
+    auto d = train::run_training(run("dp" + std::to_string(B), B, n_it, {cp_of(2)}), world);
+    expect_matches(d, alone("one_2b" + std::to_string(B), 2 * B, n_it), "ring cp 2 x dp 2" + b + " vs 1 rank");
   }
-  auto d = train::run_training(run("dp", 1, n_it, {cp_of(2)}), world);  // dp 2: the global batch is 2
-  expect_matches(d, alone("one_b2", 2, n_it), "ring cp 2 x dp 2 vs 1 rank");
 }
 
 TEST_F(CpTrainTest, PipelineTimesContextParallelMatchesOneRank) {
