@@ -164,6 +164,12 @@ TEST(CpBalance, ZigzagRanksDoTheSameAttentionWork) {
     }
   }
   omp_set_num_threads(threads);
+#if defined(__SANITIZE_ADDRESS__)
+  // Instrumented code does not keep the kernels' cost proportions (a CI run
+  // measured 1.20 here): the entries above are the check; the time is printed.
+  std::printf("(ASan build: the time ratios %.2f and %.2f are not compared)\n", ratio[0], ratio[1]);
+#else
   EXPECT_LE(ratio[0], 1.15) << "zigzag";
   EXPECT_GE(ratio[1], 4.0) << "contiguous";
+#endif
 }
