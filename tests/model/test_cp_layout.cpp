@@ -4,9 +4,9 @@
 // layouts that do not split are refused by message.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
-#include <time.h>
 #include <cstdio>
 #include <numeric>
 
