@@ -2,11 +2,12 @@
 // sequence split over cp ranks (ring and Ulysses) against one rank with the
 // whole sequence (each rank runs that reference alone), at batch 1 and 3,
 // with dp, tp and pp beside cp, ZeRO over dp x cp, and a cp checkpoint
-// resumed by one rank. Dropout 0.1, T = 256, vocabulary 65 (no degree divides
-// it), 12 heads (Ulysses at tp x cp = 4 gives each rank 3).
-// CI runs 12 steps; the acceptance's 100 (at most 1e-5 relative over the
-// first 50 steps, 1e-4 over all) is the same binary with
-// PARALLM_CP_TRAIN_ITERS=100 (docs/context_parallel.md has the command).
+// resumed by one rank. Dropout 0.1, vocabulary 65 (no degree divides it),
+// 12 heads (Ulysses at tp x cp = 4 gives each rank 3).
+// CI runs 12 steps at T = 64 (chunks of 8 positions at cp 4); the
+// acceptance's 100 steps at T = 256 (at most 1e-5 relative over the first 50
+// steps, 1e-4 over all) is the same binary with PARALLM_CP_TRAIN_ITERS=100
+// PARALLM_CP_TRAIN_T=256 (docs/context_parallel.md has the command).
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -18,17 +19,21 @@ using test_util::world;
 
 namespace {
 
+int64_t env_or(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoll(v) : fallback;
+}
 int64_t iters() {
-  const char* v = std::getenv("PARALLM_CP_TRAIN_ITERS");
-  return v ? std::atoll(v) : 12;
+  return env_or("PARALLM_CP_TRAIN_ITERS", 12);
 }
 
 class CpTrainTest : public test_util::DistRunTest {
  protected:
   train::RunConfig run(const std::string& out, int64_t batch, int64_t iters, std::vector<std::string> extra = {}) {
     auto c = tiny(out, batch);
-    c.apply_overrides({"model.n_head=12", "model.n_embd=48", "model.vocab_size=65", "model.block_size=256",
-                       "optimizer.gas=1", "train.eval_interval=50", "train.max_iters=" + std::to_string(iters),
+    c.apply_overrides({"model.n_head=12", "model.n_embd=48", "model.vocab_size=65",
+                       "model.block_size=" + std::to_string(env_or("PARALLM_CP_TRAIN_T", 64)), "optimizer.gas=1",
+                       "train.eval_interval=50", "train.max_iters=" + std::to_string(iters),
                        "optimizer.lr_decay_iters=100"});
     c.apply_overrides(extra);
     return c;
