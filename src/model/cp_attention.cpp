@@ -63,12 +63,22 @@ RingStep CpAttention::ring_step(const CpLayout& l, int64_t T, int s) {
 }
 
 CpAttention::CpAttention(ContextGroup& group, const ContextPart& part, int64_t n_head)
-    : g_(group), layout_(part.layout()), n_head_(n_head) {}
+    : g_(group), layout_(part.layout()), n_head_(n_head) {
+  if (layout_.size > 1 && layout_.kind == CpKind::Ring) step_cpu_s_.assign(2 * static_cast<size_t>(layout_.size), 0.0);
+}
+
+double CpAttention::block_cpu_seconds() const {
+  double sum = 0;
+  for (double s : step_cpu_s_) sum += s;
+  return sum;
+}
 
 int64_t CpAttention::scratch_elems(const CpLayout& l, int64_t B, int64_t Tl, int64_t Cl) {
-  // ring: two K|V buffers and two dK|dV accumulators of B Tl 2Cl; ulysses:
-  // the all-to-all's send and receive buffers (B Tl 3Cl) and backward's head-form d(out).
-  return l.size > 1 ? 8 * B * Tl * Cl : 0;
+  // ring: two K|V buffers and three dK|dV buffers (this step's, the one
+  // leaving, the one arriving) of B Tl 2Cl; ulysses: the all-to-all's send and
+  // receive buffers (B Tl 3Cl) and backward's head-form d(out).
+  if (l.size == 1) return 0;
+  return l.kind == CpKind::Ring ? 10 * B * Tl * Cl : 8 * B * Tl * Cl;
 }
 
 int64_t CpAttention::head_out_elems(const CpLayout& l, int64_t B, int64_t Tl, int64_t Cl) {
@@ -113,7 +123,7 @@ void CpAttention::ring_forward(const kernels::ModelOps<float>& k, float* out, fl
       k.attention_block_forward(out + b.q.local * Cl, lse + b.q.local, qkv + b.q.local * 3 * Cl, kp, kp + Cl, blk, drop,
                                 ws);
     }
-    block_cpu_s_ += thread_cpu_seconds() - t0;
+    step_cpu_s_[s] += thread_cpu_seconds() - t0;
     if (s + 1 < C) {
       g_.wait_ring(kTagKv);
       std::swap(cur, next);
@@ -124,36 +134,44 @@ void CpAttention::ring_forward(const kernels::ModelOps<float>& k, float* out, fl
 void CpAttention::ring_backward(const kernels::ModelOps<float>& k, float* dqkv, const float* dout, const float* qkv,
                                 const float* out, const float* lse, int64_t B, int64_t Tl, int64_t Cl, int64_t NHl,
                                 const kernels::AttnDropout& drop, float* ws, float* scratch) {
-  // At step s this rank holds the K|V of rank r - s and the accumulator of
-  // their gradients that ranks r - s .. r - 1 have added to; after adding its
-  // part it passes both on. The accumulator makes C hops and comes home.
+  // At step s this rank holds the K|V of rank r - s and computes its part of
+  // their gradients into `mine` while two messages travel: the next K|V, and
+  // the accumulator of this block's gradients that ranks r - s .. r - 1 have
+  // summed (rank r - 1 finished it a step ago). Once both are in, mine += it
+  // and the sum leaves at the next step, overlapped with that step's compute.
+  // The accumulator makes C hops and comes home after the last step.
   const int C = layout_.size;
   const int64_t T = Tl * C, n = B * Tl * 2 * Cl;
-  float *kv = scratch, *kv_next = scratch + n, *dkv = scratch + 2 * n, *dkv_next = scratch + 3 * n;
+  float *kv = scratch, *kv_next = scratch + n, *mine = scratch + 2 * n, *done = scratch + 3 * n, *in = scratch + 4 * n;
   k.copy_rows(kv, 2 * Cl, qkv + Cl, 3 * Cl, 2 * Cl, B * Tl);
   k.fill(dqkv, B * Tl * 3 * Cl, 0.0f);
-  k.fill(dkv, n, 0.0f);
   for (int s = 0; s < C; ++s) {
     if (s + 1 < C) g_.start_ring(kv, kv_next, n, kTagKvBack);
+    if (s > 0) g_.start_ring(done, in, n, kTagDkv);
+    k.fill(mine, n, 0.0f);
     const double t0 = thread_cpu_seconds();
     for (const RingStep::Block& b : ring_step(layout_, T, s)) {
       const kernels::AttnBlock blk = block_of(b.q, b.k, B, NHl, Tl, Cl, T, false);
       const float* kp = kv + b.k.local * 2 * Cl;
-      float* dk = dkv + b.k.local * 2 * Cl;
+      float* dk = mine + b.k.local * 2 * Cl;
       k.attention_block_backward(dqkv + b.q.local * 3 * Cl, dk, dk + Cl, dout + b.q.local * Cl,
                                  qkv + b.q.local * 3 * Cl, kp, kp + Cl, out + b.q.local * Cl, lse + b.q.local, blk,
                                  drop, ws);
     }
-    block_cpu_s_ += thread_cpu_seconds() - t0;
-    g_.start_ring(dkv, dkv_next, n, kTagDkv);
+    step_cpu_s_[C + s] += thread_cpu_seconds() - t0;
+    if (s > 0) {
+      g_.wait_ring(kTagDkv);
+      k.residual_forward(mine, mine, in, n);
+    }
     if (s + 1 < C) {
       g_.wait_ring(kTagKvBack);
       std::swap(kv, kv_next);
     }
-    g_.wait_ring(kTagDkv);
-    std::swap(dkv, dkv_next);
+    std::swap(mine, done);
   }
-  k.copy_rows(dqkv + Cl, 3 * Cl, dkv, 2 * Cl, 2 * Cl, B * Tl);  // this rank's dK|dV, home
+  g_.start_ring(done, in, n, kTagDkv);  // the last hop: every rank's own dK|dV, home
+  g_.wait_ring(kTagDkv);
+  k.copy_rows(dqkv + Cl, 3 * Cl, in, 2 * Cl, 2 * Cl, B * Tl);
 }
 
 template <class A>

@@ -7,7 +7,8 @@
 //     is computed, and each block's result is merged into the running output
 //     by the log-sum-exp rule (kernels/attention.h's block kernels). Backward
 //     passes the K|V blocks around again together with a travelling fp32
-//     dK|dV accumulator that arrives home after C hops. With the zigzag split
+//     dK|dV accumulator that arrives home after C hops (each hop in flight
+//     while the next step is computed). With the zigzag split
 //     every rank computes the same number of score entries.
 //   ulysses: an all-to-all turns [B, T/C, heads] into [B, T, heads/C], the
 //     unsplit kernel runs on whole sequences of T/C of the heads, and a second
@@ -17,6 +18,7 @@
 // of the fp32 accumulator; ulysses 2 all-to-alls each way.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/device.h"
 #include "kernels/attention.h"
@@ -73,14 +75,16 @@ class CpAttention {
 
   // Thread CPU seconds spent in the ring's block kernels since construction
   // (the causal-balance measurement; with one thread per rank this is the
-  // rank's attention work, not the time it waited).
-  double block_cpu_seconds() const { return block_cpu_s_; }
+  // rank's attention work, not the time it waited), in total and per ring
+  // step: forward steps 0 .. C-1, then backward steps 0 .. C-1.
+  double block_cpu_seconds() const;
+  const std::vector<double>& step_cpu_seconds() const { return step_cpu_s_; }
 
  private:
   ContextGroup& g_;
   CpLayout layout_;
   int64_t n_head_;
-  double block_cpu_s_ = 0;
+  std::vector<double> step_cpu_s_;  // 2C entries for a ring, else none
   kernels::AttnDropout ulysses_drop(kernels::AttnDropout d, int64_t NHl) const;
   void ring_forward(const kernels::ModelOps<float>& k, float* out, float* lse, const float* qkv, int64_t B, int64_t Tl,
                     int64_t Cl, int64_t NHl, const kernels::AttnDropout& drop, float* ws, float* scratch);

@@ -169,11 +169,11 @@ TEST(CpAttention, TensorTimesContextParallelSplitsHeadsThenPositions) {
 
 // The ring's causal balance at cp = 4, T = 1024, as the ring runs: the
 // thread CPU time of each rank's block kernels in a forward and backward (not
-// waits; one thread a rank), the least of 8 repetitions, busiest over least
-// busy. Where 4 ranks share 2 cores a neighbour inflates some ranks' times
-// (1.01 to 1.37 here over 6 runs), so this asserts only that the zigzag is
-// far better balanced than the contiguous split; the 15% bar is
-// model/test_cp_layout.cpp's replay of the same blocks in one process.
+// waits; one thread a rank), each ring step's least over 32 repetitions,
+// summed; busiest rank over least busy. 20 runs with 4 ranks on 2 cores:
+// zigzag 1.01 to 1.07, contiguous 5.5 to 5.9 (the bar: zigzag within
+// 1.15). Under ctest -j2 other tests share the cores too, so this asserts the
+// zigzag within 1.3 and far better balanced than the contiguous split.
 TEST(CpAttention, ZigzagBalancesTheCausalWorkAcrossRanks) {
   if (world->size() != 4) GTEST_SKIP() << "measured at cp = 4";
   const int64_t NH = 8, HS = 32, C = NH * HS, B = 4, T = 1024, Tl = T / 4;
@@ -191,15 +191,17 @@ TEST(CpAttention, ZigzagBalancesTheCausalWorkAcrossRanks) {
     std::vector<float> scratch(static_cast<size_t>(model::CpAttention::scratch_elems(l, B, Tl, C)));
     std::vector<float> ws(static_cast<size_t>(
         model::CpAttention::workspace_floats(l, Device::cpu(), B, Tl, C, NH, omp_get_max_threads(), false)));
-    float mine = 1e30f;
-    for (int rep = 0; rep < 8; ++rep) {
-      const double t0 = att.block_cpu_seconds();
+    std::vector<double> least(att.step_cpu_seconds().size(), 1e30);
+    for (int rep = 0; rep < 32; ++rep) {
+      const std::vector<double> before = att.step_cpu_seconds();
       att.forward(ops, out.data(), lse.data(), qkv.data(), static_cast<float*>(nullptr), B, Tl, C, NH, {}, ws.data(),
                   scratch.data());
       att.backward(ops, dqkv.data(), dout.data(), qkv.data(), out.data(), static_cast<const float*>(nullptr),
                    lse.data(), B, Tl, C, NH, {}, ws.data(), scratch.data());
-      mine = std::min(mine, static_cast<float>(att.block_cpu_seconds() - t0));
+      for (size_t i = 0; i < least.size(); ++i) least[i] = std::min(least[i], att.step_cpu_seconds()[i] - before[i]);
     }
+    float mine = 0;
+    for (double t : least) mine += static_cast<float>(t);
     std::vector<float> all(4);
     world->all_gather(Tensor::view_of(&mine, {1}, DType::F32), Tensor::view_of(all.data(), {4}, DType::F32));
     const auto [lo, hi] = std::minmax_element(all.begin(), all.end());
@@ -209,8 +211,13 @@ TEST(CpAttention, ZigzagBalancesTheCausalWorkAcrossRanks) {
                   zigzag ? "zigzag" : "contiguous", static_cast<long long>(T), 1e3 * all[0], 1e3 * all[1], 1e3 * all[2],
                   1e3 * all[3], *hi / *lo);
   }
-  EXPECT_LE(ratio[0], 1.6) << "zigzag";
+#if defined(__SANITIZE_ADDRESS__)
+  // Instrumented code does not keep the kernels' cost proportions.
+  EXPECT_GE(ratio[1], 1.5 * ratio[0]) << "the contiguous split should be less balanced than the zigzag";
+#else
+  EXPECT_LE(ratio[0], 1.3) << "zigzag";
   EXPECT_GE(ratio[1], 2 * ratio[0]) << "the contiguous split should be far less balanced than the zigzag";
+#endif
 }
 
 int main(int argc, char** argv) {
