@@ -174,6 +174,12 @@ TEST(CpAttention, TensorTimesContextParallelSplitsHeadsThenPositions) {
 // zigzag 1.01 to 1.07, contiguous 5.5 to 5.9 (the bar: zigzag within
 // 1.15). Under ctest -j2 other tests share the cores too, so this asserts the
 // zigzag within 1.3 and far better balanced than the contiguous split.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int kTimedReps = 2;  // instrumented code: only the contiguous split's far worse balance is asserted
+#else
+constexpr int kTimedReps = 32;
+#endif
+
 TEST(CpAttention, ZigzagBalancesTheCausalWorkAcrossRanks) {
   if (world->size() != 4) GTEST_SKIP() << "measured at cp = 4";
   const int64_t NH = 8, HS = 32, C = NH * HS, B = 4, T = 1024, Tl = T / 4;
@@ -192,7 +198,7 @@ TEST(CpAttention, ZigzagBalancesTheCausalWorkAcrossRanks) {
     std::vector<float> ws(static_cast<size_t>(
         model::CpAttention::workspace_floats(l, Device::cpu(), B, Tl, C, NH, omp_get_max_threads(), false)));
     std::vector<double> least(att.step_cpu_seconds().size(), 1e30);
-    for (int rep = 0; rep < 32; ++rep) {
+    for (int rep = 0; rep < kTimedReps; ++rep) {
       const std::vector<double> before = att.step_cpu_seconds();
       att.forward(ops, out.data(), lse.data(), qkv.data(), static_cast<float*>(nullptr), B, Tl, C, NH, {}, ws.data(),
                   scratch.data());
