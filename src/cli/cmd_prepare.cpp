@@ -23,7 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Opts {
+struct PrepareOpts {
   std::string name, out, vocab;
   std::vector<std::string> inputs;
   int threads = 0;
@@ -58,7 +58,7 @@ void show(const data::BpeProgress& p, bool tty) {
   if (tty) std::fprintf(stderr, "\r%s\x1b[K", line.c_str());
 }
 
-int prepare_bpe(const Opts& o, const std::string& out) {
+int prepare_bpe(const PrepareOpts& o, const std::string& out) {
   const std::string cache =
       (fs::path(out).parent_path().empty() ? fs::path(".") : fs::path(out).parent_path()) / "gpt2-tokenizer";
   const data::Bpe bpe = data::gpt2_tokenizer(o.vocab, cache);
@@ -93,7 +93,7 @@ int prepare_bpe(const Opts& o, const std::string& out) {
 
 // Trains a BPE on the inputs, writes it, and checks it on them: every line
 // round-trips, and the bytes a token it gives.
-int prepare_bpe_train(const Opts& o, const std::string& out) {
+int prepare_bpe_train(const PrepareOpts& o, const std::string& out) {
   PARALLM_CHECK(!o.inputs.empty(), ConfigError, "prepare", "bpe-train needs --input FILE_OR_DIR...");
   const auto r = data::train_bpe(o.inputs, o.vocab_size);
   data::write_bpe_files(r.bpe, out);
@@ -127,7 +127,7 @@ int prepare_bpe_train(const Opts& o, const std::string& out) {
   return 0;
 }
 
-int prepare_char(const Opts& o, const std::string& out) {
+int prepare_char(const PrepareOpts& o, const std::string& out) {
   std::string input = o.inputs.empty() ? "" : o.inputs.front();
   if (input.empty()) {
     PARALLM_CHECK(o.name == "shakespeare_char", ConfigError, "prepare", "dataset \"char\" needs --input FILE");
@@ -146,7 +146,7 @@ int prepare_char(const Opts& o, const std::string& out) {
 
 Runner add_prepare(CLI::App& app) {
   auto* cmd = app.add_subcommand("prepare", "Prepare a dataset (train.bin, val.bin, meta.json)");
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<PrepareOpts>();
   cmd->add_option("dataset", o->name,
                   "shakespeare_char (characters; downloads the corpus unless --input), char (characters of any "
                   "text), shakespeare (GPT-2 tokens, as nanoGPT's data/shakespeare), gpt2 (GPT-2 tokens of any "

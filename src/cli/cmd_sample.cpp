@@ -31,7 +31,7 @@ namespace {
 
 constexpr int64_t kMaxNewTokens = 10'000'000;  // the whole sample is kept in memory (4 bytes a token)
 
-struct Opts {
+struct SampleOpts {
   std::string ckpt, prompt = "\n", data, logits;
   int64_t max_new_tokens = 500, top_k = 200, num_samples = 1;
   float temperature = 0.8f;
@@ -44,7 +44,7 @@ struct Loaded {
 };
 
 // A run directory's checkpoint and vocabulary.
-Loaded load_run(const Opts& o) {
+Loaded load_run(const SampleOpts& o) {
   train::ChooseOptions pick;
   pick.best_first = true;
   pick.params_only = true;
@@ -67,7 +67,7 @@ Loaded load_run(const Opts& o) {
 
 // hf:DIR, a Hugging Face GPT-2 directory (train/hf_gpt2.h): its weights and
 // its tokenizer files (or --data's vocabulary).
-Loaded load_hf(const Opts& o) {
+Loaded load_hf(const SampleOpts& o) {
   const std::string dir = o.ckpt.substr(3);
   const model::GPTConfig cfg = train::hf_gpt2_config(dir);
   Loaded l;
@@ -97,7 +97,7 @@ int write_logits(model::GPT& m, const std::vector<int32_t>& prompt, const std::s
 
 Runner add_sample(CLI::App& app) {
   auto* cmd = app.add_subcommand("sample", "Generate text from a checkpoint");
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<SampleOpts>();
   cmd->add_option("--ckpt", o->ckpt,
                   "run directory (train.out_dir) holding ckpt/, or hf:DIR (a Hugging Face GPT-2 directory)")
       ->required();

@@ -17,7 +17,7 @@ namespace parallm::data {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kWhere = "data.bpe";
+constexpr const char* kBpeWhere = "data.bpe";
 constexpr std::string_view kEndOfText = "<|endoftext|>";
 
 // The classes of GPT-2's pattern: \s (Unicode White_Space), \p{L}, \p{N}, the rest.
@@ -72,20 +72,20 @@ size_t piece_end(const std::vector<char32_t>& c, const std::vector<Cls>& k, size
 }
 
 nlohmann::json read_json(const std::string& path) {
-  const std::string text = read_text_file(path, kWhere);
+  const std::string text = read_text_file(path, kBpeWhere);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw IoError(kWhere, fmt::format("{} is not valid JSON: {}", path, e.what()));
+    throw IoError(kBpeWhere, fmt::format("{} is not valid JSON: {}", path, e.what()));
   }
 }
 
 std::vector<std::pair<std::string, int32_t>> vocab_of(const nlohmann::json& j, const std::string& what) {
-  PARALLM_CHECK(j.is_object(), IoError, kWhere, "{}: expected an object of token -> id", what);
+  PARALLM_CHECK(j.is_object(), IoError, kBpeWhere, "{}: expected an object of token -> id", what);
   std::vector<std::pair<std::string, int32_t>> out;
   out.reserve(j.size());
   for (const auto& [token, id] : j.items()) {
-    PARALLM_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < INT32_MAX, IoError, kWhere,
+    PARALLM_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < INT32_MAX, IoError, kBpeWhere,
                   "{}: token \"{}\" has id {}, not an integer in [0, 2^31)", what, token, id.dump());
     out.emplace_back(token, id.get<int32_t>());
   }
@@ -96,7 +96,7 @@ std::pair<std::string, std::string> merge_of(const std::string& line, const std:
   const size_t space = line.find(' ');
   PARALLM_CHECK(space != std::string::npos && space > 0 && space + 1 < line.size() &&
                     line.find(' ', space + 1) == std::string::npos,
-                IoError, kWhere, "{} line {}: \"{}\" is not two tokens separated by one space", what, number, line);
+                IoError, kBpeWhere, "{} line {}: \"{}\" is not two tokens separated by one space", what, number, line);
   return {line.substr(0, space), line.substr(space + 1)};
 }
 
@@ -141,16 +141,16 @@ Bpe Bpe::from_lists(const std::vector<std::pair<std::string, int32_t>>& vocab,
   std::vector<bool> seen(vocab.size());
   std::unordered_map<std::string, int32_t> id_of;
   for (const auto& [token, id] : vocab) {
-    PARALLM_CHECK(static_cast<size_t>(id) < vocab.size(), IoError, kWhere,
+    PARALLM_CHECK(static_cast<size_t>(id) < vocab.size(), IoError, kBpeWhere,
                   "{}: token \"{}\" has id {}, but the {} tokens should have ids 0..{}", what, token, id, vocab.size(),
                   vocab.size() - 1);
-    PARALLM_CHECK(!seen[static_cast<size_t>(id)], IoError, kWhere, "{}: id {} is given to two tokens (one is \"{}\")",
-                  what, id, token);
+    PARALLM_CHECK(!seen[static_cast<size_t>(id)], IoError, kBpeWhere,
+                  "{}: id {} is given to two tokens (one is \"{}\")", what, id, token);
     seen[static_cast<size_t>(id)] = true;
     std::string bytes;
     for (char32_t cp : decode_utf8(token, what)) {
       const auto it = to_byte.find(cp);
-      PARALLM_CHECK(it != to_byte.end(), IoError, kWhere,
+      PARALLM_CHECK(it != to_byte.end(), IoError, kBpeWhere,
                     "{}: token \"{}\" (id {}) has U+{:04X}, which is not in GPT-2's byte alphabet", what, token, id,
                     static_cast<uint32_t>(cp));
       bytes += it->second;
@@ -160,13 +160,13 @@ Bpe Bpe::from_lists(const std::vector<std::pair<std::string, int32_t>>& vocab,
   }
   for (int b = 0; b < 256; ++b) {
     const auto it = id_of.find(encode_utf8(byte_to_unicode()[static_cast<size_t>(b)]));
-    PARALLM_CHECK(it != id_of.end(), IoError, kWhere, "{}: no token for the single byte 0x{:02X}", what, b);
+    PARALLM_CHECK(it != id_of.end(), IoError, kBpeWhere, "{}: no token for the single byte 0x{:02X}", what, b);
     t.byte_id_[static_cast<size_t>(b)] = it->second;
   }
   for (size_t r = 0; r < merges.size(); ++r) {
     const auto& [a, b] = merges[r];
     const auto ia = id_of.find(a), ib = id_of.find(b), iab = id_of.find(a + b);
-    PARALLM_CHECK(ia != id_of.end() && ib != id_of.end() && iab != id_of.end(), IoError, kWhere,
+    PARALLM_CHECK(ia != id_of.end() && ib != id_of.end() && iab != id_of.end(), IoError, kBpeWhere,
                   "{}: merge {} (\"{} {}\") names a token that is not in the vocabulary (\"{}\")", what, r + 1, a, b,
                   ia == id_of.end()   ? a
                   : ib == id_of.end() ? b
@@ -180,7 +180,7 @@ Bpe Bpe::from_lists(const std::vector<std::pair<std::string, int32_t>>& vocab,
 
 Bpe Bpe::load_files(const std::string& vocab_json, const std::string& merges_txt) {
   const auto vocab = vocab_of(read_json(vocab_json), vocab_json);
-  const std::string text = read_text_file(merges_txt, kWhere);
+  const std::string text = read_text_file(merges_txt, kBpeWhere);
   std::vector<std::pair<std::string, std::string>> merges;
   size_t start = 0, number = 0;
   while (start < text.size()) {
@@ -200,9 +200,9 @@ namespace {
 
 // tokenizer.json's "model" object: its vocab, with `added` (added_tokens) where the vocab lacks them, and merges.
 Bpe model_of(const nlohmann::json& model, const nlohmann::json* added, const std::string& what) {
-  PARALLM_CHECK(model.is_object() && model.value("type", "") == "BPE", IoError, kWhere,
+  PARALLM_CHECK(model.is_object() && model.value("type", "") == "BPE", IoError, kBpeWhere,
                 "{}: expected a model {{\"type\": \"BPE\", ...}}", what);
-  PARALLM_CHECK(model.contains("vocab") && model.contains("merges") && model["merges"].is_array(), IoError, kWhere,
+  PARALLM_CHECK(model.contains("vocab") && model.contains("merges") && model["merges"].is_array(), IoError, kBpeWhere,
                 "{}: the model has no vocab object or merges list", what);
   auto vocab = vocab_of(model["vocab"], what + " model.vocab");
   if (added && added->is_array()) {
@@ -220,7 +220,7 @@ Bpe model_of(const nlohmann::json& model, const nlohmann::json* added, const std
     if (m.is_string()) {
       merges.push_back(merge_of(m.get<std::string>(), what + " model.merges", number));
     } else {
-      PARALLM_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), IoError, kWhere,
+      PARALLM_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), IoError, kBpeWhere,
                     "{}: model.merges entry {} is {}, neither \"a b\" nor [\"a\", \"b\"]", what, number, m.dump());
       merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
     }
@@ -232,7 +232,7 @@ Bpe model_of(const nlohmann::json& model, const nlohmann::json* added, const std
 
 Bpe Bpe::load_tokenizer_json(const std::string& path) {
   const nlohmann::json j = read_json(path);
-  PARALLM_CHECK(j.contains("model"), IoError, kWhere, "{}: expected \"model\": {{\"type\": \"BPE\", ...}}", path);
+  PARALLM_CHECK(j.contains("model"), IoError, kBpeWhere, "{}: expected \"model\": {{\"type\": \"BPE\", ...}}", path);
   return model_of(j["model"], j.contains("added_tokens") ? &j["added_tokens"] : nullptr, path);
 }
 
@@ -280,9 +280,9 @@ Bpe Bpe::load_dir(const std::string& dir) {
   if (has("tokenizer.json")) return load_tokenizer_json(at("tokenizer.json"));
   if (has("vocab.json") && has("merges.txt")) return load_files(at("vocab.json"), at("merges.txt"));
   if (has("encoder.json") && has("vocab.bpe")) return load_files(at("encoder.json"), at("vocab.bpe"));
-  throw IoError(kWhere, fmt::format("{} holds no GPT-2 tokenizer: expected tokenizer.json, vocab.json + merges.txt, "
-                                    "or encoder.json + vocab.bpe",
-                                    dir));
+  throw IoError(kBpeWhere, fmt::format("{} holds no GPT-2 tokenizer: expected tokenizer.json, vocab.json + merges.txt, "
+                                       "or encoder.json + vocab.bpe",
+                                       dir));
 }
 
 void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, Scratch& s) const {
@@ -362,7 +362,7 @@ std::vector<int32_t> Bpe::encode(std::string_view text) const {
 std::string Bpe::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (int32_t id : ids) {
-    PARALLM_CHECK(id >= 0 && id < vocab_size(), ConfigError, kWhere, "token id {} is outside the vocabulary (0..{})",
+    PARALLM_CHECK(id >= 0 && id < vocab_size(), ConfigError, kBpeWhere, "token id {} is outside the vocabulary (0..{})",
                   id, vocab_size() - 1);
     out += token_bytes_[static_cast<size_t>(id)];
   }

@@ -18,7 +18,7 @@ namespace parallm::data {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kWhere = "data.bpe_train";
+constexpr const char* kBpeTrainWhere = "data.bpe_train";
 
 uint64_t key_of(int32_t a, int32_t b) {
   return static_cast<uint64_t>(a) << 32 | static_cast<uint32_t>(b);
@@ -140,7 +140,7 @@ class Trainer {
 }  // namespace
 
 BpeTrainResult train_bpe(const std::vector<std::string>& files, int64_t vocab_size) {
-  PARALLM_CHECK(vocab_size >= 257 && vocab_size <= 65536, ConfigError, kWhere,
+  PARALLM_CHECK(vocab_size >= 257 && vocab_size <= 65536, ConfigError, kBpeTrainWhere,
                 "vocab_size {}: expected 257 (the 256 bytes and <|endoftext|>) to 65536 (uint16 token files)",
                 vocab_size);
   Timer timer;
@@ -154,7 +154,7 @@ BpeTrainResult train_bpe(const std::vector<std::string>& files, int64_t vocab_si
         ++r.pieces;
       }
     } catch (const Error& e) {
-      throw ConfigError(kWhere, fmt::format("{}: {}", where, e.message()));
+      throw ConfigError(kBpeTrainWhere, fmt::format("{}: {}", where, e.message()));
     }
   });
   r.distinct = static_cast<int64_t>(pieces.size());
@@ -176,7 +176,7 @@ BpeTrainResult train_bpe(const std::vector<std::string>& files, int64_t vocab_si
 }
 
 void write_bpe_files(const Bpe& bpe, const std::string& dir) {
-  make_directories(dir, kWhere, "tokenizer directory");
+  make_directories(dir, kBpeTrainWhere, "tokenizer directory");
   const nlohmann::json model = bpe.model_json();
   const std::string vocab = model["vocab"].dump() + "\n";
   std::string merges = "#version: 0.2\n";

@@ -17,7 +17,7 @@ namespace parallm::data {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kWhere = "data.prepare";
+constexpr const char* kPrepareWhere = "data.prepare";
 
 bool printable(char c) {
   return c >= 0x21 && c <= 0x7e;
@@ -46,7 +46,8 @@ struct Segment {
 // A segment's bytes in chunks cut by safe_cut.
 class SegmentReader {
  public:
-  SegmentReader(const Segment& s, int64_t chunk) : file_(s.path, kWhere), pos_(s.begin), end_(s.end), chunk_(chunk) {}
+  SegmentReader(const Segment& s, int64_t chunk)
+      : file_(s.path, kPrepareWhere), pos_(s.begin), end_(s.end), chunk_(chunk) {}
   // The next chunk and its offset in the file; false once all were given.
   bool next(std::string& out, int64_t& offset) {
     if (pos_ == end_ && buf_.empty()) return false;
@@ -74,7 +75,8 @@ class SegmentReader {
       const size_t had = buf_.size();
       buf_.resize(had + n);
       const size_t got = file_.read_at(static_cast<size_t>(pos_), buf_.data() + had, n);
-      PARALLM_CHECK(got == n, IoError, kWhere, "{} shrank while it was read (at byte {})", file_.path(), pos_ + got);
+      PARALLM_CHECK(got == n, IoError, kPrepareWhere, "{} shrank while it was read (at byte {})", file_.path(),
+                    pos_ + got);
       pos_ += static_cast<int64_t>(n);
     }
   }
@@ -152,7 +154,7 @@ void encode_batch(const Bpe& bpe, const std::vector<Job>& jobs, std::vector<std:
     try {
       std::rethrow_exception(errors[i]);
     } catch (const Error& e) {
-      throw ConfigError(kWhere, fmt::format("{}: {}", jobs[i].where, e.message()));
+      throw ConfigError(kPrepareWhere, fmt::format("{}: {}", jobs[i].where, e.message()));
     }
   }
 }
@@ -177,16 +179,16 @@ struct NewFiles {
 // Encodes the splits (train, val) into out_dir's train.bin and val.bin, then writes meta.json.
 BpePrepareResult run(const std::vector<std::vector<Segment>>& splits, const std::string& out_dir, const Bpe& bpe,
                      const BpePrepareOptions& o, nlohmann::json meta) {
-  PARALLM_CHECK(bpe.vocab_size() <= 65536, ConfigError, kWhere,
+  PARALLM_CHECK(bpe.vocab_size() <= 65536, ConfigError, kPrepareWhere,
                 "the tokenizer has {} tokens: more than uint16 token files (train.bin, val.bin) can hold (65536)",
                 bpe.vocab_size());
-  PARALLM_CHECK(o.chunk_bytes >= 16, ConfigError, kWhere, "chunk size {} bytes: at least 16", o.chunk_bytes);
+  PARALLM_CHECK(o.chunk_bytes >= 16, ConfigError, kPrepareWhere, "chunk size {} bytes: at least 16", o.chunk_bytes);
   for (const auto& segs : splits)
     for (const auto& s : segs)
-      PARALLM_CHECK(!s.eot || bpe.end_of_text() >= 0, ConfigError, kWhere,
+      PARALLM_CHECK(!s.eot || bpe.end_of_text() >= 0, ConfigError, kPrepareWhere,
                     "the tokenizer has no <|endoftext|> token to end each document with");
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  make_directories(out_dir, kWhere, "output directory");
+  make_directories(out_dir, kPrepareWhere, "output directory");
   const fs::path dir(out_dir);
   NewFiles cleanup{dir};
   const char* names[] = {"train.bin", "val.bin"};
@@ -220,7 +222,7 @@ BpePrepareResult run(const std::vector<std::vector<Segment>>& splits, const std:
     if (o.progress) o.progress(p);
   }
   for (auto& f : files) f->finish();
-  PARALLM_CHECK(tokens[0] > 0 && tokens[1] > 0, ConfigError, kWhere,
+  PARALLM_CHECK(tokens[0] > 0 && tokens[1] > 0, ConfigError, kPrepareWhere,
                 "the {} split would be empty ({} train and {} val tokens): give more text{}",
                 tokens[0] == 0 ? "train" : "val", tokens[0], tokens[1],
                 tokens[1] == 0 ? ", or a larger --val_fraction" : "");
@@ -235,19 +237,19 @@ BpePrepareResult run(const std::vector<std::vector<Segment>>& splits, const std:
   std::error_code ec;
   for (const char* f : {"train.bin", "val.bin", "meta.json"}) {
     fs::rename(dir / (std::string(f) + ".new"), dir / f, ec);
-    PARALLM_CHECK(!ec, IoError, kWhere, "cannot rename {}.new to {} in {}: {}", f, f, out_dir, ec.message());
+    PARALLM_CHECK(!ec, IoError, kPrepareWhere, "cannot rename {}.new to {} in {}: {}", f, f, out_dir, ec.message());
   }
   cleanup.done = true;
   return {p.bytes_total, 0, tokens[0], tokens[1], timer.seconds()};
 }
 
 int64_t file_size_of(const std::string& path) {
-  return static_cast<int64_t>(RegularFile(path, kWhere).size());
+  return static_cast<int64_t>(RegularFile(path, kPrepareWhere).size());
 }
 
 // The byte offset of code point `index` in the file (its size past the last).
 int64_t code_point_offset(const std::string& path, int64_t index, int64_t* count) {
-  RegularFile f(path, kWhere);
+  RegularFile f(path, kPrepareWhere);
   std::string buf(1 << 20, '\0');
   int64_t seen = 0, at = -1;
   for (size_t off = 0; off < f.size();) {
@@ -265,7 +267,7 @@ int64_t code_point_offset(const std::string& path, int64_t index, int64_t* count
 
 // The offset just after the first "\n" at or after `from` (the file's size if none).
 int64_t next_line(const std::string& path, int64_t from) {
-  RegularFile f(path, kWhere);
+  RegularFile f(path, kPrepareWhere);
   std::string buf(1 << 16, '\0');
   for (auto off = static_cast<size_t>(from); off < f.size();) {
     const size_t n = f.read_at(off, buf.data(), buf.size());
@@ -283,7 +285,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
   for (const auto& in : inputs) {
     std::error_code ec;
     const auto st = fs::status(in, ec);
-    PARALLM_CHECK(fs::exists(st), ConfigError, kWhere, "input {} does not exist", in);
+    PARALLM_CHECK(fs::exists(st), ConfigError, kPrepareWhere, "input {} does not exist", in);
     if (!fs::is_directory(st)) {
       files.push_back(in);
       continue;
@@ -291,12 +293,12 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
     std::vector<std::string> found;
     for (const auto& e : fs::recursive_directory_iterator(in, fs::directory_options::follow_directory_symlink, ec))
       if (e.is_regular_file()) found.push_back(e.path().string());
-    PARALLM_CHECK(!ec, IoError, kWhere, "cannot list {}: {}", in, ec.message());
-    PARALLM_CHECK(!found.empty(), ConfigError, kWhere, "input directory {} holds no files", in);
+    PARALLM_CHECK(!ec, IoError, kPrepareWhere, "cannot list {}: {}", in, ec.message());
+    PARALLM_CHECK(!found.empty(), ConfigError, kPrepareWhere, "input directory {} holds no files", in);
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }
-  PARALLM_CHECK(!files.empty(), ConfigError, kWhere, "no input files given");
+  PARALLM_CHECK(!files.empty(), ConfigError, kPrepareWhere, "no input files given");
   return files;
 }
 
@@ -386,7 +388,7 @@ BpePrepareResult prepare_bpe_split_text(const std::string& input, const std::str
 
 BpePrepareResult prepare_bpe_documents(const std::vector<std::string>& inputs, const std::string& out_dir,
                                        const Bpe& bpe, const BpePrepareOptions& o) {
-  PARALLM_CHECK(o.val_fraction > 0 && o.val_fraction < 1, ConfigError, kWhere,
+  PARALLM_CHECK(o.val_fraction > 0 && o.val_fraction < 1, ConfigError, kPrepareWhere,
                 "val_fraction {}: expected a fraction between 0 and 1 (exclusive)", o.val_fraction);
   const std::vector<std::string> files = expand_inputs(inputs);
   std::vector<int64_t> sizes;

@@ -15,7 +15,7 @@ namespace parallm::train {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kWhere = "hf";
+constexpr const char* kHfWhere = "hf";
 constexpr std::string_view kPrefix = "transformer.";
 
 bool ends_with(std::string_view s, std::string_view tail) {
@@ -39,8 +39,8 @@ std::string shape_text(const std::vector<int64_t>& s) {
 }
 
 nlohmann::json read_json(const std::string& path) {
-  const auto j = nlohmann::json::parse(read_text_file(path, kWhere), nullptr, false);
-  PARALLM_CHECK(j.is_object(), IoError, kWhere, "{} is not a JSON object", path);
+  const auto j = nlohmann::json::parse(read_text_file(path, kHfWhere), nullptr, false);
+  PARALLM_CHECK(j.is_object(), IoError, kHfWhere, "{} is not a JSON object", path);
   return j;
 }
 
@@ -48,7 +48,7 @@ nlohmann::json read_json(const std::string& path) {
 std::map<std::string, const StTensor*> by_bare_name(const SafetensorsReader& f) {
   std::map<std::string, const StTensor*> m;
   for (const auto& t : f.tensors())
-    PARALLM_CHECK(m.emplace(bare(t.name), &t).second, IoError, kWhere,
+    PARALLM_CHECK(m.emplace(bare(t.name), &t).second, IoError, kHfWhere,
                   "{}: tensor \"{}\" is there twice (with and "
                   "without \"transformer.\")",
                   f.path(), bare(t.name));
@@ -64,13 +64,13 @@ std::vector<float> whole_tensor(const SafetensorsReader& f, const StTensor& t, c
   const bool wte = name == "wte.weight", wpe = name == "wpe.weight";
   if (conv1d(name)) want = {g[1], g[0]};
   if ((wte || wpe) && t.shape.size() == 2) want[0] = t.shape[0];  // rows checked below
-  PARALLM_CHECK(t.shape == want, IoError, kWhere, "{}: tensor \"{}\" has shape {}, but the model ({}) needs {}{}",
+  PARALLM_CHECK(t.shape == want, IoError, kHfWhere, "{}: tensor \"{}\" has shape {}, but the model ({}) needs {}{}",
                 f.path(), t.name, shape_text(t.shape), cfg.summary(), shape_text(want),
                 conv1d(name) ? " (Conv1D: [in, out])" : "");
-  PARALLM_CHECK(!wte || t.shape[0] <= g[0], IoError, kWhere,
+  PARALLM_CHECK(!wte || t.shape[0] <= g[0], IoError, kHfWhere,
                 "{}: the token table has {} rows but model.vocab_size is {}: set model.vocab_size to at least {}",
                 f.path(), t.shape[0], g[0], t.shape[0]);
-  PARALLM_CHECK(!wpe || t.shape[0] >= g[0], IoError, kWhere,
+  PARALLM_CHECK(!wpe || t.shape[0] >= g[0], IoError, kHfWhere,
                 "{}: the position table has {} rows (n_positions) but model.block_size is {}: at most {}", f.path(),
                 t.shape[0], g[0], t.shape[0]);
   std::vector<float> file(static_cast<size_t>(t.numel()));
@@ -95,14 +95,14 @@ model::GPTConfig hf_gpt2_config(const std::string& dir) {
   auto size = [&](std::initializer_list<const char*> keys) -> int64_t {
     for (const char* k : keys)
       if (j.contains(k)) {
-        PARALLM_CHECK(j[k].is_number_unsigned() && j[k].get<int64_t>() > 0, IoError, kWhere,
+        PARALLM_CHECK(j[k].is_number_unsigned() && j[k].get<int64_t>() > 0, IoError, kHfWhere,
                       "{}: {} is {}, not a positive integer", path, k, j[k].dump());
         return j[k].get<int64_t>();
       }
-    throw IoError(kWhere, fmt::format("{} has no {}", path, *keys.begin()));
+    throw IoError(kHfWhere, fmt::format("{} has no {}", path, *keys.begin()));
   };
   const std::string type = j.value("model_type", "gpt2");
-  PARALLM_CHECK(type == "gpt2", IoError, kWhere, "{}: model_type \"{}\": only GPT-2 (\"gpt2\") is read", path, type);
+  PARALLM_CHECK(type == "gpt2", IoError, kHfWhere, "{}: model_type \"{}\": only GPT-2 (\"gpt2\") is read", path, type);
   model::GPTConfig c;
   c.n_layer = size({"n_layer"});
   c.n_head = size({"n_head"});
@@ -111,14 +111,14 @@ model::GPTConfig hf_gpt2_config(const std::string& dir) {
   c.vocab_size = size({"vocab_size"});
   c.bias = true;
   const std::string act = j.value("activation_function", "gelu_new");
-  PARALLM_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu", IoError, kWhere,
+  PARALLM_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu", IoError, kHfWhere,
                 "{}: activation_function \"{}\": GPT-2's are gelu_new (tanh) and gelu (exact)", path, act);
   c.gelu = act == "gelu" ? kernels::GeluKind::Exact : kernels::GeluKind::Tanh;
-  PARALLM_CHECK(!j.contains("n_inner") || j["n_inner"].is_null() || j["n_inner"] == 4 * c.n_embd, IoError, kWhere,
+  PARALLM_CHECK(!j.contains("n_inner") || j["n_inner"].is_null() || j["n_inner"] == 4 * c.n_embd, IoError, kHfWhere,
                 "{}: n_inner {}: parallm's MLP is 4 x n_embd = {} wide", path, j["n_inner"].dump(), 4 * c.n_embd);
-  PARALLM_CHECK(j.value("layer_norm_epsilon", 1e-5) == 1e-5, IoError, kWhere,
+  PARALLM_CHECK(j.value("layer_norm_epsilon", 1e-5) == 1e-5, IoError, kHfWhere,
                 "{}: layer_norm_epsilon {}: parallm's LayerNorm uses 1e-5", path, j["layer_norm_epsilon"].dump());
-  PARALLM_CHECK(j.value("tie_word_embeddings", true), IoError, kWhere,
+  PARALLM_CHECK(j.value("tie_word_embeddings", true), IoError, kHfWhere,
                 "{}: tie_word_embeddings false: parallm's head is the token table", path);
   return c;
 }
@@ -131,15 +131,15 @@ std::vector<float> load_hf_gpt2(const std::string& dir, const model::GPTConfig& 
     if (mask_buffer(name) || name == "lm_head.weight") continue;
     bool known = false;
     for (const auto& s : whole.slots()) known = known || bare(s.name) == name;
-    PARALLM_CHECK(known, IoError, kWhere, "{}: tensor \"{}\" is not a weight of the model ({})", f.path(), t->name,
+    PARALLM_CHECK(known, IoError, kHfWhere, "{}: tensor \"{}\" is not a weight of the model ({})", f.path(), t->name,
                   cfg.summary());
   }
   std::vector<float> out(static_cast<size_t>(layout.total()), 0.0f);
   for (int s = 0; s < static_cast<int>(layout.slots().size()); ++s) {
     const model::ParamSlot& slot = layout.slots()[static_cast<size_t>(s)];
     const auto it = tensors.find(bare(slot.name));
-    PARALLM_CHECK(it != tensors.end(), IoError, kWhere, "{} has no tensor \"{}\" (the model, {}, needs it{})", f.path(),
-                  bare(slot.name), cfg.summary(),
+    PARALLM_CHECK(it != tensors.end(), IoError, kHfWhere, "{} has no tensor \"{}\" (the model, {}, needs it{})",
+                  f.path(), bare(slot.name), cfg.summary(),
                   cfg.bias || bare(slot.name).find("bias") == std::string::npos ? "" : "; set model.bias=true");
     const auto g = whole_tensor(f, *it->second, slot, cfg);
     layout.slice(s, g.data(), out.data() + slot.offset);
@@ -153,7 +153,7 @@ std::vector<float> load_hf_gpt2(const std::string& dir, const model::GPTConfig& 
       f.read(*wte->second, b.data());
       same = a == b;
     }
-    PARALLM_CHECK(same, IoError, kWhere,
+    PARALLM_CHECK(same, IoError, kHfWhere,
                   "{}: lm_head.weight is not wte.weight (an untied head): parallm's GPT ties them", f.path());
   }
   return out;
@@ -161,10 +161,10 @@ std::vector<float> load_hf_gpt2(const std::string& dir, const model::GPTConfig& 
 
 void export_hf_gpt2(const std::string& dir, const model::GPTConfig& cfg, const model::ParamLayout& layout,
                     const float* params, int64_t vocab_rows, const data::Bpe* bpe) {
-  PARALLM_CHECK(layout.whole(), InternalError, kWhere, "export takes the whole model's layout");
-  PARALLM_CHECK(vocab_rows > 0 && vocab_rows <= cfg.vocab_size, ConfigError, kWhere,
+  PARALLM_CHECK(layout.whole(), InternalError, kHfWhere, "export takes the whole model's layout");
+  PARALLM_CHECK(vocab_rows > 0 && vocab_rows <= cfg.vocab_size, ConfigError, kHfWhere,
                 "{} token rows of a model with model.vocab_size={}", vocab_rows, cfg.vocab_size);
-  make_directories(dir, kWhere, "output directory");
+  make_directories(dir, kHfWhere, "output directory");
   const int64_t C = cfg.n_embd;
   std::vector<StWrite> tensors;
   std::vector<std::vector<float>> owned;  // transposed weights and zero biases

@@ -12,7 +12,7 @@ namespace parallm::train {
 
 namespace {
 
-constexpr const char* kWhere = "safetensors";
+constexpr const char* kSafetensorsWhere = "safetensors";
 constexpr uint64_t kMaxHeader = 100'000'000;
 
 // Bits per element of each dtype the format defines; 0 for an unknown one.
@@ -54,7 +54,8 @@ float half_to_float(uint16_t h) {
 // A tensor entry of the header, checked.
 StTensor tensor_of(const std::string& path, const std::string& name, const nlohmann::json& e) {
   auto bad = [&](const std::string& what) {
-    return IoError(kWhere, fmt::format("{}: tensor \"{}\": {} (entry {})", path, name, what, e.dump().substr(0, 200)));
+    return IoError(kSafetensorsWhere,
+                   fmt::format("{}: tensor \"{}\": {} (entry {})", path, name, what, e.dump().substr(0, 200)));
   };
   if (!e.is_object()) throw bad("not an object");
   StTensor t;
@@ -93,17 +94,17 @@ int64_t StTensor::numel() const {
   return n;
 }
 
-SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path, kWhere) {
+SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path, kSafetensorsWhere) {
   const uint64_t size = file_.size();
-  PARALLM_CHECK(size >= 8, IoError, kWhere, "{}: {} bytes, too short for a safetensors file (8 bytes of header length)",
-                path, size);
+  PARALLM_CHECK(size >= 8, IoError, kSafetensorsWhere,
+                "{}: {} bytes, too short for a safetensors file (8 bytes of header length)", path, size);
   unsigned char len[8];
   file_.read_at(0, len, 8);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = n << 8 | len[i];
-  PARALLM_CHECK(n <= kMaxHeader, IoError, kWhere, "{}: a header of {} bytes (over 100 MB): not a safetensors file",
-                path, n);
-  PARALLM_CHECK(8 + n <= size, IoError, kWhere,
+  PARALLM_CHECK(n <= kMaxHeader, IoError, kSafetensorsWhere,
+                "{}: a header of {} bytes (over 100 MB): not a safetensors file", path, n);
+  PARALLM_CHECK(8 + n <= size, IoError, kSafetensorsWhere,
                 "{}: the header is {} bytes but the file has only {} after the length: truncated, or not safetensors",
                 path, n, size - 8);
   std::string header(n, '\0');
@@ -119,14 +120,16 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path, kWhe
         return true;
       },
       /*allow_exceptions=*/false);
-  PARALLM_CHECK(!j.is_discarded(), IoError, kWhere, "{}: the header is not valid JSON: not a safetensors file", path);
-  PARALLM_CHECK(j.is_object(), IoError, kWhere, "{}: the header is JSON but not an object", path);
-  PARALLM_CHECK(dup.empty(), IoError, kWhere, "{}: the header names \"{}\" twice", path, dup);
+  PARALLM_CHECK(!j.is_discarded(), IoError, kSafetensorsWhere,
+                "{}: the header is not valid JSON: not a safetensors file", path);
+  PARALLM_CHECK(j.is_object(), IoError, kSafetensorsWhere, "{}: the header is JSON but not an object", path);
+  PARALLM_CHECK(dup.empty(), IoError, kSafetensorsWhere, "{}: the header names \"{}\" twice", path, dup);
   for (const auto& [name, e] : j.items()) {
     if (name == "__metadata__") {
-      PARALLM_CHECK(e.is_object(), IoError, kWhere, "{}: __metadata__ is not an object", path);
+      PARALLM_CHECK(e.is_object(), IoError, kSafetensorsWhere, "{}: __metadata__ is not an object", path);
       for (const auto& [k, v] : e.items()) {
-        PARALLM_CHECK(v.is_string(), IoError, kWhere, "{}: __metadata__ \"{}\" is {}, not a string", path, k, v.dump());
+        PARALLM_CHECK(v.is_string(), IoError, kSafetensorsWhere, "{}: __metadata__ \"{}\" is {}, not a string", path, k,
+                      v.dump());
         metadata_[k] = v.get<std::string>();
       }
       continue;
@@ -137,13 +140,15 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path, kWhe
             [](const StTensor& a, const StTensor& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
   uint64_t at = 0;
   for (const auto& t : tensors_) {
-    PARALLM_CHECK(t.begin == at, IoError, kWhere, "{}: tensor \"{}\" starts at byte {} of the data, where {} ({})",
-                  path, t.name, t.begin, at, t.begin > at ? "a gap before it" : "it overlaps the tensor before it");
+    PARALLM_CHECK(t.begin == at, IoError, kSafetensorsWhere,
+                  "{}: tensor \"{}\" starts at byte {} of the data, where {} ({})", path, t.name, t.begin, at,
+                  t.begin > at ? "a gap before it" : "it overlaps the tensor before it");
     at = t.end;
   }
   const uint64_t buffer = size - data_start_;
-  PARALLM_CHECK(at == buffer, IoError, kWhere, "{}: the tensors cover {} bytes of data but the file holds {} ({})",
-                path, at, buffer, at > buffer ? "the file is truncated" : "bytes no tensor owns follow them");
+  PARALLM_CHECK(at == buffer, IoError, kSafetensorsWhere,
+                "{}: the tensors cover {} bytes of data but the file holds {} ({})", path, at, buffer,
+                at > buffer ? "the file is truncated" : "bytes no tensor owns follow them");
 }
 
 const StTensor* SafetensorsReader::find(const std::string& name) const {
@@ -159,7 +164,7 @@ void SafetensorsReader::read(const StTensor& t, float* out) const {
     file_.read_at(at, out, n * 4);
     return;
   }
-  PARALLM_CHECK(t.dtype == "BF16" || t.dtype == "F16", IoError, kWhere,
+  PARALLM_CHECK(t.dtype == "BF16" || t.dtype == "F16", IoError, kSafetensorsWhere,
                 "{}: tensor \"{}\" is {}: weights are read from F32, BF16 or F16", path(), t.name, t.dtype);
   std::vector<uint16_t> h(n);
   file_.read_at(at, h.data(), n * 2);
@@ -185,7 +190,7 @@ void write_safetensors(const std::string& path, const std::vector<StWrite>& tens
   uint64_t at = 0;
   std::vector<uint64_t> bytes;
   for (const StWrite* t : order) {
-    PARALLM_CHECK(!h.contains(t->name), ConfigError, kWhere, "{}: tensor \"{}\" given twice", path, t->name);
+    PARALLM_CHECK(!h.contains(t->name), ConfigError, kSafetensorsWhere, "{}: tensor \"{}\" given twice", path, t->name);
     uint64_t n = 4;
     for (int64_t d : t->shape) n *= static_cast<uint64_t>(d);
     h[t->name] = {{"dtype", "F32"}, {"shape", t->shape}, {"data_offsets", {at, at + n}}};
@@ -206,7 +211,7 @@ void write_safetensors(const std::string& path, const std::vector<StWrite>& tens
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  PARALLM_CHECK(!ec, IoError, kWhere, "cannot rename {} to {}: {}", tmp, path, ec.message());
+  PARALLM_CHECK(!ec, IoError, kSafetensorsWhere, "cannot rename {} to {}: {}", tmp, path, ec.message());
 }
 
 }  // namespace parallm::train
