@@ -83,7 +83,10 @@ Runner add_train(CLI::App& app) {
       if (world->rank() == 0) std::printf("%s\n", s.nothing_to_do.c_str());
       return 0;
     }
-    if (world->rank() == 0)
+    if (world->rank() == 0 && s.evaluated_only)
+      std::printf("evaluated the state before iteration %lld (train.eval_only): val loss %.4f\n",
+                  static_cast<long long>(s.first_iter), s.last_val_loss);
+    else if (world->rank() == 0)
       std::printf("done: iters %lld..%lld, last val loss %.4f, best val loss %.4f\n",
                   static_cast<long long>(s.first_iter), static_cast<long long>(s.last_iter), s.last_val_loss,
                   s.best_val_loss);

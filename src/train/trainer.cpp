@@ -22,7 +22,7 @@ namespace {
 
 bool eval_due(const TrainSection& t, int64_t it) {
   // Every eval_interval steps, and at the last iteration (train.final_eval): a run ends evaluated and checkpointed.
-  return it % t.eval_interval == 0 || (it == t.max_iters && t.final_eval) || t.eval_only;
+  return it % t.eval_interval == 0 || (it == t.max_iters && t.final_eval);
 }
 
 // A record that could not be written (a full disk) stops the run on every
@@ -69,12 +69,28 @@ bool obey(Session& s, const ControlDecision& d, int64_t it, RunSummary& sum) {
 // last iteration ran, always means that iteration is still to train.
 void save_final_state(Session& s, const RunSummary& sum) {
   const TrainSection& t = s.cfg.train;
-  if (t.eval_only || !sum.stopped.empty() || sum.last_iter != t.max_iters || s.st.iter == t.max_iters + 1) return;
+  if (!sum.stopped.empty() || sum.last_iter != t.max_iters || s.st.iter == t.max_iters + 1) return;
   save_state(s, t.max_iters + 1, SaveSlot::Step);
+}
+
+// train.eval_only: one evaluation of the state the session holds (a
+// checkpoint's, whatever train.max_iters says: a finished run's final state
+// too), recorded at the iteration it resumes at; nothing is trained or saved.
+RunSummary evaluate_only(Session& s) {
+  RunSummary sum;
+  sum.first_iter = sum.last_iter = s.st.iter;
+  sum.last_val_loss = evaluate(s, s.st.iter, s.sched.at(s.st.iter)).val_loss;
+  PARALLM_CHECK(!s.run_dir || s.run_dir->write_error().empty(), IoError, "train",
+                "{}: the evaluation's record was not written", s.run_dir->write_error());
+  sum.best_val_loss = static_cast<float>(s.st.best_val_loss);
+  sum.loss_scale = s.scaler->state().scale;
+  sum.evaluated_only = true;
+  return sum;
 }
 
 RunSummary train_loop(Session& s) {
   const TrainSection& t = s.cfg.train;
+  if (t.eval_only) return evaluate_only(s);
   const std::unique_ptr<Schedule> schedule = make_schedule(s);
   RunSummary sum;
   sum.first_iter = s.st.iter;
@@ -83,14 +99,7 @@ RunSummary train_loop(Session& s) {
   for (int64_t it = s.st.iter; it <= t.max_iters; ++it) {
     Timer t_it;
     const float lr = s.sched.at(it);
-    if (eval_due(t, it)) {
-      sum.last_val_loss = evaluate(s, it, lr).val_loss;
-      if (t.eval_only) {
-        PARALLM_CHECK(!s.run_dir || s.run_dir->write_error().empty(), IoError, "train",
-                      "{}: the evaluation's record was not written", s.run_dir->write_error());
-        break;
-      }
-    }
+    if (eval_due(t, it)) sum.last_val_loss = evaluate(s, it, lr).val_loss;
     const StepResult r = optimizer_step(s, *schedule, it, lr);
     record_step(s, it, lr, r);
     sum.train_losses.push_back(r.loss);

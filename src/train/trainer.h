@@ -29,6 +29,7 @@ struct RunSummary {
   double loss_scale = 1;            // at the end (1 without loss scaling)
   int64_t skipped_steps = 0;        // updates skipped for overflow (dynamic loss scaling), resumed runs included
   int64_t spike_skipped_steps = 0;  // updates the loss-spike guard skipped, resumed runs included
+  bool evaluated_only = false;      // train.eval_only: last_val_loss is the evaluation of iteration first_iter
   // Set (and nothing else) when a resumed run's checkpoint resumes past
   // train.max_iters (the last iteration): the sentence saying so; no file was touched.
   // Also set (and nothing else) when the run started with train.kill_switch present.

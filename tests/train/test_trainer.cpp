@@ -199,6 +199,31 @@ TEST_F(TrainerTest, EvalOnlyLeavesTheCheckpointAlone) {
   EXPECT_EQ(fs::last_write_time(root_ / "eo" / "ckpt" / "model.bin"), stamp);
 }
 
+// Issue 44, B1: a finished run's newest checkpoint resumes past train.max_iters
+// (ckpt-<max_iters + 1>); an evaluation-only run of it evaluated nothing and
+// reported a val loss of 0. It evaluates that final state, as a run one step
+// longer does at its last iteration.
+TEST_F(TrainerTest, EvalOnlyOfAFinishedRunEvaluatesItsFinalState) {
+  train_to("fin", 6);  // its last state: ckpt-00000007
+  auto e = resume_to("fin", 6);
+  e.train.eval_only = true;
+  const auto r = train::run_training(e);
+  EXPECT_TRUE(r.evaluated_only);
+  EXPECT_EQ(r.first_iter, 7);
+  EXPECT_TRUE(r.train_losses.empty());
+  const auto evals = records("fin", "eval");
+  ASSERT_FALSE(evals.empty());
+  EXPECT_EQ(evals.back()["step"], 7);
+  auto longer = tiny("longer");  // evaluates the same state at its last iteration, 7
+  longer.train.max_iters = 7;
+  train::run_training(longer);
+  const auto want = records("longer", "eval");
+  ASSERT_EQ(want.back()["step"], 7);
+  EXPECT_GT(r.last_val_loss, 0.0f);
+  EXPECT_EQ(r.last_val_loss, want.back()["val_loss"].get<float>());
+  EXPECT_EQ(evals.back()["val_loss"], want.back()["val_loss"]);
+}
+
 TEST_F(TrainerTest, CheckpointRejectsOtherModelsAndTruncation) {
   auto c = tiny("ck");
   c.train.max_iters = 6;
