@@ -4,18 +4,11 @@
 // model.safetensors, and the tokenizer files when the run's vocabulary is
 // BPE. The checkpoint is the one `parallm sample` takes (the best, ckpt/), or
 // with --latest the newest intact one; the token table keeps the
-// vocabulary's real tokens (a padded model.vocab_size is cut back).
-#include <filesystem>
-
+// vocabulary's real tokens (a padded model.vocab_size is cut back). --out is
+// new or empty, or with --overwrite an earlier export (train/hf_export.h).
 #include "cli/commands.h"
-#include "core/error.h"
 #include "core/log.h"
-#include "data/vocab.h"
-#include "model/gpt.h"
-#include "train/checkpoint.h"
-#include "train/ckpt_dirs.h"
-#include "train/config.h"
-#include "train/hf_gpt2.h"
+#include "train/hf_export.h"
 
 namespace parallm::cli {
 
@@ -23,35 +16,20 @@ Runner add_export(CLI::App& app) {
   auto* cmd = app.add_subcommand("export", "Write a checkpoint in another format (hf: a Hugging Face GPT-2 directory)");
   struct Opts {
     std::string format = "hf", ckpt, out;
-    bool latest = false;
+    train::HfExportOptions hf;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--format", o->format, "hf: config.json + model.safetensors (+ tokenizer files)")
       ->check(CLI::IsMember({"hf"}))
       ->capture_default_str();
   cmd->add_option("--ckpt", o->ckpt, "run directory (train.out_dir)")->required();
-  cmd->add_option("--out", o->out, "directory to write")->required();
-  cmd->add_flag("--latest", o->latest, "the newest intact checkpoint instead of the best (ckpt/)");
+  cmd->add_option("--out", o->out, "directory to write: new or empty (or an earlier export, with --overwrite)")
+      ->required();
+  cmd->add_flag("--latest", o->hf.latest, "the newest intact checkpoint instead of the best (ckpt/)");
+  cmd->add_flag("--overwrite", o->hf.overwrite,
+                "replace an earlier export in --out (its files this export does not write are removed)");
   return [o]() {
-    namespace fs = std::filesystem;
-    train::ChooseOptions pick;
-    pick.best_first = !o->latest;
-    pick.params_only = true;
-    const auto meta = train::choose_checkpoint(o->ckpt, nullptr, pick);
-    const auto cfg = train::RunConfig::from_json(meta["config"]);
-    const bool own = fs::exists(fs::path(o->ckpt) / "meta.json");
-    const data::Vocab vocab = data::Vocab::load(own ? o->ckpt : cfg.data.dir);
-    PARALLM_CHECK(vocab.size() <= cfg.model.vocab_size, ConfigError, "cli.export",
-                  "the run's vocabulary has {} but its model only {} tokens", vocab.describe(), cfg.model.vocab_size);
-    model::GPT m(cfg.model, 1, 1);
-    train::load_checkpoint(train::checkpoint_of(meta), m, nullptr, /*verify=*/false);  // verified when chosen
-    std::vector<float> params(static_cast<size_t>(m.flat_size()));
-    m.store_params(params.data());
-    train::export_hf_gpt2(o->out, cfg.model, m.layout(), params.data(), vocab.size(), vocab.bpe());
-    log::info("exported {} (iteration {}, {}) to {}: config.json, model.safetensors{}", meta["_dir"].get<std::string>(),
-              meta["iter"].get<int64_t>(), cfg.model.summary(), o->out,
-              vocab.is_bpe() ? ", vocab.json, merges.txt, tokenizer_config.json"
-                             : " (a character vocabulary: no tokenizer files)");
+    log::info("{}", train::export_run_hf(o->ckpt, o->out, o->hf));
     return 0;
   };
 }

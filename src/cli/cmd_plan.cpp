@@ -2,6 +2,7 @@
 // Per-rank memory of a training run at every ZeRO stage, predicted from the
 // model's and ZeRO's own sizing (train/plan.h), the seeds' quick rules, and
 // the stage that fits with the least communication.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "core/threads.h"
 #include "data/vocab.h"
 #include "model/params.h"
+#include "parallel/mesh.h"
 #include "train/config.h"
 #include "train/pipeline.h"
 #include "train/plan.h"
@@ -31,6 +33,15 @@ std::string gb(double bytes) {
   return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} {}", bytes, units[u]);
 }
 
+// "4 ranks (dp 2 x tp 2)".
+std::string mesh_text(const parallel::MeshDims& d) {
+  const int n = d.dp * d.tp * d.pp * d.cp;
+  std::string axes = fmt::format("dp {}", d.dp);
+  for (const auto& [name, v] : {std::pair{"tp", d.tp}, std::pair{"pp", d.pp}, std::pair{"cp", d.cp}})
+    if (v > 1) axes += fmt::format(" x {} {}", name, v);
+  return fmt::format("{} rank{}{}", n, n > 1 ? "s" : "", n > 1 ? " (" + axes + ")" : "");
+}
+
 constexpr double kMaxParams = 1e15;  // --params: a quadrillion (16 PB of fp32 training state)
 }  // namespace
 
@@ -38,7 +49,7 @@ Runner add_plan(CLI::App& app) {
   auto* cmd = app.add_subcommand("plan", "Predict per-rank memory for each ZeRO stage, and what fits");
   struct Opts {
     std::vector<std::string> args;
-    int world = 1;
+    int world = 0;  // 0: the layout's smallest job
     int stage = 0;
     std::string params, dtype = "fp32", device_mem;
   };
@@ -54,9 +65,9 @@ Runner add_plan(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("args", o->args, "[config.yaml] key=value ... (the keys of parallm train)");
-  cmd->add_option(
-         "-n,--world", o->world,
-         "data-parallel ranks (parallel.tp=N and parallel.sequence_parallel=true plan one tensor-parallel rank)")
+  cmd->add_option("-n,--world", o->world,
+                  "the job's ranks, as launch -n (default: the layout's smallest job, parallel.dp or 1 x tp x pp x "
+                  "cp); ZeRO shards over its data-parallel ranks")
       ->check(int_in(1, kMaxRanks));
   cmd->add_option("--stage", o->stage, "with parallel.pp > 1: the pipeline stage (pp rank) to plan (default 0)")
       ->check(int_in(0, kMaxRanks));
@@ -72,7 +83,14 @@ Runner add_plan(CLI::App& app) {
     cfg.check_ranges();  // every key in its documented range: refused at once, never planned for minutes
     train::PlanInput in;
     in.dtype = o->dtype;
-    in.world = o->world;
+    // The job's ranks arranged as train arranges them: a layout train refuses is refused here too.
+    const parallel::MeshDims dims = parallel::resolve_mesh_dims(
+        cfg.mesh_dims(),
+        o->world > 0 ? o->world
+                     : static_cast<int>(std::max<int64_t>(cfg.parallel.dp, 1) * cfg.parallel.tp * cfg.parallel.pp *
+                                        cfg.parallel.cp),
+        0, true);
+    in.world = dims.dp;
     in.tp = static_cast<int>(cfg.parallel.tp);
     in.sequence_parallel = cfg.parallel.sequence_parallel;
     in.cp = model::CpLayout{static_cast<int>(cfg.parallel.cp), 0, cfg.parallel.cp_kind};
@@ -118,8 +136,7 @@ Runner add_plan(CLI::App& app) {
                                         : "",
                          in.pipe.pipelined() ? pipeline_text(cfg, in.pipe, o->stage) : "");
     }
-    std::printf("parallm plan: %s | %s | %d rank%s\n", what.c_str(), in.dtype.c_str(), in.world,
-                in.world > 1 ? "s" : "");
+    std::printf("parallm plan: %s | %s | %s\n", what.c_str(), in.dtype.c_str(), mesh_text(dims).c_str());
     const bool exact = train::plan_memory(in, 0).exact;
     std::printf("per-rank peak bytes (rank 0 holds the largest shards)%s:\n",
                 exact ? ""
@@ -169,7 +186,7 @@ Runner add_plan(CLI::App& app) {
                   static_cast<long long>(train::gpus_needed(in.params, dev / 1e9)), o->device_mem.c_str());
       const int fit = train::stage_that_fits(in, dev);
       if (fit < 0)
-        std::printf("fits in %s: no stage on %d rank%s; add ranks\n", o->device_mem.c_str(), in.world,
+        std::printf("fits in %s: no stage on %d data-parallel rank%s; add ranks\n", o->device_mem.c_str(), in.world,
                     in.world > 1 ? "s" : "");
       else
         std::printf(

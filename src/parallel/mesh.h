@@ -31,6 +31,7 @@ struct MeshDims {
   int tp = 1;
   int pp = 1;
   int cp = 1;
+  bool operator==(const MeshDims&) const = default;
 };
 
 struct MeshCoord {

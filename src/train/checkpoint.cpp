@@ -45,6 +45,7 @@ nlohmann::json state_json(int format, const model::ParamLayout& layout, int64_t 
                        {"skipped", st.loss_scale->skipped}};
   if (!st.unwritten_records.empty()) s["unwritten_records"] = st.unwritten_records;
   if (!st.spike_guard.is_null()) s["spike_guard"] = st.spike_guard;
+  if (!st.layout.is_null()) s["layout"] = st.layout;
   s["config"] = config;
   s["params"] = layout_json(layout);
   s["flat_size"] = layout.total();
@@ -274,6 +275,7 @@ TrainState checkpoint_state(const nlohmann::json& meta, int64_t* optimizer_steps
     }
   }
   st.spike_guard = meta.value("spike_guard", nlohmann::json());
+  st.layout = meta.value("layout", nlohmann::json());
   return st;
 }
 

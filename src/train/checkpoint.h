@@ -65,6 +65,9 @@ struct TrainState {
   nlohmann::json unwritten_records = nlohmann::json::array();
   // The loss-spike guard's state (SpikeGuardState::to_json(); null when the guard is off).
   nlohmann::json spike_guard = nullptr;
+  // The layout that saved it: {"world", "dp", "tp", "pp", "cp", "sequences"}
+  // (sequences an iteration, the global batch); null in older checkpoints.
+  nlohmann::json layout = nullptr;
 };
 
 // One checkpoint directory <out_dir>/<name> and its siblings <name>.tmp

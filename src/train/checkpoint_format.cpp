@@ -131,6 +131,9 @@ void check_state(const nlohmann::json& s, const std::string& dir) {
     } catch (const IoError& e) {
       c.fail(e.message());
     }
+  if (s.contains("layout"))  // the layout that saved it (train/checkpoint.h)
+    for (const char* k : {"world", "dp", "tp", "pp", "cp", "sequences"})
+      c.integer(s["layout"], k, 1, INT32_MAX, "layout: ");
   if (!c.field(s, "params").is_array()) c.fail("\"params\" is not a list");
   const int64_t flat = c.integer(s, "flat_size", 1, INT64_MAX / 16);
   if (sharded(static_cast<int>(format)))

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -40,12 +41,21 @@ struct Candidate {
   int64_t iter = -1;
 };
 
-// Rank 0's candidates in the order they are tried (see ckpt_dirs.h); those
-// that do not read last, in name order.
+// Rank 0's candidates in the order they are tried (see ckpt_dirs.h). One
+// whose state.json does not read (missing, truncated, altered) is tried where
+// its name puts it, a step-numbered one at its name's iteration, the best one
+// first (it may be the newest), so a resume that passes over it names it.
 std::vector<Candidate> list_candidates(const std::string& out_dir, const ChooseOptions& o) {
   std::vector<Candidate> c;
   for (const auto& name : checkpoint_names(out_dir)) {
     Candidate k{name, "", -1};
+    std::error_code ec;
+    const fs::path state = fs::path(CkptDir(out_dir, name).path()) / "state.json";
+    if (!fs::exists(state, ec) && !fs::exists(fs::path(CkptDir(out_dir, name).old()) / "state.json", ec)) {
+      k.unreadable = fmt::format("{} is missing (a save that never finished, or a damaged checkpoint)", state.string());
+      c.push_back(k);
+      continue;
+    }
     try {
       k.iter = read_checkpoint_meta(CkptDir(out_dir, name))["iter"].get<int64_t>();
     } catch (const Error& e) {
@@ -55,7 +65,10 @@ std::vector<Candidate> list_candidates(const std::string& out_dir, const ChooseO
   }
   auto rank = [&](const Candidate& k) {  // smaller first
     const bool best = k.name == kBest;
-    return std::tuple(k.unreadable.empty() ? 0 : 1, o.best_first && best ? 0 : 1, -k.iter, best ? 0 : 1, k.name);
+    const int64_t at = k.unreadable.empty() ? k.iter
+                       : best               ? std::numeric_limits<int64_t>::max()
+                                            : step_of(k.name).value_or(-1);
+    return std::tuple(o.best_first && best ? 0 : 1, -at, best ? 0 : 1, k.name);
   };
   std::stable_sort(c.begin(), c.end(), [&](const Candidate& a, const Candidate& b) { return rank(a) < rank(b); });
   return c;

@@ -845,37 +845,15 @@ RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::
                                                      "model.block_size", "model.bias",   "model.vocab_size",
                                                      "model.gelu"};
   // Where and how this process runs, not what the run is: always this invocation's.
-  static const std::set<std::string> this_run = {"train.out_dir",
-                                                 "train.init_from",
-                                                 "train.resume_step",
-                                                 "train.eval_only",
-                                                 "train.overwrite",
-                                                 "train.threads",
-                                                 "train.device",
-                                                 "train.peak_flops",
-                                                 "train.progress",
-                                                 "train.kill_switch",
-                                                 "train.save_switch",
-                                                 "train.max_duration",
-                                                 "train.detect_anomaly",
-                                                 "comm.backend",
-                                                 "comm.timeout_s",
-                                                 "parallel.dp",
-                                                 "parallel.tp",
-                                                 "parallel.pp",
-                                                 "parallel.pp_schedule",
-                                                 "parallel.pp_virtual",
-                                                 "parallel.pp_layers",
-                                                 "parallel.cp",
-                                                 "parallel.cp_kind",
-                                                 "parallel.tp_across_nodes",
-                                                 "parallel.sequence_parallel"};
+  static const std::set<std::string> this_run = {
+      "train.out_dir",        "train.init_from",   "train.resume_step", "train.eval_only",
+      "train.overwrite",      "train.threads",     "train.device",      "train.peak_flops",
+      "train.progress",       "train.kill_switch", "train.save_switch", "train.max_duration",
+      "train.detect_anomaly", "comm.backend",      "comm.timeout_s",    "parallel.dp"};  // derived from the job's ranks
   RunConfig r = from_json(saved);
-  const RunConfig defaults;
   for (const auto& [k, key] : keys()) {
     const nlohmann::json mine = key.get(*this), theirs = key.get(r);
-    const bool given = explicit_keys_.count(k) > 0 || mine != key.get(defaults);
-    if (!(given || this_run.count(k)) || mine == theirs) continue;
+    if (!(gives(k) || this_run.count(k)) || mine == theirs) continue;
     PARALLM_CHECK(!architecture.count(k), ConfigError, "config",
                   "{}={}: the checkpoint in {} was trained with {}={}; a resumed run keeps its architecture (drop "
                   "the key, or start a new run in another train.out_dir)",
@@ -884,6 +862,29 @@ RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::
     if (changed && !this_run.count(k)) changed->push_back(fmt::format("{}={} (was {})", k, mine.dump(), theirs.dump()));
   }
   return r;
+}
+
+const std::vector<std::string>& RunConfig::layout_keys() {
+  static const std::vector<std::string> k = {
+      "parallel.tp", "parallel.pp",      "parallel.pp_schedule",     "parallel.pp_virtual",       "parallel.pp_layers",
+      "parallel.cp", "parallel.cp_kind", "parallel.tp_across_nodes", "parallel.sequence_parallel"};
+  return k;
+}
+
+bool RunConfig::gives(const std::string& k) const {
+  static const RunConfig defaults;
+  const auto it = keys().find(k);
+  PARALLM_CHECK(it != keys().end(), InternalError, "config", "no key {}", k);
+  return explicit_keys_.count(k) > 0 || it->second.get(*this) != it->second.get(defaults);
+}
+
+void RunConfig::take_default(const std::string& k) {
+  static const RunConfig defaults;
+  const auto it = keys().find(k);
+  PARALLM_CHECK(it != keys().end(), InternalError, "config", "no key {}", k);
+  const nlohmann::json v = it->second.get(defaults);
+  it->second.set(*this, k, v.is_string() ? v.get<std::string>() : v.dump());
+  explicit_keys_.erase(k);
 }
 
 std::vector<std::pair<std::string, std::string>> RunConfig::describe() {

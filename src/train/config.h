@@ -174,7 +174,9 @@ struct RunConfig {
   // the keys this config was given laid over it (set through set(), or
   // differing from the defaults). The keys of where and how this process runs
   // (train.out_dir, init_from, eval_only, overwrite, threads, device,
-  // peak_flops, progress, comm.*) are always this config's. A key of the
+  // peak_flops, progress, comm.*, and parallel.dp, derived from the job's
+  // ranks) are always this config's; the layout keys (layout_keys()) are the
+  // checkpoint's unless given, as every other key. A key of the
   // architecture that differs is a ConfigError naming it; every other key
   // that differs is listed in *changed ("key=new (was old)"), since the run
   // then leaves the saved trajectory.
@@ -184,6 +186,13 @@ struct RunConfig {
   static std::vector<std::pair<std::string, std::string>> describe();
   // Whether `key` was given (set(): a config file, key=value).
   bool given(const std::string& key) const { return explicit_keys_.count(key) > 0; }
+  // Whether this config gives `key`: given, or set to other than its default.
+  bool gives(const std::string& key) const;
+  // Sets `key` back to its default (no longer given).
+  void take_default(const std::string& key);
+  // The keys of the parallel layout but parallel.dp (derived from the job's
+  // ranks): a resumed run takes the checkpoint's unless it gives them.
+  static const std::vector<std::string>& layout_keys();
 
  private:
   std::set<std::string> explicit_keys_;  // keys given through set() (config file, key=value)

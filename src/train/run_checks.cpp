@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "parallel/mesh.h"
 #include "train/hf_gpt2.h"
 
 namespace parallm::train {
@@ -81,6 +82,85 @@ std::string nothing_left(const RunConfig& cfg, int64_t ckpt_iter) {
       "nothing to do: the checkpoint in {} resumes at iteration {}, past the last one, train.max_iters={}; the run "
       "is left as it is (raise train.max_iters to train further)",
       cfg.train.out_dir, ckpt_iter, cfg.train.max_iters);
+}
+
+namespace {
+
+// "dp 2 x tp 2 x pp 2 x cp 2", the axes above 1 after dp.
+std::string dims_text(int64_t dp, int64_t tp, int64_t pp, int64_t cp) {
+  std::string t = fmt::format("dp {}", dp);
+  for (const auto& [name, v] : {std::pair{"tp", tp}, std::pair{"pp", pp}, std::pair{"cp", cp}})
+    if (v > 1) t += fmt::format(" x {} {}", name, v);
+  return t;
+}
+
+// A layout record's degrees and world: "dp 1 x tp 2 on 2 ranks".
+std::string record_text(const nlohmann::json& r) {
+  const int64_t n = r["world"].get<int64_t>();
+  return fmt::format(
+      "{} on {} rank{}",
+      dims_text(r["dp"].get<int64_t>(), r["tp"].get<int64_t>(), r["pp"].get<int64_t>(), r["cp"].get<int64_t>()), n,
+      n == 1 ? "" : "s");
+}
+
+}  // namespace
+
+nlohmann::json layout_record(const RunConfig& cfg, const parallel::MeshDims& d) {
+  return {{"world", d.dp * d.tp * d.pp * d.cp},
+          {"dp", d.dp},
+          {"tp", d.tp},
+          {"pp", d.pp},
+          {"cp", d.cp},
+          {"sequences", d.dp * cfg.train.batch_size * cfg.optimizer.gas}};
+}
+
+LayoutNote fit_resumed_layout(RunConfig& cfg, const RunConfig& asked, const nlohmann::json& saved, int world) {
+  std::string given, inherited;  // the layout keys given; those the checkpoint set to other than their defaults
+  const nlohmann::json mine = cfg.to_json(), defaults = RunConfig().to_json();
+  for (const std::string& k : RunConfig::layout_keys()) {
+    if (asked.gives(k))
+      given += (given.empty() ? "" : ", ") + k;
+    else if (mine[k] != defaults[k])
+      inherited += fmt::format("{}{}={}", inherited.empty() ? "" : ", ", k, mine[k].dump());
+  }
+  const std::string was = saved.is_object() ? record_text(saved) : inherited;
+  std::string note;
+  parallel::MeshDims d = cfg.mesh_dims();
+  const int64_t model = int64_t{d.tp} * d.pp * d.cp;
+  if (given.empty() && (world % model != 0 || (d.dp > 0 && d.dp * model != world))) {
+    // None given, and the checkpoint's degrees do not fit this job: data parallel over every rank, said.
+    note = fmt::format("the checkpoint's layout ({}) does not fit this job's {} rank{}", was, world,
+                       world == 1 ? "" : "s");
+    for (const std::string& k : RunConfig::layout_keys()) cfg.take_default(k);
+    d = cfg.mesh_dims();
+  }
+  try {
+    d = parallel::resolve_mesh_dims(d, world, 0, true);
+  } catch (const ConfigError& e) {
+    if (inherited.empty()) throw;
+    throw ConfigError("config", fmt::format("{} ({} from the checkpoint: a resume keeps the layout keys it does not "
+                                            "give; give them too to change them)",
+                                            e.message(), inherited));
+  }
+  const nlohmann::json now = layout_record(cfg, d);
+  if (!saved.is_object() && note.empty()) return {};
+  const std::string now_text = dims_text(d.dp, d.tp, d.pp, d.cp);
+  bool warn = !note.empty();
+  if (!note.empty())
+    note += fmt::format("; resuming as {} (give the parallel.* keys to choose the layout)", now_text);
+  else if (record_text(now) != was)
+    note = fmt::format("layout {} (the checkpoint's: {})", now_text, was);
+  const int64_t seqs = now["sequences"].get<int64_t>();
+  if (saved.is_object() && seqs != saved["sequences"].get<int64_t>()) {
+    warn = true;
+    note += fmt::format(
+        "{}the global batch changes from {} to {} sequences an iteration (parallel.dp {} x model.batch_size {} x "
+        "optimizer.gas {}), so the run leaves the checkpoint's trajectory",
+        note.empty() ? "" : "; ", saved["sequences"].get<int64_t>(), seqs, d.dp, cfg.train.batch_size,
+        cfg.optimizer.gas);
+  }
+  if (note.empty()) return {};
+  return {"resume: " + note, warn};
 }
 
 }  // namespace parallm::train

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "data/vocab.h"
+#include "parallel/mesh.h"
 #include "train/config.h"
 
 namespace parallm::train {
@@ -33,5 +34,25 @@ void check_hf_vocabulary(const RunConfig& cfg, const data::Vocab& vocab);
 // it has iterations left (ckpt_iter <= train.max_iters, the last one), else
 // the sentence saying it is done (an eval-only run always has some).
 std::string nothing_left(const RunConfig& cfg, int64_t ckpt_iter);
+
+// What a checkpoint records of the layout that saved it (TrainState::layout):
+// the degrees `d` (resolved), the world and the sequences an iteration.
+nlohmann::json layout_record(const RunConfig& cfg, const parallel::MeshDims& d);
+
+// A resumed run's layout: the layout keys `asked` gives, the checkpoint's for
+// the others (`cfg`, from RunConfig::resumed_from), parallel.dp derived from
+// the job's `world` ranks. When `asked` gives none and the checkpoint's
+// degrees do not fit the job (another world size), every layout key takes its
+// default: data parallelism over every rank. A layout that does not fit the
+// job is a ConfigError naming the keys taken from the checkpoint. Returns what
+// the lead rank says (nothing when the layout is the checkpoint's): the
+// layout, the checkpoint's (`saved`: its TrainState::layout, null when not
+// recorded), and the global batch when it changes (then, or when the
+// checkpoint's layout did not fit, as a warning).
+struct LayoutNote {
+  std::string text;
+  bool warn = false;
+};
+LayoutNote fit_resumed_layout(RunConfig& cfg, const RunConfig& asked, const nlohmann::json& saved, int world);
 
 }  // namespace parallm::train

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <filesystem>
 
 #include "comm/topology.h"
 #include "core/env.h"
@@ -126,18 +128,25 @@ void observe_ranks(Session& s) {
 
 // The config this run trains with, the same on every rank: a resumed run's
 // checkpoint config with this invocation's keys laid over it, checked, with
-// the dataset's vocabulary. Returns the keys a resume changed ("" if none).
-std::string resolve_config(Session& s, int ranks_per_node) {
+// the dataset's vocabulary. Returns what a resume changed.
+struct ResumeChanges {
+  std::string keys;   // "key=new (was old), ...": the keys a resume changed ("" if none)
+  LayoutNote layout;  // the layout, when not the checkpoint's
+};
+ResumeChanges resolve_config(Session& s, int ranks_per_node) {
   RunConfig& cfg = s.cfg;
-  std::string changes;  // "key=new (was old), ..."
+  ResumeChanges r;
+  std::string& changes = r.keys;
   if (s.resume) {
     // The newest intact checkpoint (or train.resume_step's), agreed by every rank.
     ChooseOptions o;
     if (cfg.train.resume_step >= 0) o.at_iter = cfg.train.resume_step;
     s.ck_meta = choose_checkpoint(cfg.train.out_dir, &s.world, o);
     std::vector<std::string> changed;
+    const RunConfig asked = cfg;
     cfg = cfg.resumed_from(s.ck_meta["config"], &changed);
     for (const auto& c : changed) changes += (changes.empty() ? "" : ", ") + c;
+    r.layout = fit_resumed_layout(cfg, asked, s.ck_meta.value("layout", nlohmann::json()), s.world.size());
   }
   if (!s.lead) cfg.train.progress = false;
   if (cfg.train.init_from == InitFrom::Hf) take_hf_model(cfg);
@@ -153,7 +162,7 @@ std::string resolve_config(Session& s, int ranks_per_node) {
   if (cfg.train.init_from == InitFrom::Hf) check_hf_vocabulary(cfg, s.vocab);
   cfg.validate();  // train.threads in range before libgomp is asked for them
   if (cfg.train.threads > 0) set_num_threads(static_cast<int>(cfg.train.threads));
-  return changes;
+  return r;
 }
 
 // A resumed run whose checkpoint resumes past train.max_iters: the
@@ -245,9 +254,28 @@ std::string sample_prompt(const RunConfig& cfg, const data::Vocab& vocab) {
   return prompt;
 }
 
+// Rank 0 takes the run directory's lock (train/run_lock.h), unless it holds
+// it already; every rank learns whether it could. `existing_only` takes it
+// only where train.out_dir exists: a run refused by a later check creates
+// nothing, and a new directory is locked before the run creates it.
+void lock_run_dir(Session& s, bool existing_only) {
+  std::exception_ptr refused;
+  if (s.lead && !s.lock && (!existing_only || std::filesystem::exists(s.cfg.train.out_dir))) try {
+      std::string command;
+      for (const std::string& a : s.invocation.argv) command += (command.empty() ? "" : " ") + a;
+      s.lock.emplace(s.cfg.train.out_dir, command);
+    } catch (const Error&) {
+      refused = std::current_exception();
+    }
+  if (parallel::GroupAll(s.world)(!refused)) return;
+  if (refused) std::rethrow_exception(refused);
+  throw ConfigError("config", "rank 0 could not lock train.out_dir (its error says why)");
+}
+
 // Rank 0's run directory, opened once every rank may start (rank 0's
 // directory decides for a scratch run: it is the one that writes).
 void open_run_dir(Session& s, int64_t ck_iter, const nlohmann::json& carried) {
+  lock_run_dir(s, /*existing_only=*/false);
   if (!s.resume) {
     const std::string refusal = s.lead ? scratch_refusal(s.cfg) : std::string();
     if (!parallel::GroupAll(s.world)(refusal.empty()))
@@ -333,12 +361,13 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   s->resume = s->cfg.train.resume();
   *nothing_to_do = kill_switch_at_start(s->cfg.train, world);
   if (!nothing_to_do->empty()) return nullptr;
-  s->fault_inf = fault_inf_grad_iters();  // before anything is written
+  s->invocation = std::move(invocation);
+  lock_run_dir(*s, /*existing_only=*/true);  // before a checkpoint is read: one run at a time in train.out_dir
+  s->fault_inf = fault_inf_grad_iters();     // before anything is written
   s->fault_spike = fault_spike_iters();
   s->fault_scale = fault_scale_setting();
-  s->invocation = std::move(invocation);
   s->fault_slow_s = fault_slow_seconds(world.rank());
-  const std::string changes = resolve_config(*s, ranks_per_node);
+  const ResumeChanges changes = resolve_config(*s, ranks_per_node);
   s->control = std::make_unique<RunControl>(s->cfg, world);  // the time limit, before anything is written
   check_fault_scale(s->fault_scale, s->cfg);
   // Where a resumed run starts, and the records a stop on a full disk kept in its checkpoint.
@@ -362,7 +391,13 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   const parallel::GradSyncOptions so = sync_options(s->cfg, s->dp().size());
   observe_ranks(*s);
   open_run_dir(*s, ck_iter, carried);
-  if (!changes.empty()) log::info("resume: the checkpoint's settings, except {}", changes);
+  if (!changes.keys.empty()) log::info("resume: the checkpoint's settings, except {}", changes.keys);
+  if (!changes.layout.text.empty() && s->lead) {
+    if (changes.layout.warn)
+      log::warn("{}", changes.layout.text);
+    else
+      log::info("{}", changes.layout.text);
+  }
   build_model(*s, so);
   if (s->cfg.train.detect_anomaly)
     s->watch = std::make_unique<model::NumericWatch>(s->dev, world.rank(), s->cfg.optimizer.gas);
@@ -372,6 +407,7 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
     load_hf_weights(*s);
   else
     s->sync->init_params(s->cfg.train.seed);
+  s->st.layout = layout_record(s->cfg, s->mesh->dims());  // saved with every checkpoint
   s->guard = make_guard(*s);
   s->peak = job_peak(*s);
   s->tokens_per_iter = s->batch() * s->seq() * s->cfg.optimizer.gas * s->data_ranks();

@@ -39,6 +39,7 @@
 #include "train/pipeline.h"
 #include "train/repro.h"
 #include "train/run_dir.h"
+#include "train/run_lock.h"
 #include "train/spike_guard.h"
 #include "train/straggler.h"
 
@@ -55,6 +56,7 @@ struct ScaleFault {
 struct Session {
   RunConfig cfg;
   comm::Communicator& world;
+  std::optional<RunLock> lock;     // rank 0's: one run at a time in train.out_dir
   std::optional<RunDir>& run_dir;  // rank 0's, once opened
   bool lead = false;               // world rank 0: writes files, logs, samples and checkpoints
   bool resume = false;

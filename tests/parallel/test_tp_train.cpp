@@ -86,6 +86,27 @@ TEST_F(TpTrainTest, ACheckpointResumesAtTheSameAndAtOneRank) {
   EXPECT_LT(d, 1e-5);
 }
 
+// Issue 44, B3: a resume that does not repeat the parallel.* keys keeps the
+// checkpoint's layout (it resumed as dp = world, doubling the global batch,
+// although the README promises the checkpoint's settings): the uninterrupted
+// run's bits. With another world size, a layout that does not fit it falls back
+// to data parallelism, said in a warning.
+TEST_F(TpTrainTest, AResumeWithoutTheLayoutKeysKeepsTheCheckpointsLayout) {
+  const int n = world->size();
+  const std::string tp = "parallel.tp=" + std::to_string(n);
+  auto full = train::run_training(run("nk_full", 2, 12, {tp, "parallel.sequence_parallel=true"}), world);
+  train::run_training(run("nk_part", 2, 6, {tp, "parallel.sequence_parallel=true"}), world);
+  auto resumed = train::run_training(run("nk_part", 2, 12, {"train.init_from=resume"}), world);
+  ASSERT_EQ(resumed.first_iter, 7);
+  ASSERT_EQ(resumed.train_losses.size(), 6u);
+  for (size_t i = 0; i < resumed.train_losses.size(); ++i)
+    EXPECT_EQ(resumed.train_losses[i], full.train_losses[7 + i]) << "iter " << 7 + i;
+  const auto meta = train::read_checkpoint_meta(train::CkptDir((root_ / "nk_part").string(), "ckpt-00000013"));
+  EXPECT_EQ(meta["config"]["parallel.tp"], n);
+  EXPECT_EQ(meta["layout"]["tp"], n);
+  EXPECT_EQ(meta["layout"]["sequences"], 2 * 2);  // dp 1 x model.batch_size 2 x optimizer.gas 2
+}
+
 // ZeRO over the dp group of a tensor-parallel run: dp 2 x tp (world / 2) on
 // an even world of 4 or more, else tp = world (ZeRO over a dp group of one,
 // still its tensor-parallel norm and checkpoint).

@@ -9,8 +9,10 @@
 #include "core/error.h"
 #include "core/gpu.h"
 #include "kernels/bf16.h"
+#include "parallel/mesh.h"
 #include "train/config.h"
 #include "train/error_of.h"
+#include "train/run_checks.h"
 
 using namespace parallm;
 
@@ -403,4 +405,70 @@ TEST(Config, ResumedRunsLayTheGivenKeysOverTheSavedOnes) {
   const std::string e = error_of([&] { other_arch.resumed_from(saved.to_json(), nullptr); });
   EXPECT_NE(e.find("model.n_layer=4"), std::string::npos) << e;
   EXPECT_NE(e.find("model.n_layer=2"), std::string::npos) << e;
+}
+
+// Issue 44, B3: a resume keeps the checkpoint's layout keys unless it gives
+// them (it took the defaults: tp 2 resumed as dp 2, pp 2 x dp 2 as dp 4, cp 2
+// x tp 2 as dp 4, each with another global batch); parallel.dp is derived from
+// the job's ranks; another world size that the checkpoint's degrees do not fit
+// falls back to data parallelism with a warning naming both global batches;
+// keys given that do not fit with the inherited ones are an error naming those.
+TEST(Config, AResumeKeepsTheCheckpointsLayoutUnlessGiven) {
+  struct Case {
+    std::vector<std::string> saved;
+    int world;
+  };
+  const auto layout_of = [](const train::RunConfig& c, int world) {
+    return train::layout_record(c, parallel::resolve_mesh_dims(c.mesh_dims(), world, 0, true));
+  };
+  for (const Case& k : {Case{{"parallel.tp=2", "parallel.sequence_parallel=true"}, 2},
+                        Case{{"parallel.pp=2", "parallel.pp_schedule=1f1b", "optimizer.gas=4"}, 4},
+                        Case{{"parallel.cp=2", "parallel.tp=2", "parallel.cp_kind=ulysses"}, 4}}) {
+    train::RunConfig saved;
+    saved.apply_overrides({"model.n_head=4", "model.block_size=32", "model.batch_size=2"});
+    saved.apply_overrides(k.saved);
+    const nlohmann::json rec = layout_of(saved, k.world);
+    train::RunConfig now;
+    now.apply_overrides({"train.init_from=resume"});
+    auto r = now.resumed_from(saved.to_json(), nullptr);
+    const auto note = train::fit_resumed_layout(r, now, rec, k.world);
+    EXPECT_EQ(note.text, "") << k.saved[0];
+    EXPECT_EQ(r.mesh_dims(), saved.mesh_dims()) << k.saved[0];
+    EXPECT_EQ(r.parallel.sequence_parallel, saved.parallel.sequence_parallel);
+    EXPECT_EQ(r.parallel.cp_kind, saved.parallel.cp_kind);
+    EXPECT_EQ(r.parallel.pp_schedule, saved.parallel.pp_schedule);
+    EXPECT_EQ(layout_of(r, k.world), rec) << k.saved[0];
+  }
+  train::RunConfig saved;  // tp 2 on 2 ranks, 4 sequences an iteration
+  saved.apply_overrides({"model.n_head=4", "model.batch_size=2", "optimizer.gas=2", "parallel.tp=2"});
+  const nlohmann::json rec = layout_of(saved, 2);
+  train::RunConfig now;
+  now.apply_overrides({"train.init_from=resume"});
+  auto r = now.resumed_from(saved.to_json(), nullptr);  // on 3 ranks, which tp 2 does not divide
+  auto note = train::fit_resumed_layout(r, now, rec, 3);
+  EXPECT_TRUE(note.warn);
+  EXPECT_EQ(r.parallel.tp, 1);
+  EXPECT_NE(note.text.find("the checkpoint's layout (dp 1 x tp 2 on 2 ranks) does not fit this job's 3 ranks"),
+            std::string::npos)
+      << note.text;
+  EXPECT_NE(note.text.find("resuming as dp 3"), std::string::npos) << note.text;
+  EXPECT_NE(note.text.find("the global batch changes from 4 to 12 sequences"), std::string::npos) << note.text;
+  r = now.resumed_from(saved.to_json(), nullptr);  // on 4 ranks: tp 2 x dp 2, twice the sequences
+  note = train::fit_resumed_layout(r, now, rec, 4);
+  EXPECT_EQ(r.parallel.tp, 2);
+  EXPECT_TRUE(note.warn);
+  EXPECT_NE(note.text.find("layout dp 2 x tp 2 (the checkpoint's: dp 1 x tp 2 on 2 ranks)"), std::string::npos)
+      << note.text;
+  EXPECT_NE(note.text.find("from 4 to 8 sequences"), std::string::npos) << note.text;
+  train::RunConfig pp;  // a key given, with the checkpoint's tp 2 kept: 4 ranks, not 2
+  pp.apply_overrides({"train.init_from=resume", "parallel.pp=2"});
+  r = pp.resumed_from(saved.to_json(), nullptr);
+  const std::string e = error_of([&] { train::fit_resumed_layout(r, pp, rec, 2); });
+  EXPECT_NE(e.find("parallel.tp=2 from the checkpoint"), std::string::npos) << e;
+  train::RunConfig one;  // every layout key given as its default: the invocation's layout, said with the batch
+  one.apply_overrides({"train.init_from=resume", "parallel.tp=1"});
+  r = one.resumed_from(saved.to_json(), nullptr);
+  note = train::fit_resumed_layout(r, one, rec, 2);
+  EXPECT_EQ(r.parallel.tp, 1);
+  EXPECT_NE(note.text.find("layout dp 2 (the checkpoint's: dp 1 x tp 2 on 2 ranks)"), std::string::npos) << note.text;
 }

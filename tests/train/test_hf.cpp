@@ -21,6 +21,7 @@
 #include "train/checkpoint.h"
 #include "train/ckpt_dirs.h"
 #include "train/error_of.h"
+#include "train/hf_export.h"
 #include "train/hf_gpt2.h"
 #include "train/safetensors.h"
 #include "train/tiny_run.h"
@@ -45,6 +46,16 @@ class HfTest : public ::testing::Test {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
   void put(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+  // A dataset of `bpe`'s tokens in root_/bpe_data.
+  void prepare_bpe_data(const data::Bpe& bpe) {
+    std::string text;
+    const char* lines[] = {"the other thee\n", "whether 'tis nobler in the mind\n", "to be or not to be\n"};
+    for (int i = 0; i < 600; ++i) text += lines[(i * 7 + i / 5) % 3];
+    put(root_ / "in.txt", text);
+    data::BpePrepareOptions po;
+    po.tokenizer_name = "bpe";
+    data::prepare_bpe_documents({(root_ / "in.txt").string()}, (root_ / "bpe_data").string(), bpe, po);
+  }
   // A file of the given header (padded as the writer pads) and `data` bytes.
   std::string file_of(std::string header, const std::string& data) {
     header.append((8 - header.size() % 8) % 8, ' ');
@@ -261,13 +272,7 @@ TEST_F(HfTest, MismatchedDirectoriesAreRefusedNamingTheTensorAndShapes) {
 // the new run's saved state is the exported one, bit for bit.
 TEST_F(HfTest, ARunFromAnHfDirectoryStartsFromItsWeights) {
   const data::Bpe bpe = test_util::small_bpe();
-  std::string text;
-  const char* lines[] = {"the other thee\n", "whether 'tis nobler in the mind\n", "to be or not to be\n"};
-  for (int i = 0; i < 600; ++i) text += lines[(i * 7 + i / 5) % 3];
-  put(root_ / "in.txt", text);
-  data::BpePrepareOptions po;
-  po.tokenizer_name = "bpe";
-  data::prepare_bpe_documents({(root_ / "in.txt").string()}, (root_ / "bpe_data").string(), bpe, po);
+  prepare_bpe_data(bpe);
   auto config = [&](const std::string& out, std::vector<std::string> more) {
     RunConfig c;
     c.apply_overrides(test_util::tiny_run_overrides(root_, out));
@@ -313,6 +318,52 @@ TEST_F(HfTest, ARunFromAnHfDirectoryStartsFromItsWeights) {
   });
   EXPECT_NE(e.find("is a BPE model, but data.dir="), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(root_ / "c"));
+}
+
+// Issue 44, B5: `parallm export` into a directory holding an earlier export
+// left its vocab.json, merges.txt and tokenizer_config.json beside a
+// character model, and wrote into any non-empty directory without notice. A
+// non-empty --out is refused naming what it holds, before anything is
+// written; --overwrite replaces an earlier export whole, keeping other files.
+TEST_F(HfTest, ExportRefusesANonEmptyDirectoryAndReplacesAnEarlierExportWhole) {
+  prepare_bpe_data(test_util::small_bpe());
+  test_util::prepare_tiny_dataset(root_);  // characters, in root_/data
+  auto train_on = [&](const std::string& out, const std::string& data) {
+    RunConfig c;
+    c.apply_overrides(test_util::tiny_run_overrides(root_, out));
+    c.apply_overrides({"train.max_iters=1", "data.dir=" + (root_ / data).string()});
+    run_training(c);
+  };
+  train_on("bpe_run", "bpe_data");
+  train_on("char_run", "data");
+  const fs::path out = root_ / "export";
+  const std::string said = export_run_hf((root_ / "bpe_run").string(), out.string(), {});
+  EXPECT_NE(said.find("vocab.json, merges.txt, tokenizer_config.json"), std::string::npos) << said;
+  for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt", "tokenizer_config.json"})
+    EXPECT_TRUE(fs::exists(out / f)) << f;
+  put(out / "README.md", "my notes\n");
+  const std::string before = slurp(out / "config.json");
+  const std::string e =
+      test_util::error_of<ConfigError>([&] { export_run_hf((root_ / "char_run").string(), out.string(), {}); });
+  EXPECT_NE(e.find("--out " + out.string() + " is not empty (it holds README.md, config.json, merges.txt"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("--overwrite"), std::string::npos) << e;
+  EXPECT_EQ(slurp(out / "config.json"), before) << "a refused export changed the directory";
+  HfExportOptions o;
+  o.overwrite = true;
+  const std::string replaced = export_run_hf((root_ / "char_run").string(), out.string(), o);
+  EXPECT_NE(replaced.find("removed the earlier export's merges.txt, tokenizer_config.json, vocab.json"),
+            std::string::npos)
+      << replaced;
+  for (const char* f : {"vocab.json", "merges.txt", "tokenizer_config.json"}) EXPECT_FALSE(fs::exists(out / f)) << f;
+  EXPECT_EQ(slurp(out / "README.md"), "my notes\n");
+  EXPECT_EQ(hf_gpt2_config(out.string()).vocab_size, 16);  // the character run's model
+  put(root_ / "a_file", "x");
+  EXPECT_NE(test_util::error_of<ConfigError>([&] {
+              export_run_hf((root_ / "char_run").string(), (root_ / "a_file").string(), o);
+            }).find("exists and is not a directory"),
+            std::string::npos);
 }
 
 // A GPT-2 directory exported by parallm, read by the PyTorch reference model

@@ -3,6 +3,8 @@
 // resumed again and a disk that fills are each an error naming the file or
 // key (or a clear "nothing to do"), and none of them changes the run.
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
 #include <csignal>
@@ -17,6 +19,7 @@
 #include "data/vocab.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_dirs.h"
+#include "train/run_lock.h"
 #include "train/sample.h"
 #include "train/trainer_fixture.h"
 
@@ -121,6 +124,73 @@ TEST_F(TrainerTest, ADamagedCheckpointIsRefusedNamingTheFile) {
   }
   auto r = resume_to("dmg", 8);
   EXPECT_NO_THROW(train::run_training(r));
+}
+
+// Issue 44, B4: a checkpoint whose state.json is missing, truncated or
+// altered was passed over without a word (tried last, never reached); it is
+// tried where its name puts it and named when skipped, by a resume and by
+// `sample`'s choice alike.
+TEST_F(TrainerTest, ACheckpointWhoseStateDoesNotReadIsNamedWhenSkipped) {
+  auto c = tiny("sj");
+  c.train.max_iters = 6;
+  c.train.checkpoint_interval = 3;
+  train::run_training(c);  // ckpt-00000006 and ckpt-00000007 (the final state), ckpt/ of iteration 6
+  const fs::path newest = root_ / "sj" / "ckpt-00000007" / "state.json";
+  const std::string good = slurp(newest);
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+  spdlog::default_logger()->sinks().push_back(sink);
+  for (const std::string damage : {"missing", "truncated", "altered"}) {
+    SCOPED_TRACE(damage);
+    if (damage == "missing") fs::remove(newest);
+    if (damage == "truncated") std::ofstream(newest) << good.substr(0, good.size() / 2);
+    if (damage == "altered") std::ofstream(newest) << R"({"iter": 99})";
+    const auto meta = train::choose_checkpoint((root_ / "sj").string(), nullptr);
+    EXPECT_EQ(meta["iter"], 6);
+    std::string said;
+    for (const auto& line : sink->last_formatted()) said += line;
+    EXPECT_NE(said.find("skipping " + (root_ / "sj" / "ckpt-00000007").string() + ": "), std::string::npos) << said;
+    EXPECT_NE(said.find("state.json"), std::string::npos) << said;
+    train::ChooseOptions best;  // sample's choice: ckpt/ first, whatever a damaged step one holds
+    best.best_first = true;
+    EXPECT_EQ(train::choose_checkpoint((root_ / "sj").string(), nullptr, best)["_dir"],
+              (root_ / "sj" / "ckpt").string());
+  }
+  fs::remove(newest);  // and a damaged best one, whose iteration is unknown, is tried first and named
+  std::ofstream(root_ / "sj" / "ckpt" / "state.json") << "{";
+  std::ofstream(newest) << good;
+  train::ChooseOptions best;
+  best.best_first = true;
+  EXPECT_EQ(train::choose_checkpoint((root_ / "sj").string(), nullptr, best)["iter"], 7);
+  std::string said;
+  for (const auto& line : sink->last_formatted()) said += line;
+  EXPECT_NE(said.find("skipping " + (root_ / "sj" / "ckpt").string() + ": "), std::string::npos) << said;
+  spdlog::default_logger()->sinks().pop_back();
+}
+
+// Issue 44, B2: a run directory held by another run is refused, naming the
+// holder, before anything is read or written (two runs in one directory
+// overwrote each other's checkpoints and records).
+TEST_F(TrainerTest, ARunDirectoryInUseIsRefusedNamingItsHolder) {
+  train_to("lk", 6);
+  const auto before = snapshot(root_ / "lk");
+  {
+    train::RunLock held((root_ / "lk").string(), "parallm train (the other run)");
+    auto again = tiny("lk");
+    again.train.overwrite = true;
+    const std::string e = error_of([&] { train::run_training(again); });
+    EXPECT_NE(e.find("is in use: process " + std::to_string(::getpid()) + " on host "), std::string::npos) << e;
+    EXPECT_NE(e.find("parallm train (the other run)"), std::string::npos) << e;
+    auto r = resume_to("lk", 8);
+    EXPECT_NE(error_of([&] { train::run_training(r); }).find("is in use"), std::string::npos);
+    auto fresh = tiny("lk_new/sub");  // a directory the refused run would create is not created
+    train::RunLock other((root_ / "lk_new" / "sub").string(), "");
+    EXPECT_NE(error_of([&] { train::run_training(fresh); }).find("is in use"), std::string::npos);
+  }
+  EXPECT_EQ(snapshot(root_ / "lk"), before) << "a refused run changed the directory";
+  EXPECT_FALSE(fs::exists(root_ / "lk_new")) << "the lock's directories outlived it";
+  auto r = resume_to("lk", 8);
+  EXPECT_NO_THROW(train::run_training(r));
+  EXPECT_FALSE(fs::exists(root_ / "lk" / "run.lock"));
 }
 
 TEST_F(TrainerTest, StateJsonIsCheckedFieldByField) {
