@@ -154,13 +154,37 @@ TEST_F(Control, SignalsStopAfterTheStep) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return stop_signal::count();
   };
+  ::testing::internal::CaptureStderr();  // the signal thread's lines (write(2) to fd 2)
   ::kill(::getpid(), SIGUSR1);
   EXPECT_EQ(received(1), 1);
   ::kill(::getpid(), SIGTERM);  // a second one: counted, the first one decides
   EXPECT_EQ(received(2), 2);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  // Issue 44 U1: no save is promised (a job being aborted gets the same SIGTERM).
+  EXPECT_NE(said.find("parallm: SIGUSR1 received: asking every rank to stop after the step under way; once they "
+                      "agree, rank 0 logs the stop"),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find("(a job being aborted after an error ends first, with nothing saved)"), std::string::npos)
+      << said;
+  EXPECT_NE(said.find("parallm: SIGTERM received again"), std::string::npos) << said;
+  EXPECT_EQ(said.find("then saving and exiting"), std::string::npos) << said;
   const ControlDecision d = c.vote(2, 0.01, true);
   EXPECT_TRUE(d.save && d.stop);
   EXPECT_NE(d.why.find("SIGUSR1 received by rank 0"), std::string::npos) << d.why;
+}
+
+// Issue 44 U1: a rank that aborts the job after its own error (cli's run_guarded) says that nothing is saved.
+TEST_F(Control, ASignalWhileEndingOnAnErrorSaysNothingIsSaved) {
+  stop_signal::install();
+  stop_signal::ending_on_error();
+  ::testing::internal::CaptureStderr();
+  ::kill(::getpid(), SIGTERM);
+  for (int i = 0; i < 2000 && stop_signal::count() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("parallm: SIGTERM received while this rank ends the job after its error: nothing is saved"),
+            std::string::npos)
+      << said;
 }
 
 TEST_F(Control, TimeLimit) {
