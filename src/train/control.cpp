@@ -76,8 +76,13 @@ RunControl::RunControl(const RunConfig& cfg, comm::Communicator& world) : t_(cfg
 }
 
 std::string kill_switch_at_start(const TrainSection& t, comm::Communicator& world) {
-  int32_t killed = world.rank() == 0 && file_exists(t.kill_switch) ? 1 : 0;
+  std::error_code ec;
+  // 1: the switch is there; 2: a directory is (a mistake, refused as the config's check refuses it, not a switch).
+  int32_t killed = world.rank() != 0 || !file_exists(t.kill_switch) ? 0 : fs::is_directory(t.kill_switch, ec) ? 2 : 1;
   max_over(world, &killed, 1);
+  PARALLM_CHECK(killed != 2, ConfigError, "config",
+                "train.kill_switch={}: is a directory; the switch is a file that appears (touch it) when wanted",
+                t.kill_switch);
   if (!killed) return "";
   return fmt::format(
       "train.kill_switch {} exists: the run did not start, and nothing in {} was read or written "

@@ -132,6 +132,16 @@ TEST_F(Control, KillSwitch) {
   EXPECT_NE(kill_switch_at_start(cfg_.train, *world_).find("did not start"), std::string::npos);
 }
 
+// Issue 44 U4: a kill switch naming a directory is refused at the start, as the config's check refuses it,
+// not taken for the switch (which made every run exit 0 without training).
+TEST_F(Control, AKillSwitchThatIsADirectoryIsRefused) {
+  fs::create_directories(dir_ / "KILL");
+  const std::string e = error_of<ConfigError>([&] { kill_switch_at_start(cfg_.train, *world_); });
+  EXPECT_NE(e.find("train.kill_switch=" + (dir_ / "KILL").string() + ": is a directory; the switch is a file"),
+            std::string::npos)
+      << e;
+}
+
 TEST_F(Control, SaveSwitchIsDeletedOnceSaved) {
   RunControl c(cfg_, *world_);
   std::ofstream(dir_ / "SAVE").put('x');
