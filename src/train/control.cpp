@@ -122,10 +122,11 @@ ControlDecision RunControl::vote(int64_t it, double iter_s, bool records_ok) {
     d.why = fmt::format("{} received by rank {}", stop_signal::name(f[kSignal] >> kRankBits),
                         f[kSignal] & ((1 << kRankBits) - 1));
   } else if (f[kDuration]) {
+    // Counted from the process's start, as the limit is (setup included): used + left = the limit.
     d.why = fmt::format(
-        "{} is near: {:.1f} s of {:.1f} s used, and the next iteration with a save may take 2 x (longest "
-        "iteration {:.2f} s + last save {:.2f} s) = {:.1f} s",
-        duration_text(), clock_.seconds(), limit_s_, longest_iter_s_, last_save_s_, margin);
+        "{} is near: {:.2f} s used since the process started, {:.2f} s left, and the next iteration with a save "
+        "may take 2 x (longest iteration {:.2f} s + last save {:.2f} s) = {:.2f} s",
+        duration_text(), process_age_s(), std::max(0.0, time_left_s()), longest_iter_s_, last_save_s_, margin);
   } else if (f[kSave]) {
     d.why = fmt::format("train.save_switch {} appeared", t_.save_switch);
   }

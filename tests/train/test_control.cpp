@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -208,7 +209,17 @@ TEST_F(Control, TimeLimit) {
   RunControl soon(cfg_, *world_);
   const ControlDecision d = soon.vote(1, 1000, true);
   EXPECT_TRUE(d.save && d.stop);
-  EXPECT_NE(d.why.find("train.max_duration=16m40s is near"), std::string::npos) << d.why;
+  EXPECT_NE(d.why.find("train.max_duration=16m40s is near: "), std::string::npos) << d.why;
+  // Issue 44 U16: the time used and the time left are both counted from the process's start, so they add up
+  // to the limit (not "3.4 s of 3.8 s used" for a limit of 4 s).
+  double used = -1, left = -1;
+  ASSERT_EQ(
+      std::sscanf(d.why.c_str(), "train.max_duration=16m40s is near: %lf s used since the process started, %lf s left",
+                  &used, &left),
+      2)
+      << d.why;
+  EXPECT_NEAR(used + left, 1000, 0.2) << d.why;
+  EXPECT_NE(d.why.find("= 2000.00 s"), std::string::npos) << d.why;
 }
 
 TEST_F(Control, LostRecordsAreVoted) {
