@@ -149,8 +149,21 @@ TEST_F(HfTest, MalformedSafetensorsAreRefusedEachWithItsOwnSentence) {
   EXPECT_NE(refused(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                             R"("b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})",
                             four))
-                .find("a gap before it"),
+                .find("tensor \"b\" starts at byte 12 of the data, but the tensor before it, \"a\", ends at byte 8: "
+                      "a gap before it"),
             std::string::npos);
+  // Issue 44 U7: an offset of 2^63 on the middle tensor is reported against that tensor, not against "c", the
+  // healthy one that the sort moves into its place (which then seemed to leave a gap).
+  const std::string far = refused(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                          R"("b":{"dtype":"F32","shape":[2],)"
+                                          R"("data_offsets":[9223372036854775808,9223372036854775816]},)"
+                                          R"("c":{"dtype":"F32","shape":[2],"data_offsets":[16,24]}})",
+                                          four + four.substr(0, 8)));
+  EXPECT_NE(far.find("tensor \"b\": data_offsets [9223372036854775808, 9223372036854775816] run past the 24 bytes "
+                     "of data the file holds"),
+            std::string::npos)
+      << far;
+  EXPECT_EQ(far.find("\"c\""), std::string::npos) << far;
   EXPECT_NE(refused(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                             R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                             four))
