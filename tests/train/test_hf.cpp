@@ -260,6 +260,20 @@ TEST_F(HfTest, MismatchedDirectoriesAreRefusedNamingTheTensorAndShapes) {
   small_vocab.vocab_size = 60;
   e = test_util::error_of<IoError>([&] { load_hf_gpt2(dir, small_vocab, model::ParamLayout(small_vocab)); });
   EXPECT_NE(e.find("token table has 70 rows but model.vocab_size is 60"), std::string::npos) << e;
+  // Issue 44 U6: a NaN in the imported weights is named with its tensor (it was "lower the learning rate").
+  {
+    std::vector<float> nan_params = params;
+    const model::ParamSlot* fc = nullptr;
+    for (const auto& sl : whole.slots())
+      if (sl.name == "transformer.h.1.mlp.c_fc.weight") fc = &sl;
+    ASSERT_NE(fc, nullptr);
+    nan_params[static_cast<size_t>(fc->offset + 5)] = std::nanf("");
+    const std::string nan_dir = (root_ / "nan").string();
+    export_hf_gpt2(nan_dir, cfg, whole, nan_params.data(), cfg.vocab_size, nullptr);
+    e = test_util::error_of<IoError>([&] { load_hf_gpt2(nan_dir, cfg, whole); });
+    EXPECT_NE(e.find("tensor \"transformer.h.1.mlp.c_fc.weight\" holds nan at element "), std::string::npos) << e;
+    EXPECT_NE(e.find("weights must be finite"), std::string::npos) << e;
+  }
   // A truncated model.safetensors is refused before any weight is used.
   fs::resize_file(fs::path(dir) / "model.safetensors", fs::file_size(fs::path(dir) / "model.safetensors") - 4);
   e = test_util::error_of<IoError>([&] { load_hf_gpt2(dir, cfg, whole); });
