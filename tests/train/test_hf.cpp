@@ -339,7 +339,25 @@ TEST_F(HfTest, ARunFromAnHfDirectoryStartsFromItsWeights) {
     run_training(c);
   });
   EXPECT_NE(e.find("is a BPE model, but data.dir="), std::string::npos) << e;
+  // Issue 44 U5: config.json's vocab_size below the dataset's is blamed on the file, not on model.vocab_size
+  // (which this run never set).
+  const fs::path small = root_ / "hf_small";
+  fs::create_directories(small);
+  for (const char* f : {"model.safetensors", "vocab.json", "merges.txt"}) fs::copy_file(fs::path(hf) / f, small / f);
+  std::string cj = slurp(fs::path(hf) / "config.json");
+  const size_t at = cj.find("\"vocab_size\": 265");
+  ASSERT_NE(at, std::string::npos) << cj;
+  put(small / "config.json", cj.replace(at, 17, "\"vocab_size\": 200"));
+  e = test_util::error_of<ConfigError>([&] {
+    run_training(config("e", {"train.init_from=hf:" + small.string(), "train.max_iters=0"}));
+  });
+  EXPECT_NE(e.find("train.init_from=hf:" + small.string() +
+                   ": its config.json's vocab_size (200) is smaller than the dataset's vocabulary"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(e.find("model.vocab_size"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(root_ / "c"));
+  EXPECT_FALSE(fs::exists(root_ / "e"));
 }
 
 // A GPT-2 directory exported by parallm, read by the PyTorch reference model
