@@ -70,6 +70,11 @@ Loaded load_run(const SampleOpts& o) {
 Loaded load_hf(const SampleOpts& o) {
   const std::string dir = o.ckpt.substr(3);
   const model::GPTConfig cfg = train::hf_gpt2_config(dir);
+  PARALLM_CHECK(!o.data.empty() || data::Bpe::dir_has_tokenizer(dir), ConfigError, "cli.sample",
+                "--ckpt hf:{} holds no tokenizer (tokenizer.json, vocab.json + merges.txt, or encoder.json + "
+                "vocab.bpe), as a character model's export does: name its vocabulary with --data DIR (the dataset, "
+                "or the run directory, holding meta.json)",
+                dir);
   Loaded l;
   l.vocab = !o.data.empty() ? data::Vocab::load(o.data)
                             : data::Vocab::of_bpe(std::make_shared<const data::Bpe>(data::Bpe::load_dir(dir)));
