@@ -119,7 +119,9 @@ Runner add_sample(CLI::App& app) {
   cmd->add_option("--num_samples", o->num_samples, "how many samples")
       ->check(int_in(1, 1'000'000))
       ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "sampling seed (as train.seed)")
+      ->check(int_in(0, INT64_MAX))
+      ->capture_default_str();
   cmd->add_option("--data", o->data, "dataset directory with meta.json (default: the run's own vocabulary)");
   cmd->add_option("--logits", o->logits,
                   "write the prompt's logits (every position, float32 little-endian, [tokens, vocab_size]) to this "
