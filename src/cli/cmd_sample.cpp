@@ -17,6 +17,7 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "core/fileio.h"
+#include "core/log.h"
 #include "data/vocab.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
@@ -106,7 +107,9 @@ Runner add_sample(CLI::App& app) {
   cmd->add_option("--ckpt", o->ckpt,
                   "run directory (train.out_dir) holding ckpt/, or hf:DIR (a Hugging Face GPT-2 directory)")
       ->required();
-  cmd->add_option("--prompt", o->prompt, "prompt text (default a newline)");
+  cmd->add_option("--prompt", o->prompt,
+                  "prompt text (default a newline; an empty one is a newline too, as in "
+                  "train.sample_prompt)");
   cmd->add_option("--max_new_tokens", o->max_new_tokens, "tokens to generate")
       ->check(int_in(0, kMaxNewTokens))
       ->capture_default_str();
@@ -127,6 +130,10 @@ Runner add_sample(CLI::App& app) {
                   "write the prompt's logits (every position, float32 little-endian, [tokens, vocab_size]) to this "
                   "file instead of sampling");
   return [o]() {
+    if (o->prompt.empty()) {  // as train.sample_prompt: the samples start from a newline
+      log::info("--prompt is empty: sampling from a newline (the default prompt), as train.sample_prompt does");
+      o->prompt = "\n";
+    }
     Loaded l = o->ckpt.rfind("hf:", 0) == 0 ? load_hf(*o) : load_run(*o);
     model::GPT& m = *l.model;
     const data::Vocab& vocab = l.vocab;
