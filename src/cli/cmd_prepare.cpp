@@ -167,7 +167,7 @@ Runner add_prepare(CLI::App& app) {
       ->check(int_in(257, 65536))
       ->capture_default_str();
   cmd->add_option("--val_fraction", o->val_fraction, "gpt2: the share of the input held out for validation")
-      ->check(number_in(0, 1, /*lo_open=*/true))
+      ->check(number_in(0, 1, /*lo_open=*/true, /*hi_open=*/true))
       ->capture_default_str();
   return [o]() {
     const std::string out = o->out.empty() ? "data/" + o->name : o->out;

@@ -1,7 +1,10 @@
 // `parallm report RUN_DIR [RUN_DIR...] [--out FILE]`: the runs' metrics as one
 // self-contained HTML file with SVG plots, several runs overlaid (cli/report.h).
+#include <filesystem>
+
 #include "cli/commands.h"
 #include "cli/report.h"
+#include "core/error.h"
 #include "core/fileio.h"
 #include "core/log.h"
 
@@ -17,6 +20,10 @@ Runner add_report(CLI::App& app) {
   cmd->add_option("runs", o->runs, "run directories (train.out_dir), overlaid in one report")->required();
   cmd->add_option("--out", o->out, "the HTML file to write")->capture_default_str();
   return [o]() {
+    std::error_code ec;
+    PARALLM_CHECK(!std::filesystem::is_directory(o->out, ec), ConfigError, "cli.report",
+                  "--out {}: is a directory; give the HTML file to write, e.g. --out {}", o->out,
+                  (std::filesystem::path(o->out) / "report.html").string());
     const std::string html = run_report_html(o->runs);
     write_file_atomic(o->out, {{html.data(), html.size()}});
     log::info("wrote {} ({} run{}, {} KB)", o->out, o->runs.size(), o->runs.size() == 1 ? "" : "s", html.size() / 1024);

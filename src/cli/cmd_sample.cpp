@@ -17,6 +17,7 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "core/fileio.h"
+#include "core/log.h"
 #include "data/vocab.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
@@ -70,6 +71,11 @@ Loaded load_run(const SampleOpts& o) {
 Loaded load_hf(const SampleOpts& o) {
   const std::string dir = o.ckpt.substr(3);
   const model::GPTConfig cfg = train::hf_gpt2_config(dir);
+  PARALLM_CHECK(!o.data.empty() || data::Bpe::dir_has_tokenizer(dir), ConfigError, "cli.sample",
+                "--ckpt hf:{} holds no tokenizer (tokenizer.json, vocab.json + merges.txt, or encoder.json + "
+                "vocab.bpe), as a character model's export does: name its vocabulary with --data DIR (the dataset, "
+                "or the run directory, holding meta.json)",
+                dir);
   Loaded l;
   l.vocab = !o.data.empty() ? data::Vocab::load(o.data)
                             : data::Vocab::of_bpe(std::make_shared<const data::Bpe>(data::Bpe::load_dir(dir)));
@@ -101,7 +107,9 @@ Runner add_sample(CLI::App& app) {
   cmd->add_option("--ckpt", o->ckpt,
                   "run directory (train.out_dir) holding ckpt/, or hf:DIR (a Hugging Face GPT-2 directory)")
       ->required();
-  cmd->add_option("--prompt", o->prompt, "prompt text (default a newline)");
+  cmd->add_option("--prompt", o->prompt,
+                  "prompt text (default a newline; an empty one is a newline too, as in "
+                  "train.sample_prompt)");
   cmd->add_option("--max_new_tokens", o->max_new_tokens, "tokens to generate")
       ->check(int_in(0, kMaxNewTokens))
       ->capture_default_str();
@@ -114,12 +122,18 @@ Runner add_sample(CLI::App& app) {
   cmd->add_option("--num_samples", o->num_samples, "how many samples")
       ->check(int_in(1, 1'000'000))
       ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "sampling seed (as train.seed)")
+      ->check(int_in(0, INT64_MAX))
+      ->capture_default_str();
   cmd->add_option("--data", o->data, "dataset directory with meta.json (default: the run's own vocabulary)");
   cmd->add_option("--logits", o->logits,
                   "write the prompt's logits (every position, float32 little-endian, [tokens, vocab_size]) to this "
                   "file instead of sampling");
   return [o]() {
+    if (o->prompt.empty()) {  // as train.sample_prompt: the samples start from a newline
+      log::info("--prompt is empty: sampling from a newline (the default prompt), as train.sample_prompt does");
+      o->prompt = "\n";
+    }
     Loaded l = o->ckpt.rfind("hf:", 0) == 0 ? load_hf(*o) : load_run(*o);
     model::GPT& m = *l.model;
     const data::Vocab& vocab = l.vocab;

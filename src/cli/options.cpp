@@ -18,12 +18,12 @@ CLI::Validator int_in(int64_t lo, int64_t hi) {
       "INT in " + range);
 }
 
-CLI::Validator number_in(double lo, double hi, bool lo_open) {
-  const std::string range = fmt::format("{}{}, {}]", lo_open ? "(" : "[", lo, hi);
+CLI::Validator number_in(double lo, double hi, bool lo_open, bool hi_open) {
+  const std::string range = fmt::format("{}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
   return CLI::Validator(
-      [lo, hi, lo_open, range](std::string& s) -> std::string {
+      [lo, hi, lo_open, hi_open, range](std::string& s) -> std::string {
         const auto v = to_decimal(s);
-        if (!v || (lo_open ? *v <= lo : *v < lo) || *v > hi)
+        if (!v || (lo_open ? *v <= lo : *v < lo) || (hi_open ? *v >= hi : *v > hi))
           return fmt::format("must be a number in {}, got \"{}\"", range, s);
         return "";
       },

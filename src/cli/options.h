@@ -13,8 +13,8 @@ inline constexpr double kMaxTimeoutS = 7 * 24 * 3600;   // --timeout: a week
 
 // An integer in [lo, hi].
 CLI::Validator int_in(int64_t lo, int64_t hi);
-// A finite decimal number in [lo, hi], or (lo, hi] when lo_open.
-CLI::Validator number_in(double lo, double hi, bool lo_open = false);
+// A finite decimal number in [lo, hi], its ends left out when lo_open, hi_open: (lo, hi), (lo, hi], [lo, hi).
+CLI::Validator number_in(double lo, double hi, bool lo_open = false, bool hi_open = false);
 // A thread count in [0, max_threads()] (core/host.h), naming the cores.
 CLI::Validator thread_count();
 

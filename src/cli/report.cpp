@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/fileio.h"
+#include "core/log.h"
 
 namespace parallm::cli {
 
@@ -70,8 +71,12 @@ Run load_run(const std::string& dir) {
   for (std::string line; std::getline(in, line);) {
     ++n;
     auto j = nlohmann::json::parse(line, nullptr, false);
-    PARALLM_CHECK(j.is_object() && j.contains("step"), IoError, "report", "{} line {} is not a metrics record",
-                  m.string(), n);
+    const bool record = j.is_object() && j.contains("step");
+    if (!record && in.eof()) {  // the last line, with no newline yet: a run still writing it
+      log::warn("{} line {} is partly written (the run is still writing it?): skipped", m.string(), n);
+      break;
+    }
+    PARALLM_CHECK(record, IoError, "report", "{} line {} is not a metrics record", m.string(), n);
     (j.value("kind", "") == "eval" ? r.eval : r.train).push_back(std::move(j));
   }
   r.config = read_json_if(fs::path(dir) / "config.json");

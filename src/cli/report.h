@@ -21,7 +21,9 @@ namespace parallm::cli {
 inline constexpr size_t kMaxPoints = 4000;
 
 // The report of `runs` (run directories: metrics.jsonl, and config.json and
-// memory.json where present). IoError naming a directory without metrics.
+// memory.json where present). IoError naming a directory without metrics, or
+// a line that is not a metrics record; a last line without its newline that
+// does not parse (a run still writing it) is skipped with a warning.
 std::string run_report_html(const std::vector<std::string>& runs);
 
 }  // namespace parallm::cli

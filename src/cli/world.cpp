@@ -8,6 +8,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/stop_signal.h"
 #include "core/threads.h"
 #include "core/trace.h"
 
@@ -73,6 +74,7 @@ int run_guarded(World& w, const std::function<int()>& body) {
     return body();
   } catch (const std::exception& e) {  // any error: no peer may be left waiting in a collective
     if (w.comm->size() == 1) throw;
+    stop_signal::ending_on_error();  // the launcher's SIGTERM that the abort brings must not promise a save
     std::fprintf(stderr, "[%s:%d] error: %s\n", w.host.c_str(), w.comm->rank(), e.what());
     std::fflush(stderr);
     w.comm->abort(dynamic_cast<const ConfigError*>(&e) ? 2 : 1);

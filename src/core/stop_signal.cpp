@@ -15,22 +15,34 @@ namespace {
 
 std::atomic<int> g_first{0};
 std::atomic<int> g_count{0};
+std::atomic<bool> g_ending{false};  // this rank is ending the job after its own error
 
 void say(const char* text) {
   const ssize_t n = ::write(STDERR_FILENO, text, std::strlen(text));
   (void)n;  // nothing to do about a closed stderr
 }
 
+// What a stop signal says (string literals: one write(2) a line). Nothing
+// promises a save: a launcher aborting the job after another rank's error
+// sends the same SIGTERM, and ends the job before any save.
+#define PARALLM_STOP_ASK                                                                                 \
+  ": asking every rank to stop after the step under way; once they agree, rank 0 logs the stop and the " \
+  "checkpoint is saved (a job being aborted after an error ends first, with nothing saved)\n"
+#define PARALLM_STOP_AGAIN " again: the stop already asked for goes on (a save under way is not cut short)\n"
+#define PARALLM_STOP_ENDING " while this rank ends the job after its error: nothing is saved\n"
+
 // Async-signal-safe: atomics and write(2) only (also runs inside the handler).
 void received(int sig) {
   int none = 0;
   const bool first = g_first.compare_exchange_strong(none, sig);
-  g_count.fetch_add(1);
-  if (first)
-    say(sig == SIGTERM ? "parallm: SIGTERM received: finishing the step, then saving and exiting\n"
-                       : "parallm: SIGUSR1 received: finishing the step, then saving and exiting\n");
+  const bool term = sig == SIGTERM;
+  if (g_ending.load())
+    say(term ? "parallm: SIGTERM received" PARALLM_STOP_ENDING : "parallm: SIGUSR1 received" PARALLM_STOP_ENDING);
+  else if (first)
+    say(term ? "parallm: SIGTERM received" PARALLM_STOP_ASK : "parallm: SIGUSR1 received" PARALLM_STOP_ASK);
   else
-    say("parallm: another stop signal received: the stop already under way goes on (a save is never cut short)\n");
+    say(term ? "parallm: SIGTERM received" PARALLM_STOP_AGAIN : "parallm: SIGUSR1 received" PARALLM_STOP_AGAIN);
+  g_count.fetch_add(1);  // after the line: whoever waits for the count finds it written
 }
 
 extern "C" void on_stop_signal(int sig) {
@@ -104,9 +116,14 @@ const char* name(int sig) {
   }
 }
 
+void ending_on_error() {
+  g_ending.store(true);
+}
+
 void reset() {
   g_first.store(0);
   g_count.store(0);
+  g_ending.store(false);
 }
 
 }  // namespace parallm::stop_signal

@@ -10,8 +10,10 @@
 // computing thread is not harmless: oneDNN's sgemm corrupted the heap when a
 // handler ran on top of it (about 1 run in 15 of tests/train/run_control.sh
 // aborted). That thread only counts into lock-free atomics and writes one
-// line to stderr; the training loop polls first() once per step and turns it
-// into a decision all ranks agree on (train/control.h). Further signals while
+// line to stderr, which promises no save: a launcher aborting the job after
+// one rank's error (MPI_Abort) sends the other ranks the same SIGTERM. The
+// training loop polls first() once per step and turns it into a decision all
+// ranks agree on (train/control.h), which rank 0 logs. Further signals while
 // the run saves only count: the save finishes, so a second SIGTERM cannot cut
 // it in half. A handler doing the same stays installed for a thread that
 // still takes the signals (one started before install()). Child processes
@@ -43,7 +45,10 @@ int first();
 int count();
 // "SIGUSR1", "SIGTERM" (the signal's name).
 const char* name(int sig);
-// Forgets the signals received (tests).
+// This rank is ending the job after its own error (cli's run_guarded, before
+// it aborts the job): a stop signal from now on says that nothing is saved.
+void ending_on_error();
+// Forgets the signals received and ending_on_error() (tests).
 void reset();
 
 }  // namespace parallm::stop_signal

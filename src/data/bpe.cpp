@@ -274,6 +274,12 @@ bool Bpe::operator==(const Bpe& o) const {
   return token_bytes_ == o.token_bytes_ && merge_list() == o.merge_list();
 }
 
+bool Bpe::dir_has_tokenizer(const std::string& dir) {
+  std::error_code ec;
+  const auto has = [&](const char* name) { return fs::exists(fs::path(dir) / name, ec); };
+  return has("tokenizer.json") || (has("vocab.json") && has("merges.txt")) || (has("encoder.json") && has("vocab.bpe"));
+}
+
 Bpe Bpe::load_dir(const std::string& dir) {
   const auto has = [&](const char* name) { return fs::exists(fs::path(dir) / name); };
   const auto at = [&](const char* name) { return (fs::path(dir) / name).string(); };

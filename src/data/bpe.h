@@ -39,6 +39,9 @@ class Bpe {
   // or encoder.json + vocab.bpe (the first found). IoError naming the file
   // and entry when one is malformed or inconsistent.
   static Bpe load_dir(const std::string& dir);
+  // Whether `dir` holds tokenizer files load_dir() reads (a character model's
+  // Hugging Face export has none).
+  static bool dir_has_tokenizer(const std::string& dir);
   // A token -> id table (vocab.json / encoder.json) and the merges file.
   static Bpe load_files(const std::string& vocab_json, const std::string& merges_txt);
   static Bpe load_tokenizer_json(const std::string& path);

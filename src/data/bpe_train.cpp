@@ -157,6 +157,9 @@ BpeTrainResult train_bpe(const std::vector<std::string>& files, int64_t vocab_si
       throw ConfigError(kBpeTrainWhere, fmt::format("{}: {}", where, e.message()));
     }
   });
+  PARALLM_CHECK(r.bytes > 0, ConfigError, kBpeTrainWhere,
+                "the input ({}) holds no text (0 bytes): there is nothing to train a tokenizer on; nothing was written",
+                fmt::join(files, ", "));
   r.distinct = static_cast<int64_t>(pieces.size());
   r.count_seconds = timer.seconds();
   Timer merging;

@@ -389,7 +389,8 @@ BpePrepareResult prepare_bpe_split_text(const std::string& input, const std::str
 BpePrepareResult prepare_bpe_documents(const std::vector<std::string>& inputs, const std::string& out_dir,
                                        const Bpe& bpe, const BpePrepareOptions& o) {
   PARALLM_CHECK(o.val_fraction > 0 && o.val_fraction < 1, ConfigError, kPrepareWhere,
-                "val_fraction {}: expected a fraction between 0 and 1 (exclusive)", o.val_fraction);
+                "val_fraction {}: expected a fraction in (0, 1), both ends excluded (train and val both need text)",
+                o.val_fraction);
   const std::vector<std::string> files = expand_inputs(inputs);
   std::vector<int64_t> sizes;
   int64_t total = 0;

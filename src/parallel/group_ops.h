@@ -4,6 +4,7 @@
 // communicate nothing.
 #pragma once
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "comm/communicator.h"
@@ -77,6 +78,19 @@ class GroupSum {
 // Rank 0's floats on every rank of the group.
 inline void broadcast_floats(comm::Communicator& g, float* p, int64_t n) {
   if (g.size() > 1) g.broadcast(Tensor::view_of(p, {n}, DType::F32), 0);
+}
+
+// Rank `root`'s text on every rank of the group (a length, then the bytes).
+inline void broadcast_text(comm::Communicator& g, std::string& text, int root) {
+  if (g.size() == 1) return;
+  Tensor n = Tensor::empty({1}, DType::I32);
+  n.data<int32_t>()[0] = static_cast<int32_t>(text.size());
+  g.broadcast(n, root);
+  const auto len = static_cast<size_t>(n.data<int32_t>()[0]);
+  Tensor words = Tensor::empty({static_cast<int64_t>(len / 4 + 1)}, DType::I32);
+  if (g.rank() == root) std::memcpy(words.raw(), text.data(), len);
+  g.broadcast(words, root);
+  text.assign(static_cast<const char*>(words.raw()), len);
 }
 
 }  // namespace parallm::parallel

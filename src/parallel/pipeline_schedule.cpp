@@ -259,6 +259,10 @@ double bubble_formula(const PipeShape& s, const PipeCosts& c) {
   return 0;
 }
 
+bool bubble_formula_holds(const PipeShape& s, const PipeCosts& c) {
+  return s.kind != PipeKind::ZeroBubble || (c.w <= c.f && c.w <= c.b);
+}
+
 // ---------------------------------------------------------------- simulator
 
 namespace {
@@ -581,23 +585,34 @@ std::string legend(const PipeShape& s, const PipeSim& sim, double unit) {
   return out + fmt::format(" - continues | . idle | a column is {:g} time unit{}\n", unit, unit == 1 ? "" : "s");
 }
 
-// The bubble per rank against the closed form, and the most micro-batches in flight.
+// The bubble per rank against the closed form (where it holds), and the most micro-batches in flight.
 std::string summary(const PipeShape& s, const PipeSim& sim) {
+  const bool holds = bubble_formula_holds(s, sim.costs);
   const double formula = bubble_formula(s, sim.costs);
   std::string out = fmt::format("\n{:>5} {:>10} {:>10} {:>7} {:>10} {:>8}  {}\n", "rank", "busy", "idle", "idle%",
                                 "formula", "formula%", s.v > 1 ? "in flight per chunk" : "in flight");
+  double most_idle = 0;
   for (int r = 0; r < s.p; ++r) {
     std::string flight;
     for (int n : sim.max_in_flight[r]) flight += fmt::format("{}{}", flight.empty() ? "" : ",", n);
-    out += fmt::format("{:>5} {:>10.4g} {:>10.4g} {:>6.1f}% {:>10.4g} {:>7.1f}%  {}\n", r, sim.busy[r], sim.idle[r],
-                       100 * sim.idle_fraction(r), formula, 100 * formula / (sim.busy[r] + formula), flight);
+    const std::string f = holds ? fmt::format("{:>10.4g} {:>7.1f}%", formula, 100 * formula / (sim.busy[r] + formula))
+                                : fmt::format("{:>10} {:>8}", "-", "-");
+    out += fmt::format("{:>5} {:>10.4g} {:>10.4g} {:>6.1f}% {}  {}\n", r, sim.busy[r], sim.idle[r],
+                       100 * sim.idle_fraction(r), f, flight);
+    most_idle = std::max(most_idle, sim.idle[r]);
   }
   const char* form = s.kind == PipeKind::Interleaved  ? "(p-1)(f+b+w)/V"
                      : s.kind != PipeKind::ZeroBubble ? "(p-1)(f+b+w)"
                      : s.m >= s.p                     ? "(p-1)(f+b-w)"
                                                       : "(p-1)(f+b)-(m-1)w";
-  return out + fmt::format("makespan {:.4g}; bubble per rank {} = {:.4g} (p={}, m={}, V={}, f={:g}, b={:g}, w={:g})\n",
-                           sim.makespan, form, formula, s.p, s.m, s.v, sim.costs.f, sim.costs.b, sim.costs.w);
+  const std::string shape =
+      fmt::format("(p={}, m={}, V={}, f={:g}, b={:g}, w={:g})", s.p, s.m, s.v, sim.costs.f, sim.costs.b, sim.costs.w);
+  if (holds)
+    return out + fmt::format("makespan {:.4g}; bubble per rank {} = {:.4g} {}\n", sim.makespan, form, formula, shape);
+  return out + fmt::format(
+                   "makespan {:.4g}; bubble per rank (simulated, the most idle rank's) {:.4g} {}; the closed form {} "
+                   "holds only for w <= f and w <= b, so it is not shown\n",
+                   sim.makespan, most_idle, shape, form);
 }
 
 }  // namespace

@@ -142,6 +142,9 @@ PipeSim simulate(const PipeShape& s, const std::vector<std::vector<Action>>& lis
 // 1F1B (p-1)(f+b+w), any m; interleaved (p-1)(f+b+w)/V; ZB-H1 (p-1)(f+b-w)
 // for m >= p, and (p-1)(f+b) - (m-1)w for m < p (exact for w <= f, b).
 double bubble_formula(const PipeShape& s, const PipeCosts& costs = {});
+// Whether bubble_formula is the schedule's idle time: always, except ZB-H1
+// with w above f or b (its closed form can then go negative).
+bool bubble_formula_holds(const PipeShape& s, const PipeCosts& costs = {});
 
 // The timeline: one row per rank, one column per `unit` of time (> 0), each
 // compute action drawn from its first column as its kind and micro-batch

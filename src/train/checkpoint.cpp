@@ -235,7 +235,7 @@ void verify_checkpoint(const nlohmann::json& meta, comm::Communicator* world, bo
       why = e.message();
     }
   }
-  if (n > 1) {  // every rank names the first damaged file, and the rank that read it
+  if (n > 1) {  // every rank names the first damaged file, the rank that read it, and that rank's reason
     Tensor t = Tensor::empty({1}, DType::I32);
     auto min_of = [&](int32_t v) {
       t.data<int32_t>()[0] = v;
@@ -244,8 +244,10 @@ void verify_checkpoint(const nlohmann::json& meta, comm::Communicator* world, bo
     };
     const int32_t first = min_of(bad);
     const int32_t finder = min_of(bad == first ? me : n);
-    if (first != static_cast<int32_t>(files.size()) && finder != me)
-      why = fmt::format("found by rank {}, whose error says how", finder);
+    if (first != static_cast<int32_t>(files.size())) {
+      parallel::broadcast_text(*world, why, finder);
+      why = fmt::format("found by rank {}: {}", finder, why);
+    }
     bad = first;
   }
   PARALLM_CHECK(bad == static_cast<int32_t>(files.size()), IoError, "checkpoint.load",

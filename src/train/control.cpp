@@ -76,8 +76,13 @@ RunControl::RunControl(const RunConfig& cfg, comm::Communicator& world) : t_(cfg
 }
 
 std::string kill_switch_at_start(const TrainSection& t, comm::Communicator& world) {
-  int32_t killed = world.rank() == 0 && file_exists(t.kill_switch) ? 1 : 0;
+  std::error_code ec;
+  // 1: the switch is there; 2: a directory is (a mistake, refused as the config's check refuses it, not a switch).
+  int32_t killed = world.rank() != 0 || !file_exists(t.kill_switch) ? 0 : fs::is_directory(t.kill_switch, ec) ? 2 : 1;
   max_over(world, &killed, 1);
+  PARALLM_CHECK(killed != 2, ConfigError, "config",
+                "train.kill_switch={}: is a directory; the switch is a file that appears (touch it) when wanted",
+                t.kill_switch);
   if (!killed) return "";
   return fmt::format(
       "train.kill_switch {} exists: the run did not start, and nothing in {} was read or written "
@@ -117,10 +122,11 @@ ControlDecision RunControl::vote(int64_t it, double iter_s, bool records_ok) {
     d.why = fmt::format("{} received by rank {}", stop_signal::name(f[kSignal] >> kRankBits),
                         f[kSignal] & ((1 << kRankBits) - 1));
   } else if (f[kDuration]) {
+    // Counted from the process's start, as the limit is (setup included): used + left = the limit.
     d.why = fmt::format(
-        "{} is near: {:.1f} s of {:.1f} s used, and the next iteration with a save may take 2 x (longest "
-        "iteration {:.2f} s + last save {:.2f} s) = {:.1f} s",
-        duration_text(), clock_.seconds(), limit_s_, longest_iter_s_, last_save_s_, margin);
+        "{} is near: {:.2f} s used since the process started, {:.2f} s left, and the next iteration with a save "
+        "may take 2 x (longest iteration {:.2f} s + last save {:.2f} s) = {:.2f} s",
+        duration_text(), process_age_s(), std::max(0.0, time_left_s()), longest_iter_s_, last_save_s_, margin);
   } else if (f[kSave]) {
     d.why = fmt::format("train.save_switch {} appeared", t_.save_switch);
   }

@@ -1,6 +1,8 @@
 #include "train/hf_gpt2.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -75,6 +77,11 @@ std::vector<float> whole_tensor(const SafetensorsReader& f, const StTensor& t, c
                 t.shape[0], g[0], t.shape[0]);
   std::vector<float> file(static_cast<size_t>(t.numel()));
   f.read(t, file.data());
+  const auto bad = std::find_if(file.begin(), file.end(), [](float x) { return !std::isfinite(x); });
+  PARALLM_CHECK(bad == file.end(), IoError, kHfWhere,
+                "{}: tensor \"{}\" holds {} at element {} (of {}): weights must be finite; the file is damaged, or "
+                "was saved from a model that had diverged",
+                f.path(), t.name, *bad, bad - file.begin(), file.size());
   std::vector<float> out(static_cast<size_t>(std::max<int64_t>(1, shape_numel(s.global_shape))), 0.0f);
   if (conv1d(name)) {
     const int64_t rows = g[0], cols = g[1];  // out, in
@@ -151,7 +158,7 @@ std::vector<float> load_hf_gpt2(const std::string& dir, const model::GPTConfig& 
       std::vector<float> a(static_cast<size_t>(head->second->numel())), b(a.size());
       f.read(*head->second, a.data());
       f.read(*wte->second, b.data());
-      same = a == b;
+      same = std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;  // bitwise: a NaN equals itself
     }
     PARALLM_CHECK(same, IoError, kHfWhere,
                   "{}: lm_head.weight is not wte.weight (an untied head): parallm's GPT ties them", f.path());

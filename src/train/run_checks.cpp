@@ -24,6 +24,15 @@ data::Vocab dataset_vocabulary(RunConfig& cfg, const nlohmann::json* saved_confi
                   cfg.data.dir, vocab.describe(), cfg.train.out_dir, trained.describe(), cfg.train.out_dir, saved_dir);
   }
   if (!cfg.vocab_size_set) cfg.model.vocab_size = vocab.size();
+  // Not set by the user: train.init_from=hf's config.json gave it (take_hf_model).
+  PARALLM_CHECK(
+      cfg.model.vocab_size >= vocab.size() || cfg.train.init_from != InitFrom::Hf || cfg.given("model.vocab_size"),
+      ConfigError, "config",
+      "train.init_from=hf:{}: its config.json's vocab_size ({}) is smaller than the dataset's vocabulary ({} "
+      "in {}/meta.json): the model has no token rows for ids {} to {}; prepare the dataset with that "
+      "model's tokenizer (parallm prepare gpt2 --vocab {} ...)",
+      cfg.train.hf_dir, cfg.model.vocab_size, vocab.describe(), cfg.data.dir, cfg.model.vocab_size, vocab.size() - 1,
+      cfg.train.hf_dir);
   PARALLM_CHECK(cfg.model.vocab_size >= vocab.size(), ConfigError, "config",
                 "model.vocab_size={} is smaller than the dataset's vocabulary ({} in {}/meta.json): "
                 "leave model.vocab_size unset (it then comes from the dataset) or set it to at least {}",

@@ -105,10 +105,13 @@ void remove_leftovers(const fs::path& dir) {
     fs::remove_all(dir / name, ec);
     PARALLM_CHECK(!ec, IoError, "train", "cannot delete {}, left by a checkpoint save that did not finish: {}",
                   (dir / name).string(), ec.message());
-    log::warn(
-        "removed {}: a checkpoint save that did not finish (a crash or a full disk) left it; the last complete "
-        "checkpoint of that slot is the one in {}/",
-        (dir / name).string(), base);
+    // The slot's complete checkpoint: <base>/, or <base>.old/ after a crash between the two renames.
+    const bool whole = fs::exists(dir / base / "state.json", ec), old = fs::exists(dir / (base + ".old"), ec);
+    log::warn("removed {}: a checkpoint save that did not finish (a crash or a full disk) left it; {}",
+              (dir / name).string(),
+              whole ? fmt::format("the last complete checkpoint of that slot is the one in {}/", base)
+              : old ? fmt::format("the last complete checkpoint of that slot is the one in {}.old/", base)
+                    : fmt::format("there is no complete {}/ (that save never finished)", base));
   }
   for (const char* f : {"config.json.tmp", "meta.json.tmp", "memory.json.tmp", "metrics.jsonl.tmp", "repro.json.tmp"}) {
     if (!fs::exists(dir / f, ec)) continue;

@@ -138,17 +138,28 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path, kSaf
   }
   std::sort(tensors_.begin(), tensors_.end(),
             [](const StTensor& a, const StTensor& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
-  uint64_t at = 0;
-  for (const auto& t : tensors_) {
-    PARALLM_CHECK(t.begin == at, IoError, kSafetensorsWhere,
-                  "{}: tensor \"{}\" starts at byte {} of the data, where {} ({})", path, t.name, t.begin, at,
-                  t.begin > at ? "a gap before it" : "it overlaps the tensor before it");
-    at = t.end;
-  }
   const uint64_t buffer = size - data_start_;
+  // A tensor whose offsets lie past the data is named itself (sorted last, it would make the healthy tensors
+  // before it look misplaced).
+  for (const auto& t : tensors_)
+    PARALLM_CHECK(t.end <= buffer, IoError, kSafetensorsWhere,
+                  "{}: tensor \"{}\": data_offsets [{}, {}] run past the {} bytes of data the file holds (its "
+                  "offsets are wrong, or the file is truncated)",
+                  path, t.name, t.begin, t.end, buffer);
+  uint64_t at = 0;
+  const StTensor* before = nullptr;
+  for (const auto& t : tensors_) {
+    PARALLM_CHECK(t.begin == at, IoError, kSafetensorsWhere, "{}: tensor \"{}\" starts at byte {} of the data, {}: {}",
+                  path, t.name, t.begin,
+                  before ? fmt::format("but the tensor before it, \"{}\", ends at byte {}", before->name, at)
+                         : "but the first tensor must start at byte 0",
+                  t.begin > at ? "a gap before it" : "it overlaps the tensor before it (one of the two is misplaced)");
+    at = t.end;
+    before = &t;
+  }
   PARALLM_CHECK(at == buffer, IoError, kSafetensorsWhere,
-                "{}: the tensors cover {} bytes of data but the file holds {} ({})", path, at, buffer,
-                at > buffer ? "the file is truncated" : "bytes no tensor owns follow them");
+                "{}: the tensors cover {} bytes of data but the file holds {} (bytes no tensor owns follow them)", path,
+                at, buffer);
 }
 
 const StTensor* SafetensorsReader::find(const std::string& name) const {

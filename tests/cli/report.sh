@@ -5,7 +5,8 @@
 # Chromium (Debian's package) opens the file: no console error, and the
 # screenshot shows both runs' colours (tests/cli/png_colors.py). Without
 # Chromium that half is skipped, saying so (the checker still runs); a
-# directory without metrics is refused by name.
+# directory without metrics is refused by name, a last line still being
+# written is skipped with a warning, and --out naming a directory is refused.
 # Usage: report.sh <parallm> <tiny shakespeare input.txt>
 set -u
 parallm=$1
@@ -29,6 +30,18 @@ done
 "$parallm" report "$work/small" "$work/wide" --out "$work/report.html" || fail "report"
 python3 "$here/report_check.py" "$work/report.html" "$work/small" "$work/wide" || fail "the plotted points"
 grep -q "<script" "$work/report.html" && fail "the report has a script"
+# Issue 44 U10: a run still writing its last metrics line (no newline yet) is reported, the line skipped with a warning.
+cp -r "$work/small" "$work/writing"
+printf '{"kind":"train","step":31,"lo' >>"$work/writing/metrics.jsonl"
+"$parallm" report "$work/writing" --out "$work/writing.html" >"$work/writing.txt" 2>&1 ||
+  { cat "$work/writing.txt"; fail "a run still writing its metrics was refused"; }
+lines=$(wc -l <"$work/writing/metrics.jsonl")
+grep -q "metrics.jsonl line $((lines + 1)) is partly written (the run is still writing it?): skipped" \
+  "$work/writing.txt" || { cat "$work/writing.txt"; fail "no warning for the partly written line"; }
+# Issue 44 U11: --out naming a directory is refused by name, not with "cannot rename ... Is a directory".
+"$parallm" report "$work/small" --out "$work" >"$work/outdir.txt" 2>&1 && fail "--out naming a directory was accepted"
+grep -q -- "--out $work: is a directory; give the HTML file to write, e.g. --out $work/report.html" \
+  "$work/outdir.txt" || { cat "$work/outdir.txt"; fail "the refusal of --out DIR does not say why"; }
 mkdir "$work/empty"
 "$parallm" report "$work/empty" --out "$work/x.html" >"$work/err.txt" 2>&1 && fail "a directory without metrics was accepted"
 grep -q "has no metrics.jsonl" "$work/err.txt" || { cat "$work/err.txt"; fail "the refusal does not say why"; }

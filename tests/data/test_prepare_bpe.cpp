@@ -210,6 +210,14 @@ TEST_F(PrepareBpe, TrainedBpeIsDeterministicRoundTripsCompressesAndLoadsFromItsF
   EXPECT_NE(
       test_util::error_of<ConfigError>([&] { train_bpe({(root_ / "docs").string()}, 256); }).find("vocab_size 256"),
       std::string::npos);
+  // Issue 44 U8: an empty input is refused by name (it "succeeded" with "-nan bytes a token").
+  write(root_ / "empty.txt", "");
+  const std::string e = test_util::error_of<ConfigError>([&] { train_bpe({(root_ / "empty.txt").string()}, 300); });
+  EXPECT_NE(e.find("the input (" + (root_ / "empty.txt").string() +
+                   ") holds no text (0 bytes): there is nothing "
+                   "to train a tokenizer on"),
+            std::string::npos)
+      << e;
 }
 
 TEST_F(PrepareBpe, Gpt2FilesWhoseChecksumIsNotThePublishedOneAreRefused) {

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -344,6 +345,34 @@ TEST(PipelineSchedule, TimelineOfOneFOneB) {
       "    1          9          3   25.0%          3    25.0%  1\n"
       "makespan 12; bubble per rank (p-1)(f+b+w) = 3 (p=2, m=3, V=1, f=1, b=1, w=1)\n";
   EXPECT_EQ(timeline(s, sim), expected);
+}
+
+// Issue 44 U3: with w above f and b, ZB-H1's closed form goes wrong, negative for m >= p ((p-1)(f+b-w) = -9
+// for 1,1,5): the summary prints the simulated bubble, never a negative one, and says why the closed form is
+// left out.
+TEST(PipelineSchedule, TimelineNeverShowsANegativeBubble) {
+  for (const PipeShape s : {PipeShape{4, 8, 1, PipeKind::ZeroBubble}, PipeShape{4, 2, 1, PipeKind::ZeroBubble}}) {
+    const PipeCosts c{1, 1, 5};
+    EXPECT_FALSE(bubble_formula_holds(s, c));
+    const PipeSim sim = simulate(s, c);
+    ASSERT_TRUE(sim.ok) << sim.error;
+    const std::string t = timeline(s, sim);
+    const double most = *std::max_element(sim.idle.begin(), sim.idle.end());
+    if (s.m >= s.p)
+      EXPECT_LT(bubble_formula(s, c), 0);  // (p-1)(f+b-w)
+    else
+      EXPECT_NE(bubble_formula(s, c), most);  // (p-1)(f+b)-(m-1)w = 1, the simulation 5
+    EXPECT_GE(most, 0);
+    EXPECT_NE(t.find(fmt::format("bubble per rank (simulated, the most idle rank's) {:.4g} (p=4, m={}, V=1, f=1, b=1, "
+                                 "w=5); the closed form {} holds only for w <= f and w <= b, so it is not shown",
+                                 most, s.m, s.m >= s.p ? "(p-1)(f+b-w)" : "(p-1)(f+b)-(m-1)w")),
+              std::string::npos)
+        << t;
+    const std::string summary = t.substr(t.find("\n rank "));
+    EXPECT_FALSE(std::regex_search(summary, std::regex("[ =]-[0-9]"))) << "a negative number in " << summary;
+  }
+  EXPECT_TRUE(bubble_formula_holds({4, 8, 1, PipeKind::ZeroBubble}, {3, 2, 2}));
+  EXPECT_TRUE(bubble_formula_holds({4, 8, 1, PipeKind::OneFOneB}, {1, 1, 5}));
 }
 
 TEST(PipelineSchedule, TimelineUnitsAndChunks) {

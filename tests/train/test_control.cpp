@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -132,6 +133,16 @@ TEST_F(Control, KillSwitch) {
   EXPECT_NE(kill_switch_at_start(cfg_.train, *world_).find("did not start"), std::string::npos);
 }
 
+// Issue 44 U4: a kill switch naming a directory is refused at the start, as the config's check refuses it,
+// not taken for the switch (which made every run exit 0 without training).
+TEST_F(Control, AKillSwitchThatIsADirectoryIsRefused) {
+  fs::create_directories(dir_ / "KILL");
+  const std::string e = error_of<ConfigError>([&] { kill_switch_at_start(cfg_.train, *world_); });
+  EXPECT_NE(e.find("train.kill_switch=" + (dir_ / "KILL").string() + ": is a directory; the switch is a file"),
+            std::string::npos)
+      << e;
+}
+
 TEST_F(Control, SaveSwitchIsDeletedOnceSaved) {
   RunControl c(cfg_, *world_);
   std::ofstream(dir_ / "SAVE").put('x');
@@ -154,13 +165,37 @@ TEST_F(Control, SignalsStopAfterTheStep) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return stop_signal::count();
   };
+  ::testing::internal::CaptureStderr();  // the signal thread's lines (write(2) to fd 2)
   ::kill(::getpid(), SIGUSR1);
   EXPECT_EQ(received(1), 1);
   ::kill(::getpid(), SIGTERM);  // a second one: counted, the first one decides
   EXPECT_EQ(received(2), 2);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  // Issue 44 U1: no save is promised (a job being aborted gets the same SIGTERM).
+  EXPECT_NE(said.find("parallm: SIGUSR1 received: asking every rank to stop after the step under way; once they "
+                      "agree, rank 0 logs the stop"),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find("(a job being aborted after an error ends first, with nothing saved)"), std::string::npos)
+      << said;
+  EXPECT_NE(said.find("parallm: SIGTERM received again"), std::string::npos) << said;
+  EXPECT_EQ(said.find("then saving and exiting"), std::string::npos) << said;
   const ControlDecision d = c.vote(2, 0.01, true);
   EXPECT_TRUE(d.save && d.stop);
   EXPECT_NE(d.why.find("SIGUSR1 received by rank 0"), std::string::npos) << d.why;
+}
+
+// Issue 44 U1: a rank that aborts the job after its own error (cli's run_guarded) says that nothing is saved.
+TEST_F(Control, ASignalWhileEndingOnAnErrorSaysNothingIsSaved) {
+  stop_signal::install();
+  stop_signal::ending_on_error();
+  ::testing::internal::CaptureStderr();
+  ::kill(::getpid(), SIGTERM);
+  for (int i = 0; i < 2000 && stop_signal::count() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("parallm: SIGTERM received while this rank ends the job after its error: nothing is saved"),
+            std::string::npos)
+      << said;
 }
 
 TEST_F(Control, TimeLimit) {
@@ -174,7 +209,17 @@ TEST_F(Control, TimeLimit) {
   RunControl soon(cfg_, *world_);
   const ControlDecision d = soon.vote(1, 1000, true);
   EXPECT_TRUE(d.save && d.stop);
-  EXPECT_NE(d.why.find("train.max_duration=16m40s is near"), std::string::npos) << d.why;
+  EXPECT_NE(d.why.find("train.max_duration=16m40s is near: "), std::string::npos) << d.why;
+  // Issue 44 U16: the time used and the time left are both counted from the process's start, so they add up
+  // to the limit (not "3.4 s of 3.8 s used" for a limit of 4 s).
+  double used = -1, left = -1;
+  ASSERT_EQ(
+      std::sscanf(d.why.c_str(), "train.max_duration=16m40s is near: %lf s used since the process started, %lf s left",
+                  &used, &left),
+      2)
+      << d.why;
+  EXPECT_NEAR(used + left, 1000, 0.2) << d.why;
+  EXPECT_NE(d.why.find("= 2000.00 s"), std::string::npos) << d.why;
 }
 
 TEST_F(Control, LostRecordsAreVoted) {

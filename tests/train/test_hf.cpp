@@ -160,8 +160,21 @@ TEST_F(HfTest, MalformedSafetensorsAreRefusedEachWithItsOwnSentence) {
   EXPECT_NE(refused(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                             R"("b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})",
                             four))
-                .find("a gap before it"),
+                .find("tensor \"b\" starts at byte 12 of the data, but the tensor before it, \"a\", ends at byte 8: "
+                      "a gap before it"),
             std::string::npos);
+  // Issue 44 U7: an offset of 2^63 on the middle tensor is reported against that tensor, not against "c", the
+  // healthy one that the sort moves into its place (which then seemed to leave a gap).
+  const std::string far = refused(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                          R"("b":{"dtype":"F32","shape":[2],)"
+                                          R"("data_offsets":[9223372036854775808,9223372036854775816]},)"
+                                          R"("c":{"dtype":"F32","shape":[2],"data_offsets":[16,24]}})",
+                                          four + four.substr(0, 8)));
+  EXPECT_NE(far.find("tensor \"b\": data_offsets [9223372036854775808, 9223372036854775816] run past the 24 bytes "
+                     "of data the file holds"),
+            std::string::npos)
+      << far;
+  EXPECT_EQ(far.find("\"c\""), std::string::npos) << far;
   EXPECT_NE(refused(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                             R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                             four))
@@ -258,6 +271,20 @@ TEST_F(HfTest, MismatchedDirectoriesAreRefusedNamingTheTensorAndShapes) {
   small_vocab.vocab_size = 60;
   e = test_util::error_of<IoError>([&] { load_hf_gpt2(dir, small_vocab, model::ParamLayout(small_vocab)); });
   EXPECT_NE(e.find("token table has 70 rows but model.vocab_size is 60"), std::string::npos) << e;
+  // Issue 44 U6: a NaN in the imported weights is named with its tensor (it was "lower the learning rate").
+  {
+    std::vector<float> nan_params = params;
+    const model::ParamSlot* fc = nullptr;
+    for (const auto& sl : whole.slots())
+      if (sl.name == "transformer.h.1.mlp.c_fc.weight") fc = &sl;
+    ASSERT_NE(fc, nullptr);
+    nan_params[static_cast<size_t>(fc->offset + 5)] = std::nanf("");
+    const std::string nan_dir = (root_ / "nan").string();
+    export_hf_gpt2(nan_dir, cfg, whole, nan_params.data(), cfg.vocab_size, nullptr);
+    e = test_util::error_of<IoError>([&] { load_hf_gpt2(nan_dir, cfg, whole); });
+    EXPECT_NE(e.find("tensor \"transformer.h.1.mlp.c_fc.weight\" holds nan at element "), std::string::npos) << e;
+    EXPECT_NE(e.find("weights must be finite"), std::string::npos) << e;
+  }
   // A truncated model.safetensors is refused before any weight is used.
   fs::resize_file(fs::path(dir) / "model.safetensors", fs::file_size(fs::path(dir) / "model.safetensors") - 4);
   e = test_util::error_of<IoError>([&] { load_hf_gpt2(dir, cfg, whole); });
@@ -317,7 +344,25 @@ TEST_F(HfTest, ARunFromAnHfDirectoryStartsFromItsWeights) {
     run_training(c);
   });
   EXPECT_NE(e.find("is a BPE model, but data.dir="), std::string::npos) << e;
+  // Issue 44 U5: config.json's vocab_size below the dataset's is blamed on the file, not on model.vocab_size
+  // (which this run never set).
+  const fs::path small = root_ / "hf_small";
+  fs::create_directories(small);
+  for (const char* f : {"model.safetensors", "vocab.json", "merges.txt"}) fs::copy_file(fs::path(hf) / f, small / f);
+  std::string cj = slurp(fs::path(hf) / "config.json");
+  const size_t at = cj.find("\"vocab_size\": 265");
+  ASSERT_NE(at, std::string::npos) << cj;
+  put(small / "config.json", cj.replace(at, 17, "\"vocab_size\": 200"));
+  e = test_util::error_of<ConfigError>([&] {
+    run_training(config("e", {"train.init_from=hf:" + small.string(), "train.max_iters=0"}));
+  });
+  EXPECT_NE(e.find("train.init_from=hf:" + small.string() +
+                   ": its config.json's vocab_size (200) is smaller than the dataset's vocabulary"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(e.find("model.vocab_size"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(root_ / "c"));
+  EXPECT_FALSE(fs::exists(root_ / "e"));
 }
 
 // Issue 44, B5: `parallm export` into a directory holding an earlier export

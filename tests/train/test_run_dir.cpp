@@ -1,5 +1,6 @@
 // The run directory reads its own files (metrics.jsonl on resume) only as
-// regular files: a FIFO there is an IoError naming it, not a blocked resume.
+// regular files: a FIFO there is an IoError naming it, not a blocked resume;
+// what an interrupted save left is removed, saying what is left.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -7,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <optional>
 #include <string>
@@ -42,5 +44,35 @@ TEST(RunDir, ResumeRefusesAMetricsFileThatIsAFifo) {
   }
   const std::string msg = done.get();
   EXPECT_NE(msg.find(metrics.string() + " is a FIFO (named pipe), not a regular file"), std::string::npos) << msg;
+  fs::remove_all(d);
+}
+
+// Issue 44 U15: a stale <name>.tmp is removed saying which complete checkpoint of its slot is left, and that
+// there is none when <name>/ does not exist (it said "the one in ckpt-N/" regardless).
+TEST(RunDir, AStaleCheckpointTmpIsRemovedNamingWhatIsLeft) {
+  const fs::path d = fs::temp_directory_path() / ("parallm_test_run_dir_tmp_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d / "ckpt-00000004.tmp");
+  fs::create_directories(d / "ckpt.tmp");
+  fs::create_directories(d / "ckpt");
+  std::ofstream(d / "ckpt" / "state.json") << "{}";
+  train::RunConfig cfg;
+  cfg.train.out_dir = d.string();
+  cfg.data.dir = (d / "no_data").string();
+  { train::RunDir run(cfg, train::RunDir::Mode::Resume, 1); }
+  EXPECT_FALSE(fs::exists(d / "ckpt-00000004.tmp"));
+  EXPECT_FALSE(fs::exists(d / "ckpt.tmp"));
+  std::ifstream in(d / "train.log");
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("removed " + (d / "ckpt-00000004.tmp").string() +
+                     ": a checkpoint save that did not finish (a crash or a full disk) left it; there is no complete "
+                     "ckpt-00000004/ (that save never finished)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("removed " + (d / "ckpt.tmp").string() +
+                     ": a checkpoint save that did not finish (a crash or a full disk) left it; the last complete "
+                     "checkpoint of that slot is the one in ckpt/"),
+            std::string::npos)
+      << log;
   fs::remove_all(d);
 }
