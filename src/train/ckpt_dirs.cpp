@@ -1,13 +1,11 @@
 #include "train/ckpt_dirs.h"
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 
 #include "core/error.h"
 #include "core/log.h"
-#include "core/tensor.h"
 #include "core/text.h"
 #include "parallel/group_ops.h"
 
@@ -20,19 +18,6 @@ namespace {
 constexpr const char* kBest = "ckpt";
 constexpr const char* kStepPrefix = "ckpt-";
 constexpr const char* kRolledBack = "rolled_back";
-
-// Rank 0's text on every rank of `world` (a no-op without one).
-void broadcast_text(comm::Communicator* world, std::string& text) {
-  if (!world || world->size() == 1) return;
-  Tensor n = Tensor::empty({1}, DType::I32);
-  n.data<int32_t>()[0] = static_cast<int32_t>(text.size());
-  world->broadcast(n, 0);
-  const auto len = static_cast<size_t>(n.data<int32_t>()[0]);
-  Tensor words = Tensor::empty({static_cast<int64_t>(len / 4 + 1)}, DType::I32);
-  if (world->rank() == 0) std::memcpy(words.raw(), text.data(), len);
-  world->broadcast(words, 0);
-  text.assign(static_cast<const char*>(words.raw()), len);
-}
 
 // A candidate of rank 0's list: its name, its iteration (-1 when state.json
 // does not read), and why rank 0 could not read it.
@@ -171,7 +156,7 @@ nlohmann::json choose_checkpoint(const std::string& out_dir, comm::Communicator*
   const bool lead = !world || world->rank() == 0;
   std::string list;
   if (lead) list = candidates_json(list_candidates(out_dir, o)).dump();
-  broadcast_text(world, list);
+  if (world) parallel::broadcast_text(*world, list, 0);
   const std::vector<Candidate> all = candidates_of(nlohmann::json::parse(list));
   if (all.empty()) return read_checkpoint_meta(CkptDir(out_dir));  // its IoError says there is none
   std::vector<Candidate> c;
