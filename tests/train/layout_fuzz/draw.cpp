@@ -60,8 +60,8 @@ std::vector<int> composition(Rng& r, int n, int k) {
 // The degrees and the axis options (cp kind, sequence parallelism, the
 // pipeline's schedule, chunks and stage sizes). `n_layer` <= 0: drawn here to
 // fit the stages (the first layout), else the model's (the resumed one).
-Layout draw_axes(Rng& r, int& n_layer) {
-  Layout l = r.pick(factorizations(r.in(1, kMaxWorld)));
+Layout draw_axes(Rng& r, int& n_layer, int world) {
+  Layout l = r.pick(factorizations(world));
   l.cp_kind = r.chance(0.5) ? "ring" : "ulysses";
   l.sp = l.tp > 1 && l.cp == 1 && r.chance(0.5);
   if (l.pp > 1) {
@@ -143,6 +143,7 @@ Training draw_training(Rng& r, const Layout& a) {
   t.weight_decay = r.pick(std::vector<double>{0.0, 0.1});
   t.grad_clip = r.pick(std::vector<double>{0.0, 1.0, 0.05});  // 0.05 clips: the global norm scales the update
   t.beta2 = r.pick(std::vector<double>{0.95, 0.99});
+  t.loss_scale = r.pick(std::vector<std::string>{"off", "off", "1024", "dynamic"});  // exact scaling, every layout
   t.seed = static_cast<uint64_t>(r.in(0, 999999));
   return t;
 }
@@ -205,7 +206,7 @@ Case draw_case(uint64_t seed) {
   Case c;
   c.seed = seed;
   int n_layer = 0;
-  Layout a = draw_axes(r, n_layer);  // the first layout's axes, then a model that fits them
+  Layout a = draw_axes(r, n_layer, r.in(1, kMaxWorld));  // the first layout's axes, then a model that fits them
   c.model = draw_model(r, a, n_layer);
   a.batch = r.in(1, 3);
   draw_options(r, a);
@@ -214,17 +215,22 @@ Case draw_case(uint64_t seed) {
   std::string why;
   if (!valid(c.model, c.train, a, &why))  // a bug of the drawing, not of parallm
     throw std::logic_error(fmt::format("case {}: the first layout drawn is invalid ({}): {}", seed, why, describe(a)));
-  c.resumed.batch = c.train.global_batch;       // one rank, should no other layout fit
-  for (int tries = 0; tries < 4000; ++tries) {  // the resumed layout: any valid one but the first
-    int layers = c.model.n_layer;
-    Layout b = draw_axes(r, layers);
-    if (c.train.global_batch % b.dp != 0) continue;
-    b.batch = c.train.global_batch / b.dp;
-    draw_options(r, b);
-    if (valid(c.model, c.train, b) && !same(a, b)) {
-      c.resumed = b;
-      break;
+  c.resumed.batch = c.train.global_batch;  // one rank, should no other layout fit
+  // The resumed layout: any valid one but the first. A world size first, uniformly, then draws at that size
+  // (rejection over the whole space at once would favour one rank, valid for every model).
+  std::vector<int> worlds(kMaxWorld);
+  std::iota(worlds.begin(), worlds.end(), 1);
+  for (bool found = false; !found && !worlds.empty();) {
+    const size_t w = static_cast<size_t>(r.below(static_cast<int>(worlds.size())));
+    for (int tries = 0; tries < 400 && !found; ++tries) {
+      int layers = c.model.n_layer;
+      Layout b = draw_axes(r, layers, worlds[w]);
+      if (c.train.global_batch % b.dp != 0) continue;
+      b.batch = c.train.global_batch / b.dp;
+      draw_options(r, b);
+      if (valid(c.model, c.train, b) && !same(a, b)) c.resumed = b, found = true;
     }
+    worlds.erase(worlds.begin() + static_cast<std::ptrdiff_t>(w));
   }
   c.invalid = draw_invalid(r, c);
   return c;
@@ -270,6 +276,7 @@ std::vector<std::string> model_keys(const Model& m, const Training& t) {
           fmt::format("optimizer.weight_decay={}", t.weight_decay),
           fmt::format("optimizer.grad_clip={}", t.grad_clip),
           fmt::format("optimizer.beta2={}", t.beta2),
+          "train.loss_scale=" + t.loss_scale,
           fmt::format("train.seed={}", t.seed)};
 }
 
@@ -293,9 +300,10 @@ std::string describe(const Layout& l) {
 }
 
 std::string describe(const Model& m, const Training& t) {
-  return fmt::format("L={} H={} C={} T={} V={} bias={} dropout={} gelu={} gas={} global_batch={} lr={} wd={} clip={}",
-                     m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, m.bias ? 1 : 0, m.dropout, m.gelu,
-                     t.gas, t.global_batch, t.lr, t.weight_decay, t.grad_clip);
+  return fmt::format(
+      "L={} H={} C={} T={} V={} bias={} dropout={} gelu={} gas={} global_batch={} lr={} wd={} clip={} loss_scale={}",
+      m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, m.bias ? 1 : 0, m.dropout, m.gelu, t.gas,
+      t.global_batch, t.lr, t.weight_decay, t.grad_clip, t.loss_scale);
 }
 
 }  // namespace layout_fuzz

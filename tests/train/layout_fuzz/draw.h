@@ -53,6 +53,7 @@ struct Training {
   int iters1 = 3;        // the first leg trains iterations 0..iters1
   int iters2 = 6;        // the resumed leg iters1 + 1..iters2
   double lr = 1e-3, weight_decay = 0.1, grad_clip = 0, beta2 = 0.99;
+  std::string loss_scale = "off";  // train.loss_scale: off, a static power of two, or dynamic
   uint64_t seed = 1;
 };
 struct Layout {

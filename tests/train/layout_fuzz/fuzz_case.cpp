@@ -4,8 +4,10 @@
 // 0..iters2), saving a step checkpoint before iteration iters1 + 1 and
 // after its last; the first leg must equal its first iters1 + 1 steps and
 // that checkpoint, the resumed leg its remaining steps and its last
-// checkpoint. Steps: relative difference of the loss and of the gradient
-// norm (before clipping) at most opt.tol. Parameters: per tensor, the root
+// checkpoint. Every run evaluates (train.eval_iters = 1) before iterations
+// 0 and iters1 + 1: the first leg at 0, the resumed leg at its first
+// iteration. Steps: relative difference of the loss and of the gradient norm
+// (before clipping), and evaluations' train and val loss, at most opt.tol. Parameters: per tensor, the root
 // mean square of the difference in units of the learning rate (AdamW moves
 // each element by about one learning rate a step, so a wrong update shows as
 // O(1)), at most opt.param_tol. A relative bar per element or per tensor
@@ -24,6 +26,7 @@
 #include <fstream>
 #include <functional>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 #include "train/layout_fuzz/corpus.h"
@@ -41,12 +44,12 @@ std::vector<std::string> operator+(std::vector<std::string> a, const std::vector
 
 // The keys of how a run is carried out: its directory, iterations, evaluation and checkpoints.
 std::vector<std::string> run_keys(const std::string& data, const fs::path& out, long max_iters, bool resume,
-                                  long ckpt_every) {
+                                  long ckpt_every, long eval_every) {
   return {"data.dir=" + data,
           "train.out_dir=" + out.string(),
           fmt::format("train.max_iters={}", max_iters),
           std::string("train.init_from=") + (resume ? "resume" : "scratch"),
-          "train.eval_interval=1000",
+          fmt::format("train.eval_interval={}", eval_every),
           "train.eval_iters=1",
           "train.final_eval=false",
           "train.log_interval=1000",
@@ -98,6 +101,29 @@ void compare_steps(const std::map<long, StepRecord>& got, const std::map<long, S
     if (!(dg <= tol))
       k.fail(fmt::format("{}: step {}: grad_norm {:.9g}, one rank {:.9g} (relative difference {:.3g} > {:.0e})", leg, s,
                          g->second.grad_norm, w->second.grad_norm, dg, tol));
+  }
+}
+
+// The evaluations at the same steps: train and val loss (each over train.eval_iters fixed batches).
+void compare_evals(const std::map<long, StepRecord>& got, const std::map<long, StepRecord>& want, double tol,
+                   const std::string& leg, Check& k) {
+  if (got.empty()) k.fail(leg + ": no evaluation record");
+  for (const auto& [s, g] : got) {
+    const auto w = want.find(s);
+    if (w == want.end()) {
+      k.fail(fmt::format("{}: the reference has no evaluation at step {}", leg, s));
+      continue;
+    }
+    for (const auto& [what, a, b] :
+         {std::tuple{"train", g.loss, w->second.loss}, std::tuple{"val", g.val_loss, w->second.val_loss}}) {
+      const double d = rel(a, b);
+      k.loss = std::max(k.loss, d);
+      if (!(d <= tol))
+        k.fail(
+            fmt::format("{}: evaluation at step {}: {} loss {:.9g}, one rank {:.9g} (relative difference {:.3g} > "
+                        "{:.0e})",
+                        leg, s, what, a, b, d, tol));
+    }
   }
 }
 
@@ -174,7 +200,7 @@ std::string tail_lines(const std::string& s, int n) {
 Command ref_command(const std::string& data, const Case& c, const std::string& out) {
   return {1,
           std::vector<std::string>{"train"} + model_keys(c.model, c.train) + layout_keys(one_rank(c)) +
-              run_keys(data, out, c.train.iters2, false, c.train.iters1 + 1),
+              run_keys(data, out, c.train.iters2, false, c.train.iters1 + 1, c.train.iters1 + 1),
           out + ".log"};
 }
 
@@ -182,7 +208,7 @@ Command leg_command(const std::string& data, const Case& c, const Layout& l, con
                     bool resume) {
   return {l.world,
           std::vector<std::string>{"train"} + model_keys(c.model, c.train) + layout_keys(l) +
-              run_keys(data, out, iters, resume, 0),
+              run_keys(data, out, iters, resume, 0, c.train.iters1 + 1),
           out + ".log"};
 }
 
@@ -214,6 +240,7 @@ struct CaseRun {
     lines.push_back("first leg: " + shell_line(opt.tools, a));
     if (!ran("first leg", a)) return;
     compare_steps(read_steps(out), read_steps(ref), 0, n1, opt.tol, "first leg", k);
+    compare_evals(read_steps(out, "eval"), read_steps(ref, "eval"), opt.tol, "first leg", k);
     compare_params(read_params(step_ckpt(out, n1 + 1)), read_params(step_ckpt(ref, n1 + 1)), c.train.lr, opt.param_tol,
                    "first leg", k);
   }
@@ -227,11 +254,11 @@ struct CaseRun {
       fs::copy(first_ckpt(), out / fs::path(first_ckpt()).filename(), fs::copy_options::recursive);
       before = snapshot(out);
     }
-    const Command bad{inv.world,
-                      std::vector<std::string>{"train"} + with_overrides(model_keys(c.model, c.train), inv.model_over) +
-                          inv.keys +
-                          run_keys(data, out, inv.on_resume ? c.train.iters2 : c.train.iters1, inv.on_resume, 0),
-                      (dir / "invalid.log").string()};
+    const Command bad{
+        inv.world,
+        std::vector<std::string>{"train"} + with_overrides(model_keys(c.model, c.train), inv.model_over) + inv.keys +
+            run_keys(data, out, inv.on_resume ? c.train.iters2 : c.train.iters1, inv.on_resume, 0, c.train.iters1 + 1),
+        (dir / "invalid.log").string()};
     const std::string line = shell_line(opt.tools, bad);
     lines.push_back(inv.on_resume ? fmt::format("invalid ({}), resumed: mkdir -p {} && cp -r {} {}/ && {}", inv.what,
                                                 out.string(), first_ckpt(), out.string(), line)
@@ -258,6 +285,7 @@ struct CaseRun {
                                 out.string(), shell_line(opt.tools, b)));
     if (!ran("resumed leg", b)) return;
     compare_steps(read_steps(out.string()), read_steps(ref), n1 + 1, n2, opt.tol, "resumed leg", k);
+    compare_evals(read_steps(out.string(), "eval"), read_steps(ref, "eval"), opt.tol, "resumed leg", k);
     compare_params(read_params(step_ckpt(out.string(), n2 + 1)), read_params(step_ckpt(ref, n2 + 1)), c.train.lr,
                    opt.param_tol, "resumed leg", k);
   }

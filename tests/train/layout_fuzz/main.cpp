@@ -167,6 +167,7 @@ struct Coverage {
     if (c.model.bias) ++n["bias"];
     if (c.model.dropout > 0) ++n["dropout>0"];
     if (c.train.grad_clip > 0) ++n["grad_clip"];
+    if (c.train.loss_scale != "off") ++n["loss_scale " + c.train.loss_scale];
     ++n[std::string("invalid ") + (c.invalid.on_resume ? "on resume" : "from scratch")];
   }
   std::string text() const {

@@ -105,17 +105,18 @@ RunResult run(const Tools& t, const Command& c) {
   return r;
 }
 
-std::map<long, StepRecord> read_steps(const std::string& out_dir) {
+std::map<long, StepRecord> read_steps(const std::string& out_dir, const std::string& kind) {
   std::map<long, StepRecord> steps;
   std::ifstream in(out_dir + "/metrics.jsonl");
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || j.value("kind", "") != "train") continue;
+    if (j.is_discarded() || j.value("kind", "") != kind) continue;
     StepRecord s;
     s.loss = j.at("loss").get<double>();
     if (j.contains("grad_norm")) s.grad_norm = j["grad_norm"].get<double>();
+    if (j.contains("val_loss")) s.val_loss = j["val_loss"].get<double>();
     steps[j.at("step").get<long>()] = s;
   }
   return steps;

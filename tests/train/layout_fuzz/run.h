@@ -41,9 +41,10 @@ RunResult run(const Tools& t, const Command& c);
 
 struct StepRecord {
   double loss = 0, grad_norm = -1;  // -1: absent
+  double val_loss = -1;             // evaluations: the val loss (loss is then the train split's)
 };
-// The train records of `out_dir`/metrics.jsonl by step (the last of each step).
-std::map<long, StepRecord> read_steps(const std::string& out_dir);
+// The records of `kind` ("train" or "eval") in `out_dir`/metrics.jsonl by step (the last of each step).
+std::map<long, StepRecord> read_steps(const std::string& out_dir, const std::string& kind = "train");
 
 struct Params {
   std::vector<float> flat;
