@@ -35,8 +35,8 @@ for ((s = FIRST; s < FIRST + CASES; s += CHUNK)); do
   seconds=$(awk -v a="$seconds" -v b="$secs" 'BEGIN { print a + b }')
   seeds="$seeds $(grep -E '^  seed [0-9]+$' "$log" | awk '{print $2}' | tr '\n' ' ')"
   diffs=$(grep -E "^layout_fuzz: largest relative differences" "$log")
-  worst_loss=$(max "$worst_loss" "$(sed -E 's/.*loss ([^,]+),.*/\1/' <<< "$diffs")")
-  worst_grad=$(max "$worst_grad" "$(sed -E 's/.*grad_norm ([^,]+),.*/\1/' <<< "$diffs")")
+  worst_loss=$(max "$worst_loss" "$(sed -E 's/.*differences: loss ([^ ]+) .*/\1/' <<< "$diffs")")
+  worst_grad=$(max "$worst_grad" "$(sed -E 's/.*grad_norm ([^ ]+) .*/\1/' <<< "$diffs")")
   worst_params=$(max "$worst_params" "$(sed -E 's/.*parameters ([^ ]+) .*/\1/' <<< "$diffs")")
 done
 per=$(awk -v a="$seconds" -v n="$total" 'BEGIN { printf "%.2f", n ? a / n : 0 }')

@@ -214,6 +214,7 @@ int main(int argc, char** argv) {
   long ran = 0, failed = 0;
   double worst_loss = 0, worst_grad = 0, worst_params = 0;
   std::string worst_params_at;
+  uint64_t worst_loss_seed = 0, worst_grad_seed = 0;
   Coverage cov;
   std::vector<uint64_t> failures;
   for (long i = 0; i < a.cases; ++i) {
@@ -234,8 +235,8 @@ int main(int argc, char** argv) {
     }
     const Outcome o = fuzzer->run_case(c);
     ++ran;
-    worst_loss = std::max(worst_loss, o.loss);
-    worst_grad = std::max(worst_grad, o.grad);
+    if (o.loss > worst_loss) worst_loss = o.loss, worst_loss_seed = seed;
+    if (o.grad > worst_grad) worst_grad = o.grad, worst_grad_seed = seed;
     if (o.params > worst_params) {
       worst_params = o.params;
       worst_params_at = fmt::format("case {}: {}", seed, o.params_at);
@@ -254,8 +255,11 @@ int main(int argc, char** argv) {
   std::printf("layout_fuzz: %ld case(s) in %.1f s (%.2f s a case), %ld failed%s\n", ran, elapsed(),
               ran ? elapsed() / static_cast<double>(ran) : 0.0, failed, failed ? ":" : "");
   for (uint64_t s : failures) std::printf("  seed %llu\n", static_cast<unsigned long long>(s));
-  std::printf("layout_fuzz: largest relative differences: loss %.3g, grad_norm %.3g, parameters %.3g (%s)\n",
-              worst_loss, worst_grad, worst_params, worst_params_at.c_str());
+  std::printf(
+      "layout_fuzz: largest relative differences: loss %.3g (case %llu), grad_norm %.3g (case %llu), parameters %.3g "
+      "(%s)\n",
+      worst_loss, static_cast<unsigned long long>(worst_loss_seed), worst_grad,
+      static_cast<unsigned long long>(worst_grad_seed), worst_params, worst_params_at.c_str());
   std::printf("layout_fuzz: drawn: %s\n", cov.text().c_str());
   if (failed == 0 && !a.opt.keep) fs::remove_all(a.opt.work);
   return failed ? 1 : 0;
