@@ -276,6 +276,7 @@ std::vector<std::string> model_keys(const Model& m, const Training& t) {
           fmt::format("optimizer.weight_decay={}", t.weight_decay),
           fmt::format("optimizer.grad_clip={}", t.grad_clip),
           fmt::format("optimizer.beta2={}", t.beta2),
+          fmt::format("optimizer.eps={}", t.eps),
           "train.loss_scale=" + t.loss_scale,
           fmt::format("train.seed={}", t.seed)};
 }

@@ -46,8 +46,10 @@ void plain(Layout& l) {
   l.pp_layers.clear();
 }
 
-std::vector<std::pair<std::string, Mutator>> mutators() {
-  std::vector<std::pair<std::string, Mutator>> v;
+using Mutators = std::vector<std::pair<std::string, Mutator>>;
+
+// The mesh's degrees against the world and the model.
+void add_degree_mutators(Mutators& v) {
   v.push_back({"tp does not divide the heads", [](Rng& r, const Case& c, Mutation& m) {
                  const int t = pick_degree(r, degrees(m.l) / m.l.tp, [&](int d) { return c.model.n_head % d != 0; });
                  if (!t) return false;
@@ -110,6 +112,10 @@ std::vector<std::pair<std::string, Mutator>> mutators() {
                  m.names = {"parallel.cp", "model.n_head"};
                  return true;
                }});
+}
+
+// The pipeline's keys against the model, each other and ZeRO.
+void add_pipeline_mutators(Mutators& v) {
   v.push_back({"pp_layers not adding up to the layers", [](Rng& r, const Case& c, Mutation& m) {
                  const int stages = m.l.pp * m.l.virt, n = c.model.n_layer + (r.chance(0.5) ? 1 : -1);
                  if (n < stages) return false;
@@ -176,6 +182,10 @@ std::vector<std::pair<std::string, Mutator>> mutators() {
                  m.names = {"model.recompute"};
                  return true;
                }});
+}
+
+// ZeRO's offload, the deterministic reduction's shards, and keys' ranges and choices.
+void add_option_mutators(Mutators& v) {
   v.push_back({"offload without a sharded ZeRO stage", [](Rng&, const Case&, Mutation& m) {
                  m.l.zero = 0;
                  m.l.offload = "optimizer";
@@ -228,6 +238,14 @@ std::vector<std::pair<std::string, Mutator>> mutators() {
                  m.names = {key};
                  return true;
                }});
+}
+
+// Every mutation, in a fixed order (a case's seed picks among them by index).
+Mutators mutators() {
+  Mutators v;
+  add_degree_mutators(v);
+  add_pipeline_mutators(v);
+  add_option_mutators(v);
   return v;
 }
 
