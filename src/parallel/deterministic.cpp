@@ -94,7 +94,8 @@ float DeterministicGrads::mean_loss(const std::vector<float>& local, int64_t ste
   const float* all = local.data();
   if (p > 1) {
     // Gathered rank-major (rank q's loss of batch k at q * steps + k), reordered batch-major.
-    if (loss_in_.numel() != steps) {
+    // A fresh Tensor is a scalar (numel 1, no storage): sized by data, not by count alone.
+    if (!loss_in_.defined() || loss_in_.numel() != steps) {
       loss_in_ = Tensor::empty({steps}, DType::F32);
       loss_out_ = Tensor::empty({steps * p}, DType::F32);
       loss_all_.resize(steps * p);

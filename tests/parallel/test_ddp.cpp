@@ -11,6 +11,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "model/params.h"
@@ -64,6 +66,26 @@ TEST_F(DdpTest, DeterministicIsBitwiseEqualToOneRankWithShards) {
   auto bad = tiny("det_bad", 2);
   bad.apply_overrides({"ddp.deterministic=true", "ddp.shards=" + std::to_string(n + 1)});
   EXPECT_THROW(train::run_training(bad, world), ConfigError);
+}
+
+// One batch a reduction (optimizer.gas=1, train.eval_iters=1): the gathered
+// shard losses' buffers were sized on first use only when their count differed
+// from an empty tensor's numel (1), so with one batch they were never made and
+// every rank crashed on its first evaluation (layout_fuzz seeds 77 and 86).
+TEST_F(DdpTest, DeterministicWithOneBatchEqualsOneRankWithShards) {
+  const int n = world->size();
+  const std::vector<std::string> one_batch = {"ddp.deterministic=true", "optimizer.gas=1", "train.eval_iters=1",
+                                              "train.max_iters=4"};
+  auto dp = tiny("det1", 2);
+  dp.apply_overrides(one_batch);
+  auto r = train::run_training(dp, world);
+  auto one = tiny("det1_one" + std::to_string(world->rank()), 2 * n);
+  one.apply_overrides(one_batch);
+  one.apply_overrides({"ddp.shards=" + std::to_string(n)});
+  auto r1 = train::run_training(one);
+  ASSERT_EQ(r.train_losses.size(), r1.train_losses.size());
+  for (size_t i = 0; i < r.train_losses.size(); ++i) EXPECT_EQ(r.train_losses[i], r1.train_losses[i]) << "iter " << i;
+  EXPECT_EQ(r.last_val_loss, r1.last_val_loss);
 }
 
 // Every rank sees the same global gradient norm, so with dynamic loss scaling
