@@ -309,6 +309,9 @@ void add_train_keys(KeyTable& t) {
        BOOL_KEY("train.detect_anomaly", train.detect_anomaly,
                 "numeric detector: check each layer's weights, outputs and gradients for inf/NaN after its forward "
                 "and backward; stop at the first, printing the last 21 frames (docs/operations.md)"),
+       INT_KEY("train.check_replicas", train.check_replicas, 0, kMaxIters,
+               "every N iterations, compare bitwise the copies of each weight that ranks must hold alike "
+               "(replicas, tp-replicated norms and biases, the pipeline's tied table); stop at a difference (0 = off)"),
        {"train.device",
         {"string", "cpu | cuda | cuda:N (one process on the GPU for now)",
          [](RunConfig& c, const std::string& k, const std::string& v) {

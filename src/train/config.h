@@ -67,6 +67,7 @@ struct TrainSection {
   int64_t top_k = 200;
   bool progress = true;           // progress bar when stdout is a terminal
   bool detect_anomaly = false;    // the numeric detector (model/numeric_watch.h)
+  int64_t check_replicas = 0;     // every N iterations, the copies that must be equal compared (0: off)
   Device device = Device::cpu();  // cpu | cuda | cuda:N
   bool device_by_rank = false;    // "cuda" without an index: the GPU of this rank (NCCL picks it by local rank)
   Precision dtype = Precision::FP32;

@@ -401,6 +401,9 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   build_model(*s, so);
   if (s->cfg.train.detect_anomaly)
     s->watch = std::make_unique<model::NumericWatch>(s->dev, world.rank(), s->cfg.optimizer.gas);
+  if (s->cfg.train.check_replicas > 0)
+    s->replicas = std::make_unique<ReplicaCheck>(*s->mesh, s->dp(), s->cfg.train.check_replicas,
+                                                 s->sync->held().param_shard == nullptr);
   if (s->resume)
     restore_state(*s);
   else if (s->cfg.train.init_from == InitFrom::Hf)

@@ -37,6 +37,7 @@
 #include "train/control.h"
 #include "train/metrics.h"
 #include "train/pipeline.h"
+#include "train/replica_check.h"
 #include "train/repro.h"
 #include "train/run_dir.h"
 #include "train/run_lock.h"
@@ -85,6 +86,7 @@ struct Session {
   ScaleFault fault_scale;             // PARALLM_FAULT_SCALE
   // train.detect_anomaly: the numeric detector, handed to each training pass (null: off).
   std::unique_ptr<model::NumericWatch> watch;
+  std::unique_ptr<ReplicaCheck> replicas;      // train.check_replicas (null: off)
   double fault_slow_s = 0;                     // PARALLM_FAULT_SLOW_RANK: this rank's extra seconds of compute per step
   Invocation invocation;                       // the command line, and every rank's host
   std::unique_ptr<StragglerReport> straggler;  // several ranks: compute times compared every log interval

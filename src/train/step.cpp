@@ -338,6 +338,7 @@ StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr) 
                                             r.loss, it));
   update(s, it, lr, norm, r);
   schedule.after_update();
+  if (s.replicas) s.replicas->after_update(*s.model, it);
   r.dtf = t.dtf;
   r.dtb = t.dtb + to.seconds();
   r.stage_idle = std::move(t.stage_idle);

@@ -55,6 +55,7 @@ std::vector<std::string> run_keys(const std::string& data, const fs::path& out, 
           "train.log_interval=1000",
           "train.sample_tokens=0",
           "train.progress=false",
+          "train.check_replicas=1",  // every copy that ranks must hold alike, compared after each update
           "train.peak_flops=1e11",
           "train.threads=1",
           "train.keep_checkpoints=10",
