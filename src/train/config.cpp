@@ -306,12 +306,6 @@ void add_train_keys(KeyTable& t) {
        FLOAT_KEY("train.temperature", train.temperature, above(0, 100), "sampling temperature"),
        INT_KEY("train.top_k", train.top_k, 0, model::kMaxVocab, "sampling top-k (0 = all)"),
        BOOL_KEY("train.progress", train.progress, "progress bar on a terminal"),
-       BOOL_KEY("train.detect_anomaly", train.detect_anomaly,
-                "numeric detector: check each layer's weights, outputs and gradients for inf/NaN after its forward "
-                "and backward; stop at the first, printing the last 21 frames (docs/operations.md)"),
-       INT_KEY("train.check_replicas", train.check_replicas, 0, kMaxIters,
-               "every N iterations, compare bitwise the copies of each weight that ranks must hold alike "
-               "(replicas, tp-replicated norms and biases, the pipeline's tied table); stop at a difference (0 = off)"),
        {"train.device",
         {"string", "cpu | cuda | cuda:N (one process on the GPU for now)",
          [](RunConfig& c, const std::string& k, const std::string& v) {
@@ -352,6 +346,17 @@ void add_train_keys(KeyTable& t) {
                  "dynamic loss scaling: the first scale (a power of two)"),
        INT_KEY("train.loss_scale_window", train.loss_scale_window, 1, INT32_MAX,
                "dynamic loss scaling: finite steps in a row before the scale doubles")});
+}
+
+// train.*: the run's own checks (docs/operations.md).
+void add_train_check_keys(KeyTable& t) {
+  t.insert({BOOL_KEY("train.detect_anomaly", train.detect_anomaly,
+                     "numeric detector: check each layer's weights, outputs and gradients for inf/NaN after its "
+                     "forward and backward; stop at the first, printing the last 21 frames (docs/operations.md)"),
+            INT_KEY("train.check_replicas", train.check_replicas, 0, kMaxIters,
+                    "every N iterations, compare bitwise the copies of each weight that ranks must hold alike "
+                    "(replicas, tp-replicated norms and biases, the pipeline's tied table); stop at a difference "
+                    "(0 = off)")});
 }
 
 // optimizer.*
@@ -528,6 +533,7 @@ const KeyTable& keys() {
     KeyTable t;
     add_model_keys(t);
     add_train_keys(t);
+    add_train_check_keys(t);
     add_optimizer_keys(t);
     add_run_keys(t);
     add_control_keys(t);

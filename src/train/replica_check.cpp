@@ -22,12 +22,13 @@ uint64_t hash_floats(const float* x, int64_t n) {
 
 namespace {
 
-// Each slot's hash, read from the device where the model lives.
-std::vector<uint64_t> slot_hashes(const model::GPT& m) {
+// The wanted slots' hashes, read from the device where the model lives.
+std::vector<uint64_t> slot_hashes(const model::GPT& m, const std::vector<bool>& wanted) {
   const auto& slots = m.layout().slots();
   std::vector<uint64_t> out(slots.size());
   std::vector<float> host;
   for (size_t i = 0; i < slots.size(); ++i) {
+    if (!wanted[i]) continue;
     const float* p = m.params() + slots[i].offset;
     if (!m.device().is_cpu()) {
       host.resize(static_cast<size_t>(slots[i].numel));
@@ -64,22 +65,25 @@ void ReplicaCheck::after_update(const model::GPT& m, int64_t it) {
 void ReplicaCheck::check(const model::GPT& m, int64_t it) {
   if (!m.params()) return;  // ZeRO-3: the weights live in their shards, one copy each
   const auto& slots = m.layout().slots();
-  const std::vector<uint64_t> hashes = slot_hashes(m);
-  Group tp{&mesh_.tp(), "tensor-parallel ranks", {}};
+  std::vector<Group> groups{{&mesh_.tp(), "tensor-parallel ranks", {}}};
   for (size_t i = 0; i < slots.size(); ++i)
-    if (!slots[i].placement.sharded() && !slots[i].tied_copy) tp.slots.push_back(i);
-  compare(tp, m, hashes, it);
+    if (!slots[i].placement.sharded() && !slots[i].tied_copy) groups.back().slots.push_back(i);
   if (whole_model_) {
-    Group dp{&replicas_, "data-parallel replicas", {}};
-    for (size_t i = 0; i < slots.size(); ++i) dp.slots.push_back(i);
-    compare(dp, m, hashes, it);
+    groups.push_back({&replicas_, "data-parallel replicas", {}});
+    for (size_t i = 0; i < slots.size(); ++i) groups.back().slots.push_back(i);
   }
   if (comm::Communicator* ends = mesh_.ends()) {
-    Group tied{ends, "the pipeline's first and last stage", {}};
+    groups.push_back({ends, "the pipeline's first and last stage", {}});
     for (size_t i = 0; i < slots.size(); ++i)
-      if (slots[i].name == "transformer.wte.weight") tied.slots.push_back(i);
-    compare(tied, m, hashes, it);
+      if (slots[i].name == "transformer.wte.weight") groups.back().slots.push_back(i);
   }
+  // Only the tensors some group of several ranks compares are read.
+  std::vector<bool> wanted(slots.size(), false);
+  for (const Group& g : groups)
+    if (g.comm->size() > 1)
+      for (size_t i : g.slots) wanted[i] = true;
+  const std::vector<uint64_t> hashes = slot_hashes(m, wanted);
+  for (const Group& g : groups) compare(g, m, hashes, it);
   ++checks_;
 }
 
