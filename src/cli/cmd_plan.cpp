@@ -42,6 +42,13 @@ std::string mesh_text(const parallel::MeshDims& d) {
   return fmt::format("{} rank{}{}", n, n > 1 ? "s" : "", n > 1 ? " (" + axes + ")" : "");
 }
 
+// The job's `world` ranks (0: the layout's smallest job) arranged as train
+// arranges them: a layout train refuses is refused here too.
+parallel::MeshDims job_dims(const train::RunConfig& cfg, int world) {
+  const int64_t smallest = std::max<int64_t>(cfg.parallel.dp, 1) * cfg.parallel.tp * cfg.parallel.pp * cfg.parallel.cp;
+  return parallel::resolve_mesh_dims(cfg.mesh_dims(), world > 0 ? world : static_cast<int>(smallest), 0, true);
+}
+
 constexpr double kMaxParams = 1e15;  // --params: a quadrillion (16 PB of fp32 training state)
 }  // namespace
 
@@ -83,13 +90,7 @@ Runner add_plan(CLI::App& app) {
     cfg.check_ranges();  // every key in its documented range: refused at once, never planned for minutes
     train::PlanInput in;
     in.dtype = o->dtype;
-    // The job's ranks arranged as train arranges them: a layout train refuses is refused here too.
-    const parallel::MeshDims dims = parallel::resolve_mesh_dims(
-        cfg.mesh_dims(),
-        o->world > 0 ? o->world
-                     : static_cast<int>(std::max<int64_t>(cfg.parallel.dp, 1) * cfg.parallel.tp * cfg.parallel.pp *
-                                        cfg.parallel.cp),
-        0, true);
+    const parallel::MeshDims dims = job_dims(cfg, o->world);
     in.world = dims.dp;
     in.tp = static_cast<int>(cfg.parallel.tp);
     in.sequence_parallel = cfg.parallel.sequence_parallel;
