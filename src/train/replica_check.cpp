@@ -10,6 +10,9 @@
 
 namespace parallm::train {
 
+namespace {
+
+// The 64-bit FNV-1a hash of n floats' bits (on the host).
 uint64_t hash_floats(const float* x, int64_t n) {
   uint64_t h = 14695981039346656037ull;
   for (int64_t i = 0; i < n; ++i) {
@@ -19,8 +22,6 @@ uint64_t hash_floats(const float* x, int64_t n) {
   }
   return h;
 }
-
-namespace {
 
 // The wanted slots' hashes, read from the device where the model lives.
 std::vector<uint64_t> slot_hashes(const model::GPT& m, const std::vector<bool>& wanted) {

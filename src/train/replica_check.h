@@ -24,9 +24,6 @@
 
 namespace parallm::train {
 
-// The 64-bit FNV-1a hash of n floats' bits (on the host).
-uint64_t hash_floats(const float* x, int64_t n);
-
 class ReplicaCheck {
  public:
   // `interval` > 0; `whole_model`: every rank of the data x context group
