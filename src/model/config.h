@@ -37,6 +37,9 @@ struct GPTConfig {
   float dropout = 0.0f;
   kernels::GeluKind gelu = kernels::GeluKind::Exact;
   Recompute recompute = Recompute::None;  // how the model trades compute for activation memory
+  // The LM head shares the token table (GPT-2's tied embeddings); false: a
+  // head matrix of its own (lm_head.weight), on the last pipeline stage.
+  bool tie_embeddings = true;
 
   // Throws ConfigError naming the offending key.
   void validate() const;

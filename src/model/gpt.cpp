@@ -21,6 +21,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "model/vocab_layers.h"
 
 namespace parallm::model {
 
@@ -109,6 +110,32 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
     uploaded_ = std::make_unique<gpu::Event>();
     losses_copied_ = std::make_unique<gpu::Event>();
   }
+  build_layers();
+}
+
+void GPT::build_layers() {
+  const int64_t C = cfg_.n_embd, tp = layout_.spec().tp, Cl = C / tp, NH = cfg_.n_head, NHl = NH / tp;
+  split_ = TensorSplit(tp_, sp_, C);
+  auto scratch_at = [&](int64_t off) -> void* {
+    return compute_ == DType::BF16 ? static_cast<void*>(scr<bfloat16>(off)) : scr<float>(off);
+  };
+  split_.set_buffers(scratch_at(off_.s_full), scratch_at(off_.s_gfull));
+  const Attention attn{cpa_.get(), Cl, NHl, NH, layout_.spec().rank * NHl, tp_ ? NH : 0};
+  blocks_.assign(static_cast<size_t>(cfg_.n_layer), BlockLayers{});
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    if (!layout_.holds_block(l)) continue;
+    const BlockParams& bp = layout_.block(l);
+    blocks_[static_cast<size_t>(l)] = BlockLayers{.ln1 = {bp.ln1_w, bp.ln1_b, C},
+                                                  .ln2 = {bp.ln2_w, bp.ln2_b, C},
+                                                  .qkv = {bp.qkv_w, bp.qkv_b, C, 3 * Cl},
+                                                  .fc = {bp.fc_w, bp.fc_b, C, 4 * Cl},
+                                                  .attn = attn,
+                                                  .proj = {bp.proj_w, bp.proj_b, Cl, C},
+                                                  .fcproj = {bp.fcproj_w, bp.fcproj_b, 4 * Cl, C}};
+  }
+  lnf_ = LayerNorm{layout_.lnf_w(), layout_.lnf_b(), C};
+  embed_ = Embedding{layout_.wte(), layout_.wpe(), C, layout_.vocab_rows()};
+  head_ = Head{layout_.head(), C, cfg_.vocab_size, layout_.vocab_rows()};
 }
 
 int64_t GPT::num_params_nanogpt() const {
@@ -278,28 +305,24 @@ void GPT::begin_pass(int chunk, int set, const int32_t*& tokens, const int32_t*&
 template <class A>
 float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets,
                         int64_t B, int64_t T, const StepContext& ctx) {
-  const int64_t N = B * T, C = cfg_.n_embd, V = cfg_.vocab_size;
   const bool first = first_chunk(chunk), last = last_chunk(chunk);
   // The embeddings (group 0) serve the first chunk's embedding and the last one's tied head.
   const int eg = layout_.embed_group();
-  const A* PE = first || last ? params_of<A>(eg, Pass::Forward) : nullptr;
-  const int64_t e0 = first || last ? layout_.group(eg).begin : 0;
-  const A* P = nullptr;
-  int64_t p0 = 0;
-  auto W = [&](int64_t o) -> const A* { return o < 0 ? nullptr : P + (o - p0); };
-  const Fwd f = pass_shape(ctx, B, T);
-  const int64_t Nl = f.Nl;
-  float* ws = ws_.data();
+  ParamView<A> PE, P;
+  if (eg >= 0) PE = {params_of<A>(eg, Pass::Forward), layout_.group(eg).begin};
+  const PassShape f = pass_shape(ctx, B, T);
   A* x = act<A>(co().input);
-  if (first) embed(k, x, tokens, PE, e0, f);
-  if (first && ctx.watch) watch_embed(*ctx.watch, x, PE, e0, f);
+  if (first) {
+    embed_.forward(k, split_, x, tokens, PE, f);
+    if (f.p > 0) f.dropout_rows(k, false, x, x, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed));
+    if (ctx.watch) watch_embed(*ctx.watch, x, PE.base, PE.begin, f);
+  }
   const LayerRange r = layout_.chunks()[static_cast<size_t>(chunk)];
   for (int64_t l = r.begin; l < r.end; ++l) {
     const int g = layout_.group_of_block(l);
-    P = params_of<A>(g, Pass::Forward);
-    p0 = layout_.group(g).begin;
-    block_forward(k, l, x, P, p0, f);
-    if (ctx.watch) watch_block(*ctx.watch, l, P, p0, f);
+    P = {params_of<A>(g, Pass::Forward), layout_.group(g).begin};
+    block_forward(k, l, x, P, f);
+    if (ctx.watch) watch_block(*ctx.watch, l, P.base, P.begin, f);
     x = act<A>(off_.la[l].res3);
     if (!(last && l + 1 == r.end)) release_group(g, Pass::Forward);  // the last group also holds ln_f
   }
@@ -307,26 +330,39 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
     if (first) release_group(eg, Pass::Forward);
     return 0.0f;
   }
-  k.layernorm_forward(act<A>(co().lnf), stat(co().lnf_mean), stat(co().lnf_rstd), x, W(layout_.lnf_w()),
-                      W(layout_.lnf_b()), Nl, C);
-  if (ctx.watch) watch_head(*ctx.watch, P, p0, false, f);
-  release_group(layout_.num_groups() - 1, Pass::Forward);
+  return head_forward(k, x, PE, P, targets, f);
+}
+
+template <class A>
+float GPT::head_forward(const kernels::ModelOps<A>& k, const A* x, const ParamView<A>& PE, const ParamView<A>& P,
+                        const int32_t* targets, const PassShape& f) {
+  // ln_f is in the last block's group (P); the head's weight is the token
+  // table (PE, tied) or lm_head.weight (in P, untied).
+  const StepContext& ctx = *f.ctx;
+  const int64_t N = f.N;
+  const int eg = layout_.embed_group(), lg = layout_.num_groups() - 1;
+  const bool tied = layout_.lm_head() < 0;
+  lnf_.forward(k, act<A>(co().lnf), stat(co().lnf_mean), stat(co().lnf_rstd), x, P, f.Nl);
+  if (ctx.watch) watch_head(*ctx.watch, P.base, P.begin, false, f);
+  if (tied) release_group(lg, Pass::Forward);
+  auto release = [&] {
+    if (!tied) release_group(lg, Pass::Forward);
+    if (eg >= 0) release_group(eg, Pass::Forward);  // backward does not read the embedding weights
+  };
   if (!targets) {
-    release_group(eg, Pass::Forward);
+    release();
     return 0.0f;
   }
   float* losses = stat(co().losses);
-  // The tied head adds its wte gradient here; backward adds the embedding's.
-  float* dwte = ctx.need_grad ? group_grads(eg) + (layout_.wte() - e0) : nullptr;
+  // The head adds its weight's gradient here (tied: backward adds the embedding's).
+  const ParamView<A>& PH = tied ? PE : P;
+  float* dw = ctx.need_grad ? GradView{group_grads(layout_.head_group()), PH.begin}.at(head_.w) : nullptr;
   A* dlnf = ctx.need_grad ? act<A>(co().dlnf) : nullptr;
-  if (tp_)
-    vocab_parallel_loss(k, losses, dlnf, dwte, whole_rows(act<A>(co().lnf), N), PE + (layout_.wte() - e0), targets, N,
-                        ctx.loss_scale / static_cast<float>(N));
-  else
-    k.classifier_forward_backward(losses, dlnf, dwte, act<A>(co().lnf), PE + (layout_.wte() - e0), targets, N, C, V,
-                                  ctx.loss_scale / static_cast<float>(N), ws);
-  if (ctx.watch) watch_head(*ctx.watch, P, p0, true, f);
-  release_group(eg, Pass::Forward);  // backward does not read the embedding weights
+  const HeadBuffers<A> buf{stat(off_.logits), stat(off_.xmax), stat(off_.xsums), act<A>(off_.dlogits), ws_.data()};
+  head_.loss(k, split_, losses, dlnf, dw, act<A>(co().lnf), PH, targets, N, ctx.loss_scale / static_cast<float>(N),
+             buf);
+  if (ctx.watch) watch_head(*ctx.watch, P.base, P.begin, true, f);
+  release();
   if (!dev_.is_cpu()) {
     gpu::memcpy_d2h_async(host_losses(), losses, N * sizeof(float));
     losses_copied_->record();
@@ -335,44 +371,6 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
     return deferred_loss();
   }
   return mean_of(losses, N);
-}
-
-template <class A>
-void GPT::embed(const kernels::ModelOps<A>& k, A* x, const int32_t* tokens, const A* PE, int64_t e0, const Fwd& f) {
-  const int64_t N = f.N, Nl = f.Nl, C = cfg_.n_embd;
-  if (tp_) {  // each rank embeds its vocabulary rows' tokens, rank 0 adds the positions; the sum is exact
-    const auto vr = layout_.vocab_rows();
-    A* parts = sp_ ? scr<A>(off_.s_gfull) : x;
-    const A* wpe = tp_->rank() == 0 ? PE + (layout_.wpe() - e0) : nullptr;
-    for_position_runs(f, [&](int64_t row, int64_t pos, int64_t Bn, int64_t Tn) {
-      k.vp_embedding_forward(parts + row * C, tokens + row, PE + (layout_.wte() - e0), wpe ? wpe + pos * C : nullptr,
-                             Bn, Tn, C, vr.v0, vr.rows);
-    });
-    if (sp_)
-      scatter_forward(tp_, parts, x, Nl * C);
-    else
-      reduce_forward(tp_, x, N * C);
-  } else {
-    for_position_runs(f, [&](int64_t row, int64_t pos, int64_t Bn, int64_t Tn) {
-      k.embedding_forward(x + row * C, tokens + row, PE + (layout_.wte() - e0), PE + (layout_.wpe() - e0) + pos * C, Bn,
-                          Tn, C);
-    });
-  }
-  if (f.p > 0) dropout_rows(k, false, x, x, stream_id(kRngDropout, f.ctx->micro_step, cfg_.n_layer, kEmbed), f);
-}
-
-template <class A>
-void GPT::dropout_rows(const kernels::ModelOps<A>& k, bool backward, A* out, const A* in, uint64_t stream,
-                       const Fwd& f) const {
-  const auto fn = backward ? k.dropout_backward : k.dropout_forward;
-  const int64_t C = cfg_.n_embd;
-  if (!cpa_) return fn(out, in, f.Nl * C, f.p, f.ctx->seed, stream, f.drop_base);
-  for (int64_t b = 0; b < f.B; ++b)  // element (sample s, global position t, channel c) has index (s Tg + t) C + c
-    for (const CpRun& r : f.runs) {
-      const int64_t o = (b * f.T + r.local) * C;
-      fn(out + o, in + o, r.len * C, f.p, f.ctx->seed, stream,
-         static_cast<uint64_t>(((f.ctx->sample_offset + b) * f.Tg + r.global) * C));
-    }
 }
 
 void* GPT::chunk_input(int chunk, int set) {
@@ -392,73 +390,22 @@ void* GPT::chunk_grad(int chunk, int set) {
   return compute_ == DType::BF16 ? static_cast<void*>(act<bfloat16>(co().grad)) : act<float>(co().grad);
 }
 
-GPT::Fwd GPT::pass_shape(const StepContext& ctx, int64_t B, int64_t T) const {
-  Fwd f;
+PassShape GPT::pass_shape(const StepContext& ctx, int64_t B, int64_t T) const {
+  PassShape f;
   f.B = B;
   f.T = T;
   f.N = B * T;
+  f.C = cfg_.n_embd;
   // The residual stream's rows on this rank: all N, or (sequence parallel) N/tp from row0.
   f.Nl = f.N / token_multiple();
   const int64_t row0 = sp_ ? tp_->rank() * f.Nl : 0;
   f.p = ctx.train ? cfg_.dropout : 0.0f;
   f.drop_base = static_cast<uint64_t>((ctx.sample_offset * T + row0) * cfg_.n_embd);  // global index of element 0
   f.Tg = T * cpl_.size;
+  f.by_runs = cpa_ != nullptr;
   if (cpa_) f.runs = cpl_.runs(f.Tg);
   f.ctx = &ctx;
   return f;
-}
-
-template <class A>
-void GPT::linear_residual(const kernels::ModelOps<A>& k, A* out, const A* res, const A* inp, const A* w, const A* bias,
-                          int64_t IN, int64_t l, uint64_t site, const Fwd& f) {
-  // out = res + drop(linear(inp)): one GEMM where the kernels offer the fused
-  // form and no dropout sits between; else the GEMM into tmp, dropout, the add.
-  // Tensor parallel, the linear is row-parallel: the partial products are
-  // reduced over the group (sequence parallel: reduce-scattered to this
-  // rank's rows), then the (whole) bias is added once.
-  const int64_t N = f.N, Nl = f.Nl, C = cfg_.n_embd;
-  A* tmp = scr<A>(off_.s_tmp);
-  if (tp_) {
-    A* partial = sp_ ? scr<A>(off_.s_gfull) : tmp;
-    k.matmul_forward(partial, inp, w, nullptr, N, IN, C);
-    if (sp_)
-      scatter_forward(tp_, partial, tmp, Nl * C);
-    else
-      reduce_forward(tp_, tmp, N * C);
-    if (bias) k.bias_forward(tmp, bias, Nl, C);
-  } else if (f.p <= 0 && k.matmul_forward_residual) {
-    k.matmul_forward_residual(out, inp, w, bias, res, N, IN, C);
-    return;
-  } else {
-    k.matmul_forward(tmp, inp, w, bias, N, IN, C);
-  }
-  if (f.p > 0) dropout_rows(k, false, tmp, tmp, stream_id(kRngDropout, f.ctx->micro_step, l, site), f);
-  k.residual_forward(out, res, tmp, Nl * C);
-}
-
-template <class A>
-void GPT::block_forward(const kernels::ModelOps<A>& k, int64_t l, const A* x, const A* P, int64_t p0, const Fwd& f) {
-  // res2 = x + drop(proj(attn(qkv(ln1(x))))); res3 = res2 + drop(fcproj(gelu(fc(ln2(res2))))).
-  // W(o): the parameter at flat offset o, in the block's group (at P, from flat offset p0).
-  auto W = [&](int64_t o) -> const A* { return o < 0 ? nullptr : P + (o - p0); };
-  const auto& a = off_.la[l];
-  const auto& bp = layout_.block(l);
-  const int64_t N = f.N, Nl = f.Nl, C = cfg_.n_embd, tp = layout_.spec().tp, Cl = C / tp;
-  k.layernorm_forward(act<A>(a.ln1), stat(a.ln1_mean), stat(a.ln1_rstd), x, W(bp.ln1_w), W(bp.ln1_b), Nl, C);
-  k.matmul_forward(act<A>(a.qkv), whole_rows(act<A>(a.ln1), N), W(bp.qkv_w), W(bp.qkv_b), N, C, 3 * Cl);
-  const kernels::AttnDropout ad = attn_dropout(*f.ctx, l, f.p);
-  if (cpa_)
-    cpa_->forward(k, act<A>(a.atty), stat(a.lse), act<A>(a.qkv), a.att_h >= 0 ? act<A>(a.att_h) : nullptr, f.B, f.T, Cl,
-                  cfg_.n_head / tp, ad, ws_.data(), scr<A>(off_.s_cp));
-  else
-    k.attention_forward(act<A>(a.atty), stat(a.lse), act<A>(a.qkv), f.B, f.T, Cl, cfg_.n_head / tp, ad, ws_.data());
-  linear_residual(k, act<A>(a.res2), x, act<A>(a.atty), W(bp.proj_w), W(bp.proj_b), Cl, l, kAttnResid, f);
-  k.layernorm_forward(act<A>(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), act<A>(a.res2), W(bp.ln2_w), W(bp.ln2_b), Nl,
-                      C);
-  k.matmul_forward(act<A>(a.fch), whole_rows(act<A>(a.ln2), N), W(bp.fc_w), W(bp.fc_b), N, C, 4 * Cl);
-  k.gelu_forward(act<A>(a.fch_gelu), act<A>(a.fch), N * 4 * Cl, cfg_.gelu);
-  linear_residual(k, act<A>(a.res3), act<A>(a.res2), act<A>(a.fch_gelu), W(bp.fcproj_w), W(bp.fcproj_b), 4 * Cl, l,
-                  kMlpResid, f);
 }
 
 void GPT::zero_device(void* p, size_t bytes) const {
@@ -466,55 +413,6 @@ void GPT::zero_device(void* p, size_t bytes) const {
     std::memset(p, 0, bytes);
   else
     gpu::memset_zero(p, bytes);
-}
-
-template <class A>
-const A* GPT::whole_rows(const A* local, int64_t N) {
-  if (!sp_) return local;
-  A* whole = scr<A>(off_.s_full);
-  gather_forward(tp_, local, whole, N / tp_->size() * cfg_.n_embd);
-  return whole;
-}
-
-kernels::AttnDropout GPT::attn_dropout(const StepContext& ctx, int64_t l, float p) const {
-  // Indexed by global sample and head: any data or tensor split draws the one-rank masks.
-  const int64_t NH = cfg_.n_head, NHl = NH / layout_.spec().tp;
-  return {p, ctx.seed, stream_id(kRngDropout, ctx.micro_step, l, kAttnProbs),
-          ctx.sample_offset * NH + layout_.spec().rank * NHl, tp_ ? NH : 0};
-}
-
-template <class A>
-void GPT::vocab_parallel_loss(const kernels::ModelOps<A>& k, float* losses, A* dlnf, float* dwte, const A* lnf,
-                              const A* wte, const int32_t* targets, int64_t N, float dloss) {
-  // Megatron's vocabulary-parallel cross-entropy: the logits of this rank's
-  // rows, then the row maxima and the sums of exponentials (and the target's
-  // logit) combined over the group, N and 2N floats, never V.
-  const auto vr = layout_.vocab_rows();
-  const int64_t C = cfg_.n_embd;
-  float* logits = stat(off_.logits);
-  float* mx = stat(off_.xmax);
-  float* sums = stat(off_.xsums);
-  k.classifier_logits(logits, lnf, wte, N, C, vr.rows);
-  k.xent_vp_local_max(mx, logits, N, vr.rows, vr.valid);
-  tp_->max(mx, N);
-  k.xent_vp_exp_sums(sums, logits, mx, targets, N, vr.rows, vr.valid, vr.v0);
-  tp_->sum(sums, 2 * N);
-  k.xent_vp_losses(losses, mx, sums, N);
-  if (!dlnf) return;
-  A* dlogits;
-  if constexpr (std::is_same_v<A, float>)
-    dlogits = logits;  // in place
-  else
-    dlogits = act<A>(off_.dlogits);
-  k.xent_vp_grad(dlogits, logits, mx, sums, targets, N, vr.rows, vr.valid, vr.v0, dloss);
-  if (sp_) {  // the head's input was gathered from the rows: its gradient goes back to them
-    A* partial = scr<A>(off_.s_gfull);
-    k.matmul_backward(partial, dwte, nullptr, dlogits, lnf, wte, N, C, vr.rows);
-    gather_backward(tp_, partial, dlnf, N / tp_->size() * C);
-    return;
-  }
-  k.matmul_backward(dlnf, dwte, nullptr, dlogits, lnf, wte, N, C, vr.rows);
-  copy_backward(tp_, dlnf, N * C);  // the head's input is ln_f's output, whole on every rank
 }
 
 float* GPT::host_losses() const {
@@ -559,45 +457,12 @@ void GPT::logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int6
                 last_only ? "gpt.last_logits" : "gpt.all_logits",
                 "call on the last stage after forward on the same batch");
   select(num_chunks() - 1, logits_set_);  // where the last stage's last forward left ln_f's output
-  // Tensor parallel, each rank computes its vocabulary rows' logits and the
-  // group gathers them ([rank][row][column]), real columns only into `out`.
-  const int64_t C = cfg_.n_embd, V = cfg_.vocab_size, rows = last_only ? B : B * T;
-  const int64_t Vr = tp_ ? layout_.vocab_rows().rows : V, parts = tp_ ? tp_->size() : 1;
-  DeviceArray<float> mine, all;
-  float* o = out;
-  if (!dev_.is_cpu() || tp_) {
-    mine = DeviceArray<float>(rows * Vr, MemCategory::Scratch, dev_);
-    o = mine.data();
-  }
-  const A* wte = params_of<A>(0, Pass::Forward) + (layout_.wte() - layout_.group(0).begin);
-  const A* lnf = whole_rows(act<A>(co().lnf), B * T);  // sequence parallel: every rank's rows
-  if (last_only)
-    for (int64_t b = 0; b < B; ++b) k.classifier_logits(o + b * Vr, lnf + (b * T + pos) * C, wte, 1, C, Vr);
-  else
-    k.classifier_logits(o, lnf, wte, rows, C, Vr);
-  release_group(0, Pass::Forward);
-  if (!tp_) {
-    if (!dev_.is_cpu()) mine.copy_to_host(out, rows * V);
-    return;
-  }
-  all = DeviceArray<float>(parts * rows * Vr, MemCategory::Scratch, dev_);
-  tp_->gather(mine.data(), all.data(), rows * Vr);
-  std::vector<float> host(static_cast<size_t>(parts * rows * Vr));
-  all.copy_to_host(host.data(), host.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t v = 0; v < V; ++v) out[r * V + v] = host[((v / Vr) * rows + r) * Vr + v % Vr];
+  const int hg = layout_.head_group();
+  const ParamView<A> PH{params_of<A>(hg, Pass::Forward), layout_.group(hg).begin};
+  head_.logits(k, split_, out, act<A>(co().lnf), PH, B, T, pos, dev_);
+  release_group(hg, Pass::Forward);
 }
 
-template void GPT::block_forward<float>(const kernels::ModelOps<float>&, int64_t, const float*, const float*, int64_t,
-                                        const Fwd&);
-template void GPT::block_forward<bfloat16>(const kernels::ModelOps<bfloat16>&, int64_t, const bfloat16*,
-                                           const bfloat16*, int64_t, const Fwd&);
-template void GPT::dropout_rows<float>(const kernels::ModelOps<float>&, bool, float*, const float*, uint64_t,
-                                       const Fwd&) const;
-template void GPT::dropout_rows<bfloat16>(const kernels::ModelOps<bfloat16>&, bool, bfloat16*, const bfloat16*,
-                                          uint64_t, const Fwd&) const;
-template const float* GPT::whole_rows<float>(const float*, int64_t);
-template const bfloat16* GPT::whole_rows<bfloat16>(const bfloat16*, int64_t);
 template const float* GPT::params_of<float>(int, Pass);
 template const bfloat16* GPT::params_of<bfloat16>(int, Pass);
 

@@ -28,9 +28,12 @@
 #include "model/config.h"
 #include "model/context_group.h"
 #include "model/cp_attention.h"
+#include "model/layers.h"
 #include "model/param_store.h"
 #include "model/params.h"
+#include "model/pass.h"
 #include "model/tensor_group.h"
+#include "model/vocab_layers.h"
 
 namespace parallm::kernels {
 struct Ops;
@@ -39,31 +42,6 @@ struct ModelOps;
 }  // namespace parallm::kernels
 
 namespace parallm::model {
-
-class NumericWatch;
-
-// What varies per micro-step: whether this is training (dropout on, gradients
-// wanted) and where the dropout masks come from in the counter-based RNG.
-struct StepContext {
-  bool train = false;       // dropout active
-  bool need_grad = false;   // compute gradients (requires targets)
-  uint64_t seed = 0;        // dropout seed
-  uint64_t micro_step = 0;  // global micro-step counter: a fresh mask per micro-step
-  float loss_scale = 1.0f;  // d(total loss)/d(mean loss of this micro-batch), e.g. 1/gas
-  // Called by backward as soon as the gradients of layout unit u (a
-  // parameter slot) are final: data parallelism starts communication there.
-  std::function<void(int)> grads_ready;
-  // Index of this batch's first sample within the micro-step's global batch
-  // (rank * B under data parallelism): dropout masks follow the sample, so
-  // any split of a global batch over ranks draws the same masks.
-  int64_t sample_offset = 0;
-  // GPU: forward queues the losses' copy and returns NaN instead of waiting
-  // for the GPU; deferred_loss() reads the mean later (before the next forward).
-  bool defer_loss = false;
-  // The numeric detector (numeric_watch.h; nullptr: off): each layer's
-  // tensors are checked after its forward and backward (one test per layer when off).
-  NumericWatch* watch = nullptr;
-};
 
 // Which flat buffers the model allocates itself. A sharded run (ZeRO stage 2
 // drops the gradients, stage 3 the parameters too) gives the model a
@@ -246,49 +224,25 @@ class GPT {
   // Group g's parameters in the compute type A (bf16: the refreshed copy).
   template <class A>
   const A* params_of(int g, Pass pass);
-  // One pass's shape: B, T, N = B*T rows, Nl of them on this rank (sequence
-  // parallel: N/tp), the dropout rate and the global index of element 0 of
-  // this rank's residual rows (layout-invariant masks).
-  // Context parallel, T is the local length, Tg the global one and `runs`
-  // where each sample's rows lie in it (drop_base is then unused).
-  struct Fwd {
-    int64_t B = 0, T = 0, N = 0, Nl = 0, Tg = 0;
-    float p = 0;
-    uint64_t drop_base = 0;
-    CpRuns runs;
-    const StepContext* ctx = nullptr;
-  };
-  // Dropout (forward or backward) over the pass's Nl x C residual rows, with
-  // the masks of their global (sample, position, channel) indices.
-  template <class A>
-  void dropout_rows(const kernels::ModelOps<A>& k, bool backward, A* out, const A* in, uint64_t stream,
-                    const Fwd& f) const;
-  // Calls fn(row, pos, B, T) over the pass's rows in runs of consecutive
-  // positions: the whole batch at once (pos 0), or context parallel each
-  // sample's runs (local row `row` holds global position `pos`).
-  template <class F>
-  void for_position_runs(const Fwd& f, F&& fn) const {
-    if (!cpa_) return fn(int64_t{0}, int64_t{0}, f.B, f.T);
-    for (int64_t b = 0; b < f.B; ++b)
-      for (const CpRun& r : f.runs) fn(b * f.T + r.local, r.global, int64_t{1}, r.len);
-  }
   template <class A>
   float forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets, int64_t B,
                      int64_t T, const StepContext& ctx);
-  // The first chunk's embedding (and its dropout) into x.
-  template <class A>
-  void embed(const kernels::ModelOps<A>& k, A* x, const int32_t* tokens, const A* PE, int64_t e0, const Fwd& f);
   // Backward of the selected chunk and set: all of it, or the input half (B:
   // input gradients and LayerNorm gradients, keeping the linear layers'
   // output gradients) or the weight half (W: the linear layers' and the
   // embedding's gradients from what B kept).
   template <class A>
-  void backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const Fwd& f, BackwardPart part);
+  void backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const PassShape& f,
+                     BackwardPart part);
   template <class A>
-  void weight_backward(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const Fwd& f);
+  void weight_backward(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const PassShape& f);
   // The first chunk's embedding gradients from d(embedding output) `demb`.
+  // The last chunk's ln_f, head and loss from the last block's output x.
   template <class A>
-  void embedding_backward(const kernels::ModelOps<A>& k, const A* demb, const int32_t* tokens, const Fwd& f);
+  float head_forward(const kernels::ModelOps<A>& k, const A* x, const ParamView<A>& PE, const ParamView<A>& P,
+                     const int32_t* targets, const PassShape& f);
+  template <class A>
+  void embedding_backward(const kernels::ModelOps<A>& k, const A* demb, const int32_t* tokens, const PassShape& f);
   // Checks a pass's shape and tokens and (GPU) uploads them into activation set `set`'s copies.
   void begin_pass(int chunk, int set, const int32_t*& tokens, const int32_t*& targets, int64_t B, int64_t T,
                   const char* where);
@@ -297,14 +251,31 @@ class GPT {
   void ready(const StepContext& ctx, std::initializer_list<int64_t> offsets) const;
   float* host_losses() const;  // the losses' part of staging_
   static float mean_of(const float* losses, int64_t n);
-  kernels::AttnDropout attn_dropout(const StepContext& ctx, int64_t l, float p) const;
-  Fwd pass_shape(const StepContext& ctx, int64_t B, int64_t T) const;
-  // Transformer block l's forward from its input x (parameters at P, the block's group from flat offset p0).
+  PassShape pass_shape(const StepContext& ctx, int64_t B, int64_t T) const;
+  // Transformer block l's passes (gpt_block.cpp) from its input x, with its
+  // group's parameters P and gradients G; backward turns d(block output) in
+  // dres into d(block input), redoing what recompute dropped where `redo`.
   template <class A>
-  void block_forward(const kernels::ModelOps<A>& k, int64_t l, const A* x, const A* P, int64_t p0, const Fwd& f);
+  void block_forward(const kernels::ModelOps<A>& k, int64_t l, const A* x, const ParamView<A>& P, const PassShape& f);
   template <class A>
-  void linear_residual(const kernels::ModelOps<A>& k, A* out, const A* res, const A* inp, const A* w, const A* bias,
-                       int64_t IN, int64_t l, uint64_t site, const Fwd& f);
+  void block_backward(const kernels::ModelOps<A>& k, int64_t l, const A* x, const ParamView<A>& P, const GradView& G,
+                      const PassShape& f, bool redo, A* dres);
+  template <class A>
+  void block_weight_backward(const kernels::ModelOps<A>& k, int64_t l, const ParamView<A>& P, const GradView& G,
+                             const PassShape& f);
+  // Each held block's layers (by layer), ln_f, and the tensor split they share.
+  struct BlockLayers {
+    LayerNorm ln1, ln2;
+    ColumnLinear qkv, fc;
+    Attention attn;
+    RowLinear proj, fcproj;
+  };
+  std::vector<BlockLayers> blocks_;
+  LayerNorm lnf_;
+  Embedding embed_;
+  Head head_;
+  TensorSplit split_;
+  void build_layers();
   // The numeric detector (gpt_watch.cpp): a layer's tensors handed to the
   // watch after its forward (weights, then outputs) and backward (weight
   // gradients, then d(input)); `slots` names parameters by flat offset in a
@@ -313,25 +284,17 @@ class GPT {
   void watch_slots(NumericWatch& w, std::initializer_list<int64_t> slots, const T* base, int64_t p0,
                    const char* suffix) const;
   template <class A>
-  void watch_embed(NumericWatch& w, const A* x, const A* PE, int64_t e0, const Fwd& f) const;
+  void watch_embed(NumericWatch& w, const A* x, const A* PE, int64_t e0, const PassShape& f) const;
   template <class A>
-  void watch_block(NumericWatch& w, int64_t l, const A* P, int64_t p0, const Fwd& f) const;
+  void watch_block(NumericWatch& w, int64_t l, const A* P, int64_t p0, const PassShape& f) const;
   template <class A>
-  void watch_head(NumericWatch& w, const A* P, int64_t p0, bool loss, const Fwd& f) const;
+  void watch_head(NumericWatch& w, const A* P, int64_t p0, bool loss, const PassShape& f) const;
   template <class A>
   void watch_grads(NumericWatch& w, int64_t l, const float* G, int64_t p0, const A* dres, BackwardPart part,
-                   const Fwd& f) const;
-  void watch_embed_grads(NumericWatch& w, const float* GE, int64_t e0, const Fwd& f) const;
+                   const PassShape& f) const;
+  void watch_embed_grads(NumericWatch& w, const float* GE, int64_t e0, const PassShape& f) const;
   void zero_device(void* p, size_t bytes) const;
   void copy_device(void* dst, const void* src, size_t bytes) const;
-  // Sequence parallel: this rank's rows of a [N, C] activation gathered into
-  // the whole-row buffer; otherwise the activation itself.
-  template <class A>
-  const A* whole_rows(const A* local, int64_t N);
-  // The tied head and the loss over this rank's vocabulary rows (tensor parallel).
-  template <class A>
-  void vocab_parallel_loss(const kernels::ModelOps<A>& k, float* losses, A* dlnf, float* dwte, const A* lnf,
-                           const A* wte, const int32_t* targets, int64_t N, float dloss);
   template <class A>
   void logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int64_t T, int64_t pos);  // pos < 0: all
   // Activations in the compute type (acts_ or acts_lp_) with offsets per

@@ -38,7 +38,7 @@ void GPT::watch_slots(NumericWatch& w, std::initializer_list<int64_t> slots, con
 }
 
 template <class A>
-void GPT::watch_embed(NumericWatch& w, const A* x, const A* PE, int64_t e0, const Fwd& f) const {
+void GPT::watch_embed(NumericWatch& w, const A* x, const A* PE, int64_t e0, const PassShape& f) const {
   w.begin("embed", false, f.ctx->micro_step);
   watch_slots(w, {layout_.wte(), layout_.wpe()}, PE, e0, "");
   w.add("output", x, f.Nl * cfg_.n_embd);
@@ -46,7 +46,7 @@ void GPT::watch_embed(NumericWatch& w, const A* x, const A* PE, int64_t e0, cons
 }
 
 template <class A>
-void GPT::watch_block(NumericWatch& w, int64_t l, const A* P, int64_t p0, const Fwd& f) const {
+void GPT::watch_block(NumericWatch& w, int64_t l, const A* P, int64_t p0, const PassShape& f) const {
   const auto& a = off_.la[static_cast<size_t>(l)];
   const auto& bp = layout_.block(l);
   const int64_t N = f.N, Nl = f.Nl, C = cfg_.n_embd, Cl = C / layout_.spec().tp;
@@ -67,7 +67,7 @@ void GPT::watch_block(NumericWatch& w, int64_t l, const A* P, int64_t p0, const 
 }
 
 template <class A>
-void GPT::watch_head(NumericWatch& w, const A* P, int64_t p0, bool loss, const Fwd& f) const {
+void GPT::watch_head(NumericWatch& w, const A* P, int64_t p0, bool loss, const PassShape& f) const {
   const int64_t Nl = f.Nl, C = cfg_.n_embd;
   if (!loss) {
     w.begin("ln_f", false, f.ctx->micro_step);
@@ -84,10 +84,10 @@ void GPT::watch_head(NumericWatch& w, const A* P, int64_t p0, bool loss, const F
 
 template <class A>
 void GPT::watch_grads(NumericWatch& w, int64_t l, const float* G, int64_t p0, const A* dres, BackwardPart part,
-                      const Fwd& f) const {
+                      const PassShape& f) const {
   w.begin(l == cfg_.n_layer ? "ln_f" : block_name(l), true, f.ctx->micro_step);
   if (l == cfg_.n_layer) {
-    watch_slots(w, {layout_.lnf_b(), layout_.lnf_w()}, G, p0, " grad");
+    watch_slots(w, {layout_.lm_head(), layout_.lnf_b(), layout_.lnf_w()}, G, p0, " grad");
   } else {
     const auto& bp = layout_.block(l);
     // In backward order; the input half (B) leaves the linear layers' to the weight half (W).
@@ -100,18 +100,18 @@ void GPT::watch_grads(NumericWatch& w, int64_t l, const float* G, int64_t p0, co
   w.end();
 }
 
-void GPT::watch_embed_grads(NumericWatch& w, const float* GE, int64_t e0, const Fwd& f) const {
+void GPT::watch_embed_grads(NumericWatch& w, const float* GE, int64_t e0, const PassShape& f) const {
   w.begin("embed", true, f.ctx->micro_step);
   watch_slots(w, {layout_.wpe(), layout_.wte()}, GE, e0, " grad");
   w.end();
 }
 
-#define PARALLM_WATCH(A)                                                                                               \
-  template void GPT::watch_embed<A>(NumericWatch&, const A*, const A*, int64_t, const Fwd&) const;                     \
-  template void GPT::watch_block<A>(NumericWatch&, int64_t, const A*, int64_t, const Fwd&) const;                      \
-  template void GPT::watch_head<A>(NumericWatch&, const A*, int64_t, bool, const Fwd&) const;                          \
-  template void GPT::watch_grads<A>(NumericWatch&, int64_t, const float*, int64_t, const A*, BackwardPart, const Fwd&) \
-      const;
+#define PARALLM_WATCH(A)                                                                                   \
+  template void GPT::watch_embed<A>(NumericWatch&, const A*, const A*, int64_t, const PassShape&) const;   \
+  template void GPT::watch_block<A>(NumericWatch&, int64_t, const A*, int64_t, const PassShape&) const;    \
+  template void GPT::watch_head<A>(NumericWatch&, const A*, int64_t, bool, const PassShape&) const;        \
+  template void GPT::watch_grads<A>(NumericWatch&, int64_t, const float*, int64_t, const A*, BackwardPart, \
+                                    const PassShape&) const;
 PARALLM_WATCH(float)
 PARALLM_WATCH(bfloat16)
 #undef PARALLM_WATCH

@@ -47,13 +47,15 @@ uint64_t GPTConfig::num_params() const {
   const uint64_t block = sat_add(sat_mul(12, sat_mul(C, C)), sat_mul(bias ? 13 : 2, C));
   uint64_t n = sat_mul(sat_add(u(vocab_size), u(block_size)), C);  // wte, wpe
   n = sat_add(n, sat_mul(L, block));
-  return sat_add(n, sat_mul(bias ? 2 : 1, C));  // ln_f
+  if (!tie_embeddings) n = sat_add(n, sat_mul(u(vocab_size), C));  // lm_head
+  return sat_add(n, sat_mul(bias ? 2 : 1, C));                     // ln_f
 }
 
 std::string GPTConfig::summary() const {
-  return fmt::format("n_layer={} n_head={} n_embd={} block_size={} vocab_size={} bias={} dropout={}{}", n_layer, n_head,
-                     n_embd, block_size, vocab_size, bias, dropout,
-                     recompute == Recompute::None ? "" : fmt::format(" recompute={}", recompute_name(recompute)));
+  return fmt::format("n_layer={} n_head={} n_embd={} block_size={} vocab_size={} bias={} dropout={}{}{}", n_layer,
+                     n_head, n_embd, block_size, vocab_size, bias, dropout,
+                     recompute == Recompute::None ? "" : fmt::format(" recompute={}", recompute_name(recompute)),
+                     tie_embeddings ? "" : " tie_embeddings=false");
 }
 
 void ParamLayout::init(float* params, uint64_t seed) const {
@@ -272,12 +274,13 @@ ParamLayout::ParamLayout(const GPTConfig& c, ShardSpec spec, StageSpec stage)
   // q, k and v each by heads), the projections by input columns (row-parallel,
   // their biases whole), the token table by vocabulary rows.
   const Placement rows{0, 1}, qkv_rows{0, 3}, cols{1, 1}, whole{};
-  if (first_ || last_) {
+  // This rank's vocabulary rows (the token table's and an untied head's).
+  const int64_t vn = (c.vocab_size + spec.tp - 1) / spec.tp;
+  vocab_ = {spec.rank * vn, vn, std::clamp<int64_t>(c.vocab_size - spec.rank * vn, 0, vn)};
+  if (first_ || (last_ && c.tie_embeddings)) {
     next_global_ = 0;
     wte_ = add_part("transformer.wte.weight", {c.vocab_size, C}, rows, I::Normal, std, true);
     slots_.back().tied_copy = !first_;  // the last stage's head: a copy of the first stage's table
-    const int64_t vn = slots_.back().shape[0];
-    vocab_ = {spec.rank * vn, vn, std::clamp<int64_t>(c.vocab_size - spec.rank * vn, 0, vn)};
   }
   if (first_) wpe_ = add("transformer.wpe.weight", {c.block_size, C}, I::Normal, std, true);
   blocks_.assign(static_cast<size_t>(c.n_layer), BlockParams{});
@@ -313,6 +316,7 @@ ParamLayout::ParamLayout(const GPTConfig& c, ShardSpec spec, StageSpec stage)
     next_global_ = static_cast<int>(2 + c.n_layer * per_block);
     lnf_w_ = add("transformer.ln_f.weight", {C}, I::Ones, 0.0f, false);
     if (c.bias) lnf_b_ = add("transformer.ln_f.bias", {C}, I::Zeros, 0.0f, false);
+    if (!c.tie_embeddings) lm_head_ = add_part("lm_head.weight", {c.vocab_size, C}, rows, I::Normal, std, true);
   }
   groups_.back().end = total_;
 }

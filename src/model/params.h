@@ -134,8 +134,13 @@ class ParamLayout {
   const ParamSlot& find(const std::string& name) const;             // throws ConfigError if unknown
   const BlockParams& block(int64_t l) const { return blocks_[l]; }  // a held block (holds_block)
   int64_t wte() const { return wte_; }                              // -1 where not held (a middle stage)
-  int64_t wpe() const { return wpe_; }                              // -1 off the first stage
-  int64_t lnf_w() const { return lnf_w_; }                          // -1 off the last stage
+  // The LM head's weight: the token table (tied) or lm_head.weight (untied);
+  // -1 off the last stage. Its group: the embeddings' (tied) or the last one.
+  int64_t head() const { return lm_head_ >= 0 ? lm_head_ : last_ ? wte_ : -1; }
+  int64_t lm_head() const { return lm_head_; }  // -1: tied (or off the last stage)
+  int head_group() const { return lm_head_ >= 0 ? num_groups() - 1 : last_ ? embed_group() : -1; }
+  int64_t wpe() const { return wpe_; }      // -1 off the first stage
+  int64_t lnf_w() const { return lnf_w_; }  // -1 off the last stage
   // Units of gradient readiness: one per parameter slot, as contiguous ranges
   // of the flat buffer (alignment padding included), in layout order.
   // Backward finishes them in nearly reverse order (wte last, since the tied
@@ -179,7 +184,7 @@ class ParamLayout {
   int next_global_ = 0;  // the whole layout's index of the next slot added
   ShardSpec spec_;
   VocabRows vocab_;
-  int64_t total_ = 0, count_ = 0, wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
+  int64_t total_ = 0, count_ = 0, wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, lm_head_ = -1;
 };
 
 }  // namespace parallm::model

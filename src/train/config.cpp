@@ -191,6 +191,8 @@ void add_model_keys(KeyTable& t) {
        INT_KEY("model.batch_size", train.batch_size, 1, kMaxBatch, "micro batch per rank"),
        FLOAT_KEY("model.dropout", model.dropout, below(0, 1), "dropout probability"),
        BOOL_KEY("model.bias", model.bias, "biases in Linear and LayerNorm"),
+       BOOL_KEY("model.tie_embeddings", model.tie_embeddings,
+                "the LM head shares the token table (GPT-2); false: a head matrix of its own (lm_head.weight)"),
        {"model.vocab_size",
         {"int", "vocabulary size (default: from the dataset's meta.json)",
          [](RunConfig& c, const std::string& k, const std::string& v) {
@@ -851,9 +853,9 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
 }
 
 RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::string>* changed) const {
-  static const std::set<std::string> architecture = {"model.n_layer",    "model.n_head", "model.n_embd",
-                                                     "model.block_size", "model.bias",   "model.vocab_size",
-                                                     "model.gelu"};
+  static const std::set<std::string> architecture = {"model.n_layer",    "model.n_head",        "model.n_embd",
+                                                     "model.block_size", "model.bias",          "model.vocab_size",
+                                                     "model.gelu",       "model.tie_embeddings"};
   // Where and how this process runs, not what the run is: always this invocation's.
   static const std::set<std::string> this_run = {
       "train.out_dir",        "train.init_from",   "train.resume_step", "train.eval_only",

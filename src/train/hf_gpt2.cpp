@@ -63,7 +63,7 @@ std::vector<float> whole_tensor(const SafetensorsReader& f, const StTensor& t, c
   const std::string name = bare(s.name);
   const std::vector<int64_t> g(s.global_shape.begin(), s.global_shape.end());
   std::vector<int64_t> want = g;
-  const bool wte = name == "wte.weight", wpe = name == "wpe.weight";
+  const bool wte = name == "wte.weight" || name == "lm_head.weight", wpe = name == "wpe.weight";
   if (conv1d(name)) want = {g[1], g[0]};
   if ((wte || wpe) && t.shape.size() == 2) want[0] = t.shape[0];  // rows checked below
   PARALLM_CHECK(t.shape == want, IoError, kHfWhere, "{}: tensor \"{}\" has shape {}, but the model ({}) needs {}{}",
@@ -125,8 +125,10 @@ model::GPTConfig hf_gpt2_config(const std::string& dir) {
                 "{}: n_inner {}: parallm's MLP is 4 x n_embd = {} wide", path, j["n_inner"].dump(), 4 * c.n_embd);
   PARALLM_CHECK(j.value("layer_norm_epsilon", 1e-5) == 1e-5, IoError, kHfWhere,
                 "{}: layer_norm_epsilon {}: parallm's LayerNorm uses 1e-5", path, j["layer_norm_epsilon"].dump());
-  PARALLM_CHECK(j.value("tie_word_embeddings", true), IoError, kHfWhere,
-                "{}: tie_word_embeddings false: parallm's head is the token table", path);
+  const auto tie = j.find("tie_word_embeddings");
+  PARALLM_CHECK(tie == j.end() || tie->is_boolean(), IoError, kHfWhere,
+                "{}: tie_word_embeddings is {}, not true or false", path, tie->dump());
+  c.tie_embeddings = tie == j.end() || tie->get<bool>();
   return c;
 }
 
@@ -135,7 +137,7 @@ std::vector<float> load_hf_gpt2(const std::string& dir, const model::GPTConfig& 
   const auto tensors = by_bare_name(f);
   const model::ParamLayout whole(cfg);
   for (const auto& [name, t] : tensors) {
-    if (mask_buffer(name) || name == "lm_head.weight") continue;
+    if (mask_buffer(name) || (name == "lm_head.weight" && cfg.tie_embeddings)) continue;
     bool known = false;
     for (const auto& s : whole.slots()) known = known || bare(s.name) == name;
     PARALLM_CHECK(known, IoError, kHfWhere, "{}: tensor \"{}\" is not a weight of the model ({})", f.path(), t->name,
@@ -151,7 +153,7 @@ std::vector<float> load_hf_gpt2(const std::string& dir, const model::GPTConfig& 
     const auto g = whole_tensor(f, *it->second, slot, cfg);
     layout.slice(s, g.data(), out.data() + slot.offset);
   }
-  if (const auto head = tensors.find("lm_head.weight"); head != tensors.end()) {
+  if (const auto head = tensors.find("lm_head.weight"); head != tensors.end() && cfg.tie_embeddings) {
     const auto wte = tensors.find("wte.weight");
     bool same = wte != tensors.end() && head->second->shape == wte->second->shape;
     if (same) {
@@ -161,7 +163,9 @@ std::vector<float> load_hf_gpt2(const std::string& dir, const model::GPTConfig& 
       same = std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;  // bitwise: a NaN equals itself
     }
     PARALLM_CHECK(same, IoError, kHfWhere,
-                  "{}: lm_head.weight is not wte.weight (an untied head): parallm's GPT ties them", f.path());
+                  "{}: lm_head.weight is not wte.weight (an untied head), but the model ties them "
+                  "(model.tie_embeddings=true; config.json's tie_word_embeddings sets it)",
+                  f.path());
   }
   return out;
 }
@@ -176,7 +180,8 @@ void export_hf_gpt2(const std::string& dir, const model::GPTConfig& cfg, const m
   std::vector<StWrite> tensors;
   std::vector<std::vector<float>> owned;  // transposed weights and zero biases
   for (const auto& s : layout.slots()) {
-    const std::string name = std::string(kPrefix) + bare(s.name);
+    const bool head = s.name == "lm_head.weight";  // an untied head: outside "transformer." as Hugging Face names it
+    const std::string name = head ? s.name : std::string(kPrefix) + bare(s.name);
     const float* p = params + s.offset;
     std::vector<int64_t> shape(s.shape.begin(), s.shape.end());
     if (conv1d(name)) {
@@ -187,7 +192,7 @@ void export_hf_gpt2(const std::string& dir, const model::GPTConfig& cfg, const m
       p = t.data();
       shape = {cols, rows};
     }
-    if (bare(s.name) == "wte.weight") shape[0] = vocab_rows;
+    if (bare(s.name) == "wte.weight" || head) shape[0] = vocab_rows;
     tensors.push_back({name, shape, p});
   }
   if (!cfg.bias) {  // Hugging Face's GPT-2 has every bias: zeros change nothing
@@ -223,7 +228,7 @@ void export_hf_gpt2(const std::string& dir, const model::GPTConfig& cfg, const m
                               {"attn_pdrop", cfg.dropout},
                               {"initializer_range", 0.02},
                               {"scale_attn_weights", true},
-                              {"tie_word_embeddings", true},
+                              {"tie_word_embeddings", cfg.tie_embeddings},
                               {"bos_token_id", eot},
                               {"eos_token_id", eot},
                               {"torch_dtype", "float32"}};

@@ -7,8 +7,10 @@
 // without "transformer." (the hub's gpt2 has none, save_pretrained writes
 // it). Four weights are Conv1D in Hugging Face, stored [in, out], the
 // transpose of parallm's [out, in]: attn.c_attn, attn.c_proj, mlp.c_fc,
-// mlp.c_proj. The head is tied to wte (no lm_head.weight is written; one that
-// is read must equal wte). The causal-mask buffers some files carry
+// mlp.c_proj. A tied head (tie_word_embeddings true, GPT-2's) is wte: no
+// lm_head.weight is written, and one that is read must equal wte; an untied
+// one (model.tie_embeddings=false) is lm_head.weight, cut and padded by rows
+// as wte is. The causal-mask buffers some files carry
 // (attn.bias, attn.masked_bias) are not weights and are skipped. Reading,
 // the token table may gain rows (model.vocab_size above the file's: the
 // padding rows are zero) and the position table may lose some

@@ -203,14 +203,14 @@ void Pipeline::last_logits(model::GPT& m, const int32_t* tokens, int64_t T, int6
 
 void Pipeline::sum_tied_grads(model::GPT& m) {
   comm::Communicator* ends = mesh_.ends();
-  if (!ends || ends->size() == 1) return;
+  if (!ends || ends->size() == 1 || !m.config().tie_embeddings) return;
   const model::ParamSlot& s = m.layout().find("transformer.wte.weight");
   ends->all_reduce(Tensor::view_of(m.grads() + s.offset, {s.numel}, DType::F32, m.device()), comm::ReduceOp::Sum);
 }
 
 void Pipeline::tied_params_from_first(model::GPT& m) {
   comm::Communicator* ends = mesh_.ends();
-  if (!ends || ends->size() == 1) return;
+  if (!ends || ends->size() == 1 || !m.config().tie_embeddings) return;
   const model::ParamSlot& s = m.layout().find("transformer.wte.weight");
   ends->broadcast(Tensor::view_of(m.params() + s.offset, {s.numel}, DType::F32, m.device()), 0);
   m.params_changed();

@@ -73,7 +73,8 @@ void ReplicaCheck::check(const model::GPT& m, int64_t it) {
     groups.push_back({&replicas_, "data-parallel replicas", {}});
     for (size_t i = 0; i < slots.size(); ++i) groups.back().slots.push_back(i);
   }
-  if (comm::Communicator* ends = mesh_.ends()) {
+  comm::Communicator* ends = mesh_.ends();
+  if (ends && m.config().tie_embeddings) {  // an untied head has no copy on the first stage
     groups.push_back({ends, "the pipeline's first and last stage", {}});
     for (size_t i = 0; i < slots.size(); ++i)
       if (slots[i].name == "transformer.wte.weight") groups.back().slots.push_back(i);

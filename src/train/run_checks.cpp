@@ -61,6 +61,11 @@ void take_hf_model(RunConfig& cfg) {
   PARALLM_CHECK(!cfg.given("model.gelu") || m.gelu == hf.gelu, ConfigError, "config",
                 "model.gelu differs from the activation_function of hf:{}: leave model.gelu out", dir);
   m.gelu = hf.gelu;
+  PARALLM_CHECK(!cfg.given("model.tie_embeddings") || m.tie_embeddings == hf.tie_embeddings, ConfigError, "config",
+                "model.tie_embeddings={}, but train.init_from=hf:{} has tie_word_embeddings {}: leave "
+                "model.tie_embeddings out",
+                m.tie_embeddings, dir, hf.tie_embeddings);
+  m.tie_embeddings = hf.tie_embeddings;
   if (!cfg.given("model.block_size")) m.block_size = hf.block_size;
   PARALLM_CHECK(m.block_size <= hf.block_size, ConfigError, "config",
                 "model.block_size={} is longer than hf:{}'s {} positions", m.block_size, dir, hf.block_size);

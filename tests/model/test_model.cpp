@@ -83,6 +83,47 @@ TEST(GPT, ForwardBackwardIsBitwiseDeterministic) {
   EXPECT_EQ(g1, g2);
 }
 
+// An untied head (model.tie_embeddings=false) is a parameter of its own:
+// lm_head.weight after ln_f, counted once more (V x C), its gradient and the
+// token table's each the finite difference of the loss (the table's now only
+// through the embedding).
+TEST(GPT, AnUntiedHeadHasItsOwnWeightAndGradients) {
+  model::GPTConfig c = tiny_config(0.0f);
+  c.tie_embeddings = false;
+  const int64_t B = kB, T = kT;
+  std::vector<int32_t> x, y;
+  tiny_batch(x, y);
+  model::GPT m(c, B, T);
+  model::GPTConfig tied = c;
+  tied.tie_embeddings = true;
+  EXPECT_EQ(m.layout().count(), model::ParamLayout(tied).count() + c.vocab_size * c.n_embd);
+  EXPECT_EQ(static_cast<uint64_t>(m.layout().count()), c.num_params());
+  const auto& head = m.layout().find("lm_head.weight");
+  EXPECT_EQ(head.global_index, static_cast<int>(m.layout().slots().size()) - 1);
+  m.init_weights(7);
+  model::StepContext ctx{true, true, 99, 3, 1.0f, nullptr, 0};
+  m.zero_grad();
+  m.forward(x.data(), y.data(), B, T, ctx);
+  m.backward(x.data(), B, T, ctx);
+  const std::vector<float> g(m.grads(), m.grads() + m.flat_size());
+  std::vector<float> p(m.params(), m.params() + m.flat_size());
+  auto loss_at = [&](int64_t i, float v) {
+    const float keep = p[static_cast<size_t>(i)];
+    p[static_cast<size_t>(i)] = v;
+    m.load_params(p.data());
+    p[static_cast<size_t>(i)] = keep;
+    return static_cast<double>(m.forward(x.data(), y.data(), B, T, model::StepContext{}));
+  };
+  const int64_t wte = m.layout().find("transformer.wte.weight").offset;
+  for (int64_t i : {head.offset + 3, head.offset + 5 * c.n_embd + 1, head.offset + (c.vocab_size - 1) * c.n_embd,
+                    wte + y[0] * c.n_embd + 2, wte + x[1] * c.n_embd + 4}) {
+    const float v = p[static_cast<size_t>(i)], h = 1e-2f;
+    const double fd = (loss_at(i, v + h) - loss_at(i, v - h)) / (2.0 * h);
+    EXPECT_NEAR(g[static_cast<size_t>(i)], fd, 2e-4 + 2e-2 * std::fabs(fd)) << "flat offset " << i;
+  }
+  EXPECT_NE(g[static_cast<size_t>(head.offset + 3)], 0.0f);
+}
+
 // Activation recomputation trades compute for memory and nothing else: the
 // same losses and gradients bit for bit (dropout on, two micro-steps
 // accumulated, biases on), and full keeps at most a quarter of the

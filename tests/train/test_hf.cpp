@@ -228,6 +228,55 @@ TEST_F(HfTest, ExportThenLoadIsBitwiseAndConv1DIsStoredTransposed) {
   }
 }
 
+// Issue 45: an untied head (model.tie_embeddings=false) is written as Hugging
+// Face's lm_head.weight with tie_word_embeddings false, cut to the real tokens
+// as wte is, and reads back bit for bit (the padding rows zero), whole or a
+// tensor-parallel rank's slice; a tied model refuses to read it as its head.
+TEST_F(HfTest, AnUntiedHeadIsWrittenAsLmHeadAndReadsBackBitwise) {
+  auto cfg = tiny_gpt(true);
+  cfg.tie_embeddings = false;
+  const model::ParamLayout whole(cfg);
+  const auto params = random_params(whole, 7);
+  const auto& head = whole.find("lm_head.weight");
+  const std::string dir = (root_ / "untied").string();
+  export_hf_gpt2(dir, cfg, whole, params.data(), 65, nullptr);  // 65 real tokens of 70
+  const SafetensorsReader f(dir + "/model.safetensors");
+  ASSERT_NE(f.find("lm_head.weight"), nullptr);
+  EXPECT_EQ(f.find("transformer.lm_head.weight"), nullptr);
+  EXPECT_EQ(f.find("lm_head.weight")->shape, (std::vector<int64_t>{65, 16}));
+  EXPECT_NE(slurp(fs::path(dir) / "config.json").find("\"tie_word_embeddings\": false"), std::string::npos);
+  const auto c = hf_gpt2_config(dir);
+  EXPECT_FALSE(c.tie_embeddings);
+  auto back_cfg = c;
+  back_cfg.vocab_size = 70;
+  const model::ParamLayout back_layout(back_cfg);
+  const auto back = load_hf_gpt2(dir, back_cfg, back_layout);
+  for (const auto& s : whole.slots()) {
+    const auto& b = back_layout.find(s.name);
+    const bool table = s.name == "transformer.wte.weight" || s.name == "lm_head.weight";
+    for (int64_t i = 0; i < s.numel; ++i)
+      ASSERT_EQ(back[static_cast<size_t>(b.offset + i)],
+                table && i >= 65 * 16 ? 0.0f : params[static_cast<size_t>(s.offset + i)])
+          << s.name << " element " << i;
+  }
+  EXPECT_NE(params[static_cast<size_t>(head.offset)],
+            params[static_cast<size_t>(whole.find("transformer.wte.weight").offset)]);
+  for (int rank : {0, 1}) {  // tp 2: each rank its rows of the head
+    const model::ParamLayout part(back_cfg, model::ShardSpec{2, rank});
+    const auto mine = load_hf_gpt2(dir, back_cfg, part);
+    const int s = static_cast<int>(&part.find("lm_head.weight") - part.slots().data());
+    std::vector<float> want(static_cast<size_t>(part.slots()[static_cast<size_t>(s)].numel));
+    part.slice(s, back.data() + back_layout.find("lm_head.weight").offset, want.data());
+    const int64_t at = part.find("lm_head.weight").offset;
+    ASSERT_EQ(std::vector<float>(mine.begin() + at, mine.begin() + at + static_cast<int64_t>(want.size())), want)
+        << "tp rank " << rank;
+  }
+  auto tied = back_cfg;
+  tied.tie_embeddings = true;
+  const std::string e = test_util::error_of<IoError>([&] { load_hf_gpt2(dir, tied, model::ParamLayout(tied)); });
+  EXPECT_NE(e.find("lm_head.weight is not wte.weight"), std::string::npos) << e;
+}
+
 TEST_F(HfTest, ATensorParallelPartReadsItsSliceOfTheWhole) {
   const auto cfg = tiny_gpt(true);
   const model::ParamLayout whole(cfg);
