@@ -162,6 +162,97 @@ std::string human_bytes(int64_t b) {
   return fmt::format("{}", b);
 }
 
+// Whole-buffer element counts from -b to -e, divisible by n where the op
+// splits the buffer into blocks.
+std::vector<int64_t> bench_counts(const BenchOptions& o, size_t es, bool blocked, int n) {
+  std::vector<int64_t> counts;
+  for (double b = static_cast<double>(o.min_bytes); b <= static_cast<double>(o.max_bytes) * 1.0000001; b *= o.factor) {
+    int64_t cnt = std::max<int64_t>(1, static_cast<int64_t>(b) / static_cast<int64_t>(es));
+    if (blocked) cnt = std::max<int64_t>(n, cnt / n * n);
+    if (counts.empty() || counts.back() != cnt) counts.push_back(cnt);
+  }
+  return counts;
+}
+
+void print_bench_header(const BenchOptions& o, comm::Communicator& c, comm::OpKind kind, DType dt, bool peer) {
+  const int n = c.size();
+  std::printf("# parallm bench comm: %s, %s, %d rank%s (%s%s), >= %d iters (>= 10 ms) x %d rounds, %d warmup\n",
+              o.op.c_str(), dtype_name(dt), n, n == 1 ? "" : "s", c.backend().c_str(),
+              c.backend() == "mpi" ? (", " + comm::mpi_library_version()).c_str() : "", o.iters, o.rounds, o.warmup);
+  std::printf("# %10s %12s %11s %11s %11s", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
+  // time and busbw: best round; ratio: median over rounds of peer time / parallm time (1 = as fast).
+  if (peer) std::printf(" | %11s %11s %6s", "peer(us)", "peer busbw", "ratio");
+  if (o.check) std::printf(" | check");
+  std::printf("\n");
+  if (peer)
+    std::printf("# peer: %s, blocking, on the same ranks; ratio = median over rounds of peer time / our time\n",
+                peer_name(kind));
+}
+
+// The check of one size: "ok", or the largest error over the ranks (and
+// *all_ok turns false).
+std::string check_bench_case(comm::Communicator& c, const Case& k, bool* all_ok) {
+  k.fill();
+  k.run(c);
+  const double e = k.error();
+  Tensor err = Tensor::empty({1}, DType::F32);
+  err.data<float>()[0] = static_cast<float>(e);
+  c.all_reduce(err, comm::ReduceOp::Max);
+  const bool ok = err.data<float>()[0] == 0.0f;
+  *all_ok = *all_ok && ok;
+  return ok ? "ok" : fmt::format("FAIL (max error {})", err.data<float>()[0]);
+}
+
+// One size's times per call on the slowest rank: each side's best round, and
+// the median over rounds of peer time / parallm time.
+struct BenchTiming {
+  double best = 1e30, best_peer = 1e30, ratio = 0;
+};
+
+BenchTiming time_bench_case(comm::Communicator& c, const Case& k, const BenchOptions& o, bool peer,
+                            const Tensor& times) {
+  // Warm up, and size the rounds to at least 10 ms so timer and scheduler noise stay small.
+  const auto w0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < std::max(1, o.warmup); ++i) k.run(c);
+  times.data<float>()[0] = static_cast<float>(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() / std::max(1, o.warmup));
+  c.all_reduce(times, comm::ReduceOp::Max);
+  const double t_op = std::max(1e-9, static_cast<double>(times.data<float>()[0]));  // slowest rank, per call
+  const int iters = std::max(o.iters, static_cast<int>(std::min(1e5, 0.01 / t_op)));
+  if (peer) comm::native_loop(c, k.kind, k.in, k.out, o.warmup);
+  // Blocks of about 1 ms per side, alternating within the round.
+  const int block = std::clamp(static_cast<int>(1e-3 / t_op), 1, iters);
+  BenchTiming t;
+  std::vector<double> ratios;
+  for (int r = 0; r < o.rounds; ++r) {
+    double ours = 0, theirs = 0;
+    auto run_ours = [&](int m) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < m; ++i) k.run(c);
+      ours += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    c.barrier();
+    for (int done = 0, b = 0; done < iters; done += block, ++b) {
+      const int m = std::min(block, iters - done);
+      // Who goes first alternates, so an advantage of going first or second cancels.
+      if (peer && (r + b) % 2 == 1) theirs += comm::native_loop(c, k.kind, k.in, k.out, m);
+      run_ours(m);
+      if (peer && (r + b) % 2 == 0) theirs += comm::native_loop(c, k.kind, k.in, k.out, m);
+    }
+    times.data<float>()[0] = static_cast<float>(ours / iters);
+    times.data<float>()[1] = static_cast<float>(theirs / iters);
+    c.all_reduce(times, comm::ReduceOp::Max);
+    t.best = std::min(t.best, static_cast<double>(times.data<float>()[0]));
+    t.best_peer = std::min(t.best_peer, static_cast<double>(times.data<float>()[1]));
+    ratios.push_back(static_cast<double>(times.data<float>()[1]) / times.data<float>()[0]);
+  }
+  // The ratio pairs each round's two interleaved measurements and takes
+  // the median, so drifts in machine speed cancel.
+  std::nth_element(ratios.begin(), ratios.begin() + ratios.size() / 2, ratios.end());
+  t.ratio = ratios[ratios.size() / 2];
+  return t;
+}
+
 int bench_comm(const BenchOptions& o) {
   const comm::OpKind kind = parse_op(o.op);
   const DType dt = parse_dtype(o.dtype);
@@ -178,32 +269,12 @@ int bench_comm(const BenchOptions& o) {
     const int n = c.size(), me = c.rank();
     const bool peer = o.peer && c.backend() == "mpi" && dt != DType::BF16 && n > 1;
     const size_t es = dtype_size(dt);
-    // Whole-buffer element counts, divisible by n where the op splits the buffer into blocks.
     const bool blocked = kind != comm::OpKind::AllReduce && kind != comm::OpKind::Broadcast;
-    std::vector<int64_t> counts;
-    for (double b = static_cast<double>(o.min_bytes); b <= static_cast<double>(o.max_bytes) * 1.0000001;
-         b *= o.factor) {
-      int64_t cnt = std::max<int64_t>(1, static_cast<int64_t>(b) / static_cast<int64_t>(es));
-      if (blocked) cnt = std::max<int64_t>(n, cnt / n * n);
-      if (counts.empty() || counts.back() != cnt) counts.push_back(cnt);
-    }
+    const std::vector<int64_t> counts = bench_counts(o, es, blocked, n);
     const int64_t maxc = counts.back();
     Tensor in_buf = Tensor::empty({maxc}, dt), out_buf = Tensor::empty({maxc}, dt);
     Tensor times = Tensor::empty({2}, DType::F32);
-    if (me == 0) {
-      std::printf("# parallm bench comm: %s, %s, %d rank%s (%s%s), >= %d iters (>= 10 ms) x %d rounds, %d warmup\n",
-                  o.op.c_str(), dtype_name(dt), n, n == 1 ? "" : "s", c.backend().c_str(),
-                  c.backend() == "mpi" ? (", " + comm::mpi_library_version()).c_str() : "", o.iters, o.rounds,
-                  o.warmup);
-      std::printf("# %10s %12s %11s %11s %11s", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
-      // time and busbw: best round; ratio: median over rounds of peer time / parallm time (1 = as fast).
-      if (peer) std::printf(" | %11s %11s %6s", "peer(us)", "peer busbw", "ratio");
-      if (o.check) std::printf(" | check");
-      std::printf("\n");
-      if (peer)
-        std::printf("# peer: %s, blocking, on the same ranks; ratio = median over rounds of peer time / our time\n",
-                    peer_name(kind));
-    }
+    if (me == 0) print_bench_header(o, c, kind, dt, peer);
     bool all_ok = true;
     double sum_ours = 0, sum_peer = 0, sum_ratio = 0;
     int n_big = 0;
@@ -213,71 +284,22 @@ int bench_comm(const BenchOptions& o) {
       const int64_t out_count = kind == comm::OpKind::ReduceScatter ? cnt / n : (blocked ? cnt : 0);
       k.in = in_buf.slice_view(0, {in_count});
       k.out = out_buf.slice_view(0, {out_count});
-      std::string check;
-      if (o.check) {
-        k.fill();
-        k.run(c);
-        const double e = k.error();
-        Tensor err = Tensor::empty({1}, DType::F32);
-        err.data<float>()[0] = static_cast<float>(e);
-        c.all_reduce(err, comm::ReduceOp::Max);
-        const bool ok = err.data<float>()[0] == 0.0f;
-        all_ok = all_ok && ok;
-        check = ok ? "ok" : fmt::format("FAIL (max error {})", err.data<float>()[0]);
-      }
+      const std::string check = o.check ? check_bench_case(c, k, &all_ok) : std::string();
       in_buf.zero();  // timing on zeros: repeated sums stay finite
-      // Warm up, and size the rounds to at least 10 ms so timer and scheduler noise stay small.
-      const auto w0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < std::max(1, o.warmup); ++i) k.run(c);
-      times.data<float>()[0] = static_cast<float>(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() / std::max(1, o.warmup));
-      c.all_reduce(times, comm::ReduceOp::Max);
-      const double t_op = std::max(1e-9, static_cast<double>(times.data<float>()[0]));  // slowest rank, per call
-      const int iters = std::max(o.iters, static_cast<int>(std::min(1e5, 0.01 / t_op)));
-      if (peer) comm::native_loop(c, kind, k.in, k.out, o.warmup);
-      // Blocks of about 1 ms per side, alternating within the round.
-      const int block = std::clamp(static_cast<int>(1e-3 / t_op), 1, iters);
-      double best = 1e30, best_peer = 1e30;
-      std::vector<double> ratios;
-      for (int r = 0; r < o.rounds; ++r) {
-        double ours = 0, theirs = 0;
-        auto run_ours = [&](int m) {
-          const auto t0 = std::chrono::steady_clock::now();
-          for (int i = 0; i < m; ++i) k.run(c);
-          ours += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        };
-        c.barrier();
-        for (int done = 0, b = 0; done < iters; done += block, ++b) {
-          const int m = std::min(block, iters - done);
-          // Who goes first alternates, so an advantage of going first or second cancels.
-          if (peer && (r + b) % 2 == 1) theirs += comm::native_loop(c, kind, k.in, k.out, m);
-          run_ours(m);
-          if (peer && (r + b) % 2 == 0) theirs += comm::native_loop(c, kind, k.in, k.out, m);
-        }
-        times.data<float>()[0] = static_cast<float>(ours / iters);
-        times.data<float>()[1] = static_cast<float>(theirs / iters);
-        c.all_reduce(times, comm::ReduceOp::Max);
-        best = std::min(best, static_cast<double>(times.data<float>()[0]));
-        best_peer = std::min(best_peer, static_cast<double>(times.data<float>()[1]));
-        ratios.push_back(static_cast<double>(times.data<float>()[1]) / times.data<float>()[0]);
-      }
-      // The ratio pairs each round's two interleaved measurements and takes
-      // the median, so drifts in machine speed cancel.
-      std::nth_element(ratios.begin(), ratios.begin() + ratios.size() / 2, ratios.end());
-      const double ratio = ratios[ratios.size() / 2];
+      const BenchTiming t = time_bench_case(c, k, o, peer, times);
       const double bytes = static_cast<double>(cnt) * static_cast<double>(es);
-      const double algbw = bytes / best / 1e9, busbw = algbw * k.bus_factor();
-      const double peer_bus = bytes / best_peer / 1e9 * k.bus_factor();
+      const double algbw = bytes / t.best / 1e9, busbw = algbw * k.bus_factor();
+      const double peer_bus = bytes / t.best_peer / 1e9 * k.bus_factor();
       if (bytes >= (1 << 20)) {
-        sum_ratio += ratio;
+        sum_ratio += t.ratio;
         sum_ours += busbw;
         sum_peer += peer_bus;
         ++n_big;
       }
       if (me == 0) {
         std::printf("  %10s %12lld %11.1f %11.3f %11.3f", human_bytes(static_cast<int64_t>(bytes)).c_str(),
-                    static_cast<long long>(cnt), best * 1e6, algbw, busbw);
-        if (peer) std::printf(" | %11.1f %11.3f %6.3f", best_peer * 1e6, peer_bus, ratio);
+                    static_cast<long long>(cnt), t.best * 1e6, algbw, busbw);
+        if (peer) std::printf(" | %11.1f %11.3f %6.3f", t.best_peer * 1e6, peer_bus, t.ratio);
         if (o.check) std::printf(" | %s", check.c_str());
         std::printf("\n");
         std::fflush(stdout);

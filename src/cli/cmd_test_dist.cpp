@@ -100,6 +100,66 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The first line: the model, the ranks, the batch, the threads and DDP's buckets.
+void print_test_dist_start(const TestDistOptions& o, const model::MLP& m, int n, const parallel::DataParallel* ddp) {
+  const int64_t B = o.batch;
+  std::printf(
+      "test-dist: MLP %s (%.2fM parameters), %d rank%s x batch %lld (global %lld), %lld iterations, %d "
+      "thread%s per rank%s\n",
+      o.dims.c_str(), static_cast<double>(m.num_params()) / 1e6, n, n == 1 ? "" : "s", static_cast<long long>(B),
+      static_cast<long long>(B * n), static_cast<long long>(o.iters), num_threads(), num_threads() == 1 ? "" : "s",
+      ddp ? fmt::format(", {} gradient bucket{}", ddp->num_buckets(), ddp->num_buckets() == 1 ? "" : "s").c_str() : "");
+  std::fflush(stdout);
+}
+
+// What every iteration measured: its loss (mean over ranks) and times (ms).
+struct TestDistSeries {
+  std::vector<double> losses, dts, dtfs, dtbs, comm_ms, exposed_ms;
+};
+
+// The summary (medians of the steady state) and the terminal plots.
+void print_test_dist_summary(const TestDistOptions& o, const TestDistSeries& s, int n, bool with_ddp) {
+  const int64_t B = o.batch;
+  // Steady state: the first iterations (allocation, thread start-up) left out of the medians.
+  const size_t skip = std::min<size_t>(s.dts.size() - 1, 2);
+  auto tail = [&](const std::vector<double>& v) { return std::vector<double>(v.begin() + skip, v.end()); };
+  const double dt_med = median(tail(s.dts));
+  std::string comm;
+  if (with_ddp) {
+    const double cm = median(tail(s.comm_ms)), ex = median(tail(s.exposed_ms));
+    comm = fmt::format(", all-reduce {:.2f}ms/iter ({:.0f}% not overlapped)", cm,
+                       cm > 0 ? 100.0 * std::min(1.0, ex / cm) : 0.0);
+  }
+  std::printf(
+      "test-dist: loss %.4f -> %.4f; median dt %.2fms (dtf %.2fms, dtb %.2fms), %.0f samples/s over %d "
+      "rank%s%s\n",
+      s.losses.front(), s.losses.back(), dt_med, median(tail(s.dtfs)), median(tail(s.dtbs)),
+      static_cast<double>(B * n) / (dt_med / 1e3), n, n == 1 ? "" : "s", comm.c_str());
+  if (o.plot) {
+    PlotOptions po;
+    po.x0 = 1;
+    std::fputs(text_plot(s.losses, "loss vs iter", po).c_str(), stdout);
+    po.x0 = static_cast<int>(skip) + 1;
+    std::fputs(text_plot(tail(s.dts), fmt::format("dt (ms) vs iter (after {} warm-up iterations)", skip), po).c_str(),
+               stdout);
+  }
+  std::fflush(stdout);
+}
+
+// The verdict: did the held-out batch's loss fall? (Said by rank 0.)
+bool test_dist_verdict(const TestDistOptions& o, float held_before, float held_after, bool lead) {
+  const bool fell = held_after < held_before;
+  if (lead) {
+    std::printf("test-dist: held-out batch loss %.6f -> %.6f after %lld iterations: %s\n", held_before, held_after,
+                static_cast<long long>(o.iters), fell ? "training works" : "did not fall");
+    std::fflush(stdout);
+  }
+  if (!fell && lead)
+    std::fprintf(stderr, "test-dist: the loss on the held-out batch did not fall (%.6f -> %.6f): training is broken\n",
+                 held_before, held_after);
+  return fell;
+}
+
 int test_dist(const TestDistOptions& o) {
   const std::vector<int64_t> dims = checked_dims(o);  // the other options' ranges are checked by CLI11
   comm::CommOptions copt;
@@ -118,16 +178,7 @@ int test_dist(const TestDistOptions& o) {
     if (n > 1)
       ddp = std::make_unique<parallel::DataParallel>(c, m.layout(), m.grads(), parallel::DdpOptions{o.bucket_mb});
     const std::function<void(int)> hook = ddp ? ddp->hook() : nullptr;
-    if (lead) {
-      std::printf(
-          "test-dist: MLP %s (%.2fM parameters), %d rank%s x batch %lld (global %lld), %lld iterations, %d "
-          "thread%s per rank%s\n",
-          o.dims.c_str(), static_cast<double>(m.num_params()) / 1e6, n, n == 1 ? "" : "s", static_cast<long long>(B),
-          static_cast<long long>(B * n), static_cast<long long>(o.iters), num_threads(), num_threads() == 1 ? "" : "s",
-          ddp ? fmt::format(", {} gradient bucket{}", ddp->num_buckets(), ddp->num_buckets() == 1 ? "" : "s").c_str()
-              : "");
-      std::fflush(stdout);
-    }
+    if (lead) print_test_dist_start(o, m, n, ddp.get());
     // Inputs are random per (iteration, rank); the target is the input (or, when
     // the widths differ, a random projection-free target of the output width).
     std::vector<float> x(B * din), target(B * dout);
@@ -139,8 +190,9 @@ int test_dist(const TestDistOptions& o) {
     auto held_out_loss = [&] { return m.forward(held_x.data(), din != dout ? held_target.data() : held_x.data(), B); };
     const float held_before = held_out_loss();
     Tensor loss_t = Tensor::empty({1}, DType::F32);
-    std::vector<double> losses, dts, dtfs, dtbs, comm_ms, exposed_ms;
-    for (auto* v : {&losses, &dts, &dtfs, &dtbs, &comm_ms, &exposed_ms}) v->reserve(o.iters);  // none in the loop
+    TestDistSeries s;
+    for (auto* v : {&s.losses, &s.dts, &s.dtfs, &s.dtbs, &s.comm_ms, &s.exposed_ms})
+      v->reserve(o.iters);  // none in the loop
     for (int64_t it = 1; it <= o.iters; ++it) {
       draw_batch(o, dims, it, me, x, target);
       const float* tgt = din != dout ? target.data() : x.data();
@@ -160,13 +212,13 @@ int test_dist(const TestDistOptions& o) {
         loss = loss_t.data<float>()[0];
       }
       const double dt = t.seconds();
-      losses.push_back(loss);
-      dts.push_back(dt * 1e3);
-      dtfs.push_back(dtf * 1e3);
-      dtbs.push_back(dtb * 1e3);
+      s.losses.push_back(loss);
+      s.dts.push_back(dt * 1e3);
+      s.dtfs.push_back(dtf * 1e3);
+      s.dtbs.push_back(dtb * 1e3);
       if (ddp) {
-        comm_ms.push_back(ddp->stats().comm_s * 1e3);
-        exposed_ms.push_back(ddp->stats().exposed_s * 1e3);
+        s.comm_ms.push_back(ddp->stats().comm_s * 1e3);
+        s.exposed_ms.push_back(ddp->stats().exposed_s * 1e3);
       }
       if (lead && (it % o.log_interval == 0 || it == 1 || it == o.iters)) {
         std::printf("iter %lld: loss %.4f, samples/s %.0f, dt %.2fms, dtf %.2fms, dtb %.2fms\n",
@@ -174,46 +226,11 @@ int test_dist(const TestDistOptions& o) {
         std::fflush(stdout);
       }
     }
-    PARALLM_CHECK(std::isfinite(losses.back()), NumericError, "test-dist", "loss is {} after {} iterations",
-                  losses.back(), o.iters);
+    PARALLM_CHECK(std::isfinite(s.losses.back()), NumericError, "test-dist", "loss is {} after {} iterations",
+                  s.losses.back(), o.iters);
     const float held_after = held_out_loss();
-    if (lead) {
-      // Steady state: the first iterations (allocation, thread start-up) left out of the medians.
-      const size_t skip = std::min<size_t>(dts.size() - 1, 2);
-      auto tail = [&](const std::vector<double>& v) { return std::vector<double>(v.begin() + skip, v.end()); };
-      const double dt_med = median(tail(dts));
-      std::string comm;
-      if (ddp) {
-        const double cm = median(tail(comm_ms)), ex = median(tail(exposed_ms));
-        comm = fmt::format(", all-reduce {:.2f}ms/iter ({:.0f}% not overlapped)", cm,
-                           cm > 0 ? 100.0 * std::min(1.0, ex / cm) : 0.0);
-      }
-      std::printf(
-          "test-dist: loss %.4f -> %.4f; median dt %.2fms (dtf %.2fms, dtb %.2fms), %.0f samples/s over %d "
-          "rank%s%s\n",
-          losses.front(), losses.back(), dt_med, median(tail(dtfs)), median(tail(dtbs)),
-          static_cast<double>(B * n) / (dt_med / 1e3), n, n == 1 ? "" : "s", comm.c_str());
-      if (o.plot) {
-        PlotOptions po;
-        po.x0 = 1;
-        std::fputs(text_plot(losses, "loss vs iter", po).c_str(), stdout);
-        po.x0 = static_cast<int>(skip) + 1;
-        std::fputs(text_plot(tail(dts), fmt::format("dt (ms) vs iter (after {} warm-up iterations)", skip), po).c_str(),
-                   stdout);
-      }
-      std::fflush(stdout);
-    }
-    const bool fell = held_after < held_before;
-    if (lead) {
-      std::printf("test-dist: held-out batch loss %.6f -> %.6f after %lld iterations: %s\n", held_before, held_after,
-                  static_cast<long long>(o.iters), fell ? "training works" : "did not fall");
-      std::fflush(stdout);
-    }
-    if (!fell && lead)
-      std::fprintf(stderr,
-                   "test-dist: the loss on the held-out batch did not fall (%.6f -> %.6f): training is broken\n",
-                   held_before, held_after);
-    return fell ? 0 : 1;
+    if (lead) print_test_dist_summary(o, s, n, ddp != nullptr);
+    return test_dist_verdict(o, held_before, held_after, lead) ? 0 : 1;
   });
 }
 

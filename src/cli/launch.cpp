@@ -1,3 +1,8 @@
+// The launch planner (design: cli/launch.h). plan_launch() checks the
+// request, picks how the ranks start (already inside a job, direct, Slurm,
+// PBS, a hostfile or this host), sizes the job (nodes, ranks per node,
+// threads per rank) and writes the launcher's command line; also the parsers
+// of hostfiles and of `srun --mpi=list`.
 #include "cli/launch.h"
 
 #include <fmt/format.h>
@@ -172,7 +177,10 @@ Hostfile parse_hostfile(const std::string& text, const std::string& path) {
   return h;
 }
 
-LaunchPlan plan_launch(const LaunchRequest& req, const comm::EnvLookup& env, const Machine& m) {
+namespace {
+
+// The request's own checks, before anything is detected.
+void check_launch_request(const LaunchRequest& req) {
   static const char* kLaunchers[] = {"auto", "openmpi", "mpich", "pals", "srun", "direct"};
   PARALLM_CHECK(std::find(std::begin(kLaunchers), std::end(kLaunchers), req.launcher) != std::end(kLaunchers),
                 ConfigError, "launch", "--launcher must be auto, openmpi, mpich, pals, srun or direct, got \"{}\"",
@@ -180,19 +188,12 @@ LaunchPlan plan_launch(const LaunchRequest& req, const comm::EnvLookup& env, con
   PARALLM_CHECK(!req.command.empty(), ConfigError, "launch", "no command to launch (write it after --)");
   PARALLM_CHECK(req.n == -1 || req.n >= 1, ConfigError, "launch", "-n must be at least 1, got {}", req.n);
   PARALLM_CHECK(req.ppn == -1 || req.ppn >= 1, ConfigError, "launch", "--ppn must be at least 1, got {}", req.ppn);
-  LaunchPlan p;
+}
+
+// p.mode, from --launcher and the job this runs in; returns the hostfile
+// (--hostfile, or a PBS job's node file; "" for none).
+std::string pick_launch_mode(const LaunchRequest& req, const comm::EnvLookup& env, LaunchPlan& p) {
   const bool automatic = req.launcher == "auto";
-
-  // Already one rank of a launched job: launching again would nest jobs.
-  if (const comm::EnvRank er = comm::env_rank(env); automatic && er.size >= 1) {
-    p.mode = "inside";
-    p.why = fmt::format("already rank {} of {} of a launched job ({}): running the command directly", er.rank, er.size,
-                        er.source);
-    p.ranks = er.size;
-    p.argv = req.command;
-    return p;
-  }
-
   std::string hostfile = req.hostfile;
   if (req.launcher == "direct") {
     p.mode = "direct";
@@ -204,8 +205,12 @@ LaunchPlan plan_launch(const LaunchRequest& req, const comm::EnvLookup& env, con
   } else {
     p.mode = hostfile.empty() ? "local" : "hostfile";
   }
+  return hostfile;
+}
 
-  // Nodes, ranks per node, ranks.
+// Nodes, ranks per node, ranks.
+void size_launch(const LaunchRequest& req, const comm::EnvLookup& env, const Machine& m, const std::string& hostfile,
+                 LaunchPlan& p) {
   Hostfile hf;
   if (!hostfile.empty()) {
     hf = parse_hostfile(m.read_file(hostfile), hostfile);
@@ -218,56 +223,33 @@ LaunchPlan plan_launch(const LaunchRequest& req, const comm::EnvLookup& env, con
     p.ppn = p.ranks;
     PARALLM_CHECK(req.ppn == -1 || req.ppn == p.ranks, ConfigError, "launch",
                   "--ppn {} needs several nodes: give --hostfile, or run inside a Slurm or PBS job", req.ppn);
-  } else {
-    const int slurm_ppn = p.mode == "slurm" ? env_count(env, "SLURM_NTASKS_PER_NODE") : -1;
-    const int slurm_n = p.mode == "slurm" ? env_count(env, "SLURM_NTASKS") : -1;
-    if (req.ppn > 0)
-      p.ppn = req.ppn;
-    else if (req.n > 0)
-      p.ppn = (req.n + p.nodes - 1) / p.nodes;
-    else if (slurm_ppn > 0)
-      p.ppn = slurm_ppn;
-    else if (slurm_n > 0)
-      p.ppn = (slurm_n + p.nodes - 1) / p.nodes;
-    else
-      p.ppn = 1;
-    p.ranks = req.n > 0 ? req.n : (slurm_n > 0 && req.ppn < 0 ? slurm_n : p.nodes * p.ppn);
-    PARALLM_CHECK(p.ranks <= p.nodes * p.ppn, ConfigError, "launch",
-                  "-n {} is more than {} node{} x {} ranks per node; raise --ppn or give more nodes", p.ranks, p.nodes,
-                  p.nodes == 1 ? "" : "s", p.ppn);
+    return;
   }
+  const int slurm_ppn = p.mode == "slurm" ? env_count(env, "SLURM_NTASKS_PER_NODE") : -1;
+  const int slurm_n = p.mode == "slurm" ? env_count(env, "SLURM_NTASKS") : -1;
+  if (req.ppn > 0)
+    p.ppn = req.ppn;
+  else if (req.n > 0)
+    p.ppn = (req.n + p.nodes - 1) / p.nodes;
+  else if (slurm_ppn > 0)
+    p.ppn = slurm_ppn;
+  else if (slurm_n > 0)
+    p.ppn = (slurm_n + p.nodes - 1) / p.nodes;
+  else
+    p.ppn = 1;
+  p.ranks = req.n > 0 ? req.n : (slurm_n > 0 && req.ppn < 0 ? slurm_n : p.nodes * p.ppn);
+  PARALLM_CHECK(p.ranks <= p.nodes * p.ppn, ConfigError, "launch",
+                "-n {} is more than {} node{} x {} ranks per node; raise --ppn or give more nodes", p.ranks, p.nodes,
+                p.nodes == 1 ? "" : "s", p.ppn);
+}
 
-  // Threads per rank: the cores of a node shared by its ranks, unless the user chose.
-  const char* omp = env("OMP_NUM_THREADS");
-  p.threads = omp && *omp ? to_count(omp, "OMP_NUM_THREADS") : std::max(1, m.cores / p.ppn);
-  p.env.emplace_back("OMP_NUM_THREADS", std::to_string(p.threads));
-  const bool fits = p.ppn * p.threads <= m.cores;
+// The MPI launcher's command line (mpiexec or mpirun and their options, not
+// the command): ranks bound to their `threads` cores when they fit.
+std::vector<std::string> mpi_launcher_argv(const comm::EnvLookup& env, const Machine& m, MpiFlavor flavor,
+                                           const std::string& hostfile, const LaunchPlan& p, bool fits) {
   const std::string n = std::to_string(p.ranks), ppn = std::to_string(p.ppn), t = std::to_string(p.threads);
-
-  if (p.mode == "direct" || (p.mode == "local" && p.ranks == 1)) {
-    PARALLM_CHECK(p.ranks == 1, ConfigError, "launch", "--launcher direct runs one process, not -n {}", p.ranks);
-    p.why = "one rank on this host: running the command directly";
-    p.argv = req.command;
-    return p;
-  }
-
-  std::vector<std::string>& a = p.argv;
-  MpiFlavor flavor = m.flavor;
-  if (req.launcher == "openmpi") flavor = MpiFlavor::OpenMpi;
-  if (req.launcher == "mpich") flavor = MpiFlavor::Mpich;
-  if (req.launcher == "pals") flavor = MpiFlavor::Pals;
-  const std::string where =
-      p.mode == "slurm" ? fmt::format("Slurm job {}", env("SLURM_JOB_ID") ? env("SLURM_JOB_ID") : "")
-      : p.mode == "pbs" ? fmt::format("PBS job {} (nodes from {})", env("PBS_JOBID") ? env("PBS_JOBID") : "", hostfile)
-      : p.mode == "local" ? std::string("this host")
-                          : fmt::format("hostfile {}", hostfile);
-  p.why =
-      fmt::format("{}: {} rank{} on {} node{} ({} per node, {} thread{} each)", where, p.ranks, p.ranks == 1 ? "" : "s",
-                  p.nodes, p.nodes == 1 ? "" : "s", p.ppn, p.threads, p.threads == 1 ? "" : "s");
-
-  if (p.mode == "slurm") {
-    a = srun_argv(req, env, m, flavor, p);
-  } else if (flavor == MpiFlavor::Pals) {
+  std::vector<std::string> a;
+  if (flavor == MpiFlavor::Pals) {
     a = {"mpiexec", "-n", n, "--ppn", ppn};
     if (!hostfile.empty()) a.insert(a.end(), {"--hostfile", hostfile});
     a.insert(a.end(), {"--depth", t, "--cpu-bind", "depth", "--env", "OMP_NUM_THREADS=" + t});
@@ -298,6 +280,60 @@ LaunchPlan plan_launch(const LaunchRequest& req, const comm::EnvLookup& env, con
                       "parallm was built without MPI, so it cannot run several ranks; install libopenmpi-dev "
                       "openmpi-bin and rebuild, or pass --launcher openmpi|mpich|pals|srun");
   }
+  return a;
+}
+
+}  // namespace
+
+LaunchPlan plan_launch(const LaunchRequest& req, const comm::EnvLookup& env, const Machine& m) {
+  check_launch_request(req);
+  LaunchPlan p;
+  const bool automatic = req.launcher == "auto";
+
+  // Already one rank of a launched job: launching again would nest jobs.
+  if (const comm::EnvRank er = comm::env_rank(env); automatic && er.size >= 1) {
+    p.mode = "inside";
+    p.why = fmt::format("already rank {} of {} of a launched job ({}): running the command directly", er.rank, er.size,
+                        er.source);
+    p.ranks = er.size;
+    p.argv = req.command;
+    return p;
+  }
+
+  const std::string hostfile = pick_launch_mode(req, env, p);
+  size_launch(req, env, m, hostfile, p);
+
+  // Threads per rank: the cores of a node shared by its ranks, unless the user chose.
+  const char* omp = env("OMP_NUM_THREADS");
+  p.threads = omp && *omp ? to_count(omp, "OMP_NUM_THREADS") : std::max(1, m.cores / p.ppn);
+  p.env.emplace_back("OMP_NUM_THREADS", std::to_string(p.threads));
+  const bool fits = p.ppn * p.threads <= m.cores;
+
+  if (p.mode == "direct" || (p.mode == "local" && p.ranks == 1)) {
+    PARALLM_CHECK(p.ranks == 1, ConfigError, "launch", "--launcher direct runs one process, not -n {}", p.ranks);
+    p.why = "one rank on this host: running the command directly";
+    p.argv = req.command;
+    return p;
+  }
+
+  MpiFlavor flavor = m.flavor;
+  if (req.launcher == "openmpi") flavor = MpiFlavor::OpenMpi;
+  if (req.launcher == "mpich") flavor = MpiFlavor::Mpich;
+  if (req.launcher == "pals") flavor = MpiFlavor::Pals;
+  const std::string where =
+      p.mode == "slurm" ? fmt::format("Slurm job {}", env("SLURM_JOB_ID") ? env("SLURM_JOB_ID") : "")
+      : p.mode == "pbs" ? fmt::format("PBS job {} (nodes from {})", env("PBS_JOBID") ? env("PBS_JOBID") : "", hostfile)
+      : p.mode == "local" ? std::string("this host")
+                          : fmt::format("hostfile {}", hostfile);
+  p.why =
+      fmt::format("{}: {} rank{} on {} node{} ({} per node, {} thread{} each)", where, p.ranks, p.ranks == 1 ? "" : "s",
+                  p.nodes, p.nodes == 1 ? "" : "s", p.ppn, p.threads, p.threads == 1 ? "" : "s");
+
+  std::vector<std::string>& a = p.argv;
+  if (p.mode == "slurm")
+    a = srun_argv(req, env, m, flavor, p);
+  else
+    a = mpi_launcher_argv(env, m, flavor, hostfile, p, fits);
   a.insert(a.end(), req.extra.begin(), req.extra.end());
   a.insert(a.end(), req.command.begin(), req.command.end());
   return p;

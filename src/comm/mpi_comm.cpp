@@ -99,6 +99,13 @@ std::string rank_list(const std::vector<int>& r) {
   return fmt::format("{} {}", r.size() == 1 ? "rank" : "ranks", fmt::join(r, ","));
 }
 
+// A bf16 tensor widened to fp32 into `v` (bf16 is reduced in fp32).
+void bf16_to_f32_vec(const Tensor& t, std::vector<float>& v) {
+  v.resize(t.numel());
+  const uint16_t* p = static_cast<const uint16_t*>(t.raw());
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = bf16_to_f32(p[i]);
+}
+
 class MpiComm;
 
 // One collective in flight: check phase, then the operation, then staging back.
@@ -110,6 +117,8 @@ class CollPending : public Pending {
 
  private:
   void start_real();
+  int start_reduce();              // MPI_Reduce (start_real() for a reduce)
+  void set_shards(int64_t total);  // counts_ and displs_: the shard_of partition of `total`
   void finish_real();
   [[noreturn]] void report_mismatch();
   int icount(int64_t n) const;
@@ -375,67 +384,67 @@ void CollPending::report_mismatch() {
                   c_.err(op_, "collective mismatch (a rank skipped or reordered a collective): " + s));
 }
 
+void CollPending::set_shards(int64_t total) {
+  const int n = c_.size();
+  counts_.resize(n);
+  displs_.resize(n);
+  for (int r = 0; r < n; ++r) {
+    Shard s = shard_of(total, n, r);
+    counts_[r] = icount(s.count);
+    displs_[r] = icount(s.offset);
+  }
+}
+
+int CollPending::start_reduce() {
+  void* buf = op_.a.raw();
+  MPI_Datatype t = mpi_type(op_.dtype());
+  if (op_.dtype() == DType::BF16) {
+    bf16_to_f32_vec(op_.a, tin_);
+    buf = tin_.data();
+    t = MPI_FLOAT;
+  }
+  // No MPI_IN_PLACE: MPICH 4.0-4.1 crash with it when the root is not rank 0
+  // (pmodels/mpich#6540). The root sends a copy of its input; the others
+  // get a scratch receive buffer (only significant at the root, but some
+  // algorithms touch it).
+  int size = 0;
+  MPI_Type_size(t, &size);
+  const size_t bytes = static_cast<size_t>(op_.count) * static_cast<size_t>(size);
+  scratch_.resize(bytes + 1);
+  void* send = buf;
+  void* recv = scratch_.data();
+  if (c_.rank() == op_.root) {
+    if (bytes) std::memcpy(scratch_.data(), buf, bytes);
+    send = scratch_.data();
+    recv = buf;
+  }
+  return MPI_Reduce(send, recv, icount(op_.count), t, mpi_op(op_.rop), op_.root, c_.comm());
+}
+
 void CollPending::start_real() {
   state_ = kReal;
   const int n = c_.size(), me = c_.rank();
   MPI_Comm comm = c_.comm();
-  auto shards = [&](int64_t total) {
-    counts_.resize(n);
-    displs_.resize(n);
-    for (int r = 0; r < n; ++r) {
-      Shard s = shard_of(total, n, r);
-      counts_[r] = icount(s.count);
-      displs_[r] = icount(s.offset);
-    }
-  };
   const DType dt = op_.dtype();
   const bool bf16 = dt == DType::BF16;
-  auto to_f32 = [](const Tensor& t, std::vector<float>& v) {
-    v.resize(t.numel());
-    const uint16_t* p = static_cast<const uint16_t*>(t.raw());
-    for (int64_t i = 0; i < t.numel(); ++i) v[i] = bf16_to_f32(p[i]);
-  };
   int rc = MPI_SUCCESS;
   switch (op_.kind) {
     case OpKind::AllReduce:
       if (bf16) {
-        to_f32(op_.a, tin_);
+        bf16_to_f32_vec(op_.a, tin_);
         rc = MPI_Allreduce(MPI_IN_PLACE, tin_.data(), icount(op_.count), MPI_FLOAT, mpi_op(op_.rop), comm);
       } else {
         rc = MPI_Allreduce(MPI_IN_PLACE, op_.a.raw(), icount(op_.count), mpi_type(dt), mpi_op(op_.rop), comm);
       }
       break;
-    case OpKind::Reduce: {
-      void* buf = op_.a.raw();
-      MPI_Datatype t = mpi_type(dt);
-      if (bf16) {
-        to_f32(op_.a, tin_);
-        buf = tin_.data();
-        t = MPI_FLOAT;
-      }
-      // No MPI_IN_PLACE: MPICH 4.0-4.1 crash with it when the root is not rank 0
-      // (pmodels/mpich#6540). The root sends a copy of its input; the others
-      // get a scratch receive buffer (only significant at the root, but some
-      // algorithms touch it).
-      int size = 0;
-      MPI_Type_size(t, &size);
-      const size_t bytes = static_cast<size_t>(op_.count) * static_cast<size_t>(size);
-      scratch_.resize(bytes + 1);
-      void* send = buf;
-      void* recv = scratch_.data();
-      if (me == op_.root) {
-        if (bytes) std::memcpy(scratch_.data(), buf, bytes);
-        send = scratch_.data();
-        recv = buf;
-      }
-      rc = MPI_Reduce(send, recv, icount(op_.count), t, mpi_op(op_.rop), op_.root, comm);
+    case OpKind::Reduce:
+      rc = start_reduce();
       break;
-    }
     case OpKind::Broadcast:
       rc = MPI_Bcast(op_.a.raw(), icount(op_.count), mpi_type(dt), op_.root, comm);
       break;
     case OpKind::AllGather: {
-      shards(op_.count);
+      set_shards(op_.count);
       // In place when the input is this rank's own part of the output (ZeRO gathers shards that way).
       const void* send = op_.a.raw();
       if (send == static_cast<const char*>(op_.b.raw()) + static_cast<size_t>(displs_[me]) * dtype_size(dt))
@@ -445,19 +454,19 @@ void CollPending::start_real() {
       break;
     }
     case OpKind::Gather:
-      shards(op_.count);
+      set_shards(op_.count);
       rc = MPI_Gatherv(op_.a.raw(), counts_[me], mpi_type(op_.a.dtype()), op_.b.raw(), counts_.data(), displs_.data(),
                        mpi_type(op_.a.dtype()), op_.root, comm);
       break;
     case OpKind::Scatter:
-      shards(op_.count);
+      set_shards(op_.count);
       rc = MPI_Scatterv(op_.a.raw(), counts_.data(), displs_.data(), mpi_type(op_.b.dtype()), op_.b.raw(), counts_[me],
                         mpi_type(op_.b.dtype()), op_.root, comm);
       break;
     case OpKind::ReduceScatter:
-      shards(op_.count);
+      set_shards(op_.count);
       if (bf16) {
-        to_f32(op_.a, tin_);
+        bf16_to_f32_vec(op_.a, tin_);
         tout_.resize(op_.b.numel());
         rc = MPI_Reduce_scatter(tin_.data(), tout_.data(), counts_.data(), MPI_FLOAT, mpi_op(op_.rop), comm);
       } else {
