@@ -71,12 +71,9 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
                   "bf16 mixed precision keeps whole parameter and gradient buffers (not with ZeRO stage 2 or 3 yet)");
   }
   if (!dev.is_cpu()) gpu::set_device(dev.index);
-  if (storage.params) params_ = DeviceArray<float>(layout_.total(), MemCategory::Params, dev);
-  if (storage.grads) grads_ = DeviceArray<float>(layout_.total(), MemCategory::Grads, dev);
   // bf16 copy of the parameters: GPU bf16 compute reads it; CPU bf16 products
   // take their weight operands from it instead of rounding them per product.
-  if (lowp || (bf16_products_ && storage.params))
-    params_lp_ = DeviceArray<bfloat16>(layout_.total(), MemCategory::Params, dev);
+  pa_ = ParamAccess(layout_, dev, storage, lowp || (bf16_products_ && storage.params));
 
   PARALLM_CHECK(pipe.in_flight.empty() || pipe.in_flight.size() == layout_.chunks().size(), InternalError, "model",
                 "{} in-flight counts for {} chunks", pipe.in_flight.size(), layout_.chunks().size());
@@ -87,22 +84,11 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
   PARALLM_CHECK(!pipe.split_backward || pipe.pipelined(), InternalError, "model",
                 "a split backward keeps its messages in a pipeline stage's buffers");
   pipe_ = std::move(pipe);
-  off_ = carve(cfg, max_B_, max_T_, dev, omp_get_max_threads(), compute_, layout_.spec().tp, sp_, pipe_, cpl_);
-  int max_sets = 1;
-  for (const auto& ch : off_.chunks) {
-    sets_.emplace_back(static_cast<size_t>(ch.sets));
-    max_sets = std::max(max_sets, ch.sets);
-  }
+  acts_ = Activations(ActivationPlan::carve(cfg, max_B_, max_T_, dev, omp_get_max_threads(), compute_,
+                                            layout_.spec().tp, sp_, pipe_, cpl_),
+                      dev, compute_);
   const int64_t N = max_B_ * max_T_;
-  if (lowp) {
-    acts_lp_ = DeviceArray<bfloat16>(off_.acts, MemCategory::Activations, dev);
-    scratch_lp_ = DeviceArray<bfloat16>(off_.scratch, MemCategory::Scratch, dev);
-  } else {
-    acts_ = DeviceArray<float>(off_.acts, MemCategory::Activations, dev);
-    scratch_ = DeviceArray<float>(off_.scratch, MemCategory::Scratch, dev);
-  }
-  stats_ = DeviceArray<float>(off_.stats, MemCategory::Activations, dev);
-  ws_ = DeviceArray<float>(off_.ws, MemCategory::Scratch, dev);
+  const int max_sets = acts_.max_sets();
   if (!dev.is_cpu()) {
     tokens_d_ = DeviceArray<int32_t>(N * max_sets, MemCategory::Activations, dev);  // a copy per activation set
     targets_d_ = DeviceArray<int32_t>(N * max_sets, MemCategory::Activations, dev);
@@ -117,9 +103,9 @@ void GPT::build_layers() {
   const int64_t C = cfg_.n_embd, tp = layout_.spec().tp, Cl = C / tp, NH = cfg_.n_head, NHl = NH / tp;
   split_ = TensorSplit(tp_, sp_, C);
   auto scratch_at = [&](int64_t off) -> void* {
-    return compute_ == DType::BF16 ? static_cast<void*>(scr<bfloat16>(off)) : scr<float>(off);
+    return compute_ == DType::BF16 ? static_cast<void*>(acts_.scr<bfloat16>(off)) : acts_.scr<float>(off);
   };
-  split_.set_buffers(scratch_at(off_.s_full), scratch_at(off_.s_gfull));
+  split_.set_buffers(scratch_at(acts_.plan().s_full), scratch_at(acts_.plan().s_gfull));
   const Attention attn{cpa_.get(), Cl, NHl, NH, layout_.spec().rank * NHl, tp_ ? NH : 0};
   blocks_.assign(static_cast<size_t>(cfg_.n_layer), BlockLayers{});
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
@@ -138,6 +124,13 @@ void GPT::build_layers() {
   head_ = Head{layout_.head(), C, cfg_.vocab_size, layout_.vocab_rows()};
 }
 
+GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
+                          DType compute, int tp, bool sequence_parallel, const PipelinePart& pipe, const CpLayout& cp) {
+  return ActivationPlan::carve(cfg, max_batch, max_seq, dev, threads, compute, tp, sequence_parallel && tp > 1, pipe,
+                               cp)
+      .sizes;
+}
+
 int64_t GPT::num_params_nanogpt() const {
   // The whole model's (every stage's), wpe excluded, as nanoGPT prints it.
   return static_cast<int64_t>(cfg_.num_params()) - cfg_.block_size * cfg_.n_embd;
@@ -146,81 +139,40 @@ int64_t GPT::num_params_nanogpt() const {
 void GPT::set_store(ParamStore* store) {
   PARALLM_CHECK(!store || compute_ == DType::F32, ConfigError, "gpt",
                 "bf16 compute reads its own bf16 copy of whole parameters; a sharded store needs fp32 compute");
-  store_ = store;
-}
-
-const float* GPT::group_params(int g, Pass pass) const {
-  if (store_) return store_->params(g, pass);
-  PARALLM_CHECK(params_.data(), InternalError, "gpt", "the model holds no parameters and has no store");
-  return params_.data() + layout_.group(g).begin;
-}
-void GPT::release_group(int g, Pass pass) const {
-  if (store_) store_->release_params(g, pass);
-}
-float* GPT::group_grads(int g) const {
-  if (store_) return store_->grads(g);
-  PARALLM_CHECK(grads_.data(), InternalError, "gpt", "the model holds no gradients and has no store");
-  return grads_.data() + layout_.group(g).begin;
-}
-void GPT::group_grads_done(int g) const {
-  if (store_) store_->grads_done(g);
-}
-
-template <class A>
-const A* GPT::params_of(int g, Pass pass) {
-  if constexpr (std::is_same_v<A, float>) {
-    return group_params(g, pass);
-  } else {
-    if (lp_stale_) {
-      PARALLM_CHECK(params_.data(), InternalError, "gpt", "bf16 compute weights need the fp32 parameters");
-      kernels::convert_to_bf16(dev_, params_lp_.data(), params_.data(), layout_.total());
-      lp_stale_ = false;
-    }
-    return params_lp_.data() + layout_.group(g).begin;
-  }
+  pa_.set_store(store);
 }
 
 Tensor GPT::param(const std::string& name) const {
-  PARALLM_CHECK(params_.data(), InternalError, "gpt.param", "the parameters live in a store (sharded)");
+  PARALLM_CHECK(pa_.params(), InternalError, "gpt.param", "the parameters live in a store (sharded)");
   const auto& s = layout_.find(name);
-  return Tensor::view_of(params_.data() + s.offset, s.shape, DType::F32, dev_);
+  return Tensor::view_of(pa_.params() + s.offset, s.shape, DType::F32, dev_);
 }
 Tensor GPT::grad(const std::string& name) const {
-  PARALLM_CHECK(grads_.data(), InternalError, "gpt.grad", "the gradients live in a store (sharded)");
+  PARALLM_CHECK(pa_.grads(), InternalError, "gpt.grad", "the gradients live in a store (sharded)");
   const auto& s = layout_.find(name);
-  return Tensor::view_of(grads_.data() + s.offset, s.shape, DType::F32, dev_);
+  return Tensor::view_of(pa_.grads() + s.offset, s.shape, DType::F32, dev_);
 }
 
 void GPT::init_weights(uint64_t seed) {
-  PARALLM_CHECK(params_.data(), InternalError, "gpt.init_weights", "the parameters live in a store (sharded)");
+  PARALLM_CHECK(pa_.params(), InternalError, "gpt.init_weights", "the parameters live in a store (sharded)");
   params_changed();
   if (dev_.is_cpu()) {
-    layout_.init(params_.data(), seed);
+    layout_.init(pa_.params(), seed);
     return;
   }
-  std::vector<float> host(params_.size());
+  std::vector<float> host(static_cast<size_t>(layout_.total()));
   layout_.init(host.data(), seed);
   load_params(host.data());
 }
 
 void GPT::zero_grad() {
   PARALLM_PROFILE("zero_grad");
-  if (grads_.data()) grads_.zero();
+  pa_.zero_grads();
 }
 
 double GPT::flops_per_token(int64_t T) const {
   const double N = static_cast<double>(num_params_nanogpt());
   return 6.0 * N + 12.0 * cfg_.n_layer * cfg_.n_embd * static_cast<double>(T);
-}
-
-std::optional<kernels::Bf16CopyScope> GPT::weight_copy_scope() {
-  if (!bf16_products_ || !params_lp_.data()) return std::nullopt;
-  if (lp_stale_) {
-    PARALLM_PROFILE("to_bf16");
-    kernels::convert_to_bf16(dev_, params_lp_.data(), params_.data(), layout_.total());
-    lp_stale_ = false;
-  }
-  return std::optional<kernels::Bf16CopyScope>(std::in_place, params_.data(), params_lp_.data(), layout_.total());
 }
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, const StepContext& ctx) {
@@ -233,10 +185,10 @@ float GPT::forward_chunk(int chunk, int set, const int32_t* tokens, const int32_
                          const StepContext& ctx) {
   PARALLM_CHECK(!ctx.need_grad || targets || !last_chunk(chunk), ShapeError, "gpt.forward", "gradients need targets");
   begin_pass(chunk, set, tokens, targets, B, T, "gpt.forward");
-  const auto copy = weight_copy_scope();
+  const auto copy = pa_.copy_scope(bf16_products_);
   float loss = compute_ == DType::BF16 ? forward_impl(*kb_, chunk, tokens, targets, B, T, ctx)
                                        : forward_impl<float>(*k_, chunk, tokens, targets, B, T, ctx);
-  SetState& st = cur_set();
+  Activations::SetState& st = acts_.state();
   st.B = B;
   st.T = T;
   st.grads_ready = ctx.need_grad && (targets || !last_chunk(chunk));
@@ -251,18 +203,9 @@ float GPT::forward_chunk(int chunk, int set, const int32_t* tokens, const int32_
   return loss;
 }
 
-void GPT::select(int chunk, int set) {
-  PARALLM_CHECK(chunk >= 0 && chunk < num_chunks() && set >= 0 && set < off_.chunks[chunk].sets, InternalError, "gpt",
-                "chunk {} set {} outside this stage's {} chunks (set counts)", chunk, set, num_chunks());
-  chunk_ = chunk;
-  set_ = set;
-  shift_a_ = set * co().acts_stride;
-  shift_s_ = set * co().stats_stride;
-}
-
 void GPT::begin_pass(int chunk, int set, const int32_t*& tokens, const int32_t*& targets, int64_t B, int64_t T,
                      const char* where) {
-  select(chunk, set);
+  acts_.select(chunk, set);
   PARALLM_CHECK(B > 0 && B <= max_B_ && T > 0 && T <= max_T_, ShapeError, where,
                 "batch {}x{} exceeds the model's allocated {}x{}", B, T, max_B_, max_T_);
   const int64_t N = B * T, V = cfg_.vocab_size;
@@ -309,9 +252,9 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
   // The embeddings (group 0) serve the first chunk's embedding and the last one's tied head.
   const int eg = layout_.embed_group();
   ParamView<A> PE, P;
-  if (eg >= 0) PE = {params_of<A>(eg, Pass::Forward), layout_.group(eg).begin};
+  if (eg >= 0) PE = {pa_.params<A>(eg, Pass::Forward), layout_.group(eg).begin};
   const PassShape f = pass_shape(ctx, B, T);
-  A* x = act<A>(co().input);
+  A* x = acts_.act<A>(acts_.chunk_acts().input);
   if (first) {
     embed_.forward(k, split_, x, tokens, PE, f);
     if (f.p > 0) f.dropout_rows(k, false, x, x, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed));
@@ -320,14 +263,14 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
   const LayerRange r = layout_.chunks()[static_cast<size_t>(chunk)];
   for (int64_t l = r.begin; l < r.end; ++l) {
     const int g = layout_.group_of_block(l);
-    P = {params_of<A>(g, Pass::Forward), layout_.group(g).begin};
+    P = {pa_.params<A>(g, Pass::Forward), layout_.group(g).begin};
     block_forward(k, l, x, P, f);
     if (ctx.watch) watch_block(*ctx.watch, l, P.base, P.begin, f);
-    x = act<A>(off_.la[l].res3);
-    if (!(last && l + 1 == r.end)) release_group(g, Pass::Forward);  // the last group also holds ln_f
+    x = acts_.act<A>(acts_.layer(l).res3);
+    if (!(last && l + 1 == r.end)) pa_.release(g, Pass::Forward);  // the last group also holds ln_f
   }
   if (!last) {
-    if (first) release_group(eg, Pass::Forward);
+    if (first) pa_.release(eg, Pass::Forward);
     return 0.0f;
   }
   return head_forward(k, x, PE, P, targets, f);
@@ -342,25 +285,27 @@ float GPT::head_forward(const kernels::ModelOps<A>& k, const A* x, const ParamVi
   const int64_t N = f.N;
   const int eg = layout_.embed_group(), lg = layout_.num_groups() - 1;
   const bool tied = layout_.lm_head() < 0;
-  lnf_.forward(k, act<A>(co().lnf), stat(co().lnf_mean), stat(co().lnf_rstd), x, P, f.Nl);
+  lnf_.forward(k, acts_.act<A>(acts_.chunk_acts().lnf), acts_.stat(acts_.chunk_acts().lnf_mean),
+               acts_.stat(acts_.chunk_acts().lnf_rstd), x, P, f.Nl);
   if (ctx.watch) watch_head(*ctx.watch, P.base, P.begin, false, f);
-  if (tied) release_group(lg, Pass::Forward);
+  if (tied) pa_.release(lg, Pass::Forward);
   auto release = [&] {
-    if (!tied) release_group(lg, Pass::Forward);
-    if (eg >= 0) release_group(eg, Pass::Forward);  // backward does not read the embedding weights
+    if (!tied) pa_.release(lg, Pass::Forward);
+    if (eg >= 0) pa_.release(eg, Pass::Forward);  // backward does not read the embedding weights
   };
   if (!targets) {
     release();
     return 0.0f;
   }
-  float* losses = stat(co().losses);
+  float* losses = acts_.stat(acts_.chunk_acts().losses);
   // The head adds its weight's gradient here (tied: backward adds the embedding's).
   const ParamView<A>& PH = tied ? PE : P;
-  float* dw = ctx.need_grad ? GradView{group_grads(layout_.head_group()), PH.begin}.at(head_.w) : nullptr;
-  A* dlnf = ctx.need_grad ? act<A>(co().dlnf) : nullptr;
-  const HeadBuffers<A> buf{stat(off_.logits), stat(off_.xmax), stat(off_.xsums), act<A>(off_.dlogits), ws_.data()};
-  head_.loss(k, split_, losses, dlnf, dw, act<A>(co().lnf), PH, targets, N, ctx.loss_scale / static_cast<float>(N),
-             buf);
+  float* dw = ctx.need_grad ? GradView{pa_.grads(layout_.head_group()), PH.begin}.at(head_.w) : nullptr;
+  A* dlnf = ctx.need_grad ? acts_.act<A>(acts_.chunk_acts().dlnf) : nullptr;
+  const HeadBuffers<A> buf{acts_.stat(acts_.plan().logits), acts_.stat(acts_.plan().xmax),
+                           acts_.stat(acts_.plan().xsums), acts_.act<A>(acts_.plan().dlogits), acts_.ws()};
+  head_.loss(k, split_, losses, dlnf, dw, acts_.act<A>(acts_.chunk_acts().lnf), PH, targets, N,
+             ctx.loss_scale / static_cast<float>(N), buf);
   if (ctx.watch) watch_head(*ctx.watch, P.base, P.begin, true, f);
   release();
   if (!dev_.is_cpu()) {
@@ -374,20 +319,19 @@ float GPT::head_forward(const kernels::ModelOps<A>& k, const A* x, const ParamVi
 }
 
 void* GPT::chunk_input(int chunk, int set) {
-  select(chunk, set);
-  return compute_ == DType::BF16 ? static_cast<void*>(act<bfloat16>(co().input)) : act<float>(co().input);
+  acts_.select(chunk, set);
+  return acts_.message(acts_.chunk_acts().input);
 }
 
 void* GPT::chunk_output(int chunk, int set) {
-  select(chunk, set);
-  const int64_t o = off_.la[static_cast<size_t>(layout_.chunks()[static_cast<size_t>(chunk)].end - 1)].res3;
-  return compute_ == DType::BF16 ? static_cast<void*>(act<bfloat16>(o)) : act<float>(o);
+  acts_.select(chunk, set);
+  return acts_.message(acts_.layer(layout_.chunks()[static_cast<size_t>(chunk)].end - 1).res3);
 }
 
 void* GPT::chunk_grad(int chunk, int set) {
-  select(chunk, set);
-  PARALLM_CHECK(co().grad >= 0, InternalError, "gpt", "a whole model has no gradient messages");
-  return compute_ == DType::BF16 ? static_cast<void*>(act<bfloat16>(co().grad)) : act<float>(co().grad);
+  acts_.select(chunk, set);
+  PARALLM_CHECK(acts_.chunk_acts().grad >= 0, InternalError, "gpt", "a whole model has no gradient messages");
+  return acts_.message(acts_.chunk_acts().grad);
 }
 
 PassShape GPT::pass_shape(const StepContext& ctx, int64_t B, int64_t T) const {
@@ -435,7 +379,7 @@ float GPT::deferred_loss() {
 void GPT::last_logits(float* out, int64_t B, int64_t T, int64_t pos) {
   if (pos < 0) pos = T - 1;
   PARALLM_CHECK(pos < T, ShapeError, "gpt.last_logits", "position {} is past the sequence's {} tokens", pos, T);
-  const auto copy = weight_copy_scope();
+  const auto copy = pa_.copy_scope(bf16_products_);
   if (compute_ == DType::BF16)
     logits_impl(*kb_, out, B, T, pos);
   else
@@ -443,7 +387,7 @@ void GPT::last_logits(float* out, int64_t B, int64_t T, int64_t pos) {
 }
 
 void GPT::all_logits(float* out, int64_t B, int64_t T) {
-  const auto copy = weight_copy_scope();
+  const auto copy = pa_.copy_scope(bf16_products_);
   if (compute_ == DType::BF16)
     logits_impl(*kb_, out, B, T, -1);
   else
@@ -456,14 +400,11 @@ void GPT::logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int6
   PARALLM_CHECK(layout_.last_stage() && B == cur_B_ && T == cur_T_, InternalError,
                 last_only ? "gpt.last_logits" : "gpt.all_logits",
                 "call on the last stage after forward on the same batch");
-  select(num_chunks() - 1, logits_set_);  // where the last stage's last forward left ln_f's output
+  acts_.select(num_chunks() - 1, logits_set_);  // where the last stage's last forward left ln_f's output
   const int hg = layout_.head_group();
-  const ParamView<A> PH{params_of<A>(hg, Pass::Forward), layout_.group(hg).begin};
-  head_.logits(k, split_, out, act<A>(co().lnf), PH, B, T, pos, dev_);
-  release_group(hg, Pass::Forward);
+  const ParamView<A> PH{pa_.params<A>(hg, Pass::Forward), layout_.group(hg).begin};
+  head_.logits(k, split_, out, acts_.act<A>(acts_.chunk_acts().lnf), PH, B, T, pos, dev_);
+  pa_.release(hg, Pass::Forward);
 }
-
-template const float* GPT::params_of<float>(int, Pass);
-template const bfloat16* GPT::params_of<bfloat16>(int, Pass);
 
 }  // namespace parallm::model

@@ -25,13 +25,16 @@
 #include "core/tensor.h"
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
+#include "model/activations.h"
 #include "model/config.h"
 #include "model/context_group.h"
 #include "model/cp_attention.h"
 #include "model/layers.h"
+#include "model/param_access.h"
 #include "model/param_store.h"
 #include "model/params.h"
 #include "model/pass.h"
+#include "model/stage.h"
 #include "model/tensor_group.h"
 #include "model/vocab_layers.h"
 
@@ -42,39 +45,6 @@ struct ModelOps;
 }  // namespace parallm::kernels
 
 namespace parallm::model {
-
-// Which flat buffers the model allocates itself. A sharded run (ZeRO stage 2
-// drops the gradients, stage 3 the parameters too) gives the model a
-// ParamStore instead; params()/grads() are then null.
-// `compute` is the type of activations and of the weights the kernels read:
-// fp32, or bf16 (mixed precision). On the GPU the model then also keeps a bf16
-// copy of the fp32 parameters, refreshed on the next forward after
-// params_changed(); gradients stay fp32 and accumulate across micro-steps. On
-// the CPU bf16 keeps every buffer fp32 and rounds only the operands of the
-// products (AMX through oneDNN); the weight operands come from a bf16 copy of
-// the parameters redrawn the same way (where the model holds them).
-struct GPTStorage {
-  bool params = true;
-  bool grads = true;
-  DType compute = DType::F32;
-};
-
-// A pipeline stage's model (pipeline parallelism): which chunks of layers
-// this rank holds (the layout's StageSpec), how many micro-batches each chunk
-// keeps activations for at once (the schedule's in-flight count: an
-// activation set per micro-batch, sized at construction), and whether the
-// backward pass is run as two halves, input gradients (B) then weight
-// gradients (W), as zero-bubble schedules do: B then keeps the gradients of
-// every linear layer's output until W.
-struct PipelinePart {
-  StageSpec stage;              // empty: the whole model
-  std::vector<int> in_flight;   // per chunk; empty: one set each
-  bool split_backward = false;  // keep what W needs after B
-  bool pipelined() const { return !stage.chunks.empty(); }
-};
-
-// Which part of a chunk's backward pass to run.
-enum class BackwardPart { All, Input, Weight };
 
 class GPT {
  public:
@@ -104,28 +74,25 @@ class GPT {
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
   Device device() const { return dev_; }
-  float* params() const { return params_.data(); }  // on device()
-  float* grads() const { return grads_.data(); }    // on device()
+  float* params() const { return pa_.params(); }  // on device()
+  float* grads() const { return pa_.grads(); }    // on device()
   // Host copies in and out of the flat buffers (flat_size() floats).
-  void load_params(const float* host) {
-    params_.copy_from_host(host, params_.size());
-    params_changed();
-  }
+  void load_params(const float* host) { pa_.load(host); }
   // Call after anything writes params() (the optimizer, a checkpoint, a
   // broadcast): the bf16 compute copy is redrawn before the next forward.
-  void params_changed() { lp_stale_ = true; }
+  void params_changed() { pa_.changed(); }
   // For an optimizer that writes the bf16 copy as it updates params() in place
   // (optim::AdamW::step's params_bf16): the copy, where the model keeps one
   // and it is current. Then the step keeps it current and params_changed() is
   // not needed; with nullptr call params_changed() after the step as usual.
-  bfloat16* weight_copy_for_step() const { return !lp_stale_ && params_.data() ? params_lp_.data() : nullptr; }
+  bfloat16* weight_copy_for_step() const { return pa_.current_copy(); }
   // The type of activations and of the weights the kernels read (fp32 on the
   // CPU even with bf16 mixed precision, which there only rounds the operands
   // of the products: bf16_products()).
   DType compute_dtype() const { return compute_; }
   bool bf16_products() const { return bf16_products_; }
-  void store_params(float* host) const { params_.copy_to_host(host, params_.size()); }
-  void store_grads(float* host) const { grads_.copy_to_host(host, grads_.size()); }
+  void store_params(float* host) const { pa_.store(host); }
+  void store_grads(float* host) const { pa_.store_grads(host); }
   int64_t flat_size() const { return layout_.total(); }
   // nanoGPT's count: all parameters except wpe (lm_head is tied to wte).
   int64_t num_params_nanogpt() const;
@@ -180,9 +147,7 @@ class GPT {
   // The activation and scratch buffers a model of this shape allocates (in
   // floats, accounted as activations and scratch), without building it: what
   // `parallm plan` predicts from. Kernel workspaces depend on the threads.
-  struct Buffers {
-    int64_t activation_bytes = 0, scratch_bytes = 0;
-  };
+  using Buffers = ActivationBytes;
   // Context parallel, max_seq is the local length (T / cp.size).
   static Buffers buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
                          DType compute = DType::F32, int tp = 1, bool sequence_parallel = false,
@@ -209,21 +174,7 @@ class GPT {
   bool sp_ = false;                                  // sequence parallel (with tp_)
   CpLayout cpl_;                                     // context parallel: this rank's positions
   std::unique_ptr<CpAttention> cpa_;                 // context parallel (cp > 1): the attention exchange
-  DeviceArray<float> params_, grads_;                // empty where GPTStorage says so
-  DeviceArray<bfloat16> params_lp_;                  // bf16 copy of params_ (GPU bf16, CPU bf16 products)
-  bool lp_stale_ = true;
-  ParamStore* store_ = nullptr;
-  // Group g's parameters / gradient buffer (the store's, or the own buffers').
-  const float* group_params(int g, Pass pass) const;
-  void release_group(int g, Pass pass) const;
-  float* group_grads(int g) const;
-  void group_grads_done(int g) const;
-  // CPU bf16 products with the model's own parameters: the scope under which
-  // the kernels read weights from params_lp_ (redrawn first if stale).
-  std::optional<kernels::Bf16CopyScope> weight_copy_scope();
-  // Group g's parameters in the compute type A (bf16: the refreshed copy).
-  template <class A>
-  const A* params_of(int g, Pass pass);
+  ParamAccess pa_;                                   // the parameters and gradients: own buffers or a store's groups
   template <class A>
   float forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets, int64_t B,
                      int64_t T, const StepContext& ctx);
@@ -246,7 +197,6 @@ class GPT {
   // Checks a pass's shape and tokens and (GPU) uploads them into activation set `set`'s copies.
   void begin_pass(int chunk, int set, const int32_t*& tokens, const int32_t*& targets, int64_t B, int64_t T,
                   const char* where);
-  void select(int chunk, int set);  // act()/stat() now address this chunk's activation set
   // Reports parameters (by flat offset; -1 = absent) whose gradients are final (ctx.grads_ready).
   void ready(const StepContext& ctx, std::initializer_list<int64_t> offsets) const;
   float* host_losses() const;  // the losses' part of staging_
@@ -297,12 +247,6 @@ class GPT {
   void copy_device(void* dst, const void* src, size_t bytes) const;
   template <class A>
   void logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int64_t T, int64_t pos);  // pos < 0: all
-  // Activations in the compute type (acts_ or acts_lp_) with offsets per
-  // layer, fp32 statistics beside them; backward's temporaries likewise
-  // (scratch_ or scratch_lp_); fp32 kernel workspaces.
-  DeviceArray<float> acts_, scratch_;
-  DeviceArray<bfloat16> acts_lp_, scratch_lp_;
-  DeviceArray<float> stats_, ws_;
   // GPU only: this batch's tokens and targets, and their uploads and the
   // losses' copy back through page-locked staging ([tokens | targets |
   // losses]), so neither waits for the GPU to go idle. `uploaded_` guards the
@@ -311,72 +255,8 @@ class GPT {
   gpu::PinnedBuffer staging_;
   std::unique_ptr<gpu::Event> uploaded_, losses_copied_;
   int64_t pending_losses_ = 0;  // positions of a deferred loss not yet read
-  // The buffer of a pair (fp32, bf16) that holds the compute type A.
-  template <class A>
-  static A* of_type(const DeviceArray<float>& f32, const DeviceArray<bfloat16>& lp, int64_t off) {
-    if constexpr (std::is_same_v<A, float>)
-      return f32.data() + off;
-    else
-      return lp.data() + off;
-  }
-  template <class A>
-  A* act(int64_t off) const {
-    return of_type<A>(acts_, acts_lp_, off >= off_.acts_sets ? off + shift_a_ : off);
-  }
-  template <class A>
-  A* scr(int64_t off) const {
-    return of_type<A>(scratch_, scratch_lp_, off);
-  }
-  float* stat(int64_t off) const { return stats_.data() + (off < off_.stats_fixed ? off + shift_s_ : off); }
-  // Layout of activations for a given (B, T): computed for max sizes, reused.
-  struct LayerActs {
-    int64_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
-    int64_t att_h = -1;  // Ulysses: the head-form attention output [B, T, Cl/cp]
-    // split_backward: B's gradients of the linear layers' outputs, kept for W
-    // (fcproj, proj: whole rows; fc (after GELU's backward), qkv: this rank's columns).
-    int64_t d_fcproj = -1, d_fc = -1, d_proj = -1, d_qkv = -1;
-  };
-  // A chunk's own buffers in its activation set 0 (set s is `acts_stride` /
-  // `stats_stride` further): its input (the embedding's output on the first
-  // chunk), the gradient message (pipelined), and on the model's last chunk
-  // ln_f, the losses and d(ln_f output).
-  struct ChunkActs {
-    int64_t input = 0, grad = -1, lnf = -1, lnf_mean = -1, lnf_rstd = -1, losses = -1, dlnf = -1;
-    int64_t acts_stride = 0, stats_stride = 0;
-    int sets = 1;
-  };
-  // Every buffer offset for a (B, T), and the totals: means, rstds, lse and
-  // losses index stats_, the rest acts_ (s_* index scratch_). Per-set offsets
-  // (la, chunks) are those of set 0: acts_ from `acts_sets` on and stats_
-  // below `stats_fixed` move with the set; recompute's shared buffers (before
-  // acts_sets) and the loss's transients (from stats_fixed) do not.
-  struct Carve {
-    std::vector<LayerActs> la;  // by layer (held ones)
-    std::vector<ChunkActs> chunks;
-    int64_t acts_sets = 0, stats_fixed = 0;
-    int64_t logits = 0, xmax = 0, xsums = 0, dlogits = 0;  // vocabulary-parallel loss (tp > 1)
-    int64_t s_full = 0, s_gfull = 0, ln_grad = 0;          // sequence parallel: whole-row buffers, LayerNorm grads
-    int64_t s_dres = 0, s_tmp = 0, s_dfch = 0, s_dfch2 = 0;
-    int64_t s_cp = 0;                                  // context parallel: the attention exchange's buffers
-    int64_t acts = 0, stats = 0, scratch = 0, ws = 0;  // element counts
-    Buffers sizes;
-  };
-  static Carve carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute, int tp,
-                     bool sp, const PipelinePart& pipe, const CpLayout& cp);
-  Carve off_;  // offsets into acts_ and scratch_ for the allocated (max) B, T
+  Activations acts_;
   PipelinePart pipe_;
-  // The selected chunk and activation set, and the shifts of the set's offsets.
-  int chunk_ = 0, set_ = 0;
-  int64_t shift_a_ = 0, shift_s_ = 0;
-  const ChunkActs& co() const { return off_.chunks[static_cast<size_t>(chunk_)]; }
-  // Per chunk and set: the batch shape of its forward and whether its backward
-  // may follow (forward with need_grad, backward not run yet) / its weight half.
-  struct SetState {
-    int64_t B = 0, T = 0;
-    bool grads_ready = false, weights_pending = false;
-  };
-  std::vector<std::vector<SetState>> sets_;
-  SetState& cur_set() { return sets_[static_cast<size_t>(chunk_)][static_cast<size_t>(set_)]; }
   int last_fwd_chunk_ = -1, last_fwd_set_ = -1;  // recompute: whose forward the shared buffers hold
   int64_t cur_B_ = 0, cur_T_ = 0;                // the last forward of the model's last chunk (logits) ...
   int logits_set_ = 0;                           // ... and its activation set

@@ -27,8 +27,8 @@ void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContex
 
 void GPT::backward_chunk(int chunk, int set, const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx,
                          BackwardPart part) {
-  select(chunk, set);
-  SetState& st = cur_set();
+  acts_.select(chunk, set);
+  Activations::SetState& st = acts_.state();
   const bool weight = part == BackwardPart::Weight;
   PARALLM_CHECK(part == BackwardPart::All || pipe_.split_backward, InternalError, "gpt.backward",
                 "a split backward needs PipelinePart::split_backward");
@@ -40,7 +40,7 @@ void GPT::backward_chunk(int chunk, int set, const int32_t* tokens, int64_t B, i
   st.weights_pending = part == BackwardPart::Input;
   if (!first_chunk(chunk)) tokens = nullptr;
   if (tokens && !dev_.is_cpu()) tokens = tokens_d_.data() + set * max_B_ * max_T_;  // uploaded by forward
-  const auto copy = weight_copy_scope();
+  const auto copy = pa_.copy_scope(bf16_products_);
   const PassShape f = pass_shape(ctx, B, T);
   if (compute_ == DType::BF16) {
     if (weight)
@@ -69,11 +69,11 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
   const LayerRange r = layout_.chunks()[static_cast<size_t>(chunk)];
   // The shared recompute buffers still hold the last forward's last block when
   // that forward was this chunk's on this set: that block is not redone.
-  const bool fresh = last_fwd_chunk_ == chunk && last_fwd_set_ == set_;
+  const bool fresh = last_fwd_chunk_ == chunk && last_fwd_set_ == acts_.set();
   last_fwd_chunk_ = -1;
   // d(residual stream): the set's gradient message on a pipeline stage (it
   // arrives there and leaves from there), else scratch.
-  A* dres = co().grad >= 0 ? act<A>(co().grad) : scr<A>(off_.s_dres);
+  A* dres = acts_.chunk_acts().grad >= 0 ? acts_.act<A>(acts_.chunk_acts().grad) : acts_.scr<A>(acts_.plan().s_dres);
   // Group by group, from the last block down (the input half leaves the
   // linear layers' weight gradients to the weight half); the last block's
   // group also holds ln_f and is entered once.
@@ -82,33 +82,34 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
   int cur = -1;
   auto enter = [&](int g) {
     if (g == cur) return;
-    P = {params_of<A>(g, Pass::Backward), layout_.group(g).begin};
-    G = {group_grads(g), layout_.group(g).begin, !split};
+    P = {pa_.params<A>(g, Pass::Backward), layout_.group(g).begin};
+    G = {pa_.grads(g), layout_.group(g).begin, !split};
     cur = g;
   };
   if (last_chunk(chunk)) {  // d(residual stream) from the final LayerNorm
     enter(layout_.num_groups() - 1);
     zero_device(dres, sizeof(A) * f.Nl * cfg_.n_embd);
-    lnf_.backward(k, split_, dres, act<A>(co().dlnf), act<A>(off_.la[r.end - 1].res3), P, G, stat(co().lnf_mean),
-                  stat(co().lnf_rstd), f.Nl, *k_, dev_, stat(off_.ln_grad));
+    lnf_.backward(k, split_, dres, acts_.act<A>(acts_.chunk_acts().dlnf), acts_.act<A>(acts_.layer(r.end - 1).res3), P,
+                  G, acts_.stat(acts_.chunk_acts().lnf_mean), acts_.stat(acts_.chunk_acts().lnf_rstd), f.Nl, *k_, dev_,
+                  acts_.stat(acts_.plan().ln_grad));
     if (ctx.watch) watch_grads(*ctx.watch, cfg_.n_layer, G.base, G.begin, dres, part, f);
     ready(ctx, {layout_.lnf_w(), layout_.lnf_b(), layout_.lm_head()});  // an untied head's, final since forward
   }                                                                     // else dres holds the received d(chunk output)
   for (int64_t l = r.end - 1; l >= r.begin; --l) {
     const int g = layout_.group_of_block(l);
     enter(g);
-    const A* x_in = l == r.begin ? act<A>(co().input) : act<A>(off_.la[l - 1].res3);
+    const A* x_in = l == r.begin ? acts_.act<A>(acts_.chunk_acts().input) : acts_.act<A>(acts_.layer(l - 1).res3);
     block_backward(k, l, x_in, P, G, f, !(fresh && l + 1 == r.end), dres);
     if (ctx.watch) watch_grads(*ctx.watch, l, G.base, G.begin, dres, part, f);
-    if (!split) group_grads_done(g);
-    release_group(g, Pass::Backward);
+    if (!split) pa_.grads_done(g);
+    pa_.release(g, Pass::Backward);
   }
   // dres now holds d(chunk input): the message to the previous stage, or on
   // the first chunk d(embedding output), which W takes from there in a split backward.
   if (!first_chunk(chunk) || split) return;
   embedding_backward(k, dres, tokens, f);
   ready(ctx, {layout_.wpe(), layout_.wte()});
-  group_grads_done(0);
+  pa_.grads_done(0);
 }
 
 template <class A>
@@ -116,27 +117,27 @@ void GPT::weight_backward(const kernels::ModelOps<A>& k, int chunk, const int32_
   const LayerRange r = layout_.chunks()[static_cast<size_t>(chunk)];
   for (int64_t l = r.end - 1; l >= r.begin; --l) {
     const int g = layout_.group_of_block(l);
-    const ParamView<A> P{params_of<A>(g, Pass::Backward), layout_.group(g).begin};
-    const GradView G{group_grads(g), layout_.group(g).begin};
+    const ParamView<A> P{pa_.params<A>(g, Pass::Backward), layout_.group(g).begin};
+    const GradView G{pa_.grads(g), layout_.group(g).begin};
     block_weight_backward(k, l, P, G, f);
-    group_grads_done(g);
-    release_group(g, Pass::Backward);
+    pa_.grads_done(g);
+    pa_.release(g, Pass::Backward);
   }
   if (!first_chunk(chunk)) return;
-  embedding_backward(k, act<A>(co().grad), tokens, f);
+  embedding_backward(k, acts_.act<A>(acts_.chunk_acts().grad), tokens, f);
   ready(*f.ctx, {layout_.wpe(), layout_.wte()});
-  group_grads_done(0);
+  pa_.grads_done(0);
 }
 
 template <class A>
 void GPT::embedding_backward(const kernels::ModelOps<A>& k, const A* demb, const int32_t* tokens, const PassShape& f) {
   const StepContext& ctx = *f.ctx;
   if (f.p > 0) {
-    A* dtmp = scr<A>(off_.s_tmp);
+    A* dtmp = acts_.scr<A>(acts_.plan().s_tmp);
     f.dropout_rows(k, true, dtmp, demb, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed));
     demb = dtmp;
   }
-  const GradView GE{group_grads(0), layout_.group(0).begin};
+  const GradView GE{pa_.grads(0), layout_.group(0).begin};
   embed_.backward(k, split_, demb, tokens, GE, f);
   if (ctx.watch) watch_embed_grads(*ctx.watch, GE.base, GE.begin, f);
 }

@@ -47,7 +47,7 @@ void GPT::watch_embed(NumericWatch& w, const A* x, const A* PE, int64_t e0, cons
 
 template <class A>
 void GPT::watch_block(NumericWatch& w, int64_t l, const A* P, int64_t p0, const PassShape& f) const {
-  const auto& a = off_.la[static_cast<size_t>(l)];
+  const auto& a = acts_.layer(l);
   const auto& bp = layout_.block(l);
   const int64_t N = f.N, Nl = f.Nl, C = cfg_.n_embd, Cl = C / layout_.spec().tp;
   w.begin(block_name(l), false, f.ctx->micro_step);
@@ -55,14 +55,14 @@ void GPT::watch_block(NumericWatch& w, int64_t l, const A* P, int64_t p0, const 
               {bp.ln1_w, bp.ln1_b, bp.qkv_w, bp.qkv_b, bp.proj_w, bp.proj_b, bp.ln2_w, bp.ln2_b, bp.fc_w, bp.fc_b,
                bp.fcproj_w, bp.fcproj_b},
               P, p0, "");
-  w.add("ln_1 output", act<A>(a.ln1), Nl * C);
-  w.add("attn.c_attn output", act<A>(a.qkv), N * 3 * Cl);
-  w.add("attn output", act<A>(a.atty), N * Cl);
-  w.add("attn.c_proj output + residual", act<A>(a.res2), Nl * C);
-  w.add("ln_2 output", act<A>(a.ln2), Nl * C);
-  w.add("mlp.c_fc output", act<A>(a.fch), N * 4 * Cl);
-  w.add("mlp.gelu output", act<A>(a.fch_gelu), N * 4 * Cl);
-  w.add("output (mlp.c_proj output + residual)", act<A>(a.res3), Nl * C);
+  w.add("ln_1 output", acts_.act<A>(a.ln1), Nl * C);
+  w.add("attn.c_attn output", acts_.act<A>(a.qkv), N * 3 * Cl);
+  w.add("attn output", acts_.act<A>(a.atty), N * Cl);
+  w.add("attn.c_proj output + residual", acts_.act<A>(a.res2), Nl * C);
+  w.add("ln_2 output", acts_.act<A>(a.ln2), Nl * C);
+  w.add("mlp.c_fc output", acts_.act<A>(a.fch), N * 4 * Cl);
+  w.add("mlp.gelu output", acts_.act<A>(a.fch_gelu), N * 4 * Cl);
+  w.add("output (mlp.c_proj output + residual)", acts_.act<A>(a.res3), Nl * C);
   w.end();
 }
 
@@ -72,13 +72,13 @@ void GPT::watch_head(NumericWatch& w, const A* P, int64_t p0, bool loss, const P
   if (!loss) {
     w.begin("ln_f", false, f.ctx->micro_step);
     watch_slots(w, {layout_.lnf_w(), layout_.lnf_b()}, P, p0, "");
-    w.add("output", act<A>(co().lnf), Nl * C);
+    w.add("output", acts_.act<A>(acts_.chunk_acts().lnf), Nl * C);
     w.end();
     return;
   }
   w.begin("lm_head", false, f.ctx->micro_step);
-  w.add("losses", stat(co().losses), f.N);
-  if (f.ctx->need_grad) w.add("d(ln_f output)", act<A>(co().dlnf), Nl * C);
+  w.add("losses", acts_.stat(acts_.chunk_acts().losses), f.N);
+  if (f.ctx->need_grad) w.add("d(ln_f output)", acts_.act<A>(acts_.chunk_acts().dlnf), Nl * C);
   w.end();
 }
 

@@ -1,0 +1,129 @@
+// The model's activation memory: every activation, statistic, scratch and
+// workspace buffer for the largest (B, T) it will see, planned in one place
+// (ActivationPlan::carve) so the constructor's allocation and the planner's
+// prediction (GPT::buffers) cannot disagree, and allocated once, so a step
+// allocates nothing.
+//
+// Activations (and backward's temporaries) are in the compute type;
+// LayerNorm statistics, log-sum-exps, losses and kernel workspaces are fp32.
+// A pipeline stage keeps one activation set per micro-batch its schedule
+// holds in flight, per chunk; select(chunk, set) makes act()/stat() address
+// that set's buffers (the offsets of set 0 shifted), while recompute's shared
+// buffers and the loss's transients exist once.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "core/device.h"
+#include "core/device_array.h"
+#include "kernels/bf16.h"
+#include "model/config.h"
+#include "model/cp_layout.h"
+#include "model/stage.h"
+
+namespace parallm::model {
+
+// The activation and scratch bytes a model of a shape allocates.
+struct ActivationBytes {
+  int64_t activation_bytes = 0, scratch_bytes = 0;
+};
+
+// One block's buffers (offsets into the activation set 0).
+struct LayerActs {
+  int64_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
+  int64_t att_h = -1;  // Ulysses: the head-form attention output [B, T, Cl/cp]
+  // split_backward: B's gradients of the linear layers' outputs, kept for W
+  // (fcproj, proj: whole rows; fc (after GELU's backward), qkv: this rank's columns).
+  int64_t d_fcproj = -1, d_fc = -1, d_proj = -1, d_qkv = -1;
+};
+
+// A chunk's own buffers in its activation set 0 (set s is `acts_stride` /
+// `stats_stride` further): its input (the embedding's output on the first
+// chunk), the gradient message (pipelined), and on the model's last chunk
+// ln_f, the losses and d(ln_f output).
+struct ChunkActs {
+  int64_t input = 0, grad = -1, lnf = -1, lnf_mean = -1, lnf_rstd = -1, losses = -1, dlnf = -1;
+  int64_t acts_stride = 0, stats_stride = 0;
+  int sets = 1;
+};
+
+// Every buffer offset for a (B, T), and the totals: means, rstds, lse and
+// losses index the statistics, the rest the activations (s_* the scratch).
+// Per-set offsets (la, chunks) are those of set 0: activations from
+// `acts_sets` on and statistics below `stats_fixed` move with the set;
+// recompute's shared buffers (before acts_sets) and the loss's transients
+// (from stats_fixed) do not.
+struct ActivationPlan {
+  std::vector<LayerActs> la;  // by layer (held ones)
+  std::vector<ChunkActs> chunks;
+  int64_t acts_sets = 0, stats_fixed = 0;
+  int64_t logits = 0, xmax = 0, xsums = 0, dlogits = 0;  // vocabulary-parallel loss (tp > 1)
+  int64_t s_full = 0, s_gfull = 0, ln_grad = 0;          // sequence parallel: whole-row buffers, LayerNorm grads
+  int64_t s_dres = 0, s_tmp = 0, s_dfch = 0, s_dfch2 = 0;
+  int64_t s_cp = 0;                                  // context parallel: the attention exchange's buffers
+  int64_t acts = 0, stats = 0, scratch = 0, ws = 0;  // element counts
+  ActivationBytes sizes;
+
+  // Context parallel, T is the local length.
+  static ActivationPlan carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute,
+                              int tp, bool sp, const PipelinePart& pipe, const CpLayout& cp);
+};
+
+class Activations {
+ public:
+  Activations() = default;
+  // Allocates the plan's buffers on `dev` in the compute type (bf16: the
+  // activations and scratch; statistics and workspaces stay fp32).
+  Activations(ActivationPlan plan, Device dev, DType compute);
+  const ActivationPlan& plan() const { return plan_; }
+
+  // From now on act()/stat() address chunk `chunk`'s activation set `set`.
+  void select(int chunk, int set);
+  int chunk() const { return chunk_; }
+  int set() const { return set_; }
+  const ChunkActs& chunk_acts() const { return plan_.chunks[static_cast<size_t>(chunk_)]; }
+  const LayerActs& layer(int64_t l) const { return plan_.la[static_cast<size_t>(l)]; }
+
+  template <class A>
+  A* act(int64_t off) const {
+    return of_type<A>(acts_, acts_lp_, off >= plan_.acts_sets ? off + shift_a_ : off);
+  }
+  template <class A>
+  A* scr(int64_t off) const {
+    return of_type<A>(scratch_, scratch_lp_, off);
+  }
+  float* stat(int64_t off) const { return stats_.data() + (off < plan_.stats_fixed ? off + shift_s_ : off); }
+  float* ws() const { return ws_.data(); }
+  // The selected chunk's and set's activation set: the input of the selected
+  // chunk as a message, in the compute type (void: either type).
+  void* message(int64_t off) const;
+
+  // Per chunk and set: the batch shape of its forward and whether its backward
+  // may follow (forward with need_grad, backward not run yet) / its weight half.
+  struct SetState {
+    int64_t B = 0, T = 0;
+    bool grads_ready = false, weights_pending = false;
+  };
+  SetState& state() { return sets_[static_cast<size_t>(chunk_)][static_cast<size_t>(set_)]; }
+  int max_sets() const;
+
+ private:
+  template <class A>
+  static A* of_type(const DeviceArray<float>& f32, const DeviceArray<bfloat16>& lp, int64_t off) {
+    if constexpr (std::is_same_v<A, float>)
+      return f32.data() + off;
+    else
+      return lp.data() + off;
+  }
+  ActivationPlan plan_;
+  bool lowp_ = false;
+  DeviceArray<float> acts_, scratch_;
+  DeviceArray<bfloat16> acts_lp_, scratch_lp_;
+  DeviceArray<float> stats_, ws_;
+  int chunk_ = 0, set_ = 0;
+  int64_t shift_a_ = 0, shift_s_ = 0;
+  std::vector<std::vector<SetState>> sets_;
+};
+
+}  // namespace parallm::model

@@ -1,0 +1,46 @@
+// How a model is built for its place in the run: which flat buffers it
+// allocates itself (GPTStorage), which pipeline stage it holds and how many
+// micro-batches each of its chunks keeps in flight (PipelinePart), and which
+// part of a chunk's backward pass a call runs (BackwardPart).
+#pragma once
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/params.h"
+
+namespace parallm::model {
+
+// Which flat buffers the model allocates itself. A sharded run (ZeRO stage 2
+// drops the gradients, stage 3 the parameters too) gives the model a
+// ParamStore instead; params()/grads() are then null.
+// `compute` is the type of activations and of the weights the kernels read:
+// fp32, or bf16 (mixed precision). On the GPU the model then also keeps a bf16
+// copy of the fp32 parameters, refreshed on the next forward after
+// params_changed(); gradients stay fp32 and accumulate across micro-steps. On
+// the CPU bf16 keeps every buffer fp32 and rounds only the operands of the
+// products (AMX through oneDNN); the weight operands come from a bf16 copy of
+// the parameters redrawn the same way (where the model holds them).
+struct GPTStorage {
+  bool params = true;
+  bool grads = true;
+  DType compute = DType::F32;
+};
+
+// A pipeline stage's model (pipeline parallelism): which chunks of layers
+// this rank holds (the layout's StageSpec), how many micro-batches each chunk
+// keeps activations for at once (the schedule's in-flight count: an
+// activation set per micro-batch, sized at construction), and whether the
+// backward pass is run as two halves, input gradients (B) then weight
+// gradients (W), as zero-bubble schedules do: B then keeps the gradients of
+// every linear layer's output until W.
+struct PipelinePart {
+  StageSpec stage;              // empty: the whole model
+  std::vector<int> in_flight;   // per chunk; empty: one set each
+  bool split_backward = false;  // keep what W needs after B
+  bool pipelined() const { return !stage.chunks.empty(); }
+};
+
+// Which part of a chunk's backward pass to run.
+enum class BackwardPart { All, Input, Weight };
+
+}  // namespace parallm::model
