@@ -18,6 +18,7 @@
 #include "optim/loss_scale.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/plan.h"
 #include "parallel/zero.h"
 #include "train/batch_skip.h"
 
@@ -112,31 +113,10 @@ struct CommSection {
   double timeout_s = 300;        // per communication operation
 };
 
-struct DdpSection {
-  double bucket_mb = 25;       // gradient bucket size for the all-reduce
-  bool deterministic = false;  // fixed reduction order: bitwise equal for any split of the batch
-  int64_t shards = 0;          // deterministic: shards per global micro-batch (0 = one per data-parallel rank)
-};
-
-struct ZeroSection {
-  int64_t stage = 0;     // 0 = DDP, 1 = sharded optimizer state, 2 = + gradients, 3 = + parameters
-  int64_t prefetch = 1;  // stage 3: blocks gathered ahead
-  parallel::Offload offload = parallel::Offload::None;
-};
-
-// The device mesh (parallel/mesh.h) and the data-parallel strategy on it.
-struct ParallelSection {
-  int64_t dp = 0;  // 0: the world size / (tp x pp x cp)
-  int64_t tp = 1, pp = 1, cp = 1;
-  bool tp_across_nodes = false;
-  bool sequence_parallel = false;  // Megatron SP inside the tp group
-  parallel::PipeKind pp_schedule = parallel::PipeKind::OneFOneB;
-  model::CpKind cp_kind = model::CpKind::Ring;  // context parallel: ring attention or Ulysses
-  int64_t pp_virtual = 1;                       // chunks per pipeline rank (interleaved)
-  std::vector<int64_t> pp_layers;               // layers per virtual stage, in order (empty: balanced)
-  DdpSection ddp;
-  ZeroSection zero;
-};
+// The parallel section: parallel/plan.h (its rules between axes live there too).
+using DdpSection = parallel::DdpConfig;
+using ZeroSection = parallel::ZeroConfig;
+using ParallelSection = parallel::ParallelConfig;
 
 struct RunConfig {
   model::GPTConfig model;  // vocab_size comes from the dataset unless set explicitly

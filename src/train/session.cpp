@@ -306,8 +306,8 @@ void build_model(Session& s, const parallel::GradSyncOptions& so) {
                 "carry; use comm.backend=nccl (or auto)",
                 s.mesh->cp().size(), s.mesh->cp().backend());
   s.tp = std::make_unique<parallel::TensorParallelGroup>(s.mesh->tp(), s.dev);
-  if (s.mesh->cp().size() > 1) s.cp = std::make_unique<parallel::ContextParallelGroup>(s.mesh->cp(), s.dev);
-  if (s.mesh->dims().pp > 1) s.pipe = std::make_unique<Pipeline>(cfg, *s.mesh);
+  if (s.plan->cp_enabled()) s.cp = std::make_unique<parallel::ContextParallelGroup>(s.mesh->cp(), s.dev);
+  if (s.plan->pp_enabled()) s.pipe = std::make_unique<Pipeline>(cfg, *s.mesh);
   s.model = std::make_unique<model::GPT>(
       cfg.model, s.batch(), s.local_seq(), s.dev, parallel::model_storage(so, cfg.compute_dtype()), s.tp.get(),
       cfg.parallel.sequence_parallel, s.pipe ? s.pipe->part() : model::PipelinePart{},
@@ -382,10 +382,9 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   s->dev = choose_device(s->cfg.train, world);
   s->mesh =
       std::make_unique<parallel::Mesh>(world, s->cfg.mesh_dims(), ranks_per_node, s->cfg.parallel.tp_across_nodes);
-  const parallel::MeshCoord& at = s->mesh->coord();
-  data::BatchSpec spec{s->batch(), s->seq(), s->data_ranks(), at.dp, {}};
-  if (s->mesh->dims().cp > 1)  // this rank's positions of its dp rank's samples
-    spec.positions = model::CpLayout{s->mesh->dims().cp, at.cp, s->cfg.parallel.cp_kind}.positions(s->seq());
+  s->plan = std::make_unique<parallel::ParallelPlan>(*s->mesh, s->cfg.parallel);
+  // This rank's samples (its dp rank's) and positions of them (context parallel).
+  const data::BatchSpec spec{s->batch(), s->seq(), s->data_ranks(), s->mesh->coord().dp, s->plan->positions(s->seq())};
   s->loader = std::make_unique<data::Loader>(s->cfg.data.dir, s->cfg.model.vocab_size, spec, s->cfg.train.seed);
   s->prompt = sample_prompt(s->cfg, s->vocab);
   const parallel::GradSyncOptions so = sync_options(s->cfg, s->dp().size());

@@ -31,6 +31,7 @@
 #include "parallel/grad_sync.h"
 #include "parallel/group_ops.h"
 #include "parallel/mesh.h"
+#include "parallel/plan.h"
 #include "parallel/tensor_parallel.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
@@ -64,6 +65,7 @@ struct Session {
   nlohmann::json ck_meta;  // the checkpoint's state.json (resume)
   Device dev;
   std::unique_ptr<parallel::Mesh> mesh;
+  std::unique_ptr<parallel::ParallelPlan> plan;  // what the trainer asks about the layout (parallel/plan.h)
   data::Vocab vocab;
   std::string prompt;  // the samples' prompt
   std::unique_ptr<data::Loader> loader;
@@ -99,7 +101,7 @@ struct Session {
   // shards): gradients are averaged over it, and its rank 0 writes. The
   // data-parallel ranks, times the context-parallel ones (they hold the same
   // weights and different positions of the same samples: Mesh::dp_cp).
-  comm::Communicator& dp() const { return mesh->dims().cp > 1 ? mesh->dp_cp() : mesh->dp(); }
+  comm::Communicator& dp() const { return plan->grad_group(); }
   // The ranks that read different samples, and this rank's index among them.
   int64_t data_ranks() const { return mesh->dims().dp; }
   // Whether this rank runs the samples: rank 0, with the ranks of its model's

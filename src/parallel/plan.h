@@ -1,0 +1,78 @@
+// The run's parallel plan (issue 45): what the `parallel.*`, `ddp.*` and
+// `zero.*` keys say (ParallelConfig), the rules between the axes they set
+// (check_layout: each rule next to the axes it governs, not in the trainer's
+// configuration), and, once the mesh exists, the one object the trainer asks
+// about the layout (ParallelPlan): which axes are on and which group averages
+// the gradients, as torchtitan's ParallelDims answers `tp_enabled`.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/cp_layout.h"
+#include "parallel/mesh.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/zero.h"
+
+namespace parallm::parallel {
+
+struct DdpConfig {
+  double bucket_mb = 25;       // gradient bucket size for the all-reduce
+  bool deterministic = false;  // fixed reduction order: bitwise equal for any split of the batch
+  int64_t shards = 0;          // deterministic: shards per global micro-batch (0 = one per data-parallel rank)
+};
+
+struct ZeroConfig {
+  int64_t stage = 0;     // 0 = DDP, 1 = sharded optimizer state, 2 = + gradients, 3 = + parameters
+  int64_t prefetch = 1;  // stage 3: blocks gathered ahead
+  Offload offload = Offload::None;
+};
+
+// The device mesh (mesh.h) and the data-parallel strategy on it.
+struct ParallelConfig {
+  int64_t dp = 0;  // 0: the world size / (tp x pp x cp)
+  int64_t tp = 1, pp = 1, cp = 1;
+  bool tp_across_nodes = false;
+  bool sequence_parallel = false;  // Megatron SP inside the tp group
+  PipeKind pp_schedule = PipeKind::OneFOneB;
+  model::CpKind cp_kind = model::CpKind::Ring;  // context parallel: ring attention or Ulysses
+  int64_t pp_virtual = 1;                       // chunks per pipeline rank (interleaved)
+  std::vector<int64_t> pp_layers;               // layers per virtual stage, in order (empty: balanced)
+  DdpConfig ddp;
+  ZeroConfig zero;
+};
+
+// The axes against each other and the model: ConfigError naming the keys
+// (tensor parallelism's heads, sequence parallelism's tp and sequence,
+// the pipeline's layers and schedule, context parallelism's split, the
+// data-parallel strategies that each axis takes or refuses).
+void check_layout(const ParallelConfig& p, const model::GPTConfig& m);
+void check_pipeline(const ParallelConfig& p, const model::GPTConfig& m);
+void check_context(const ParallelConfig& p, const model::GPTConfig& m);
+
+class ParallelPlan {
+ public:
+  ParallelPlan(Mesh& mesh, const ParallelConfig& config) : mesh_(mesh), config_(config) {}
+  Mesh& mesh() const { return mesh_; }
+  const MeshDims& dims() const { return mesh_.dims(); }
+  const ParallelConfig& config() const { return config_; }
+  bool dp_enabled() const { return dims().dp > 1; }
+  bool tp_enabled() const { return dims().tp > 1; }
+  bool sp_enabled() const { return tp_enabled() && config_.sequence_parallel; }
+  bool pp_enabled() const { return dims().pp > 1; }
+  bool cp_enabled() const { return dims().cp > 1; }
+  // The ranks whose gradients are averaged, and over which the data is split
+  // by samples: the data-parallel group, with context parallelism the
+  // data-parallel x context-parallel one (cp ranks hold parts of the same
+  // samples, and their gradients are partial sums over positions).
+  comm::Communicator& grad_group() const { return cp_enabled() ? mesh_.dp_cp() : mesh_.dp(); }
+  // The positions of a sequence of T this rank holds (context parallel), or
+  // none (every position).
+  std::vector<int64_t> positions(int64_t T) const;
+
+ private:
+  Mesh& mesh_;
+  ParallelConfig config_;
+};
+
+}  // namespace parallm::parallel
