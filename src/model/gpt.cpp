@@ -107,18 +107,9 @@ void GPT::build_layers() {
   };
   split_.set_buffers(scratch_at(acts_.plan().s_full), scratch_at(acts_.plan().s_gfull));
   const Attention attn{cpa_.get(), Cl, NHl, NH, layout_.spec().rank * NHl, tp_ ? NH : 0};
-  blocks_.assign(static_cast<size_t>(cfg_.n_layer), BlockLayers{});
-  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
-    if (!layout_.holds_block(l)) continue;
-    const BlockParams& bp = layout_.block(l);
-    blocks_[static_cast<size_t>(l)] = BlockLayers{.ln1 = {bp.ln1_w, bp.ln1_b, C},
-                                                  .ln2 = {bp.ln2_w, bp.ln2_b, C},
-                                                  .qkv = {bp.qkv_w, bp.qkv_b, C, 3 * Cl},
-                                                  .fc = {bp.fc_w, bp.fc_b, C, 4 * Cl},
-                                                  .attn = attn,
-                                                  .proj = {bp.proj_w, bp.proj_b, Cl, C},
-                                                  .fcproj = {bp.fcproj_w, bp.fcproj_b, 4 * Cl, C}};
-  }
+  blocks_.assign(static_cast<size_t>(cfg_.n_layer), Gpt2Block{});
+  for (int64_t l = 0; l < cfg_.n_layer; ++l)
+    if (layout_.holds_block(l)) blocks_[static_cast<size_t>(l)] = Gpt2Block(layout_.block(l), C, Cl, attn);
   lnf_ = LayerNorm{layout_.lnf_w(), layout_.lnf_b(), C};
   embed_ = Embedding{layout_.wte(), layout_.wpe(), C, layout_.vocab_rows()};
   head_ = Head{layout_.head(), C, cfg_.vocab_size, layout_.vocab_rows()};
@@ -264,7 +255,7 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
   for (int64_t l = r.begin; l < r.end; ++l) {
     const int g = layout_.group_of_block(l);
     P = {pa_.params<A>(g, Pass::Forward), layout_.group(g).begin};
-    block_forward(k, l, x, P, f);
+    blocks_[static_cast<size_t>(l)].forward(k, block_env(), l, x, P, f);
     if (ctx.watch) watch_block(*ctx.watch, l, P.base, P.begin, f);
     x = acts_.act<A>(acts_.layer(l).res3);
     if (!(last && l + 1 == r.end)) pa_.release(g, Pass::Forward);  // the last group also holds ln_f

@@ -29,6 +29,7 @@
 #include "model/config.h"
 #include "model/context_group.h"
 #include "model/cp_attention.h"
+#include "model/gpt2_block.h"
 #include "model/layers.h"
 #include "model/param_access.h"
 #include "model/param_store.h"
@@ -160,8 +161,6 @@ class GPT {
   double cp_block_cpu_seconds() const { return cpa_ ? cpa_->block_cpu_seconds() : 0.0; }
 
  private:
-  // Dropout sites, for the RNG stream of each mask.
-  enum Site : uint64_t { kAttnProbs = 0, kAttnResid = 1, kMlpResid = 2, kEmbed = 3 };
   GPTConfig cfg_;
   ParamLayout layout_;
   int64_t max_B_, max_T_;
@@ -202,30 +201,15 @@ class GPT {
   float* host_losses() const;  // the losses' part of staging_
   static float mean_of(const float* losses, int64_t n);
   PassShape pass_shape(const StepContext& ctx, int64_t B, int64_t T) const;
-  // Transformer block l's passes (gpt_block.cpp) from its input x, with its
-  // group's parameters P and gradients G; backward turns d(block output) in
-  // dres into d(block input), redoing what recompute dropped where `redo`.
-  template <class A>
-  void block_forward(const kernels::ModelOps<A>& k, int64_t l, const A* x, const ParamView<A>& P, const PassShape& f);
-  template <class A>
-  void block_backward(const kernels::ModelOps<A>& k, int64_t l, const A* x, const ParamView<A>& P, const GradView& G,
-                      const PassShape& f, bool redo, A* dres);
-  template <class A>
-  void block_weight_backward(const kernels::ModelOps<A>& k, int64_t l, const ParamView<A>& P, const GradView& G,
-                             const PassShape& f);
-  // Each held block's layers (by layer), ln_f, and the tensor split they share.
-  struct BlockLayers {
-    LayerNorm ln1, ln2;
-    ColumnLinear qkv, fc;
-    Attention attn;
-    RowLinear proj, fcproj;
-  };
-  std::vector<BlockLayers> blocks_;
+  // Each held block (by layer), ln_f, the vocabulary layers, and the tensor
+  // split they share; what the blocks' passes use of the model.
+  std::vector<Gpt2Block> blocks_;
   LayerNorm lnf_;
   Embedding embed_;
   Head head_;
   TensorSplit split_;
   void build_layers();
+  BlockEnv block_env() { return {acts_, split_, *k_, dev_, &layout_, cfg_.gelu, cfg_.recompute}; }
   // The numeric detector (gpt_watch.cpp): a layer's tensors handed to the
   // watch after its forward (weights, then outputs) and backward (weight
   // gradients, then d(input)); `slots` names parameters by flat offset in a

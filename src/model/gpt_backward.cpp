@@ -99,7 +99,7 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
     const int g = layout_.group_of_block(l);
     enter(g);
     const A* x_in = l == r.begin ? acts_.act<A>(acts_.chunk_acts().input) : acts_.act<A>(acts_.layer(l - 1).res3);
-    block_backward(k, l, x_in, P, G, f, !(fresh && l + 1 == r.end), dres);
+    blocks_[static_cast<size_t>(l)].backward(k, block_env(), l, x_in, P, G, f, !(fresh && l + 1 == r.end), dres);
     if (ctx.watch) watch_grads(*ctx.watch, l, G.base, G.begin, dres, part, f);
     if (!split) pa_.grads_done(g);
     pa_.release(g, Pass::Backward);
@@ -119,7 +119,10 @@ void GPT::weight_backward(const kernels::ModelOps<A>& k, int chunk, const int32_
     const int g = layout_.group_of_block(l);
     const ParamView<A> P{pa_.params<A>(g, Pass::Backward), layout_.group(g).begin};
     const GradView G{pa_.grads(g), layout_.group(g).begin};
-    block_weight_backward(k, l, P, G, f);
+    const Gpt2Block& b = blocks_[static_cast<size_t>(l)];
+    b.weight_backward(k, block_env(), l, P, G, f);
+    if (f.ctx->watch) watch_grads<A>(*f.ctx->watch, l, G.base, G.begin, nullptr, BackwardPart::Weight, f);
+    b.report_linear(block_env(), *f.ctx);
     pa_.grads_done(g);
     pa_.release(g, Pass::Backward);
   }

@@ -6,7 +6,7 @@
 # trace: a CUPTI timeline of 124M steps, summarized; peerprof: the PyTorch
 # peer's kernels by torch.profiler; probe: which GELU cuBLASLt's epilogue
 # computes; nccl: the NCCL communicator's tests, and DDP when the machine has
-# two GPUs); each part has a time
+# two GPUs; hf: an untied export loaded by transformers); each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
 # the precisions of baby and gpt2 (default "fp32 bf16"); DET_DTYPE and
 # DET_DROPOUT (default 0.2; 0 takes bf16 attention through the flash kernels)
@@ -112,6 +112,27 @@ if want peerprof; then
     --n_head 12 --n_embd 768 --block_size 1024 --vocab_size 50304 --batch_size $GPT2_B --iters 5 --warmup 3 \
     --dtype bf16 --compile 1 --flash 1 --profile 3 2>$OUT/peer_profile.txt)
   grep -v "^\[" $OUT/peer_profile.txt | cut -c1-200 | head -45
+fi
+if want hf; then
+  step "Hugging Face: an untied parallm export (model.tie_embeddings=false) loaded by transformers"
+  timeout 120 ./bin/parallm train model.n_layer=2 model.n_head=2 model.n_embd=32 model.block_size=32 model.batch_size=4 \
+    model.tie_embeddings=false train.max_iters=5 train.eval_interval=5 train.eval_iters=1 train.sample_tokens=0 \
+    train.progress=false train.out_dir=$W/out/untied train.overwrite=true data.dir=$W/data/shakespeare_char | tail -1
+  ./bin/parallm export --ckpt $W/out/untied --out $W/out/untied_hf --overwrite | tail -1
+  timeout 120 python3 - "$W/out/untied_hf" <<'PY' 2>&1 | tee $OUT/hf_untied.log | tail -4
+import sys, torch
+from safetensors.torch import load_file
+from transformers import GPT2LMHeadModel
+d = sys.argv[1]
+m = GPT2LMHeadModel.from_pretrained(d)
+f = load_file(d + "/model.safetensors")
+assert not m.config.tie_word_embeddings
+assert m.lm_head.weight.data_ptr() != m.transformer.wte.weight.data_ptr(), "tied after loading"
+assert torch.equal(m.lm_head.weight, f["lm_head.weight"]) and torch.equal(m.transformer.wte.weight, f["transformer.wte.weight"])
+logits = m(torch.tensor([[1, 2, 3, 4]])).logits
+assert torch.isfinite(logits).all()
+print("untied export loads in transformers: lm_head.weight bitwise the file's, not wte; logits", tuple(logits.shape))
+PY
 fi
 cd "$OLDPWD"
 want peer && step "PyTorch nanoGPT peer, GPT-2 124M, batch $GPT2_B x 1024 (fp32 = TF32 matmuls, as nanoGPT)"
