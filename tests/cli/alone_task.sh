@@ -4,15 +4,10 @@
 # backend that runs one rank), must stop with an error naming the variables
 # it saw and a non-zero exit code, and never train alone.
 # Usage: alone_task.sh PARALLM INPUT_TEXT
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$1
 input=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() {
-  echo "alone_task: FAIL: $*"
-  exit 1
-}
 "$parallm" prepare char --input "$input" --out "$work/data" >/dev/null || fail "prepare"
 tiny=(model.n_layer=1 model.n_head=2 model.n_embd=16 model.block_size=16 model.batch_size=2 train.eval_iters=1
   train.progress=false train.sample_tokens=0 train.max_iters=3 "data.dir=$work/data" "train.out_dir=$work/run")

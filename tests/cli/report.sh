@@ -8,15 +8,10 @@
 # directory without metrics is refused by name, a last line still being
 # written is skipped with a warning, and --out naming a directory is refused.
 # Usage: report.sh <parallm> <tiny shakespeare input.txt>
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$1
 input=$2
-fail() {
-  echo "report: FAIL: $*"
-  exit 1
-}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 here=$(dirname "$0")
 "$parallm" prepare char --input "$input" --out "$work/data" >/dev/null 2>&1 || fail "prepare"
 for run in small wide; do

@@ -14,10 +14,11 @@
 # Usage: slurm_job.sh PARALLM INPUT_TEXT. Needs root and Debian's slurm-wlm
 # and munge (.ci/run installs them). Exit 77, with the reason and the
 # daemons' logs, only where the daemons cannot start; 1 on any failure.
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$(readlink -f "$1")
 input=$(readlink -f "$2")
-tmp=$(mktemp -d /tmp/parallm-slurm.XXXXXX)
+tmp=$work
 unset OMP_NUM_THREADS  # the threads per rank are part of what is checked
 pids=() names=()  # the daemons started, and their names
 cleanup() {
@@ -26,18 +27,13 @@ cleanup() {
     for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$p" 2>/dev/null
   done
-  rm -rf "$tmp"
 }
-trap cleanup EXIT
+at_exit cleanup
 logs() { tail -n 15 "$tmp"/*.log 2>/dev/null; }
 skip() {
   echo "slurm_job: SKIPPED: $*"
   logs
   exit 77
-}
-fail() {
-  echo "slurm_job: FAIL: $*"
-  exit 1
 }
 
 [ "$(id -u)" = 0 ] || skip "the Slurm daemons need root"

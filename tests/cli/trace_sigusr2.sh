@@ -4,9 +4,11 @@
 # there the ranks are signalled) makes each rank write the stacks of all its
 # threads to trace-<host>-<rank>.txt, and the job goes on.
 # Usage: trace_sigusr2.sh PARALLM
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$(readlink -f "$1")
-tmp=$(mktemp -d)
+tmp=$work
+FAIL_LOG=$tmp/out
 job=
 cleanup() {
   if [ -n "$job" ]; then
@@ -14,14 +16,8 @@ cleanup() {
     for _ in $(seq 30); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$job" 2>/dev/null
   fi
-  rm -rf "$tmp"
 }
-trap cleanup EXIT
-fail() {
-  echo "trace_sigusr2: FAIL: $*"
-  cat "$tmp/out" 2>/dev/null | tail -20
-  exit 1
-}
+at_exit cleanup
 cd "$tmp"
 PARALLM_TRACE_DIR="$tmp" "$parallm" launch -n 2 -- parallm test-dist --iters 1000000 --log-interval 100 \
   --dims 32,64,32 --batch 8 --no-plot >"$tmp/out" 2>&1 &

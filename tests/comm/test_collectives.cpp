@@ -15,6 +15,7 @@
 
 #include "comm/communicator.h"
 #include "core/gpu.h"
+#include "world_main.h"
 
 namespace parallm::comm {
 // Failures print counts as text ("all_reduce 3 calls 124 B").
@@ -357,24 +358,8 @@ TEST(Collectives, CountsCallsAndPayloadBytesPerKind) {
 }
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  CommOptions opt;
-  opt.timeout_s = 30;  // a broken test fails instead of hanging ctest
   // Optional argument: the backend (auto, self, mpi or nccl); auto picks mpi under a multi-rank launcher.
-  const std::string backend = argc > 1 ? argv[1] : "auto";
-  if (backend == "nccl" && (!nccl_built() || !gpu::available())) {
-    std::printf("skipped: %s\n", nccl_built() ? "no GPU visible" : "built without NCCL");
-    return 77;  // ctest's SKIP_RETURN_CODE
-  }
-  auto w = make_world(backend, opt);
-  world = w.get();
-  if (world->rank() != 0) {
-    // One report is enough; failures still set every rank's exit code.
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  world->barrier();
-  w.reset();
-  return rc;
+  test_util::WorldMain o;
+  o.timeout_s = 30;
+  return test_util::world_test_main(argc, argv, world, o);
 }

@@ -15,7 +15,7 @@
 #include "comm/communicator.h"
 #include "comm/topology.h"
 #include "core/gpu.h"
-#include "nccl_skip.h"
+#include "world_main.h"
 
 using namespace parallm;
 using namespace parallm::comm;
@@ -173,14 +173,8 @@ TEST(Nccl, LimitsAreErrorsWithContext) {
 }
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  if (const int skip = test_util::nccl_skip()) return skip;
-  CommOptions opt;
-  opt.timeout_s = 60;
-  auto w = make_world("nccl", opt);
-  world = w.get();
-  const int rc = RUN_ALL_TESTS();
-  world->barrier();
-  w.reset();
-  return rc;
+  test_util::WorldMain o;
+  o.backend = "nccl";
+  o.one_report = false;
+  return test_util::world_test_main(argc, argv, world, o);
 }

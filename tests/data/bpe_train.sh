@@ -6,15 +6,10 @@
 # without --vocab either fetches GPT-2's files (where a network exists,
 # checking their SHA-256) or fails saying to pass --vocab DIR.
 # Usage: bpe_train.sh <parallm> <tiny shakespeare input.txt>
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$1
 input=$2
-fail() {
-  echo "bpe_train: FAIL: $*"
-  exit 1
-}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 "$parallm" prepare bpe-train --vocab_size 1024 --input "$input" --out "$work/tok" >"$work/train_bpe.log" 2>&1 ||
   { cat "$work/train_bpe.log"; fail "bpe-train"; }
 cat "$work/train_bpe.log"

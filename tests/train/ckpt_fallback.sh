@@ -17,18 +17,14 @@
 #             fields never hold a..b, steps K..a-1 are the straight run's, and
 #             the batch sequence is the straight one without a..b.
 # Usage: ckpt_fallback.sh <parallm> <text file> <mode> <launcher for 2 ranks with its flags>...
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$1
 input=$2
 mode=$3
+FAIL_CONTEXT=$mode
 shift 3
 launch=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() {
-  echo "ckpt_fallback: FAIL ($mode): $*"
-  exit 1
-}
 "$parallm" prepare char --input "$input" --out "$work/data" >/dev/null || fail "prepare"
 cfg=(model.n_layer=2 model.n_head=2 model.n_embd=64 model.block_size=32 model.batch_size=2 model.dropout=0.1
   train.eval_interval=100000 train.final_eval=false train.sample_tokens=0 train.progress=false train.log_interval=1

@@ -5,20 +5,12 @@
 # file it could not write, leave metrics.jsonl with whole lines only, keep a
 # checkpoint that loads and no ckpt.tmp, and resume once there is room.
 # Usage: full_disk.sh <parallm> <text file>   (FULL_DISK_NO_MOUNT=1: the size limit even where a mount works)
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$1
 input=$2
-work=$(mktemp -d)
 mnt=$work/disk
-cleanup() {
-  umount "$mnt" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-  echo "full_disk: FAIL: $*"
-  exit 1
-}
+at_exit 'umount "$mnt" 2>/dev/null'
 "$parallm" prepare char --input "$input" --out "$work/data" >/dev/null || fail "prepare"
 mkdir -p "$mnt"
 mode=fsize

@@ -5,16 +5,11 @@
 # pass its checksums (an eval-only resume verifies every file) and the run
 # must resume. Prints how many kills landed inside a save (ckpt.tmp present).
 # Usage: kill_during_save.sh <parallm> <text file> [kills=3]
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$1
 input=$2
 kills=${3:-3}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() {
-  echo "kill_during_save: FAIL: $*"
-  exit 1
-}
 "$parallm" prepare char --input "$input" --out "$work/data" >/dev/null || fail "prepare"
 run=(model.n_layer=4 model.n_head=4 model.n_embd=256 model.block_size=32 model.batch_size=2 train.eval_iters=1
   train.eval_interval=1 train.always_save_checkpoint=true train.progress=false train.sample_tokens=0

@@ -7,18 +7,13 @@
 #   same: without a fault, a run with the detector on must be bitwise the run
 #     with it off (every logged loss and gradient norm, and the checkpoint).
 # Usage: numeric_detector.sh <parallm> <text file> <inject|same> <"layout keys"> <launcher for 2 ranks, flags>...
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$1
 input=$2
 mode=$3
 layout=$4
 shift 4
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() {
-  echo "numeric_detector: FAIL: $*"
-  exit 1
-}
 "$parallm" prepare char --input "$input" --out "$work/data" >/dev/null || fail "prepare"
 run() {  # run <out dir> <extra keys>...: the log in <out dir>.log, the exit code returned
   local out=$1

@@ -4,17 +4,12 @@
 # seconds, with the culprit (world rank 2 of 4, pp=4) named: no rank is left
 # waiting in a receive.
 # Usage: pipeline_fault.sh <parallm> <text file> <kill|stop> <launcher for 4 ranks with its flags>...
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$1
 input=$2
 sig=$3
 shift 3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() {
-  echo "pipeline_fault: FAIL: $*"
-  exit 1
-}
 "$parallm" prepare char --input "$input" --out "$work/data" >/dev/null || fail "prepare"
 timeout_s=5
 start=$(date +%s)

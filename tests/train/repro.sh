@@ -6,18 +6,13 @@
 # environment variables and no secret. A resume keeps the first attempt's
 # record as repro-1.json and writes attempt 2 as repro-2.json and repro.json.
 # Usage: repro.sh <parallm> <text file> <python3> <source dir> <launcher for 2 ranks with its flags>...
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$1
 input=$2
 python=$3
 src=$4
 shift 4
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() {
-  echo "repro: FAIL: $*"
-  exit 1
-}
 "$parallm" prepare char --input "$input" --out "$work/data" >/dev/null || fail "prepare"
 run=(model.n_layer=1 model.n_head=2 model.n_embd=32 model.block_size=32 model.batch_size=2 train.eval_interval=2
   train.eval_iters=1 train.sample_tokens=0 train.progress=false train.peak_flops=1e11 "data.dir=$work/data"

@@ -14,19 +14,16 @@
 #   duration  train.max_duration=6s: every rank saves and exits 0 at the same
 #             iteration, before the 6 s are up
 # Usage: run_control.sh <parallm> <text file> <case> <launcher for 2 ranks with its flags>...
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
+FAIL_LOG=$work/log.txt
 parallm=$1
 input=$2
 case=$3
+FAIL_CONTEXT=$case
 shift 3
 launch=("$@")
-work=$(mktemp -d)
-trap 'pkill -KILL -f "$work/" 2>/dev/null; rm -rf "$work"' EXIT
-fail() {
-  echo "run_control: FAIL ($case): $*"
-  [ -f "$work/log.txt" ] && tail -n 20 "$work/log.txt"
-  exit 1
-}
+at_exit 'pkill -KILL -f "$work/" 2>/dev/null'
 "$parallm" prepare char --input "$input" --out "$work/data" >/dev/null || fail "prepare"
 export OMP_NUM_THREADS=1
 # Steps of a few tens of milliseconds, dropout on: a stop lands mid-run and a resume has something to reproduce.

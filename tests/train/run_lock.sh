@@ -5,15 +5,11 @@
 # winner's records whole; a resume started while a run trains is refused the
 # same way; a lock file left by a killed run is taken over, said.
 # Usage: run_lock.sh <parallm> <text file>
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$1
 input=$2
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
-fail() {
-  echo "run_lock: FAIL: $*"
-  exit 1
-}
+at_exit 'kill $(jobs -p) 2>/dev/null'
 "$parallm" prepare char --input "$input" --out "$work/data" >/dev/null || fail "prepare"
 run=(model.n_layer=2 model.n_head=2 model.n_embd=64 model.block_size=64 model.batch_size=8 train.eval_interval=50
   train.eval_iters=2 train.sample_tokens=0 train.progress=false train.peak_flops=1e11 train.threads=1

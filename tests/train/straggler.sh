@@ -7,16 +7,11 @@
 # times the peer's compute, over windows of 10 steps) is far above what a
 # loaded machine's noise reaches, and far below the injected 10x or more.
 # Usage: straggler.sh <parallm> <text file> <launcher for 2 ranks with its flags>...
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$1
 input=$2
 shift 2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() {
-  echo "straggler: FAIL: $*"
-  exit 1
-}
 "$parallm" prepare char --input "$input" --out "$work/data" >/dev/null || fail "prepare"
 run=(model.n_layer=2 model.n_head=2 model.n_embd=128 model.block_size=64 model.batch_size=4 train.max_iters=21
   train.log_interval=5 train.straggler_window=2 train.straggler_pct=400 train.eval_interval=1000 train.final_eval=false

@@ -4,15 +4,10 @@
 # exactly the run's metrics.jsonl as scalars; a scratch run with
 # train.overwrite=true removes the old run's event files.
 # Usage: tensorboard.sh <parallm> <tiny shakespeare input.txt>
-set -u
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$(dirname "$0")/../lib.sh"
 parallm=$1
 input=$2
-fail() {
-  echo "tensorboard: FAIL: $*"
-  exit 1
-}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 "$parallm" prepare char --input "$input" --out "$work/data" >/dev/null 2>&1 || fail "prepare"
 train() {
   OMP_NUM_THREADS=2 "$parallm" train data.dir="$work/data" train.out_dir="$work/run" model.n_layer=2 model.n_head=2 \
