@@ -1,10 +1,12 @@
-// GPT (nanoGPT's architecture) with explicit forward and backward passes.
-// Parameters and gradients are two flat buffers laid out by ParamLayout;
-// activations for the largest (B, T) the model will see are allocated once at
-// construction, so a training step allocates nothing. The LM head is tied to
-// wte and fused with softmax + cross-entropy: when gradients are requested,
-// forward already produces d(ln_f output) and the wte gradient of the head,
-// and backward() continues from there down to the embeddings.
+// GPT (nanoGPT's architecture) with explicit forward and backward passes:
+// an Embedding, Gpt2Blocks, ln_f and a Head (layers.h, vocab_layers.h,
+// gpt2_block.h), each owning its communication under tp, sp and cp.
+// Parameters and gradients are reached through ParamAccess (two flat buffers
+// laid out by ParamLayout, or a ZeRO store); activations for the largest
+// (B, T) are allocated once (Activations), so a step allocates nothing. The
+// LM head (wte, or an untied lm_head.weight) is fused with softmax +
+// cross-entropy: with gradients, forward already produces d(ln_f output) and
+// the head's weight gradient, and backward() continues down to the embeddings.
 // The same code runs on the CPU or a GPU (the constructor's device): buffers
 // are DeviceArrays and every kernel is called through the device's table
 // (kernels/ops.h). On a GPU, params()/grads() are device pointers; tokens and
@@ -196,8 +198,6 @@ class GPT {
   // Checks a pass's shape and tokens and (GPU) uploads them into activation set `set`'s copies.
   void begin_pass(int chunk, int set, const int32_t*& tokens, const int32_t*& targets, int64_t B, int64_t T,
                   const char* where);
-  // Reports parameters (by flat offset; -1 = absent) whose gradients are final (ctx.grads_ready).
-  void ready(const StepContext& ctx, std::initializer_list<int64_t> offsets) const;
   float* host_losses() const;  // the losses' part of staging_
   static float mean_of(const float* losses, int64_t n);
   PassShape pass_shape(const StepContext& ctx, int64_t B, int64_t T) const;
@@ -228,7 +228,6 @@ class GPT {
                    const PassShape& f) const;
   void watch_embed_grads(NumericWatch& w, const float* GE, int64_t e0, const PassShape& f) const;
   void zero_device(void* p, size_t bytes) const;
-  void copy_device(void* dst, const void* src, size_t bytes) const;
   template <class A>
   void logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int64_t T, int64_t pos);  // pos < 0: all
   // GPU only: this batch's tokens and targets, and their uploads and the

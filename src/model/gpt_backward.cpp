@@ -55,12 +55,6 @@ void GPT::backward_chunk(int chunk, int set, const int32_t* tokens, int64_t B, i
   }
 }
 
-void GPT::ready(const StepContext& ctx, std::initializer_list<int64_t> offsets) const {
-  if (!ctx.grads_ready) return;
-  for (int64_t o : offsets)
-    if (o >= 0) ctx.grads_ready(layout_.unit_at(o));
-}
-
 template <class A>
 void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const PassShape& f,
                         BackwardPart part) {
@@ -93,8 +87,9 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
                   G, acts_.stat(acts_.chunk_acts().lnf_mean), acts_.stat(acts_.chunk_acts().lnf_rstd), f.Nl, *k_, dev_,
                   acts_.stat(acts_.plan().ln_grad));
     if (ctx.watch) watch_grads(*ctx.watch, cfg_.n_layer, G.base, G.begin, dres, part, f);
-    ready(ctx, {layout_.lnf_w(), layout_.lnf_b(), layout_.lm_head()});  // an untied head's, final since forward
-  }                                                                     // else dres holds the received d(chunk output)
+    block_env().ready(ctx,
+                      {layout_.lnf_w(), layout_.lnf_b(), layout_.lm_head()});  // an untied head's, final since forward
+  }  // else dres holds the received d(chunk output)
   for (int64_t l = r.end - 1; l >= r.begin; --l) {
     const int g = layout_.group_of_block(l);
     enter(g);
@@ -108,7 +103,7 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
   // the first chunk d(embedding output), which W takes from there in a split backward.
   if (!first_chunk(chunk) || split) return;
   embedding_backward(k, dres, tokens, f);
-  ready(ctx, {layout_.wpe(), layout_.wte()});
+  block_env().ready(ctx, {layout_.wpe(), layout_.wte()});
   pa_.grads_done(0);
 }
 
@@ -128,7 +123,7 @@ void GPT::weight_backward(const kernels::ModelOps<A>& k, int chunk, const int32_
   }
   if (!first_chunk(chunk)) return;
   embedding_backward(k, acts_.act<A>(acts_.chunk_acts().grad), tokens, f);
-  ready(*f.ctx, {layout_.wpe(), layout_.wte()});
+  block_env().ready(*f.ctx, {layout_.wpe(), layout_.wte()});
   pa_.grads_done(0);
 }
 
@@ -143,14 +138,6 @@ void GPT::embedding_backward(const kernels::ModelOps<A>& k, const A* demb, const
   const GradView GE{pa_.grads(0), layout_.group(0).begin};
   embed_.backward(k, split_, demb, tokens, GE, f);
   if (ctx.watch) watch_embed_grads(*ctx.watch, GE.base, GE.begin, f);
-}
-
-void GPT::copy_device(void* dst, const void* src, size_t bytes) const {
-  if (dst == src) return;
-  if (dev_.is_cpu())
-    std::memcpy(dst, src, bytes);
-  else
-    gpu::memcpy_d2d(dst, src, bytes);
 }
 
 }  // namespace parallm::model
