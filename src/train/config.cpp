@@ -233,65 +233,69 @@ void add_model_keys(KeyTable& t) {
 
 // train.*
 void add_train_keys(KeyTable& t) {
+  t.insert({INT_KEY("train.max_iters", train.max_iters, 0, kMaxIters, "last iteration"),
+            INT_KEY("train.eval_interval", train.eval_interval, 1, kMaxIters, "iterations between evaluations"),
+            INT_KEY("train.eval_iters", train.eval_iters, 1, kMaxEvalIters, "batches per evaluation"),
+            INT_KEY("train.log_interval", train.log_interval, 1, kMaxIters, "iterations between log lines"),
+            FLOAT_KEY("train.straggler_pct", train.straggler_pct, closed(0, 1e6),
+                      "warn naming a rank whose compute per step is this many percent above its peers' median over "
+                      "train.straggler_window log intervals (0 = off; several ranks only)"),
+            INT_KEY("train.straggler_window", train.straggler_window, 1, kMaxIters,
+                    "log intervals over which train.straggler_pct compares the ranks"),
+            {"train.seed",
+             {"int", "seed of init, data order and dropout (>= 0)",
+              [](RunConfig& c, const std::string& k, const std::string& v) {
+                const int64_t x = parse_int(k, v);
+                PARALLM_CHECK(x >= 0, ConfigError, "config", "{}: must be >= 0, got {}", k, x);
+                c.train.seed = static_cast<uint64_t>(x);
+              },
+              [](const RunConfig& c) { return nlohmann::json(c.train.seed); }, closed(0, 0x1p63 - 1)}},
+            STR_KEY("train.out_dir", train.out_dir, "run directory"),
+            {"train.init_from",
+             {"string",
+              "scratch | resume | hf:DIR (the weights of a Hugging Face GPT-2 directory: config.json + "
+              "model.safetensors, to fine-tune)",
+              [](RunConfig& c, const std::string& k, const std::string& v) {
+                const bool hf = v.rfind("hf:", 0) == 0;
+                PARALLM_CHECK(v == "scratch" || v == "resume" || (hf && v.size() > 3), ConfigError, "config",
+                              "{}: expected scratch, resume or hf:DIR, got \"{}\"", k, v);
+                c.train.init_from = hf ? InitFrom::Hf : v == "resume" ? InitFrom::Resume : InitFrom::Scratch;
+                c.train.hf_dir = hf ? v.substr(3) : "";
+              },
+              [](const RunConfig& c) {
+                return nlohmann::json(c.train.init_from == InitFrom::Hf ? "hf:" + c.train.hf_dir
+                                      : c.train.resume()                ? "resume"
+                                                                        : "scratch");
+              },
+              std::nullopt}},
+            BOOL_KEY("train.tensorboard", train.tensorboard,
+                     "also write the metrics records as TensorBoard event files (events.out.tfevents.*) in "
+                     "train.out_dir, on rank 0"),
+            BOOL_KEY("train.always_save_checkpoint", train.always_save_checkpoint,
+                     "save at every eval, not only on improvement"),
+            INT_KEY("train.keep_checkpoints", train.keep_checkpoints, 1, kMaxIters,
+                    "step-numbered checkpoints (ckpt-NNNNNNNN/) kept, newest first; the best ckpt/ is kept besides. "
+                    "Default 2: the newest, and one to fall back on should it be damaged, for twice one checkpoint's "
+                    "disk"),
+            INT_KEY("train.checkpoint_interval", train.checkpoint_interval, 0, kMaxIters,
+                    "iterations between step-numbered checkpoints (0 = none: only the best ckpt/ is saved)"),
+            INT_KEY("train.resume_step", train.resume_step, -1, kMaxIters,
+                    "with train.init_from=resume: resume from the checkpoint saved before this iteration (a rollback; "
+                    "later checkpoints are moved to rolled_back/) instead of the newest intact one (-1)"),
+            {"train.skip_batches",
+             {"string",
+              "global batch indices never fed, as inclusive ascending ranges a:b,c:d (the straight run's iteration "
+              "numbers); the other batches keep their order; kept by the checkpoint",
+              [](RunConfig& c, const std::string& k, const std::string& v) {
+                c.train.skip_batches = BatchSkip::parse(k, v);
+              },
+              [](const RunConfig& c) { return nlohmann::json(c.train.skip_batches.text()); }, std::nullopt}}});
+}
+
+// What a run does besides its loop: evaluation, precision, threads, loss scaling.
+void add_train_run_keys(KeyTable& t) {
   t.insert(
-      {INT_KEY("train.max_iters", train.max_iters, 0, kMaxIters, "last iteration"),
-       INT_KEY("train.eval_interval", train.eval_interval, 1, kMaxIters, "iterations between evaluations"),
-       INT_KEY("train.eval_iters", train.eval_iters, 1, kMaxEvalIters, "batches per evaluation"),
-       INT_KEY("train.log_interval", train.log_interval, 1, kMaxIters, "iterations between log lines"),
-       FLOAT_KEY("train.straggler_pct", train.straggler_pct, closed(0, 1e6),
-                 "warn naming a rank whose compute per step is this many percent above its peers' median over "
-                 "train.straggler_window log intervals (0 = off; several ranks only)"),
-       INT_KEY("train.straggler_window", train.straggler_window, 1, kMaxIters,
-               "log intervals over which train.straggler_pct compares the ranks"),
-       {"train.seed",
-        {"int", "seed of init, data order and dropout (>= 0)",
-         [](RunConfig& c, const std::string& k, const std::string& v) {
-           const int64_t x = parse_int(k, v);
-           PARALLM_CHECK(x >= 0, ConfigError, "config", "{}: must be >= 0, got {}", k, x);
-           c.train.seed = static_cast<uint64_t>(x);
-         },
-         [](const RunConfig& c) { return nlohmann::json(c.train.seed); }, closed(0, 0x1p63 - 1)}},
-       STR_KEY("train.out_dir", train.out_dir, "run directory"),
-       {"train.init_from",
-        {"string",
-         "scratch | resume | hf:DIR (the weights of a Hugging Face GPT-2 directory: config.json + "
-         "model.safetensors, to fine-tune)",
-         [](RunConfig& c, const std::string& k, const std::string& v) {
-           const bool hf = v.rfind("hf:", 0) == 0;
-           PARALLM_CHECK(v == "scratch" || v == "resume" || (hf && v.size() > 3), ConfigError, "config",
-                         "{}: expected scratch, resume or hf:DIR, got \"{}\"", k, v);
-           c.train.init_from = hf ? InitFrom::Hf : v == "resume" ? InitFrom::Resume : InitFrom::Scratch;
-           c.train.hf_dir = hf ? v.substr(3) : "";
-         },
-         [](const RunConfig& c) {
-           return nlohmann::json(c.train.init_from == InitFrom::Hf ? "hf:" + c.train.hf_dir
-                                 : c.train.resume()                ? "resume"
-                                                                   : "scratch");
-         },
-         std::nullopt}},
-       BOOL_KEY("train.tensorboard", train.tensorboard,
-                "also write the metrics records as TensorBoard event files (events.out.tfevents.*) in "
-                "train.out_dir, on rank 0"),
-       BOOL_KEY("train.always_save_checkpoint", train.always_save_checkpoint,
-                "save at every eval, not only on improvement"),
-       INT_KEY("train.keep_checkpoints", train.keep_checkpoints, 1, kMaxIters,
-               "step-numbered checkpoints (ckpt-NNNNNNNN/) kept, newest first; the best ckpt/ is kept besides. "
-               "Default 2: the newest, and one to fall back on should it be damaged, for twice one checkpoint's "
-               "disk"),
-       INT_KEY("train.checkpoint_interval", train.checkpoint_interval, 0, kMaxIters,
-               "iterations between step-numbered checkpoints (0 = none: only the best ckpt/ is saved)"),
-       INT_KEY("train.resume_step", train.resume_step, -1, kMaxIters,
-               "with train.init_from=resume: resume from the checkpoint saved before this iteration (a rollback; "
-               "later checkpoints are moved to rolled_back/) instead of the newest intact one (-1)"),
-       {"train.skip_batches",
-        {"string",
-         "global batch indices never fed, as inclusive ascending ranges a:b,c:d (the straight run's iteration "
-         "numbers); the other batches keep their order; kept by the checkpoint",
-         [](RunConfig& c, const std::string& k, const std::string& v) {
-           c.train.skip_batches = BatchSkip::parse(k, v);
-         },
-         [](const RunConfig& c) { return nlohmann::json(c.train.skip_batches.text()); }, std::nullopt}},
-       BOOL_KEY("train.eval_only", train.eval_only, "evaluate once and exit"),
+      {BOOL_KEY("train.eval_only", train.eval_only, "evaluate once and exit"),
        BOOL_KEY("train.final_eval", train.final_eval,
                 "also evaluate (and checkpoint) at the last iteration when it is not a multiple of eval_interval"),
        BOOL_KEY("train.overwrite", train.overwrite,
@@ -535,6 +539,7 @@ const KeyTable& keys() {
     KeyTable t;
     add_model_keys(t);
     add_train_keys(t);
+    add_train_run_keys(t);
     add_train_check_keys(t);
     add_optimizer_keys(t);
     add_run_keys(t);
