@@ -133,6 +133,7 @@ Model draw_model(Rng& r, const Layout& a, int n_layer) {
   m.bias = r.chance(0.5);
   m.dropout = r.pick(std::vector<double>{0.0, 0.1, 0.1, 0.2});
   m.gelu = r.chance(0.5) ? "tanh" : "exact";
+  m.tied = r.chance(0.75);
   return m;
 }
 
@@ -266,6 +267,7 @@ std::vector<std::string> model_keys(const Model& m, const Training& t) {
           fmt::format("model.block_size={}", m.block_size),
           fmt::format("model.vocab_size={}", m.vocab_size),
           fmt::format("model.bias={}", m.bias ? "true" : "false"),
+          fmt::format("model.tie_embeddings={}", m.tied ? "true" : "false"),
           fmt::format("model.dropout={}", m.dropout),
           "model.gelu=" + m.gelu,
           fmt::format("optimizer.gas={}", t.gas),
@@ -302,9 +304,10 @@ std::string describe(const Layout& l) {
 
 std::string describe(const Model& m, const Training& t) {
   return fmt::format(
-      "L={} H={} C={} T={} V={} bias={} dropout={} gelu={} gas={} global_batch={} lr={} wd={} clip={} loss_scale={}",
-      m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, m.bias ? 1 : 0, m.dropout, m.gelu, t.gas,
-      t.global_batch, t.lr, t.weight_decay, t.grad_clip, t.loss_scale);
+      "L={} H={} C={} T={} V={} bias={} tied={} dropout={} gelu={} gas={} global_batch={} lr={} wd={} clip={} "
+      "loss_scale={}",
+      m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, m.bias ? 1 : 0, m.tied ? 1 : 0, m.dropout, m.gelu,
+      t.gas, t.global_batch, t.lr, t.weight_decay, t.grad_clip, t.loss_scale);
 }
 
 }  // namespace layout_fuzz

@@ -44,6 +44,7 @@ class Rng {
 struct Model {
   int n_layer = 2, n_head = 2, n_embd = 32, block_size = 32, vocab_size = 67;
   bool bias = true;
+  bool tied = true;  // model.tie_embeddings
   double dropout = 0.1;
   std::string gelu = "tanh";
 };
