@@ -167,18 +167,56 @@ TEST(CpAttention, TensorTimesContextParallelSplitsHeadsThenPositions) {
   for (CpKind kind : {CpKind::Ring, CpKind::Ulysses}) check_case({kind, 3, 48, 0.1f, 2});
 }
 
-// The ring's causal balance at cp = 4, T = 1024, as the ring runs: the
+// The ring's causal balance at cp = 4, T = 1024, two ways. Counted (the
+// assertion): the causal query-key pairs in the blocks ring_step gives each
+// rank over all steps, which is the work the passes do (every block is
+// computed as ring_step lists it); the zigzag split gives every rank the same
+// count, the contiguous one 1 : 3 : 5 : 7 (about). Timed (observed): the
 // thread CPU time of each rank's block kernels in a forward and backward (not
 // waits; one thread a rank), each ring step's least over 32 repetitions,
-// summed; busiest rank over least busy. 20 runs with 4 ranks on 2 cores:
-// zigzag 1.01 to 1.07, contiguous 5.5 to 5.9 (the bar: zigzag within
-// 1.15). Under ctest -j2 other tests share the cores too, so this asserts the
-// zigzag within 1.3 and far better balanced than the contiguous split.
+// summed. 20 quiet runs with 4 ranks on 2 cores: zigzag 1.01 to 1.07,
+// contiguous 5.5 to 5.9; under ctest -j2 other tests share the cores and a CI
+// run measured the zigzag at 1.39, so time only asserts that the contiguous
+// split is far less balanced than the zigzag.
 #if defined(__SANITIZE_ADDRESS__)
 constexpr int kTimedReps = 2;  // instrumented code: only the contiguous split's far worse balance is asserted
 #else
 constexpr int kTimedReps = 32;
 #endif
+
+// Causal query-key pairs of the blocks rank l.rank computes over a ring of T positions.
+int64_t ring_causal_pairs(const model::CpLayout& l, int64_t T) {
+  int64_t pairs = 0;
+  for (int s = 0; s < l.size; ++s)
+    for (const model::RingStep::Block& b : model::CpAttention::ring_step(l, T, s))
+      for (int64_t q = b.q.global; q < b.q.global + b.q.len; ++q)
+        pairs += std::max<int64_t>(0, std::min(q + 1, b.k.global + b.k.len) - b.k.global);
+  return pairs;
+}
+
+TEST(CpAttention, RingStepsGiveEveryZigzagRankTheSameCausalWork) {
+  for (int C : {2, 3, 4, 5, 8})
+    for (bool zigzag : {true, false}) {
+      const int64_t T = 2 * C * 37;
+      int64_t total = 0, lo = INT64_MAX, hi = 0;
+      for (int r = 0; r < C; ++r) {
+        model::CpLayout l;
+        l.size = C;
+        l.rank = r;
+        l.zigzag = zigzag;
+        const int64_t p = ring_causal_pairs(l, T);
+        total += p;
+        lo = std::min(lo, p);
+        hi = std::max(hi, p);
+      }
+      EXPECT_EQ(total, T * (T + 1) / 2) << "C=" << C << (zigzag ? " zigzag" : " contiguous") << ": the blocks cover "
+                                        << "every causal pair once";
+      if (zigzag)
+        EXPECT_EQ(hi, lo) << "C=" << C << ": zigzag ranks differ in causal work";
+      else
+        EXPECT_GE(static_cast<double>(hi) / static_cast<double>(lo), C - 0.5) << "C=" << C << " contiguous";
+    }
+}
 
 TEST(CpAttention, ZigzagBalancesTheCausalWorkAcrossRanks) {
   if (world->size() != 4) GTEST_SKIP() << "measured at cp = 4";
@@ -221,7 +259,6 @@ TEST(CpAttention, ZigzagBalancesTheCausalWorkAcrossRanks) {
   // Instrumented code does not keep the kernels' cost proportions.
   EXPECT_GE(ratio[1], 1.5 * ratio[0]) << "the contiguous split should be less balanced than the zigzag";
 #else
-  EXPECT_LE(ratio[0], 1.3) << "zigzag";
   EXPECT_GE(ratio[1], 2 * ratio[0]) << "the contiguous split should be far less balanced than the zigzag";
 #endif
 }

@@ -3,9 +3,10 @@
 #   kill      train.kill_switch appears mid-run: every rank finishes its step,
 #             saves a step checkpoint and exits 0, within a step or two; a job
 #             started with the file present exits 0 at once, touching nothing
-#   save      train.save_switch appears: exactly one step checkpoint more, the
-#             file is deleted, the run trains on to the end with the losses of
-#             a run without it
+#   save      train.save_switch is there (made before the start, so that a
+#             busy machine cannot finish the short run before it is seen):
+#             exactly one step checkpoint more, the file is deleted, the run
+#             trains on to the end with the losses of a run without it
 #   usr1      kill -USR1 to rank 1 only: exit 0 on every rank after the same
 #             iteration, and the checkpoint resumes bitwise (the losses of an
 #             uninterrupted run)
@@ -95,9 +96,8 @@ case $case in
     ;;
   save)
     reference 40
-    start "$work/run" train.max_iters=40 "train.save_switch=$work/SAVE"
-    wait_records "$work/run" 5 $job || fail "the run did not start training"
     touch "$work/SAVE"
+    start "$work/run" train.max_iters=40 "train.save_switch=$work/SAVE"
     wait $job || fail "the job exited $? (expected 0)"
     [ ! -e "$work/SAVE" ] || fail "the save switch is still there"
     # Besides the state after the last iteration, ckpt-00000041: exactly one.
