@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <string>
 #include <thread>
@@ -38,13 +39,15 @@ TEST(FileStore, ReaderWaitsForTheWriterAndSeesTheWholeValue) {
   const std::string dir = fresh_dir("wait");
   const std::string value(100000, 'x');
   FileStore reader(dir, "job1");
+  std::promise<void> read;
   std::thread writer_thread([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     FileStore writer(dir, "job1");
     writer.set("nccl-world", value);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // keeps the key while the reader reads
+    read.get_future().wait();  // keeps the key until the reader has read it
   });
   EXPECT_EQ(reader.get("nccl-world", 10.0), value);
+  read.set_value();
   writer_thread.join();
   EXPECT_FALSE(fs::exists(reader.path("nccl-world"))) << "the writer removes its keys as it closes";
   fs::remove_all(dir);

@@ -111,10 +111,11 @@ case $case in
   usr1 | term)
     sig=$([ $case = usr1 ] && echo USR1 || echo TERM)
     reference 40
-    # 25 ms more a step on rank 0 (the numbers are unchanged): the signal lands mid-run on a fast, idle machine
-    # too (40 steps of 8 ms ended before the signal was sent, here, in 3 of 4 tries).
-    PARALLM_FAULT_SLOW_RANK=0:25 start "$work/run" train.max_iters=40
-    wait_records "$work/run" 5 $job || fail "the run did not start training"
+    # 50 ms more a step on rank 0 (the numbers are unchanged): the signal lands mid-run on a fast, idle machine
+    # too (40 steps of 8 ms ended before the signal was sent, here, in 3 of 4 tries), and on a busy one, where
+    # the polling below is slow: 38 steps of 50 ms or more are left when it has seen 2 records.
+    PARALLM_FAULT_SLOW_RANK=0:50 start "$work/run" train.max_iters=40
+    wait_records "$work/run" 2 $job || fail "the run did not start training"
     pid=$(rank_pid "$work/run" 1)
     [ -n "$pid" ] || fail "rank 1's process not found"
     kill -$sig "$pid"
@@ -142,10 +143,18 @@ case $case in
     grep -q "train.max_duration=6s is near" "$work/log.txt" || fail "the log does not say why it stopped"
     [ "$(grep -o 'rank [01] stopped after iteration [0-9]*' "$work/log.txt" | awk '{print $NF}' | sort -u | wc -l)" = 1 ] ||
       fail "the ranks stopped at different iterations"
-    awk -v t="$took" 'BEGIN { exit !(t < 6.5) }' || fail "the job took $took s (train.max_duration=6s)"
-    awk -v t="$took" 'BEGIN { exit !(t > 3) }' || fail "the job stopped after only $took s"
+    # The limit counts from each process's start; the launcher's start-up and teardown are outside it, so the
+    # verdict is the program's own account (used + left = 6 s, the stop before the end), the wall clock only a
+    # guard against a run that does not stop.
+    used=$(grep -oE '[0-9.]+ s used since the process started' "$work/log.txt" | head -1 | awk '{print $1}')
+    left=$(grep -oE '[0-9.]+ s left, and the next' "$work/log.txt" | head -1 | awk '{print $1}')
+    [ -n "$used" ] && [ -n "$left" ] || fail "the log does not say the time used and left"
+    awk -v u="$used" -v l="$left" 'BEGIN { exit !(u < 6 && l > 0 && u + l > 5.8 && u + l < 6.2) }' ||
+      fail "used $used s and $left s left do not make train.max_duration=6s"
+    awk -v u="$used" 'BEGIN { exit !(u > 3) }' || fail "the run stopped after only $used s"
+    awk -v t="$took" 'BEGIN { exit !(t < 21) }' || fail "the job took $took s (train.max_duration=6s)"
     [ "$(step_ckpts "$work/run" | wc -l)" = 1 ] || fail "no step checkpoint"
-    echo "run_control: PASS (duration: stopped after $(records "$work/run") steps in $took s of 6 s, checkpoint saved)"
+    echo "run_control: PASS (duration: stopped after $(records "$work/run") steps, $used s used and $left s left of 6 s, job $took s, checkpoint saved)"
     ;;
   *) fail "unknown case" ;;
 esac

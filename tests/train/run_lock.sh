@@ -45,7 +45,7 @@ assert steps == list(range(61)), steps
 ' "$work/run/metrics.jsonl" || fail "metrics.jsonl is not one whole run"
 
 # A resume while a run trains is refused, and changes nothing.
-"$parallm" train "${run[@]}" train.init_from=resume train.max_iters=400 >"$work/c.txt" 2>&1 &
+"$parallm" train "${run[@]}" train.init_from=resume train.max_iters=100000000 >"$work/c.txt" 2>&1 &  # killed below
 c=$!
 for _ in $(seq 200); do
   grep -q '"pid"' "$work/run/run.lock" 2>/dev/null && break
