@@ -87,32 +87,19 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
   acts_ = Activations(ActivationPlan::carve(cfg, max_B_, max_T_, dev, omp_get_max_threads(), compute_,
                                             layout_.spec().tp, sp_, pipe_, cpl_),
                       dev, compute_);
-  const int64_t N = max_B_ * max_T_;
-  const int max_sets = acts_.max_sets();
-  if (!dev.is_cpu()) {
-    tokens_d_ = DeviceArray<int32_t>(N * max_sets, MemCategory::Activations, dev);  // a copy per activation set
-    targets_d_ = DeviceArray<int32_t>(N * max_sets, MemCategory::Activations, dev);
-    staging_ = gpu::PinnedBuffer(static_cast<size_t>(3 * N) * 4, MemCategory::Other);
-    uploaded_ = std::make_unique<gpu::Event>();
-    losses_copied_ = std::make_unique<gpu::Event>();
-  }
+  io_ = BatchIo(dev, max_B_ * max_T_, acts_.max_sets());
   build_layers();
 }
 
 void GPT::build_layers() {
   const int64_t C = cfg_.n_embd, tp = layout_.spec().tp, Cl = C / tp, NH = cfg_.n_head, NHl = NH / tp;
-  split_ = TensorSplit(tp_, sp_, C);
+  TensorSplit split(tp_, sp_, C);
   auto scratch_at = [&](int64_t off) -> void* {
     return compute_ == DType::BF16 ? static_cast<void*>(acts_.scr<bfloat16>(off)) : acts_.scr<float>(off);
   };
-  split_.set_buffers(scratch_at(acts_.plan().s_full), scratch_at(acts_.plan().s_gfull));
+  split.set_buffers(scratch_at(acts_.plan().s_full), scratch_at(acts_.plan().s_gfull));
   const Attention attn{cpa_.get(), Cl, NHl, NH, layout_.spec().rank * NHl, tp_ ? NH : 0};
-  blocks_.assign(static_cast<size_t>(cfg_.n_layer), Gpt2Block{});
-  for (int64_t l = 0; l < cfg_.n_layer; ++l)
-    if (layout_.holds_block(l)) blocks_[static_cast<size_t>(l)] = Gpt2Block(layout_.block(l), C, Cl, attn);
-  lnf_ = LayerNorm{layout_.lnf_w(), layout_.lnf_b(), C};
-  embed_ = Embedding{layout_.wte(), layout_.wpe(), C, layout_.vocab_rows()};
-  head_ = Head{layout_.head(), C, cfg_.vocab_size, layout_.vocab_rows()};
+  spec_ = Gpt2Spec::build(cfg_, layout_, std::move(split), attn);
 }
 
 GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
@@ -205,35 +192,7 @@ void GPT::begin_pass(int chunk, int set, const int32_t*& tokens, const int32_t*&
                 token_multiple());
   if (!first_chunk(chunk)) tokens = nullptr;  // only the embedding reads them
   if (!last_chunk(chunk)) targets = nullptr;  // only the loss
-  if (tokens)
-    for (int64_t i = 0; i < N; ++i)
-      PARALLM_CHECK(tokens[i] >= 0 && tokens[i] < V, ShapeError, where,
-                    "token {} at position {} is outside the vocabulary [0, {})", tokens[i], i, V);
-  if (targets)
-    for (int64_t i = 0; i < N; ++i)
-      PARALLM_CHECK(targets[i] >= 0 && targets[i] < V, ShapeError, where,
-                    "target {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
-  if (dev_.is_cpu() || (!tokens && !targets)) return;
-  PARALLM_CHECK(pending_losses_ == 0, InternalError, where,
-                "the previous forward's deferred loss was not read (deferred_loss())");
-  // Through page-locked staging: the copies queue behind the GPU's work
-  // instead of waiting for it to drain. The staging is reused only once the
-  // previous upload has left it. Each activation set has its own copies
-  // (backward's embedding reads them again).
-  uploaded_->wait();
-  auto* stage = staging_.as<int32_t>();
-  const int64_t at = set * max_B_ * max_T_;
-  if (tokens) {
-    std::copy(tokens, tokens + N, stage);
-    gpu::memcpy_h2d_async(tokens_d_.data() + at, stage, N * sizeof(int32_t));
-    tokens = tokens_d_.data() + at;
-  }
-  if (targets) {
-    std::copy(targets, targets + N, stage + max_B_ * max_T_);
-    gpu::memcpy_h2d_async(targets_d_.data() + at, stage + max_B_ * max_T_, N * sizeof(int32_t));
-    targets = targets_d_.data() + at;
-  }
-  uploaded_->record();
+  io_.begin(set, tokens, targets, N, V, where);
 }
 
 template <class A>
@@ -247,16 +206,16 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
   const PassShape f = pass_shape(ctx, B, T);
   A* x = acts_.act<A>(acts_.chunk_acts().input);
   if (first) {
-    embed_.forward(k, split_, x, tokens, PE, f);
+    spec_.embed.forward(k, spec_.split, x, tokens, PE, f);
     if (f.p > 0) f.dropout_rows(k, false, x, x, stream_id(kRngDropout, ctx.micro_step, cfg_.n_layer, kEmbed));
-    if (ctx.watch) watch_embed(*ctx.watch, x, PE.base, PE.begin, f);
+    if (ctx.watch) watch().embed(*ctx.watch, x, PE.base, PE.begin, f);
   }
   const LayerRange r = layout_.chunks()[static_cast<size_t>(chunk)];
   for (int64_t l = r.begin; l < r.end; ++l) {
     const int g = layout_.group_of_block(l);
     P = {pa_.params<A>(g, Pass::Forward), layout_.group(g).begin};
-    blocks_[static_cast<size_t>(l)].forward(k, block_env(), l, x, P, f);
-    if (ctx.watch) watch_block(*ctx.watch, l, P.base, P.begin, f);
+    spec_.blocks[static_cast<size_t>(l)].forward(k, block_env(), l, x, P, f);
+    if (ctx.watch) watch().block(*ctx.watch, l, P.base, P.begin, f);
     x = acts_.act<A>(acts_.layer(l).res3);
     if (!(last && l + 1 == r.end)) pa_.release(g, Pass::Forward);  // the last group also holds ln_f
   }
@@ -276,9 +235,9 @@ float GPT::head_forward(const kernels::ModelOps<A>& k, const A* x, const ParamVi
   const int64_t N = f.N;
   const int eg = layout_.embed_group(), lg = layout_.num_groups() - 1;
   const bool tied = layout_.lm_head() < 0;
-  lnf_.forward(k, acts_.act<A>(acts_.chunk_acts().lnf), acts_.stat(acts_.chunk_acts().lnf_mean),
-               acts_.stat(acts_.chunk_acts().lnf_rstd), x, P, f.Nl);
-  if (ctx.watch) watch_head(*ctx.watch, P.base, P.begin, false, f);
+  spec_.lnf.forward(k, acts_.act<A>(acts_.chunk_acts().lnf), acts_.stat(acts_.chunk_acts().lnf_mean),
+                    acts_.stat(acts_.chunk_acts().lnf_rstd), x, P, f.Nl);
+  if (ctx.watch) watch().head(*ctx.watch, P.base, P.begin, false, f);
   if (tied) pa_.release(lg, Pass::Forward);
   auto release = [&] {
     if (!tied) pa_.release(lg, Pass::Forward);
@@ -291,22 +250,15 @@ float GPT::head_forward(const kernels::ModelOps<A>& k, const A* x, const ParamVi
   float* losses = acts_.stat(acts_.chunk_acts().losses);
   // The head adds its weight's gradient here (tied: backward adds the embedding's).
   const ParamView<A>& PH = tied ? PE : P;
-  float* dw = ctx.need_grad ? GradView{pa_.grads(layout_.head_group()), PH.begin}.at(head_.w) : nullptr;
+  float* dw = ctx.need_grad ? GradView{pa_.grads(layout_.head_group()), PH.begin}.at(spec_.head.w) : nullptr;
   A* dlnf = ctx.need_grad ? acts_.act<A>(acts_.chunk_acts().dlnf) : nullptr;
   const HeadBuffers<A> buf{acts_.stat(acts_.plan().logits), acts_.stat(acts_.plan().xmax),
                            acts_.stat(acts_.plan().xsums), acts_.act<A>(acts_.plan().dlogits), acts_.ws()};
-  head_.loss(k, split_, losses, dlnf, dw, acts_.act<A>(acts_.chunk_acts().lnf), PH, targets, N,
-             ctx.loss_scale / static_cast<float>(N), buf);
-  if (ctx.watch) watch_head(*ctx.watch, P.base, P.begin, true, f);
+  spec_.head.loss(k, spec_.split, losses, dlnf, dw, acts_.act<A>(acts_.chunk_acts().lnf), PH, targets, N,
+                  ctx.loss_scale / static_cast<float>(N), buf);
+  if (ctx.watch) watch().head(*ctx.watch, P.base, P.begin, true, f);
   release();
-  if (!dev_.is_cpu()) {
-    gpu::memcpy_d2h_async(host_losses(), losses, N * sizeof(float));
-    losses_copied_->record();
-    pending_losses_ = N;
-    if (ctx.defer_loss) return std::numeric_limits<float>::quiet_NaN();
-    return deferred_loss();
-  }
-  return mean_of(losses, N);
+  return io_.loss(losses, N, ctx.defer_loss);
 }
 
 void* GPT::chunk_input(int chunk, int set) {
@@ -343,28 +295,8 @@ PassShape GPT::pass_shape(const StepContext& ctx, int64_t B, int64_t T) const {
   return f;
 }
 
-void GPT::zero_device(void* p, size_t bytes) const {
-  if (dev_.is_cpu())
-    std::memset(p, 0, bytes);
-  else
-    gpu::memset_zero(p, bytes);
-}
-
-float* GPT::host_losses() const {
-  return staging_.as<float>() + 2 * max_B_ * max_T_;
-}
-
-float GPT::mean_of(const float* losses, int64_t n) {
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += losses[i];
-  return static_cast<float>(sum / static_cast<double>(n));
-}
-
 float GPT::deferred_loss() {
-  PARALLM_CHECK(pending_losses_ > 0, InternalError, "gpt.deferred_loss", "no forward with a deferred loss on the GPU");
-  losses_copied_->wait();
-  const int64_t n = std::exchange(pending_losses_, 0);
-  return mean_of(host_losses(), n);
+  return io_.deferred_loss();
 }
 
 void GPT::last_logits(float* out, int64_t B, int64_t T, int64_t pos) {
@@ -394,7 +326,7 @@ void GPT::logits_impl(const kernels::ModelOps<A>& k, float* out, int64_t B, int6
   acts_.select(num_chunks() - 1, logits_set_);  // where the last stage's last forward left ln_f's output
   const int hg = layout_.head_group();
   const ParamView<A> PH{pa_.params<A>(hg, Pass::Forward), layout_.group(hg).begin};
-  head_.logits(k, split_, out, acts_.act<A>(acts_.chunk_acts().lnf), PH, B, T, pos, dev_);
+  spec_.head.logits(k, spec_.split, out, acts_.act<A>(acts_.chunk_acts().lnf), PH, B, T, pos, dev_);
   pa_.release(hg, Pass::Forward);
 }
 

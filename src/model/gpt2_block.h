@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <vector>
 
 #include "core/device.h"
 #include "kernels/gelu.h"
@@ -17,6 +18,7 @@
 #include "model/config.h"
 #include "model/layers.h"
 #include "model/params.h"
+#include "model/vocab_layers.h"
 
 namespace parallm::model {
 
@@ -68,6 +70,20 @@ class Gpt2Block {
     RowLinear proj, fcproj;
   };
   Layers layers_;
+};
+
+// The GPT-2 spec: the layers a model (or a pipeline stage of one) holds, in
+// order: the embedding, the blocks (held ones only, by layer index), ln_f and
+// the head, with the tensor split their linear layers share. Each layer takes
+// its slots from the layout and its widths from the split; another family is
+// another spec with its own block kind.
+struct Gpt2Spec {
+  Embedding embed;
+  std::vector<Gpt2Block> blocks;
+  LayerNorm lnf;
+  Head head;
+  TensorSplit split;
+  static Gpt2Spec build(const GPTConfig& cfg, const ParamLayout& layout, TensorSplit split, const Attention& attn);
 };
 
 }  // namespace parallm::model

@@ -19,6 +19,15 @@
 
 namespace parallm::model {
 
+namespace {
+void zero_on(Device dev, void* p, size_t bytes) {
+  if (dev.is_cpu())
+    std::memset(p, 0, bytes);
+  else
+    gpu::memset_zero(p, bytes);
+}
+}  // namespace
+
 void GPT::backward(const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx) {
   PARALLM_CHECK(num_chunks() == 1 && layout_.first_stage() && layout_.last_stage(), InternalError, "gpt.backward",
                 "a pipeline stage runs backward_chunk");
@@ -39,7 +48,7 @@ void GPT::backward_chunk(int chunk, int set, const int32_t* tokens, int64_t B, i
   st.grads_ready = false;
   st.weights_pending = part == BackwardPart::Input;
   if (!first_chunk(chunk)) tokens = nullptr;
-  if (tokens && !dev_.is_cpu()) tokens = tokens_d_.data() + set * max_B_ * max_T_;  // uploaded by forward
+  if (tokens && !dev_.is_cpu()) tokens = io_.device_tokens(set);  // uploaded by forward
   const auto copy = pa_.copy_scope(bf16_products_);
   const PassShape f = pass_shape(ctx, B, T);
   if (compute_ == DType::BF16) {
@@ -82,11 +91,11 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
   };
   if (last_chunk(chunk)) {  // d(residual stream) from the final LayerNorm
     enter(layout_.num_groups() - 1);
-    zero_device(dres, sizeof(A) * f.Nl * cfg_.n_embd);
-    lnf_.backward(k, split_, dres, acts_.act<A>(acts_.chunk_acts().dlnf), acts_.act<A>(acts_.layer(r.end - 1).res3), P,
-                  G, acts_.stat(acts_.chunk_acts().lnf_mean), acts_.stat(acts_.chunk_acts().lnf_rstd), f.Nl, *k_, dev_,
-                  acts_.stat(acts_.plan().ln_grad));
-    if (ctx.watch) watch_grads(*ctx.watch, cfg_.n_layer, G.base, G.begin, dres, part, f);
+    zero_on(dev_, dres, sizeof(A) * f.Nl * cfg_.n_embd);
+    spec_.lnf.backward(k, spec_.split, dres, acts_.act<A>(acts_.chunk_acts().dlnf),
+                       acts_.act<A>(acts_.layer(r.end - 1).res3), P, G, acts_.stat(acts_.chunk_acts().lnf_mean),
+                       acts_.stat(acts_.chunk_acts().lnf_rstd), f.Nl, *k_, dev_, acts_.stat(acts_.plan().ln_grad));
+    if (ctx.watch) watch().grads(*ctx.watch, cfg_.n_layer, G.base, G.begin, dres, part, f);
     block_env().ready(ctx,
                       {layout_.lnf_w(), layout_.lnf_b(), layout_.lm_head()});  // an untied head's, final since forward
   }  // else dres holds the received d(chunk output)
@@ -94,8 +103,8 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
     const int g = layout_.group_of_block(l);
     enter(g);
     const A* x_in = l == r.begin ? acts_.act<A>(acts_.chunk_acts().input) : acts_.act<A>(acts_.layer(l - 1).res3);
-    blocks_[static_cast<size_t>(l)].backward(k, block_env(), l, x_in, P, G, f, !(fresh && l + 1 == r.end), dres);
-    if (ctx.watch) watch_grads(*ctx.watch, l, G.base, G.begin, dres, part, f);
+    spec_.blocks[static_cast<size_t>(l)].backward(k, block_env(), l, x_in, P, G, f, !(fresh && l + 1 == r.end), dres);
+    if (ctx.watch) watch().grads(*ctx.watch, l, G.base, G.begin, dres, part, f);
     if (!split) pa_.grads_done(g);
     pa_.release(g, Pass::Backward);
   }
@@ -114,9 +123,9 @@ void GPT::weight_backward(const kernels::ModelOps<A>& k, int chunk, const int32_
     const int g = layout_.group_of_block(l);
     const ParamView<A> P{pa_.params<A>(g, Pass::Backward), layout_.group(g).begin};
     const GradView G{pa_.grads(g), layout_.group(g).begin};
-    const Gpt2Block& b = blocks_[static_cast<size_t>(l)];
+    const Gpt2Block& b = spec_.blocks[static_cast<size_t>(l)];
     b.weight_backward(k, block_env(), l, P, G, f);
-    if (f.ctx->watch) watch_grads<A>(*f.ctx->watch, l, G.base, G.begin, nullptr, BackwardPart::Weight, f);
+    if (f.ctx->watch) watch().grads<A>(*f.ctx->watch, l, G.base, G.begin, nullptr, BackwardPart::Weight, f);
     b.report_linear(block_env(), *f.ctx);
     pa_.grads_done(g);
     pa_.release(g, Pass::Backward);
@@ -136,8 +145,8 @@ void GPT::embedding_backward(const kernels::ModelOps<A>& k, const A* demb, const
     demb = dtmp;
   }
   const GradView GE{pa_.grads(0), layout_.group(0).begin};
-  embed_.backward(k, split_, demb, tokens, GE, f);
-  if (ctx.watch) watch_embed_grads(*ctx.watch, GE.base, GE.begin, f);
+  spec_.embed.backward(k, spec_.split, demb, tokens, GE, f);
+  if (ctx.watch) watch().embed_grads(*ctx.watch, GE.base, GE.begin, f);
 }
 
 }  // namespace parallm::model

@@ -49,24 +49,7 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
     local_.push_back(shard_size_);
     shard_size_ += piece_.back().count;
   }
-  // Optimizer runs: each parameter slot cut to this rank's pieces (alignment padding is left alone).
-  auto& runs = runs_;
-  for (int g = 0; g < layout.num_groups(); ++g) {
-    const int64_t lo = layout.group(g).begin + piece_[g].offset, hi = lo + piece_[g].count;
-    for (const auto& s : layout.slots()) {
-      const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
-      if (a >= b) continue;
-      const int64_t state = local_[g] + (a - lo);
-      // Offloaded, the optimizer steps on contiguous host shards.
-      const bool host = offload != Offload::None;
-      const int64_t grad = host || stage > 1 ? state : a, param = host || stage == 3 ? state : a;
-      if (!runs.empty() && runs.back().decay == s.decay && runs.back().state + runs.back().length == state &&
-          runs.back().param + runs.back().length == param && runs.back().grad + runs.back().length == grad)
-        runs.back().length += b - a;
-      else
-        runs.push_back({param, grad, state, b - a, s.decay});
-    }
-  }
+  build_runs();
   const ZeroSizes want = sizes(layout, stage, n, me, prefetch, offload);
   if (stage == 1) {
     rs_out_ = Array<float>(want.max_piece, MemCategory::Comm);
@@ -95,18 +78,7 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
     gather_in_.push_back(f32_view(stage == 3 ? param_shard_.data() + local_[g] : params_ + begin + off, cnt));
     if (stage < 3) gather_out_.push_back(f32_view(params_ + begin, group_len(g)));
   }
-  if (tp && tp->size() > 1) {
-    tp_sum_ = std::make_unique<GroupSum>(*tp);
-    tp_rank_ = layout.spec().rank;
-    for (int g = 0; g < layout.num_groups(); ++g) {
-      const int64_t lo = layout.group(g).begin + piece_[g].offset, hi = lo + piece_[g].count;
-      for (const auto& s : layout.slots()) {
-        if (s.tied_copy) continue;  // the pipeline's last stage's copy of wte: counted on the first
-        const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
-        if (a < b) norm_runs_.push_back({local_[g] + (a - lo), a, b - a, s.placement.sharded()});
-      }
-    }
-  }
+  if (tp && tp->size() > 1) build_norm_runs(*tp);
   // The norm's exchange: one double per rank (two with tensor parallelism), as int32 words.
   const int words = tp_sum_ ? 4 : 2;
   norm_mine_ = Tensor::empty({words}, DType::I32);
@@ -114,12 +86,48 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
   gathers_.reserve(static_cast<size_t>(layout.num_groups()));
   if (offload != Offload::None) host_grads_ = Array<float>(shard_size_, MemCategory::Offloaded);
   if (offload == Offload::Optimizer) host_params_ = Array<float>(shard_size_, MemCategory::Offloaded);
-  // What was allocated is what the planner predicts.
+  check_sizes(want);  // what was allocated is what the planner predicts
+}
+
+void Zero::build_runs() {
+  // Optimizer runs: each parameter slot cut to this rank's pieces (alignment padding is left alone).
+  auto& runs = runs_;
+  const bool host = offload_ != Offload::None;  // offloaded, the optimizer steps on contiguous host shards
+  for (int g = 0; g < layout_.num_groups(); ++g) {
+    const int64_t lo = layout_.group(g).begin + piece_[g].offset, hi = lo + piece_[g].count;
+    for (const auto& s : layout_.slots()) {
+      const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
+      if (a >= b) continue;
+      const int64_t state = local_[g] + (a - lo);
+      const int64_t grad = host || stage_ > 1 ? state : a, param = host || stage_ == 3 ? state : a;
+      if (!runs.empty() && runs.back().decay == s.decay && runs.back().state + runs.back().length == state &&
+          runs.back().param + runs.back().length == param && runs.back().grad + runs.back().length == grad)
+        runs.back().length += b - a;
+      else
+        runs.push_back({param, grad, state, b - a, s.decay});
+    }
+  }
+}
+
+void Zero::build_norm_runs(comm::Communicator& tp) {
+  tp_sum_ = std::make_unique<GroupSum>(tp);
+  tp_rank_ = layout_.spec().rank;
+  for (int g = 0; g < layout_.num_groups(); ++g) {
+    const int64_t lo = layout_.group(g).begin + piece_[g].offset, hi = lo + piece_[g].count;
+    for (const auto& s : layout_.slots()) {
+      if (s.tied_copy) continue;  // the pipeline's last stage's copy of wte: counted on the first
+      const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
+      if (a < b) norm_runs_.push_back({local_[g] + (a - lo), a, b - a, s.placement.sharded()});
+    }
+  }
+}
+
+void Zero::check_sizes(const ZeroSizes& want) const {
   ZeroSizes got;
   got.shard = shard_size_;
   got.offloaded = static_cast<int64_t>(host_grads_.size() + host_params_.size());
-  got.params = offload == Offload::Params ? 0 : static_cast<int64_t>(param_shard_.size());
-  if (offload == Offload::Params) got.offloaded += static_cast<int64_t>(param_shard_.size());
+  got.params = offload_ == Offload::Params ? 0 : static_cast<int64_t>(param_shard_.size());
+  if (offload_ == Offload::Params) got.offloaded += static_cast<int64_t>(param_shard_.size());
   for (const ParamWindow& w : pwins_) got.params += static_cast<int64_t>(w.buf.size());
   got.grads = static_cast<int64_t>(shard_grads_.size());
   got.comm = static_cast<int64_t>(rs_out_.size());
