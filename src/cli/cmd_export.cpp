@@ -1,5 +1,5 @@
 // `parallm export --format hf --ckpt RUN_DIR --out DIR [--latest]`: a run's
-// checkpoint as a Hugging Face GPT-2 directory (train/hf_gpt2.h) that
+// checkpoint as a Hugging Face GPT-2 directory (hf/hf_gpt2.h) that
 // transformers' GPT2LMHeadModel.from_pretrained loads: config.json,
 // model.safetensors, and the tokenizer files when the run's vocabulary is
 // BPE. The checkpoint is the one `parallm sample` takes (the best, ckpt/), or

@@ -7,7 +7,7 @@
 // padding id. The checkpoint is the run's best one (ckpt/), or, when that is
 // missing or damaged, its newest intact step-numbered one (train/ckpt_dirs.h).
 // --ckpt hf:DIR samples a Hugging Face GPT-2 directory instead (its weights
-// and tokenizer, train/hf_gpt2.h); --logits FILE writes the prompt's logits
+// and tokenizer, hf/hf_gpt2.h); --logits FILE writes the prompt's logits
 // instead of sampling (what tools/torch_ref/hf_logits.py compares).
 #include <cstdio>
 #include <filesystem>
@@ -19,11 +19,11 @@
 #include "core/fileio.h"
 #include "core/log.h"
 #include "data/vocab.h"
+#include "hf/hf_gpt2.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_dirs.h"
 #include "train/config.h"
-#include "train/hf_gpt2.h"
 #include "train/sample.h"
 
 namespace parallm::cli {
@@ -66,11 +66,11 @@ Loaded load_run(const SampleOpts& o) {
   return l;
 }
 
-// hf:DIR, a Hugging Face GPT-2 directory (train/hf_gpt2.h): its weights and
+// hf:DIR, a Hugging Face GPT-2 directory (hf/hf_gpt2.h): its weights and
 // its tokenizer files (or --data's vocabulary).
 Loaded load_hf(const SampleOpts& o) {
   const std::string dir = o.ckpt.substr(3);
-  const model::GPTConfig cfg = train::hf_gpt2_config(dir);
+  const model::GPTConfig cfg = hf::hf_gpt2_config(dir);
   PARALLM_CHECK(!o.data.empty() || data::Bpe::dir_has_tokenizer(dir), ConfigError, "cli.sample",
                 "--ckpt hf:{} holds no tokenizer (tokenizer.json, vocab.json + merges.txt, or encoder.json + "
                 "vocab.bpe), as a character model's export does: name its vocabulary with --data DIR (the dataset, "
@@ -80,7 +80,7 @@ Loaded load_hf(const SampleOpts& o) {
   l.vocab = !o.data.empty() ? data::Vocab::load(o.data)
                             : data::Vocab::of_bpe(std::make_shared<const data::Bpe>(data::Bpe::load_dir(dir)));
   l.model = std::make_unique<model::GPT>(cfg, 1, cfg.block_size);
-  l.model->load_params(train::load_hf_gpt2(dir, cfg, l.model->layout()).data());
+  l.model->load_params(hf::load_hf_gpt2(dir, cfg, l.model->layout()).data());
   return l;
 }
 

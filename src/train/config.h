@@ -25,7 +25,7 @@
 namespace parallm::train {
 
 // train.init_from
-// (hf: the weights of a Hugging Face GPT-2 directory, train/hf_gpt2.h)
+// (hf: the weights of a Hugging Face GPT-2 directory, hf/hf_gpt2.h)
 enum class InitFrom { Scratch, Resume, Hf };
 // train.dtype: the training precision (fp16 is parsed, and refused by validate() until it exists).
 enum class Precision { FP32, BF16, FP16 };

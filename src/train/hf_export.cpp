@@ -7,11 +7,11 @@
 
 #include "core/error.h"
 #include "data/vocab.h"
+#include "hf/hf_gpt2.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_dirs.h"
 #include "train/config.h"
-#include "train/hf_gpt2.h"
 
 namespace parallm::train {
 
@@ -90,7 +90,7 @@ std::string export_run_hf(const std::string& run_dir, const std::string& out, co
   load_checkpoint(checkpoint_of(meta), m, nullptr, /*verify=*/false);  // verified when chosen
   std::vector<float> params(static_cast<size_t>(m.flat_size()));
   m.store_params(params.data());
-  export_hf_gpt2(out, cfg.model, m.layout(), params.data(), vocab.size(), vocab.bpe());
+  hf::export_hf_gpt2(out, cfg.model, m.layout(), params.data(), vocab.size(), vocab.bpe());
   return fmt::format("exported {} (iteration {}, {}) to {}: config.json, model.safetensors{}{}",
                      meta["_dir"].get<std::string>(), meta["iter"].get<int64_t>(), cfg.model.summary(), out,
                      vocab.is_bpe() ? ", vocab.json, merges.txt, tokenizer_config.json"

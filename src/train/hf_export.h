@@ -1,5 +1,5 @@
 // `parallm export --format hf` as a library call: a run's checkpoint written
-// as a Hugging Face GPT-2 directory (train/hf_gpt2.h). The output directory
+// as a Hugging Face GPT-2 directory (hf/hf_gpt2.h). The output directory
 // is new or empty, or, with `overwrite`, holds an earlier export: then the
 // export files this one does not write (a BPE run's tokenizer files beside a
 // character model, a pytorch_model.bin) are removed, each named, and files

@@ -4,8 +4,8 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "hf/hf_gpt2.h"
 #include "parallel/mesh.h"
-#include "train/hf_gpt2.h"
 
 namespace parallm::train {
 
@@ -45,7 +45,7 @@ data::Vocab dataset_vocabulary(RunConfig& cfg, const nlohmann::json* saved_confi
 
 void take_hf_model(RunConfig& cfg) {
   const std::string& dir = cfg.train.hf_dir;
-  const model::GPTConfig hf = hf_gpt2_config(dir);
+  const model::GPTConfig hf = hf::hf_gpt2_config(dir);
   model::GPTConfig& m = cfg.model;
   auto same = [&](const char* key, int64_t& mine, int64_t theirs) {
     PARALLM_CHECK(!cfg.given(key) || mine == theirs, ConfigError, "config",

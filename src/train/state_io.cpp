@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "core/log.h"
+#include "hf/hf_gpt2.h"
 #include "parallel/group_ops.h"
 #include "parallel/tensor_parallel.h"
 #include "train/ckpt_dirs.h"
-#include "train/hf_gpt2.h"
 
 namespace parallm::train {
 
@@ -169,7 +169,7 @@ void restore_state(Session& s) {
 }
 
 void load_hf_weights(Session& s) {
-  const std::vector<float> local = load_hf_gpt2(s.cfg.train.hf_dir, s.cfg.model, s.model->layout());
+  const std::vector<float> local = hf::load_hf_gpt2(s.cfg.train.hf_dir, s.cfg.model, s.model->layout());
   const parallel::HeldState h = s.sync->held();
   if (h.param_shard) {
     for (const auto& p : h.pieces) std::copy_n(local.data() + p.flat, p.count, h.param_shard + p.local);

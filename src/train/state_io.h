@@ -27,7 +27,7 @@ namespace parallm::train {
 // A resumed run's weights, optimizer state and scalars (every rank).
 void restore_state(Session& s);
 // train.init_from=hf:DIR: every rank reads its part of the weights from the
-// Hugging Face directory (train/hf_gpt2.h); the optimizer starts fresh.
+// Hugging Face directory (hf/hf_gpt2.h); the optimizer starts fresh.
 void load_hf_weights(Session& s);
 enum class SaveSlot {
   Best,  // <out_dir>/ckpt: the best by val loss (or the latest, with train.always_save_checkpoint)

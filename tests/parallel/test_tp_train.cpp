@@ -11,10 +11,10 @@
 
 #include "data/prepare_bpe.h"
 #include "data/small_bpe.h"
+#include "hf/hf_gpt2.h"
 #include "model/params.h"
 #include "parallel/dist_run.h"
 #include "train/checkpoint.h"
-#include "train/hf_gpt2.h"
 
 using namespace parallm;
 using test_util::world;
@@ -215,7 +215,7 @@ TEST_F(TpTrainTest, FineTuningFromAnHfDirectoryMatchesOneRank) {
     const model::ParamLayout l(c);
     std::vector<float> params(static_cast<size_t>(l.total()));
     l.init(params.data(), 11);
-    train::export_hf_gpt2(hf.string(), c, l, params.data(), c.vocab_size, &bpe);
+    hf::export_hf_gpt2(hf.string(), c, l, params.data(), c.vocab_size, &bpe);
   }
   world->barrier();
   auto ft = [&](const std::string& out, int64_t batch, std::vector<std::string> keys) {

@@ -1,5 +1,5 @@
-// safetensors (train/safetensors.h) and the Hugging Face GPT-2 directory
-// (train/hf_gpt2.h): files round-trip bitwise, every malformed file is
+// safetensors (hf/safetensors.h) and the Hugging Face GPT-2 directory
+// (hf/hf_gpt2.h): files round-trip bitwise, every malformed file is
 // refused with its own sentence, Conv1D weights are stored transposed, a
 // tensor-parallel part reads the slice of the whole, and a run started with
 // train.init_from=hf:DIR begins from exactly the exported weights.
@@ -17,13 +17,13 @@
 #include "core/error.h"
 #include "data/prepare_bpe.h"
 #include "data/small_bpe.h"
+#include "hf/hf_gpt2.h"
+#include "hf/safetensors.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_dirs.h"
 #include "train/error_of.h"
 #include "train/hf_export.h"
-#include "train/hf_gpt2.h"
-#include "train/safetensors.h"
 #include "train/tiny_run.h"
 #include "train/trainer.h"
 
@@ -91,18 +91,18 @@ std::vector<float> random_params(const model::ParamLayout& l, unsigned seed) {
 TEST_F(HfTest, SafetensorsRoundTripBitwiseWithPaddedHeaderAndMetadata) {
   const std::vector<float> a = {1.5f, -0.0f, 3e-39f, 7.25f, -1e30f, 0.1f}, b = {42.0f};
   const fs::path p = root_ / "x.safetensors";
-  write_safetensors(p.string(), {{"b", {1}, b.data()}, {"a", {2, 3}, a.data()}, {"empty", {0, 4}, nullptr}},
-                    {{"who", "parallm"}});
+  hf::write_safetensors(p.string(), {{"b", {1}, b.data()}, {"a", {2, 3}, a.data()}, {"empty", {0, 4}, nullptr}},
+                        {{"who", "parallm"}});
   const std::string bytes = slurp(p);
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   EXPECT_EQ((8 + n) % 8, 0u) << "the data does not start 8-aligned";
   EXPECT_EQ(bytes[8], '{');
-  const SafetensorsReader r(p.string());
+  const hf::SafetensorsReader r(p.string());
   EXPECT_EQ(r.metadata().at("format"), "pt");
   EXPECT_EQ(r.metadata().at("who"), "parallm");
   ASSERT_EQ(r.tensors().size(), 3u);
-  const StTensor* ta = r.find("a");
+  const hf::StTensor* ta = r.find("a");
   ASSERT_NE(ta, nullptr);
   EXPECT_EQ(ta->shape, (std::vector<int64_t>{2, 3}));
   std::vector<float> back(6);
@@ -118,7 +118,7 @@ TEST_F(HfTest, SafetensorsHalfFormatsReadAsFloat) {
       file_of(R"({"h":{"dtype":"F16","shape":[4],"data_offsets":[0,8]},"b":{"dtype":"BF16","shape":[2],)"
               R"("data_offsets":[8,12]}})",
               f16 + bf16));
-  const SafetensorsReader r((root_ / "h.safetensors").string());
+  const hf::SafetensorsReader r((root_ / "h.safetensors").string());
   std::vector<float> h(4), b(2);
   r.read(*r.find("h"), h.data());
   r.read(*r.find("b"), b.data());
@@ -135,10 +135,10 @@ TEST_F(HfTest, MalformedSafetensorsAreRefusedEachWithItsOwnSentence) {
                          R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})";
   auto refused = [&](const std::string& bytes) {
     put(root_ / "bad.safetensors", bytes);
-    return test_util::error_of<IoError>([&] { SafetensorsReader r((root_ / "bad.safetensors").string()); });
+    return test_util::error_of<IoError>([&] { hf::SafetensorsReader r((root_ / "bad.safetensors").string()); });
   };
   put(root_ / "good.safetensors", file_of(ok, four));
-  EXPECT_NO_THROW({ SafetensorsReader good((root_ / "good.safetensors").string()); });
+  EXPECT_NO_THROW({ hf::SafetensorsReader good((root_ / "good.safetensors").string()); });
   EXPECT_NE(refused("1234").find("too short"), std::string::npos);
   EXPECT_NE(refused(std::string("\xff\xff\xff\xff\x00\x00\x00\x00", 8) + "{}").find("over 100 MB"), std::string::npos);
   EXPECT_NE(refused(std::string("\x40\x00\x00\x00\x00\x00\x00\x00", 8) + "{}").find("truncated, or not"),
@@ -192,14 +192,14 @@ TEST_F(HfTest, ExportThenLoadIsBitwiseAndConv1DIsStoredTransposed) {
     const model::ParamLayout whole(cfg);
     const auto params = random_params(whole, bias ? 1 : 2);
     const std::string dir = (root_ / (bias ? "hf_bias" : "hf_nobias")).string();
-    export_hf_gpt2(dir, cfg, whole, params.data(), 65, nullptr);  // 65 real tokens of 70
-    const auto c = hf_gpt2_config(dir);
+    hf::export_hf_gpt2(dir, cfg, whole, params.data(), 65, nullptr);  // 65 real tokens of 70
+    const auto c = hf::hf_gpt2_config(dir);
     EXPECT_EQ(c.n_layer, 2);
     EXPECT_EQ(c.vocab_size, 65);
     EXPECT_EQ(c.block_size, 24);
     EXPECT_EQ(c.gelu, kernels::GeluKind::Tanh);
-    const SafetensorsReader f(dir + "/model.safetensors");
-    const StTensor* qkv = f.find("transformer.h.1.attn.c_attn.weight");
+    const hf::SafetensorsReader f(dir + "/model.safetensors");
+    const hf::StTensor* qkv = f.find("transformer.h.1.attn.c_attn.weight");
     ASSERT_NE(qkv, nullptr);
     EXPECT_EQ(qkv->shape, (std::vector<int64_t>{16, 48}));  // [in, out]
     std::vector<float> t(16 * 48);
@@ -216,7 +216,7 @@ TEST_F(HfTest, ExportThenLoadIsBitwiseAndConv1DIsStoredTransposed) {
     auto back_cfg = cfg;
     back_cfg.bias = true;
     const model::ParamLayout back_layout(back_cfg);
-    const auto back = load_hf_gpt2(dir, back_cfg, back_layout);
+    const auto back = hf::load_hf_gpt2(dir, back_cfg, back_layout);
     for (const auto& s : whole.slots()) {
       const auto& b = back_layout.find(s.name);
       for (int64_t i = 0; i < s.numel; ++i) {
@@ -239,18 +239,18 @@ TEST_F(HfTest, AnUntiedHeadIsWrittenAsLmHeadAndReadsBackBitwise) {
   const auto params = random_params(whole, 7);
   const auto& head = whole.find("lm_head.weight");
   const std::string dir = (root_ / "untied").string();
-  export_hf_gpt2(dir, cfg, whole, params.data(), 65, nullptr);  // 65 real tokens of 70
-  const SafetensorsReader f(dir + "/model.safetensors");
+  hf::export_hf_gpt2(dir, cfg, whole, params.data(), 65, nullptr);  // 65 real tokens of 70
+  const hf::SafetensorsReader f(dir + "/model.safetensors");
   ASSERT_NE(f.find("lm_head.weight"), nullptr);
   EXPECT_EQ(f.find("transformer.lm_head.weight"), nullptr);
   EXPECT_EQ(f.find("lm_head.weight")->shape, (std::vector<int64_t>{65, 16}));
   EXPECT_NE(slurp(fs::path(dir) / "config.json").find("\"tie_word_embeddings\": false"), std::string::npos);
-  const auto c = hf_gpt2_config(dir);
+  const auto c = hf::hf_gpt2_config(dir);
   EXPECT_FALSE(c.tie_embeddings);
   auto back_cfg = c;
   back_cfg.vocab_size = 70;
   const model::ParamLayout back_layout(back_cfg);
-  const auto back = load_hf_gpt2(dir, back_cfg, back_layout);
+  const auto back = hf::load_hf_gpt2(dir, back_cfg, back_layout);
   for (const auto& s : whole.slots()) {
     const auto& b = back_layout.find(s.name);
     const bool table = s.name == "transformer.wte.weight" || s.name == "lm_head.weight";
@@ -263,7 +263,7 @@ TEST_F(HfTest, AnUntiedHeadIsWrittenAsLmHeadAndReadsBackBitwise) {
             params[static_cast<size_t>(whole.find("transformer.wte.weight").offset)]);
   for (int rank : {0, 1}) {  // tp 2: each rank its rows of the head
     const model::ParamLayout part(back_cfg, model::ShardSpec{2, rank});
-    const auto mine = load_hf_gpt2(dir, back_cfg, part);
+    const auto mine = hf::load_hf_gpt2(dir, back_cfg, part);
     const int s = static_cast<int>(&part.find("lm_head.weight") - part.slots().data());
     std::vector<float> want(static_cast<size_t>(part.slots()[static_cast<size_t>(s)].numel));
     part.slice(s, back.data() + back_layout.find("lm_head.weight").offset, want.data());
@@ -273,7 +273,7 @@ TEST_F(HfTest, AnUntiedHeadIsWrittenAsLmHeadAndReadsBackBitwise) {
   }
   auto tied = back_cfg;
   tied.tie_embeddings = true;
-  const std::string e = test_util::error_of<IoError>([&] { load_hf_gpt2(dir, tied, model::ParamLayout(tied)); });
+  const std::string e = test_util::error_of<IoError>([&] { hf::load_hf_gpt2(dir, tied, model::ParamLayout(tied)); });
   EXPECT_NE(e.find("lm_head.weight is not wte.weight"), std::string::npos) << e;
 }
 
@@ -282,11 +282,11 @@ TEST_F(HfTest, ATensorParallelPartReadsItsSliceOfTheWhole) {
   const model::ParamLayout whole(cfg);
   const auto params = random_params(whole, 3);
   const std::string dir = (root_ / "hf").string();
-  export_hf_gpt2(dir, cfg, whole, params.data(), cfg.vocab_size, nullptr);
-  const auto all = load_hf_gpt2(dir, cfg, whole);
+  hf::export_hf_gpt2(dir, cfg, whole, params.data(), cfg.vocab_size, nullptr);
+  const auto all = hf::load_hf_gpt2(dir, cfg, whole);
   for (int rank : {0, 1}) {
     const model::ParamLayout part(cfg, model::ShardSpec{2, rank});
-    const auto mine = load_hf_gpt2(dir, cfg, part);
+    const auto mine = hf::load_hf_gpt2(dir, cfg, part);
     for (int s = 0; s < static_cast<int>(part.slots().size()); ++s) {
       const auto& slot = part.slots()[static_cast<size_t>(s)];
       std::vector<float> want(static_cast<size_t>(slot.numel));
@@ -302,23 +302,23 @@ TEST_F(HfTest, MismatchedDirectoriesAreRefusedNamingTheTensorAndShapes) {
   const model::ParamLayout whole(cfg);
   const auto params = random_params(whole, 4);
   const std::string dir = (root_ / "hf").string();
-  export_hf_gpt2(dir, cfg, whole, params.data(), cfg.vocab_size, nullptr);
+  hf::export_hf_gpt2(dir, cfg, whole, params.data(), cfg.vocab_size, nullptr);
   auto wider = cfg;
   wider.n_embd = 32;
-  std::string e = test_util::error_of<IoError>([&] { load_hf_gpt2(dir, wider, model::ParamLayout(wider)); });
+  std::string e = test_util::error_of<IoError>([&] { hf::load_hf_gpt2(dir, wider, model::ParamLayout(wider)); });
   EXPECT_NE(e.find("has shape [70, 16], but the model"), std::string::npos) << e;
   auto deeper = cfg;
   deeper.n_layer = 3;
-  e = test_util::error_of<IoError>([&] { load_hf_gpt2(dir, deeper, model::ParamLayout(deeper)); });
+  e = test_util::error_of<IoError>([&] { hf::load_hf_gpt2(dir, deeper, model::ParamLayout(deeper)); });
   EXPECT_NE(e.find("has no tensor \"h.2.ln_1.weight\""), std::string::npos) << e;
   auto shallower = cfg;
   shallower.n_layer = 1;
-  e = test_util::error_of<IoError>([&] { load_hf_gpt2(dir, shallower, model::ParamLayout(shallower)); });
+  e = test_util::error_of<IoError>([&] { hf::load_hf_gpt2(dir, shallower, model::ParamLayout(shallower)); });
   EXPECT_NE(e.find("\"transformer.h.1."), std::string::npos) << e;
   EXPECT_NE(e.find("is not a weight of the model (n_layer=1"), std::string::npos) << e;
   auto small_vocab = cfg;
   small_vocab.vocab_size = 60;
-  e = test_util::error_of<IoError>([&] { load_hf_gpt2(dir, small_vocab, model::ParamLayout(small_vocab)); });
+  e = test_util::error_of<IoError>([&] { hf::load_hf_gpt2(dir, small_vocab, model::ParamLayout(small_vocab)); });
   EXPECT_NE(e.find("token table has 70 rows but model.vocab_size is 60"), std::string::npos) << e;
   // Issue 44 U6: a NaN in the imported weights is named with its tensor (it was "lower the learning rate").
   {
@@ -329,17 +329,17 @@ TEST_F(HfTest, MismatchedDirectoriesAreRefusedNamingTheTensorAndShapes) {
     ASSERT_NE(fc, nullptr);
     nan_params[static_cast<size_t>(fc->offset + 5)] = std::nanf("");
     const std::string nan_dir = (root_ / "nan").string();
-    export_hf_gpt2(nan_dir, cfg, whole, nan_params.data(), cfg.vocab_size, nullptr);
-    e = test_util::error_of<IoError>([&] { load_hf_gpt2(nan_dir, cfg, whole); });
+    hf::export_hf_gpt2(nan_dir, cfg, whole, nan_params.data(), cfg.vocab_size, nullptr);
+    e = test_util::error_of<IoError>([&] { hf::load_hf_gpt2(nan_dir, cfg, whole); });
     EXPECT_NE(e.find("tensor \"transformer.h.1.mlp.c_fc.weight\" holds nan at element "), std::string::npos) << e;
     EXPECT_NE(e.find("weights must be finite"), std::string::npos) << e;
   }
   // A truncated model.safetensors is refused before any weight is used.
   fs::resize_file(fs::path(dir) / "model.safetensors", fs::file_size(fs::path(dir) / "model.safetensors") - 4);
-  e = test_util::error_of<IoError>([&] { load_hf_gpt2(dir, cfg, whole); });
+  e = test_util::error_of<IoError>([&] { hf::load_hf_gpt2(dir, cfg, whole); });
   EXPECT_NE(e.find("the file is truncated"), std::string::npos) << e;
   put(fs::path(dir) / "config.json", R"({"model_type":"llama","n_layer":2})");
-  e = test_util::error_of<IoError>([&] { hf_gpt2_config(dir); });
+  e = test_util::error_of<IoError>([&] { hf::hf_gpt2_config(dir); });
   EXPECT_NE(e.find("model_type \"llama\""), std::string::npos) << e;
 }
 
@@ -365,7 +365,7 @@ TEST_F(HfTest, ARunFromAnHfDirectoryStartsFromItsWeights) {
   std::vector<float> pa(static_cast<size_t>(ma.flat_size()));
   ma.store_params(pa.data());
   const std::string hf = (root_ / "hf").string();
-  export_hf_gpt2(hf, a.model, ma.layout(), pa.data(), 265, &bpe);
+  hf::export_hf_gpt2(hf, a.model, ma.layout(), pa.data(), 265, &bpe);
 
   const std::string from = "train.init_from=hf:" + hf;
   run_training(config("b", {from, "train.max_iters=0", "optimizer.learning_rate=0", "optimizer.min_lr=0"}));
@@ -452,7 +452,7 @@ TEST_F(HfTest, ExportRefusesANonEmptyDirectoryAndReplacesAnEarlierExportWhole) {
       << replaced;
   for (const char* f : {"vocab.json", "merges.txt", "tokenizer_config.json"}) EXPECT_FALSE(fs::exists(out / f)) << f;
   EXPECT_EQ(slurp(out / "README.md"), "my notes\n");
-  EXPECT_EQ(hf_gpt2_config(out.string()).vocab_size, 16);  // the character run's model
+  EXPECT_EQ(hf::hf_gpt2_config(out.string()).vocab_size, 16);  // the character run's model
   put(root_ / "a_file", "x");
   EXPECT_NE(test_util::error_of<ConfigError>([&] {
               export_run_hf((root_ / "char_run").string(), (root_ / "a_file").string(), o);
@@ -472,16 +472,16 @@ TEST_F(HfTest, ExportedModelGivesTheReferenceModelsLogits) {
   std::vector<float> params(static_cast<size_t>(whole.total()));
   whole.init(params.data(), 7);
   const std::string dir = (root_ / "hf").string();
-  export_hf_gpt2(dir, cfg, whole, params.data(), cfg.vocab_size, nullptr);
+  hf::export_hf_gpt2(dir, cfg, whole, params.data(), cfg.vocab_size, nullptr);
   if (const char* keep = std::getenv("PARALLM_HF_GOLDEN_DIR")) {  // for gen_hf_golden.sh
     fs::remove_all(keep);
     fs::copy(dir, keep, fs::copy_options::recursive);
   }
   const std::vector<int32_t> ids = {3, 14, 15, 9, 26, 53, 58, 9, 7, 9, 69};
   const auto T = static_cast<int64_t>(ids.size()), V = cfg.vocab_size;
-  const auto c = hf_gpt2_config(dir);
+  const auto c = hf::hf_gpt2_config(dir);
   model::GPT m(c, 1, T);
-  m.load_params(load_hf_gpt2(dir, c, m.layout()).data());
+  m.load_params(hf::load_hf_gpt2(dir, c, m.layout()).data());
   m.forward(ids.data(), nullptr, 1, T, model::StepContext{});
   std::vector<float> got(static_cast<size_t>(T * V));
   for (int64_t pos = 0; pos < T; ++pos) m.last_logits(got.data() + pos * V, 1, T, pos);

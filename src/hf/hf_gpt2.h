@@ -25,7 +25,7 @@
 #include "model/config.h"
 #include "model/params.h"
 
-namespace parallm::train {
+namespace parallm::hf {
 
 // The model config.json describes: n_layer, n_head, n_embd, block_size
 // (n_positions), vocab_size, bias (always), gelu ("gelu_new" and
@@ -46,4 +46,4 @@ std::vector<float> load_hf_gpt2(const std::string& dir, const model::GPTConfig& 
 void export_hf_gpt2(const std::string& dir, const model::GPTConfig& cfg, const model::ParamLayout& layout,
                     const float* params, int64_t vocab_rows, const data::Bpe* bpe);
 
-}  // namespace parallm::train
+}  // namespace parallm::hf

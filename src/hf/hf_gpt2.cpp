@@ -1,4 +1,4 @@
-#include "train/hf_gpt2.h"
+#include "hf/hf_gpt2.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,9 +10,9 @@
 #include "core/error.h"
 #include "core/fileio.h"
 #include "data/bpe_train.h"
-#include "train/safetensors.h"
+#include "hf/safetensors.h"
 
-namespace parallm::train {
+namespace parallm::hf {
 
 namespace {
 
@@ -244,4 +244,4 @@ void export_hf_gpt2(const std::string& dir, const model::GPTConfig& cfg, const m
   write_file_atomic((fs::path(dir) / "tokenizer_config.json").string(), {{tt.data(), tt.size()}});
 }
 
-}  // namespace parallm::train
+}  // namespace parallm::hf

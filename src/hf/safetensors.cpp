@@ -1,4 +1,4 @@
-#include "train/safetensors.h"
+#include "hf/safetensors.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 
-namespace parallm::train {
+namespace parallm::hf {
 
 namespace {
 
@@ -225,4 +225,4 @@ void write_safetensors(const std::string& path, const std::vector<StWrite>& tens
   PARALLM_CHECK(!ec, IoError, kSafetensorsWhere, "cannot rename {} to {}: {}", tmp, path, ec.message());
 }
 
-}  // namespace parallm::train
+}  // namespace parallm::hf

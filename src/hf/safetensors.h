@@ -23,7 +23,7 @@
 
 #include "core/fileio.h"
 
-namespace parallm::train {
+namespace parallm::hf {
 
 struct StTensor {
   std::string name, dtype;
@@ -58,4 +58,4 @@ struct StWrite {
 void write_safetensors(const std::string& path, const std::vector<StWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
-}  // namespace parallm::train
+}  // namespace parallm::hf
