@@ -15,13 +15,17 @@
 #include "data/vocab.h"
 #include "model/params.h"
 #include "parallel/mesh.h"
+#include "parallel/pipeline_runtime.h"
 #include "train/config.h"
-#include "train/pipeline.h"
 #include "train/plan.h"
 
 namespace parallm::cli {
 
 namespace {
+
+parallel::PipelineConfig pipeline_config(const train::RunConfig& cfg) {
+  return parallel::PipelineConfig::of(cfg.parallel, cfg.optimizer.gas, cfg.model.n_layer);
+}
 // Bytes in binary units, computed in double: never wraps, whatever the count.
 std::string gb(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
@@ -81,7 +85,7 @@ train::PlanInput plan_input(const train::RunConfig& cfg, const PlanOptions& o, c
   PARALLM_CHECK(o.stage < cfg.parallel.pp, ConfigError, "cli.plan",
                 "--stage {} is not a stage of parallel.pp={} (stages 0 to {})", o.stage, cfg.parallel.pp,
                 cfg.parallel.pp - 1);
-  if (cfg.parallel.pp > 1) in.pipe = train::Pipeline::stage_part(cfg, o.stage);
+  if (cfg.parallel.pp > 1) in.pipe = parallel::Pipeline::stage_part(pipeline_config(cfg), o.stage);
   in.prefetch = static_cast<int>(cfg.parallel.zero.prefetch);
   in.offload = cfg.parallel.zero.offload;
   in.micro_batch = cfg.train.batch_size;
@@ -159,7 +163,7 @@ void print_pipeline_stages(const train::RunConfig& cfg, const train::PlanInput& 
               static_cast<int>(cfg.parallel.zero.stage));
   train::PlanInput each = in;
   for (int r = 0; r < cfg.parallel.pp; ++r) {
-    each.pipe = train::Pipeline::stage_part(cfg, r);
+    each.pipe = parallel::Pipeline::stage_part(pipeline_config(cfg), r);
     const auto b = train::plan_memory(each, static_cast<int>(cfg.parallel.zero.stage));
     std::printf("  stage %-3d activations %11s total %11s%s\n", r, gb(b.activations).c_str(), gb(b.total()).c_str(),
                 r == planned ? " (above)" : "");

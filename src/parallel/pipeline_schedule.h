@@ -3,7 +3,7 @@
 // of actions (compute a chunk's forward, backward, backward-input or
 // backward-weight for one micro-batch; send or receive an activation or a
 // gradient to or from a neighbour). Each list is a pure function of (p, m, V,
-// kind, rank); one executor (train/pipeline.h) runs any list over
+// kind, rank); one executor (parallel/pipeline_runtime.h) runs any list over
 // point-to-point messages of the mesh's pp group, and a simulator checks a
 // schedule before it runs: every send meets its receive in the same order,
 // nothing deadlocks, every micro-batch passes every chunk once in each

@@ -2,7 +2,10 @@
 // governs, and the plan's answers about the mesh.
 #include "parallel/plan.h"
 
+#include <cstring>
+
 #include "core/error.h"
+#include "core/tensor.h"
 #include "parallel/pipeline_stages.h"
 
 namespace parallm::parallel {
@@ -75,9 +78,79 @@ void check_layout(const ParallelConfig& p, const model::GPTConfig& m) {
                 p.zero.stage);
 }
 
+ParallelPlan::ParallelPlan(Mesh& mesh, const ParallelConfig& config) : mesh_(mesh), config_(config) {}
+
+ParallelPlan::~ParallelPlan() = default;
+
 std::vector<int64_t> ParallelPlan::positions(int64_t T) const {
   if (!cp_enabled()) return {};
   return model::CpLayout{dims().cp, mesh_.coord().cp, config_.cp_kind}.positions(T);
+}
+
+namespace {
+// A model-parallel group on the GPU exchanges device buffers inside every layer.
+void check_device_group(const comm::Communicator& g, Device dev, const char* key) {
+  PARALLM_CHECK(dev.is_cpu() || g.size() == 1 || g.gpu_device() >= 0, ConfigError, "config",
+                "{}={} on the GPU exchanges device buffers inside every layer, which comm.backend={} cannot "
+                "carry; use comm.backend=nccl (or auto)",
+                key, g.size(), g.backend());
+}
+}  // namespace
+
+std::unique_ptr<model::GPT> ParallelPlan::apply_to_model(const model::GPTConfig& cfg, int64_t batch, Device dev,
+                                                         model::GPTStorage storage, const PipelineConfig& pipe,
+                                                         MidStepFault fault) {
+  check_device_group(mesh_.tp(), dev, "parallel.tp");
+  check_device_group(mesh_.cp(), dev, "parallel.cp");
+  tp_ = std::make_unique<TensorParallelGroup>(mesh_.tp(), dev);
+  if (cp_enabled()) cp_ = std::make_unique<ContextParallelGroup>(mesh_.cp(), dev);
+  if (pp_enabled()) pipe_ = std::make_unique<Pipeline>(pipe, mesh_, fault);
+  return std::make_unique<model::GPT>(cfg, batch, cfg.block_size / dims().cp, dev, storage, tp_.get(),
+                                      config_.sequence_parallel, pipe_ ? pipe_->part() : model::PipelinePart{},
+                                      model::ContextPart{cp_.get(), config_.cp_kind});
+}
+
+float ParallelPlan::forward_loss(model::GPT& m, const int32_t* x, const int32_t* y, int64_t B, int64_t T,
+                                 const model::StepContext& ctx) const {
+  return pipe_ ? pipe_->forward_loss(m, x, y, B, T, ctx) : m.forward(x, y, B, T, ctx);
+}
+
+void ParallelPlan::last_logits(model::GPT& m, const int32_t* tokens, int64_t T, int64_t pos, float* out) const {
+  const auto logits = [&](const int32_t* t, int64_t Tn, int64_t at) {
+    if (pipe_) return pipe_->last_logits(m, t, Tn, at, out);
+    m.forward(t, nullptr, 1, Tn, {});
+    m.last_logits(out, 1, Tn, at);
+  };
+  if (!cp_) return logits(tokens, T, pos);
+  // Every cp rank runs its positions; the rank holding `pos` has the logits (the others' are dropped).
+  const model::CpLayout& l = m.cp_layout();
+  std::vector<int32_t> mine(static_cast<size_t>(T / l.size));
+  l.slice(tokens, mine.data(), 1, T);
+  const auto [owner, row] = l.owner(pos, T);
+  logits(mine.data(), T / l.size, row);
+  mesh_.cp().broadcast(Tensor::view_of(out, {m.config().vocab_size}, DType::F32, Device::cpu()), owner);
+}
+
+int64_t ParallelPlan::sequence_multiple(const model::GPT& m) const {
+  return cp_ ? m.cp_layout().multiple() : m.token_multiple();
+}
+
+std::string ParallelPlan::sequence_text(int64_t T) const {
+  if (!cp_enabled()) return "";
+  return fmt::format("context parallel: each sequence of {} split over {} ranks ({}{}), {} positions a rank", T,
+                     dims().cp, model::cp_kind_name(config_.cp_kind),
+                     config_.cp_kind == model::CpKind::Ring ? ", zigzag" : "", T / dims().cp);
+}
+
+std::vector<int64_t> ParallelPlan::by_stage(int64_t mine) const {
+  if (!pp_enabled()) return {};
+  comm::Communicator& pp = mesh_.pp();
+  Tensor t = Tensor::empty({2}, DType::I32), all = Tensor::empty({2 * pp.size()}, DType::I32);
+  std::memcpy(t.raw(), &mine, sizeof mine);  // as two int32 words, exact
+  pp.all_gather(t, all);
+  std::vector<int64_t> out(static_cast<size_t>(pp.size()));
+  std::memcpy(out.data(), all.raw(), out.size() * sizeof(int64_t));
+  return out;
 }
 
 }  // namespace parallm::parallel

@@ -3,15 +3,26 @@
 // (check_layout: each rule next to the axes it governs, not in the trainer's
 // configuration), and, once the mesh exists, the one object the trainer asks
 // about the layout (ParallelPlan): which axes are on and which group averages
-// the gradients, as torchtitan's ParallelDims answers `tp_enabled`.
+// the gradients, as torchtitan's ParallelDims answers `tp_enabled`. The plan
+// applies the model-parallel axes in one place (apply_to_model, as
+// torchtitan's parallelize): the tensor and context groups the layers
+// communicate over, the pipeline stage and its schedule; the passes the
+// trainer runs outside a step (a loss, a sequence's logits) go through it, so
+// the trainer never asks which axes are on.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "model/config.h"
 #include "model/cp_layout.h"
+#include "model/gpt.h"
+#include "parallel/context_parallel.h"
 #include "parallel/mesh.h"
+#include "parallel/pipeline_runtime.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/tensor_parallel.h"
 #include "parallel/zero.h"
 
 namespace parallm::parallel {
@@ -52,7 +63,8 @@ void check_context(const ParallelConfig& p, const model::GPTConfig& m);
 
 class ParallelPlan {
  public:
-  ParallelPlan(Mesh& mesh, const ParallelConfig& config) : mesh_(mesh), config_(config) {}
+  ParallelPlan(Mesh& mesh, const ParallelConfig& config);
+  ~ParallelPlan();
   Mesh& mesh() const { return mesh_; }
   const MeshDims& dims() const { return mesh_.dims(); }
   const ParallelConfig& config() const { return config_; }
@@ -70,9 +82,34 @@ class ParallelPlan {
   // none (every position).
   std::vector<int64_t> positions(int64_t T) const;
 
+  // The model with every model-parallel axis applied: this rank's tensor
+  // part (and sequence parallelism), its pipeline stage (`pipe`: the
+  // schedule's shape; `fault`: a test's mid-step stop) and its positions of
+  // each sequence, for batches of `batch` samples. ConfigError where the
+  // device's exchanges need a backend the mesh does not have.
+  std::unique_ptr<model::GPT> apply_to_model(const model::GPTConfig& cfg, int64_t batch, Device dev,
+                                             model::GPTStorage storage, const PipelineConfig& pipe,
+                                             MidStepFault fault = {});
+  Pipeline* pipeline() const { return pipe_.get(); }  // null without pipeline parallelism
+  // Forward only over every stage: the batch's loss on every rank.
+  float forward_loss(model::GPT& m, const int32_t* x, const int32_t* y, int64_t B, int64_t T,
+                     const model::StepContext& ctx) const;
+  // The logits of position `pos` of one whole sequence of T tokens (every
+  // stage and context-parallel rank takes part; every rank gets them).
+  void last_logits(model::GPT& m, const int32_t* tokens, int64_t T, int64_t pos, float* out) const;
+  // The multiple of T a pass must be (sequence or context parallel; 1 otherwise).
+  int64_t sequence_multiple(const model::GPT& m) const;
+  // A log line on how sequences of T are split (context parallel), or "".
+  std::string sequence_text(int64_t T) const;
+  // Every pipeline stage's value of `mine` (collective over the pp group), by stage; empty without a pipeline.
+  std::vector<int64_t> by_stage(int64_t mine) const;
+
  private:
   Mesh& mesh_;
   ParallelConfig config_;
+  std::unique_ptr<TensorParallelGroup> tp_;
+  std::unique_ptr<ContextParallelGroup> cp_;
+  std::unique_ptr<Pipeline> pipe_;
 };
 
 }  // namespace parallm::parallel

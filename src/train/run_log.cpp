@@ -70,10 +70,7 @@ void log_run(const Session& s) {
       "gas {}",
       n, n > 1 ? "s" : "", s.world.backend(), s.mesh->summary(), B * dp * gas, B, dp, dp > 1 ? "s" : "", gas);
   log::info("tokens per iteration will be: {} (global batch {} x block {})", s.tokens_per_iter, B * dp * gas, s.seq());
-  if (s.cp)
-    log::info("context parallel: each sequence of {} split over {} ranks ({}{}), {} positions a rank", s.seq(),
-              s.cp->size(), model::cp_kind_name(cfg.parallel.cp_kind),
-              cfg.parallel.cp_kind == model::CpKind::Ring ? ", zigzag" : "", s.local_seq());
+  if (const std::string split = s.plan->sequence_text(s.seq()); !split.empty()) log::info("{}", split);
   if (const std::string how = s.sync->describe(); !how.empty()) log::info("{}", how);
   log_precision(s);
   log::info("MFU peak: {:.1f} GFLOP/s ({})", s.peak / 1e9,
@@ -139,20 +136,6 @@ void record_step(const Session& s, int64_t it, float lr, const StepResult& r) {
   s.progress->update(it, fmt::format("loss {:.4f} tok/s {:.0f}", r.loss, tok_s));
 }
 
-namespace {
-// Pipeline: every stage's peak bytes of one category (collective over the pp group), by stage.
-std::vector<int64_t> stage_peaks(const Session& s, size_t mine) {
-  comm::Communicator& pp = s.mesh->pp();
-  Tensor t = Tensor::empty({2}, DType::I32), all = Tensor::empty({2 * pp.size()}, DType::I32);
-  const auto v = static_cast<int64_t>(mine);
-  std::memcpy(t.raw(), &v, sizeof v);  // as two int32 words, exact
-  pp.all_gather(t, all);
-  std::vector<int64_t> out(static_cast<size_t>(pp.size()));
-  std::memcpy(out.data(), all.raw(), out.size() * sizeof(int64_t));
-  return out;
-}
-}  // namespace
-
 void report_memory(const Session& s, int64_t it) {
   const MemStats ms = HostAllocator::instance().stats();
   s.progress->print(memory_line(ms));
@@ -163,7 +146,9 @@ void report_memory(const Session& s, int64_t it) {
   for (int c = 0; c < static_cast<int>(MemCategory::kCount); ++c)
     mrec[std::string(mem_category_name(static_cast<MemCategory>(c))) + "_bytes"] = ms.peak[c];
   mrec["total_peak_bytes"] = ms.total_peak;
-  if (s.pipe) mrec["stage_activations_bytes"] = stage_peaks(s, ms.peak[static_cast<int>(MemCategory::Activations)]);
+  // Pipeline: every stage's peak activation bytes.
+  const auto stages = s.plan->by_stage(static_cast<int64_t>(ms.peak[static_cast<int>(MemCategory::Activations)]));
+  if (!stages.empty()) mrec["stage_activations_bytes"] = stages;
   if (s.run_dir) s.run_dir->write_memory(mrec);
 }
 

@@ -28,20 +28,6 @@ namespace parallm::train {
 
 namespace {
 
-// PARALLM_FAULT_INF_GRAD="3,7": iterations whose reduced gradients get an
-// inf written into them on every rank, to exercise overflow handling.
-std::vector<int64_t> fault_inf_grad_iters() {
-  const char* list = env::get(env::Var::FaultInfGrad);
-  return list ? parse_int_list(list, "train", "PARALLM_FAULT_INF_GRAD") : std::vector<int64_t>{};
-}
-
-// PARALLM_FAULT_SPIKE="30,31": iterations whose mean loss and reduced
-// gradients are multiplied by 100 on every rank, to exercise the spike guard.
-std::vector<int64_t> fault_spike_iters() {
-  const char* list = env::get(env::Var::FaultSpike);
-  return list ? parse_int_list(list, "train", "PARALLM_FAULT_SPIKE") : std::vector<int64_t>{};
-}
-
 // The loss-spike guard, when a z-score turns it on, with a resumed run's windows.
 std::unique_ptr<SpikeGuard> make_guard(const Session& s) {
   const TrainSection& t = s.cfg.train;
@@ -59,55 +45,6 @@ std::unique_ptr<SpikeGuard> make_guard(const Session& s) {
                                    : fmt::format(" {:g}", c.loss_z > 0 ? c.loss_z : c.grad_z),
       c.window, c.window, g->state().loss.size(), c.max_consecutive);
   return g;
-}
-
-// PARALLM_FAULT_SCALE="h.1.mlp.c_fc.weight:1e5:3", read before anything else
-// (its parameter is checked against the model once the config is resolved).
-ScaleFault fault_scale_setting() {
-  const char* text = env::get(env::Var::FaultScale);
-  if (!text) return {};
-  const std::string t = text;
-  const size_t b = t.rfind(':'), a = b == std::string::npos || b == 0 ? std::string::npos : t.rfind(':', b - 1);
-  const std::optional<double> factor =
-      a == std::string::npos || a == 0 ? std::nullopt : to_decimal(t.substr(a + 1, b - a - 1));
-  const std::optional<int64_t> from = factor ? to_int(t.substr(b + 1)) : std::nullopt;
-  PARALLM_CHECK(factor && std::isfinite(static_cast<float>(*factor)) && from && *from >= 0, ConfigError, "env",
-                "PARALLM_FAULT_SCALE={}: expected NAME:FACTOR:I (a parameter, a finite factor, an iteration >= 0), "
-                "e.g. h.1.mlp.c_fc.weight:1e5:3",
-                t);
-  ScaleFault f;
-  f.param = t.substr(0, a);
-  if (f.param.rfind("transformer.", 0) != 0) f.param = "transformer." + f.param;
-  f.factor = static_cast<float>(*factor);
-  f.from = *from;
-  return f;
-}
-
-// The fault's parameter is one of the model's, held whole by the model (no ZeRO).
-void check_fault_scale(const ScaleFault& f, const RunConfig& cfg) {
-  if (f.from < 0) return;
-  try {
-    model::ParamLayout(cfg.model).find(f.param);
-  } catch (const ConfigError& e) {
-    throw ConfigError("env", fmt::format("PARALLM_FAULT_SCALE: {}", e.message()));
-  }
-  PARALLM_CHECK(cfg.parallel.zero.stage == 0, ConfigError, "env",
-                "PARALLM_FAULT_SCALE with zero.stage={}: it scales the model's own parameters (zero.stage=0)",
-                cfg.parallel.zero.stage);
-}
-
-// PARALLM_FAULT_SLOW_RANK="R:MS": world rank R's extra seconds of compute
-// per step (0 on the other ranks), to exercise the straggler report.
-double fault_slow_seconds(int rank) {
-  const char* v = env::get(env::Var::FaultSlowRank);
-  if (!v) return 0;
-  const std::string s = v;
-  const size_t colon = s.find(':');
-  const auto r = to_int(s.substr(0, colon));
-  const auto ms = to_int(colon == std::string::npos ? std::string() : s.substr(colon + 1));
-  PARALLM_CHECK(r && ms && *r >= 0 && *ms >= 0 && *ms <= 3600000, ConfigError, "env",
-                "PARALLM_FAULT_SLOW_RANK=\"{}\": expected R:MS, a world rank and milliseconds in [0, 3600000]", s);
-  return *r == rank ? static_cast<double>(*ms) / 1e3 : 0.0;
 }
 
 // Every rank's host (gathered unless the caller knew them) and, with
@@ -297,21 +234,9 @@ void open_run_dir(Session& s, int64_t ck_iter, const nlohmann::json& carried) {
 // over what the sync updates, and the loss scaler.
 void build_model(Session& s, const parallel::GradSyncOptions& so) {
   const RunConfig& cfg = s.cfg;
-  PARALLM_CHECK(s.dev.is_cpu() || s.mesh->tp().size() == 1 || s.mesh->tp().gpu_device() >= 0, ConfigError, "config",
-                "parallel.tp={} on the GPU exchanges device buffers inside every layer, which comm.backend={} cannot "
-                "carry; use comm.backend=nccl (or auto)",
-                s.mesh->tp().size(), s.mesh->tp().backend());
-  PARALLM_CHECK(s.dev.is_cpu() || s.mesh->cp().size() == 1 || s.mesh->cp().gpu_device() >= 0, ConfigError, "config",
-                "parallel.cp={} on the GPU exchanges device buffers inside every layer, which comm.backend={} cannot "
-                "carry; use comm.backend=nccl (or auto)",
-                s.mesh->cp().size(), s.mesh->cp().backend());
-  s.tp = std::make_unique<parallel::TensorParallelGroup>(s.mesh->tp(), s.dev);
-  if (s.plan->cp_enabled()) s.cp = std::make_unique<parallel::ContextParallelGroup>(s.mesh->cp(), s.dev);
-  if (s.plan->pp_enabled()) s.pipe = std::make_unique<Pipeline>(cfg, *s.mesh);
-  s.model = std::make_unique<model::GPT>(
-      cfg.model, s.batch(), s.local_seq(), s.dev, parallel::model_storage(so, cfg.compute_dtype()), s.tp.get(),
-      cfg.parallel.sequence_parallel, s.pipe ? s.pipe->part() : model::PipelinePart{},
-      model::ContextPart{s.cp.get(), cfg.parallel.cp_kind});
+  s.model = s.plan->apply_to_model(cfg.model, s.batch(), s.dev, parallel::model_storage(so, cfg.compute_dtype()),
+                                   parallel::PipelineConfig::of(cfg.parallel, cfg.optimizer.gas, cfg.model.n_layer),
+                                   s.faults.stop);
   s.sync = parallel::make_grad_sync(s.dp(), *s.model, s.dev, so, &s.mesh->tp_pp());
   const OptimizerSection& o = cfg.optimizer;
   const optim::AdamWConfig acfg{o.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay};
@@ -336,23 +261,6 @@ double job_peak(const Session& s) {
 
 }  // namespace
 
-void Session::last_logits(const int32_t* tokens, int64_t T, int64_t pos, float* out) {
-  const int64_t V = model->config().vocab_size;
-  const auto logits = [&](const int32_t* t, int64_t Tn, int64_t at) {
-    if (pipe) return pipe->last_logits(*model, t, Tn, at, out);
-    model->forward(t, nullptr, 1, Tn, {});
-    model->last_logits(out, 1, Tn, at);
-  };
-  if (!cp) return logits(tokens, T, pos);
-  // Every cp rank runs its positions; the rank holding `pos` has the logits (the others' are dropped).
-  const model::CpLayout& l = model->cp_layout();
-  std::vector<int32_t> mine(static_cast<size_t>(T / l.size));
-  l.slice(tokens, mine.data(), 1, T);
-  const auto [owner, row] = l.owner(pos, T);
-  logits(mine.data(), T / l.size, row);
-  mesh->cp().broadcast(Tensor::view_of(out, {V}, DType::F32, Device::cpu()), owner);
-}
-
 std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, int ranks_per_node,
                                       std::optional<RunDir>& run_dir, std::string* nothing_to_do,
                                       Invocation invocation) {
@@ -362,14 +270,11 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   *nothing_to_do = kill_switch_at_start(s->cfg.train, world);
   if (!nothing_to_do->empty()) return nullptr;
   s->invocation = std::move(invocation);
-  lock_run_dir(*s, /*existing_only=*/true);  // before a checkpoint is read: one run at a time in train.out_dir
-  s->fault_inf = fault_inf_grad_iters();     // before anything is written
-  s->fault_spike = fault_spike_iters();
-  s->fault_scale = fault_scale_setting();
-  s->fault_slow_s = fault_slow_seconds(world.rank());
+  lock_run_dir(*s, /*existing_only=*/true);    // before a checkpoint is read: one run at a time in train.out_dir
+  s->faults = Faults::from_env(world.rank());  // before anything is written
   const ResumeChanges changes = resolve_config(*s, ranks_per_node);
   s->control = std::make_unique<RunControl>(s->cfg, world);  // the time limit, before anything is written
-  check_fault_scale(s->fault_scale, s->cfg);
+  s->faults.check(s->cfg);
   // Where a resumed run starts, and the records a stop on a full disk kept in its checkpoint.
   const int64_t ck_iter = s->resume ? checkpoint_state(s->ck_meta, nullptr).iter : 0;
   const nlohmann::json carried =

@@ -31,13 +31,14 @@
 #include "parallel/grad_sync.h"
 #include "parallel/group_ops.h"
 #include "parallel/mesh.h"
+#include "parallel/pipeline_runtime.h"
 #include "parallel/plan.h"
 #include "parallel/tensor_parallel.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/control.h"
+#include "train/faults.h"
 #include "train/metrics.h"
-#include "train/pipeline.h"
 #include "train/replica_check.h"
 #include "train/repro.h"
 #include "train/run_dir.h"
@@ -47,20 +48,14 @@
 
 namespace parallm::train {
 
-// PARALLM_FAULT_SCALE=NAME:FACTOR:I: from iteration `from` on, the parameter
-// `param` is multiplied by `factor` before each step (testing the numeric detector).
-struct ScaleFault {
-  std::string param;  // the whole model's slot name (transformer.h.1.mlp.c_fc.weight)
-  float factor = 1;
-  int64_t from = -1;  // -1: no fault
-};
-
-struct Session {
+// What is fixed for the run once open_session has resolved it: the config,
+// where and how it runs (device, mesh, plan), its data, the operator's
+// invocation and the test faults, the figures the records divide by.
+struct RunSetup {
+  RunSetup(RunConfig c, comm::Communicator& w) : cfg(std::move(c)), world(w) {}
   RunConfig cfg;
   comm::Communicator& world;
-  std::optional<RunLock> lock;     // rank 0's: one run at a time in train.out_dir
-  std::optional<RunDir>& run_dir;  // rank 0's, once opened
-  bool lead = false;               // world rank 0: writes files, logs, samples and checkpoints
+  bool lead = false;  // world rank 0: writes files, logs, samples and checkpoints
   bool resume = false;
   nlohmann::json ck_meta;  // the checkpoint's state.json (resume)
   Device dev;
@@ -69,34 +64,12 @@ struct Session {
   data::Vocab vocab;
   std::string prompt;  // the samples' prompt
   std::unique_ptr<data::Loader> loader;
-  std::unique_ptr<parallel::TensorParallelGroup> tp;   // the model's group of the mesh's tp axis
-  std::unique_ptr<parallel::ContextParallelGroup> cp;  // the model's group of the mesh's cp axis (cp > 1)
-  std::unique_ptr<Pipeline> pipe;                      // pipeline parallel (parallel.pp > 1): this rank's stage
-  std::unique_ptr<model::GPT> model;                   // the whole model, or this rank's stage of it
-  std::unique_ptr<parallel::GradSync> sync;
-  std::unique_ptr<optim::AdamW> opt;
-  std::unique_ptr<optim::LossScaler> scaler;
-  optim::LrSchedule sched;
-  TrainState st;
-  bool saved_any = false;             // a checkpoint of this run exists
-  double peak = 0;                    // the job's FLOP/s for MFU
-  int64_t tokens_per_iter = 0;        // the global batch's tokens
-  double flops_per_iter = 0;          // of the global batch
-  std::vector<int64_t> fault_inf;     // PARALLM_FAULT_INF_GRAD's iterations
-  std::vector<int64_t> fault_spike;   // PARALLM_FAULT_SPIKE's iterations
-  std::unique_ptr<SpikeGuard> guard;  // the loss-spike guard, when train.skip_*_zscore turns it on
-  ScaleFault fault_scale;             // PARALLM_FAULT_SCALE
-  // train.detect_anomaly: the numeric detector, handed to each training pass (null: off).
-  std::unique_ptr<model::NumericWatch> watch;
-  std::unique_ptr<ReplicaCheck> replicas;      // train.check_replicas (null: off)
-  double fault_slow_s = 0;                     // PARALLM_FAULT_SLOW_RANK: this rank's extra seconds of compute per step
-  Invocation invocation;                       // the command line, and every rank's host
-  std::unique_ptr<StragglerReport> straggler;  // several ranks: compute times compared every log interval
-  std::unique_ptr<Progress> progress;
-  std::unique_ptr<RunControl> control;  // the operator's switches, signals and time limit (control.h)
-  std::vector<float> losses;            // the current step's (or evaluation's) pass losses, in order
+  Invocation invocation;        // the command line, and every rank's host
+  Faults faults;                // PARALLM_FAULT_* (tests): this rank's
+  double peak = 0;              // the job's FLOP/s for MFU
+  int64_t tokens_per_iter = 0;  // the global batch's tokens
+  double flops_per_iter = 0;    // of the global batch
 
-  Session(RunConfig c, comm::Communicator& w, std::optional<RunDir>& rd) : cfg(std::move(c)), world(w), run_dir(rd) {}
   // The group holding copies of one model's weights (replicas, or ZeRO's
   // shards): gradients are averaged over it, and its rank 0 writes. The
   // data-parallel ranks, times the context-parallel ones (they hold the same
@@ -104,26 +77,59 @@ struct Session {
   comm::Communicator& dp() const { return plan->grad_group(); }
   // The ranks that read different samples, and this rank's index among them.
   int64_t data_ranks() const { return mesh->dims().dp; }
+  int64_t batch() const { return cfg.train.batch_size; }
+  int64_t seq() const { return cfg.model.block_size; }
+  // The positions of each sequence this rank's model holds (context parallel: seq() / cp).
+  int64_t local_seq() const { return cfg.model.block_size / cfg.parallel.cp; }
+};
+
+// The run's records and the operator's hold on it: the run directory and its
+// lock (rank 0), the progress lines, the straggler report, the controls.
+struct RunRecords {
+  explicit RunRecords(std::optional<RunDir>& rd) : run_dir(rd) {}
+  std::optional<RunLock> lock;                 // rank 0's: one run at a time in train.out_dir
+  std::optional<RunDir>& run_dir;              // rank 0's, once opened
+  std::unique_ptr<StragglerReport> straggler;  // several ranks: compute times compared every log interval
+  std::unique_ptr<Progress> progress;
+  std::unique_ptr<RunControl> control;  // the operator's switches, signals and time limit (control.h)
+  void write_metrics(const nlohmann::json& rec) const {
+    if (run_dir) run_dir->write_metrics(rec);
+  }
+};
+
+// The run: its setup and records, and what trains: the model, its gradient
+// sync, the optimizer, the loss scaler and schedule, the checks on them, and
+// the training state a checkpoint carries.
+struct Session : RunSetup, RunRecords {
+  Session(RunConfig c, comm::Communicator& w, std::optional<RunDir>& rd) : RunSetup(std::move(c), w), RunRecords(rd) {}
+  std::unique_ptr<model::GPT> model;  // the whole model, or this rank's stage of it
+  std::unique_ptr<parallel::GradSync> sync;
+  std::unique_ptr<optim::AdamW> opt;
+  std::unique_ptr<optim::LossScaler> scaler;
+  optim::LrSchedule sched;
+  std::unique_ptr<SpikeGuard> guard;  // the loss-spike guard, when train.skip_*_zscore turns it on
+  // train.detect_anomaly: the numeric detector, handed to each training pass (null: off).
+  std::unique_ptr<model::NumericWatch> watch;
+  std::unique_ptr<ReplicaCheck> replicas;  // train.check_replicas (null: off)
+  TrainState st;                           // what a checkpoint carries
+  bool saved_any = false;                  // a checkpoint of this run exists
+  std::vector<float> losses;               // the current step's (or evaluation's) pass losses, in order
+
   // Whether this rank runs the samples: rank 0, with the ranks of its model's
   // tensor- and context-parallel groups (data-parallel index 0), or every
   // rank when the sync gathers parameters collectively.
   bool samples() const { return lead || mesh->coord().dp == 0 || sync->collective_sampling(); }
-  int64_t batch() const { return cfg.train.batch_size; }
   // The loss of one batch forward only (every pipeline stage takes part; every rank gets it).
   float forward_loss(const int32_t* x, const int32_t* y, int64_t B, int64_t T, const model::StepContext& ctx) {
-    return pipe ? pipe->forward_loss(*model, x, y, B, T, ctx) : model->forward(x, y, B, T, ctx);
+    return plan->forward_loss(*model, x, y, B, T, ctx);
   }
   // The logits of position `pos` of one sequence of T tokens (generation;
   // every pipeline stage and context-parallel rank takes part).
-  void last_logits(const int32_t* tokens, int64_t T, int64_t pos, float* out);
-  // The multiple of T generation pads its contexts to (sequence or context parallel).
-  int64_t sequence_multiple() const { return cp ? model->cp_layout().multiple() : model->token_multiple(); }
-  int64_t seq() const { return cfg.model.block_size; }
-  // The positions of each sequence this rank's model holds (context parallel: seq() / cp).
-  int64_t local_seq() const { return cfg.model.block_size / cfg.parallel.cp; }
-  void write_metrics(const nlohmann::json& rec) const {
-    if (run_dir) run_dir->write_metrics(rec);
+  void last_logits(const int32_t* tokens, int64_t T, int64_t pos, float* out) {
+    plan->last_logits(*model, tokens, T, pos, out);
   }
+  // The multiple of T generation pads its contexts to (sequence or context parallel).
+  int64_t sequence_multiple() const { return plan->sequence_multiple(*model); }
 };
 
 // Builds the run. With a checkpoint that resumes past train.max_iters, or

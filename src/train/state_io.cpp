@@ -193,7 +193,7 @@ std::string save_state(Session& s, int64_t next, SaveSlot slot) {
   const std::string& out = s.cfg.train.out_dir;
   const CkptDir dir = slot == SaveSlot::Step ? step_checkpoint(out, next) : CkptDir(out);
   const parallel::HeldState h = s.sync->held();
-  if (s.pipe) {
+  if (s.plan->pp_enabled()) {
     save_pipeline(s, h, dir);
   } else if (h.sharded && s.mesh->tp().size() > 1) {
     save_sharded_whole(s, h, dir);

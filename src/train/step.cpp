@@ -103,10 +103,8 @@ class MicroBatches : public Schedule {
 };
 
 // Pipeline parallel: the step's micro-batches through this rank's stage, as
-// its schedule's actions say (train/pipeline.h). The stages at the ends read
-// the batches (the first its tokens, the last its targets). The gradients
-// are final only after the last action: the sync then sees every unit ready
-// at once, as after one micro-step's backward.
+// its schedule's actions say (parallel/pipeline_runtime.h). The stages at the ends read
+// the batches (the first its tokens, the last its targets).
 class PipelineSteps : public Schedule {
  public:
   explicit PipelineSteps(Session& s) : s_(s) {
@@ -129,7 +127,7 @@ class PipelineSteps : public Schedule {
         s_.loader->get(data::Split::Train, batch, micro, x_.data() + micro * N, y_.data() + micro * N);
     }
     const auto micro = [&](int k) {
-      Pipeline::Micro u;
+      parallel::Pipeline::Micro u;
       if (!x_.empty()) {
         u.x = x_.data() + k * N;
         u.y = y_.data() + k * N;
@@ -144,120 +142,24 @@ class PipelineSteps : public Schedule {
       u.ctx.watch = s_.watch.get();
       return u;
     };
-    const Pipeline::Times pt = s_.pipe->step(m, it, B, T, micro, losses);
+    parallel::Pipeline& pipe = *s_.plan->pipeline();
+    const parallel::Pipeline::Times pt = pipe.step(m, it, B, T, micro, losses);
     Timer tc;
-    if (const auto hook = sync.before_pass(static_cast<int>(gas - 1), static_cast<int>(gas), 0))
-      for (int u = m.layout().num_units() - 1; u >= 0; --u) hook(u);
-    sync.after_pass(0);
-    sync.after_micro_step();
+    pipe.grads_final(m, sync);
     PassTimes t;
     t.dtf = pt.forward;
     t.dtb = pt.backward + tc.seconds();
     t.compute = pt.forward + pt.backward;
-    stage_times(pt, t);
+    pipe.stage_times(pt, t.stage_idle, t.stage_cost_ms);
     return t;
   }
 
-  void after_update() override { s_.pipe->tied_params_from_first(*s_.model); }
+  void after_update() override { s_.plan->pipeline()->tied_params_from_first(*s_.model); }
 
  private:
-  // Every stage's busy time, span and mean cost per action kind, gathered over the pp group.
-  void stage_times(const Pipeline::Times& pt, PassTimes& t) const {
-    comm::Communicator& pp = s_.mesh->pp();
-    constexpr int kw = 6;  // busy, span, four kinds' mean ms
-    Tensor mine = Tensor::empty({kw}, DType::F32), all = Tensor::empty({kw * pp.size()}, DType::F32);
-    float* v = mine.data<float>();
-    v[0] = static_cast<float>(pt.forward + pt.backward);
-    v[1] = static_cast<float>(pt.span);
-    for (int k = 0; k < 4; ++k) v[2 + k] = pt.kind_n[k] ? static_cast<float>(pt.kind_s[k] / pt.kind_n[k] * 1e3) : 0.0f;
-    pp.all_gather(mine, all);
-    const float* a = all.data<float>();
-    double span = 0;
-    for (int r = 0; r < pp.size(); ++r) span = std::max(span, static_cast<double>(a[kw * r + 1]));
-    for (int r = 0; r < pp.size(); ++r) {
-      t.stage_idle.push_back(span > 0 ? std::max(0.0, 1.0 - a[kw * r] / span) : 0.0);
-      for (int k = 0; k < 4; ++k) t.stage_cost_ms.push_back(a[kw * r + 2 + k]);
-    }
-  }
-
   Session& s_;
   std::vector<int32_t> x_, y_;
 };
-
-void write_inf(float* p, Device dev) {
-  const float inf = std::numeric_limits<float>::infinity();
-  if (dev.is_cpu())
-    *p = inf;
-  else
-    gpu::memcpy_h2d(p, &inf, sizeof(float));
-}
-
-// PARALLM_FAULT_INF_GRAD: an inf in this rank's reduced gradients (where it holds any).
-void inject_fault(const Session& s, int64_t it) {
-  if (std::find(s.fault_inf.begin(), s.fault_inf.end(), it) == s.fault_inf.end()) return;
-  const parallel::UpdateTarget u = s.sync->update();
-  if (u.state_size <= 0) return;
-  // Not into a pipeline's tied copy of the token table (the norm leaves it out).
-  int64_t at = 0;
-  if (!u.runs)
-    for (const auto& slot : s.model->layout().slots())
-      if (!slot.tied_copy) {
-        at = slot.offset;
-        break;
-      }
-  write_inf(u.grads + at, u.device);
-}
-
-// PARALLM_FAULT_SCALE: from its iteration on, its parameter multiplied by its
-// factor before each step, wherever this rank holds it (every tensor-parallel
-// part; both pipeline ends' copies of the tied table).
-void scale_fault(Session& s, int64_t it) {
-  const ScaleFault& f = s.fault_scale;
-  if (f.from < 0 || it < f.from) return;
-  model::GPT& m = *s.model;
-  for (const auto& slot : m.layout().slots()) {
-    if (slot.name != f.param) continue;
-    float* p = m.params() + slot.offset;
-    std::vector<float> host(static_cast<size_t>(slot.numel));
-    if (s.dev.is_cpu())
-      std::copy(p, p + slot.numel, host.begin());
-    else
-      gpu::memcpy_d2h(host.data(), p, host.size() * sizeof(float));
-    for (float& v : host) v *= f.factor;
-    if (s.dev.is_cpu())
-      std::copy(host.begin(), host.end(), p);
-    else
-      gpu::memcpy_h2d(p, host.data(), host.size() * sizeof(float));
-  }
-  m.params_changed();
-}
-
-// PARALLM_FAULT_SPIKE: this rank's reduced gradients times kSpike (the mean loss too: optimizer_step).
-constexpr float kSpike = 100;
-bool spike_at(const Session& s, int64_t it) {
-  return std::find(s.fault_spike.begin(), s.fault_spike.end(), it) != s.fault_spike.end();
-}
-void inject_spike(const Session& s, int64_t it) {
-  if (!spike_at(s, it)) return;
-  const parallel::UpdateTarget u = s.sync->update();
-  std::vector<std::pair<int64_t, int64_t>> runs;  // [begin, count) of the gradients the optimizer reads
-  if (u.runs)
-    for (const auto& r : *u.runs) runs.emplace_back(r.grad, r.length);
-  else
-    runs.emplace_back(0, u.state_size);
-  for (const auto& [at, n] : runs) {
-    if (n <= 0) continue;
-    std::vector<float> host;
-    float* g = u.grads + at;
-    if (!u.device.is_cpu()) {  // a test hook: through the host
-      host.resize(static_cast<size_t>(n));
-      gpu::memcpy_d2h(host.data(), g, static_cast<size_t>(n) * sizeof(float));
-      g = host.data();
-    }
-    for (int64_t i = 0; i < n; ++i) g[i] *= kSpike;
-    if (!host.empty()) gpu::memcpy_h2d(u.grads + at, host.data(), static_cast<size_t>(n) * sizeof(float));
-  }
-}
 
 // The spike guard's verdict on this step ("" to apply it). Its inputs are
 // world rank 0's loss and norm, broadcast (one 12-byte message a step): every
@@ -308,30 +210,22 @@ void update(Session& s, int64_t it, float lr, double norm, StepResult& r) {
 }  // namespace
 
 std::unique_ptr<Schedule> make_schedule(Session& s) {
-  if (s.pipe) return std::make_unique<PipelineSteps>(s);
+  if (s.plan->pp_enabled()) return std::make_unique<PipelineSteps>(s);
   return std::make_unique<MicroBatches>(s);
 }
 
 StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr) {
   std::vector<float>& losses = s.losses;
   Timer t_iter;
-  scale_fault(s, it);
-  double slept = 0;
-  if (s.fault_slow_s > 0) {  // PARALLM_FAULT_SLOW_RANK: a slower device, as a sleep before the passes
-    Timer ts;
-    std::this_thread::sleep_for(std::chrono::duration<double>(s.fault_slow_s));
-    slept = ts.seconds();
-  }
+  const double slept = s.faults.before_passes(*s.model, it);
   PassTimes t = schedule.run(it, losses);
   Timer to;
   s.sync->finish_step();
-  inject_fault(s, it);
-  inject_spike(s, it);
+  s.faults.after_sync(*s.sync, s.model->layout(), it);
   const double norm = s.sync->grad_norm(s.scaler->dynamic());
   schedule.settle(t);
   StepResult r;
-  r.loss = s.sync->mean_loss(losses, s.cfg.optimizer.gas);
-  if (spike_at(s, it)) r.loss *= kSpike;
+  r.loss = s.faults.loss(s.sync->mean_loss(losses, s.cfg.optimizer.gas), it);
   if (!std::isfinite(r.loss))
     throw NumericError("train", fmt::format("non-finite loss ({}) at iter {}; lower optimizer.learning_rate or set "
                                             "optimizer.grad_clip",

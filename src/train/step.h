@@ -1,7 +1,7 @@
 // One optimizer step: a schedule runs the step's forward and backward passes
 // (gradient accumulation over optimizer.gas micro-batches, each cut into the
 // passes the gradient sync asks for; or a pipeline's schedule over its
-// stages, train/pipeline.h), then the gradient sync finishes the
+// stages, parallel/pipeline_runtime.h), then the gradient sync finishes the
 // gradients, the loss scaler decides on the global norm, the loss-spike
 // guard (train/spike_guard.h) on the loss and norm, and the optimizer
 // updates what the sync names. The loop calls optimizer_step and never sees

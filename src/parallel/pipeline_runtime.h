@@ -1,11 +1,10 @@
-// Pipeline parallelism in a run: this rank's stage of the model and the
-// executor of its schedule. The schedule is data (parallel/pipeline_schedule.h):
-// the list of this rank's actions for (pp, optimizer.gas, pp_virtual, kind),
-// simulated once at start (every send meets its receive, nothing deadlocks,
-// every micro-batch passes every chunk both ways) and run here, action by
-// action, over the mesh's pp group: compute on the model's chunk and
-// activation set (micro-batch m of chunk c uses set m % in-flight(c), the
-// simulator's count, so memory is sized at start), sends asynchronous,
+// Pipeline parallelism at run time: this rank's stage of the model and the
+// executor of its schedule, configured by a PipelineConfig (the pipeline's
+// keys, the micro-batches, the model's depth: nothing else of a run). The schedule is data
+// (parallel/pipeline_schedule.h): the list of this rank's actions for (pp, optimizer.gas, pp_virtual, kind), simulated
+// once at start (every send meets its receive, nothing deadlocks, every micro-batch passes every chunk both ways) and
+// run here, action by action, over the mesh's pp group: compute on the model's chunk and activation set (micro-batch m
+// of chunk c uses set m % in-flight(c), the simulator's count, so memory is sized at start), sends asynchronous,
 // receives blocking, tag 0 for activations and 1 for gradients (MPI keeps
 // their order per pair). Between the step's passes nothing here knows the
 // schedule's kind.
@@ -21,24 +20,43 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "parallel/grad_sync.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline_schedule.h"
-#include "train/config.h"
 
-namespace parallm::train {
+namespace parallm::parallel {
+
+struct ParallelConfig;
+
+// What the pipeline needs of a run: its parallel.pp* keys, optimizer.gas
+// (the micro-batches of a step) and model.n_layer.
+struct PipelineConfig {
+  int pp = 1, virtual_stages = 1;
+  PipeKind kind = PipeKind::OneFOneB;
+  std::vector<int64_t> layers;  // parallel.pp_layers (empty: balanced)
+  int64_t gas = 1, n_layer = 1;
+  static PipelineConfig of(const ParallelConfig& p, int64_t gas, int64_t n_layer);
+  PipeShape shape() const;  // checked (ConfigError)
+};
+
+// Testing (PARALLM_FAULT_STOP_RANK): this rank raises `signal` halfway
+// through the actions of iteration `iter` (a peer that dies or hangs mid-step).
+struct MidStepFault {
+  int64_t iter = -1;
+  int signal = 0;
+};
 
 class Pipeline {
  public:
-  // Checks and simulates the run's schedule for this rank's place in `mesh`
+  // Checks and simulates the schedule for this rank's place in `mesh`
   // (InternalError naming the problem if the simulator finds one).
-  Pipeline(const RunConfig& cfg, parallel::Mesh& mesh);
+  Pipeline(const PipelineConfig& cfg, Mesh& mesh, MidStepFault fault = {});
   // What this rank's model holds: its chunks, activation sets per chunk, and
   // whether its backward runs in halves.
   model::PipelinePart part() const;
-  // The same for pipeline rank `pp_rank` of a run of `cfg` without a mesh
-  // (the planner): checks and simulates the schedule.
-  static model::PipelinePart stage_part(const RunConfig& cfg, int pp_rank);
-  const parallel::PipeShape& shape() const { return shape_; }
+  // The same for pipeline rank `pp_rank` without a mesh (the planner): checks and simulates the schedule.
+  static model::PipelinePart stage_part(const PipelineConfig& cfg, int pp_rank);
+  const PipeShape& shape() const { return shape_; }
 
   // A micro-batch's input: tokens and targets (B x T, host) and its step context.
   struct Micro {
@@ -56,9 +74,16 @@ class Pipeline {
   // One step's passes: `micro(k)` gives micro-batch k (k < optimizer.gas);
   // `losses` gets every micro-batch's loss on every rank. Gradients
   // accumulate into the model's; the tied table's are summed between the ends.
-  // `it`: the iteration (PARALLM_FAULT_STOP_RANK's trigger).
+  // `it`: the iteration (MidStepFault's trigger).
   Times step(model::GPT& m, int64_t it, int64_t B, int64_t T, const std::function<Micro(int)>& micro,
              std::vector<float>& losses);
+  // After step(): the gradients are final only after the last action, so the
+  // gradient sync sees every unit ready at once, as after one micro-step's backward.
+  void grads_final(const model::GPT& m, GradSync& sync) const;
+  // Every stage's share of the pipeline's span it spent waiting (idle[stage])
+  // and its mean ms per F, B, B-input and W action (cost_ms[4 * stage + kind],
+  // 0 where it ran none), gathered over the pp group (collective).
+  void stage_times(const Times& t, std::vector<double>& idle, std::vector<double>& cost_ms) const;
   // After the optimizer step: the last stage's copy of the tied table is set
   // to the first stage's (bit for bit; both took the same summed gradient,
   // but their dp reductions may have added it in different orders).
@@ -70,21 +95,19 @@ class Pipeline {
   void last_logits(model::GPT& m, const int32_t* tokens, int64_t T, int64_t pos, float* out);
 
  private:
-  parallel::Mesh& mesh_;
-  parallel::PipeShape shape_;
-  std::vector<parallel::Action> actions_;          // this rank's, for a training step
-  std::vector<parallel::Action> forward_actions_;  // for a forward-only pass (evaluation, sampling)
-  model::PipelinePart part_;                       // this rank's chunks, activation sets per chunk, split backward
-  // PARALLM_FAULT_STOP_RANK on this rank: the iteration and the signal, else -1.
-  int64_t fault_iter_ = -1;
-  int fault_signal_ = 0;
+  Mesh& mesh_;
+  PipeShape shape_;
+  std::vector<Action> actions_;          // this rank's, for a training step
+  std::vector<Action> forward_actions_;  // for a forward-only pass (evaluation, sampling)
+  model::PipelinePart part_;             // this rank's chunks, activation sets per chunk, split backward
+  MidStepFault fault_;
   int64_t cur_iter_ = -1;
   // Runs `list` (this rank's actions); Forward of the model's last chunk stores its loss in losses[micro].
-  Times execute(model::GPT& m, const std::vector<parallel::Action>& list, int64_t B, int64_t T,
+  Times execute(model::GPT& m, const std::vector<Action>& list, int64_t B, int64_t T,
                 const std::function<Micro(int)>& micro, std::vector<float>* losses);
   void sum_tied_grads(model::GPT& m);
   // The last stage's `n` floats at `v`, on every rank of the pp group.
   void from_last_stage(float* v, int64_t n);
 };
 
-}  // namespace parallm::train
+}  // namespace parallm::parallel

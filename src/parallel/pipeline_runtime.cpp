@@ -1,65 +1,56 @@
-#include "train/pipeline.h"
+#include "parallel/pipeline_runtime.h"
 
 #include <algorithm>
 #include <csignal>
 
-#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/text.h"
 #include "core/timer.h"
 #include "parallel/pipeline_stages.h"
+#include "parallel/plan.h"
 
-namespace parallm::train {
+namespace parallm::parallel {
 
 namespace {
 constexpr int kActTag = 0, kGradTag = 1;  // MPI keeps each tag's messages in order per pair
 
-// PARALLM_FAULT_STOP_RANK=R:I:S ("2:3:kill"): rank R's iteration I and signal S, if this is rank R.
-void parse_fault(int world_rank, int64_t& iter, int& sig) {
-  const char* v = env::get(env::Var::FaultStopRank);
-  if (!v || !*v) return;
-  const std::string text = v;
-  const size_t a = text.find(':'), b = text.rfind(':');
-  PARALLM_CHECK(a != std::string::npos && b > a, ConfigError, "env",
-                "PARALLM_FAULT_STOP_RANK={}: expected R:I:kill|stop", text);
-  const auto nums =
-      parse_int_list(text.substr(0, a) + "," + text.substr(a + 1, b - a - 1), "env", "PARALLM_FAULT_STOP_RANK");
-  const std::string s = text.substr(b + 1);
-  PARALLM_CHECK(s == "kill" || s == "stop", ConfigError, "env",
-                "PARALLM_FAULT_STOP_RANK={}: the signal is kill or stop", text);
-  if (nums[0] != world_rank) return;
-  iter = nums[1];
-  sig = s == "kill" ? SIGKILL : SIGSTOP;
-}
 }  // namespace
 
-namespace {
-parallel::PipeShape shape_of(const RunConfig& cfg) {
-  const ParallelSection& p = cfg.parallel;
-  const parallel::PipeShape s{static_cast<int>(p.pp), static_cast<int>(cfg.optimizer.gas),
-                              static_cast<int>(p.pp_virtual), p.pp_schedule};
-  parallel::check_pipe_shape(s);
+PipelineConfig PipelineConfig::of(const ParallelConfig& p, int64_t gas, int64_t n_layer) {
+  PipelineConfig c;
+  c.pp = static_cast<int>(p.pp);
+  c.virtual_stages = static_cast<int>(p.pp_virtual);
+  c.kind = p.pp_schedule;
+  c.layers = p.pp_layers;
+  c.gas = gas;
+  c.n_layer = n_layer;
+  return c;
+}
+
+PipeShape PipelineConfig::shape() const {
+  const PipeShape s{pp, static_cast<int>(gas), virtual_stages, kind};
+  check_pipe_shape(s);
   return s;
 }
-}  // namespace
 
-model::PipelinePart Pipeline::stage_part(const RunConfig& cfg, int pp_rank) {
-  const parallel::PipeShape shape = shape_of(cfg);
-  const parallel::PipeSim sim = parallel::simulate(shape);
+model::PipelinePart Pipeline::stage_part(const PipelineConfig& cfg, int pp_rank) {
+  const PipeShape shape = cfg.shape();
+  const PipeSim sim = simulate(shape);
   PARALLM_CHECK(sim.ok, InternalError, "pipeline",
                 "the {} schedule for parallel.pp={} optimizer.gas={} V={} fails its simulation: {}",
-                parallel::pipe_kind_name(shape.kind), shape.p, shape.m, shape.v, sim.error);
+                pipe_kind_name(shape.kind), shape.p, shape.m, shape.v, sim.error);
   model::PipelinePart part;
-  part.stage.chunks = parallel::stage_chunks(cfg.model.n_layer, shape.p, shape.v, pp_rank, cfg.parallel.pp_layers);
+  part.stage.chunks = stage_chunks(cfg.n_layer, shape.p, shape.v, pp_rank, cfg.layers);
   part.in_flight = sim.max_in_flight[static_cast<size_t>(pp_rank)];
   // Forward-only passes (evaluation) need one set even where training needs none.
   for (int& n : part.in_flight) n = std::max(n, 1);
-  part.split_backward = shape.kind == parallel::PipeKind::ZeroBubble;
+  part.split_backward = shape.kind == PipeKind::ZeroBubble;
   return part;
 }
 
-Pipeline::Pipeline(const RunConfig& cfg, parallel::Mesh& mesh) : mesh_(mesh), shape_(shape_of(cfg)) {
+Pipeline::Pipeline(const PipelineConfig& cfg, Mesh& mesh, MidStepFault fault)
+    : mesh_(mesh), shape_(cfg.shape()), fault_(fault) {
   const int rank = mesh.coord().pp;
   PARALLM_CHECK(mesh.pp().size() == shape_.p && mesh.pp().rank() == rank, InternalError, "pipeline",
                 "the pp group ({} ranks, this one {}) is not the mesh's pipeline axis ({}, {})", mesh.pp().size(),
@@ -70,20 +61,18 @@ Pipeline::Pipeline(const RunConfig& cfg, parallel::Mesh& mesh) : mesh_(mesh), sh
         "optimizer.gas={} micro-batches for parallel.pp={} stages: the pipeline is never full (the {} "
         "schedule idles {:.0f}% of each step); use optimizer.gas >= parallel.pp (a smaller model.batch_size "
         "keeps the global batch)",
-        shape_.m, shape_.p, parallel::pipe_kind_name(shape_.kind),
-        100.0 * parallel::bubble_formula(shape_) / (parallel::bubble_formula(shape_) + 3.0 * shape_.m));
-  actions_ = parallel::pipe_actions(shape_, rank);
-  forward_actions_ = parallel::pipe_forward_actions(shape_, rank);
-  parse_fault(mesh.world().rank(), fault_iter_, fault_signal_);
+        shape_.m, shape_.p, pipe_kind_name(shape_.kind),
+        100.0 * bubble_formula(shape_) / (bubble_formula(shape_) + 3.0 * shape_.m));
+  actions_ = pipe_actions(shape_, rank);
+  forward_actions_ = pipe_forward_actions(shape_, rank);
 }
 
 model::PipelinePart Pipeline::part() const {
   return part_;
 }
 
-Pipeline::Times Pipeline::execute(model::GPT& m, const std::vector<parallel::Action>& list, int64_t B, int64_t T,
+Pipeline::Times Pipeline::execute(model::GPT& m, const std::vector<Action>& list, int64_t B, int64_t T,
                                   const std::function<Micro(int)>& micro, std::vector<float>* losses) {
-  using parallel::ActKind;
   comm::Communicator& pp = mesh_.pp();
   const int64_t count = m.message_count(B, T);
   const DType dt = m.compute_dtype();
@@ -111,10 +100,10 @@ Pipeline::Times Pipeline::execute(model::GPT& m, const std::vector<parallel::Act
   Times t;
   Timer since_start;
   double last = 0;
-  const size_t halfway = fault_signal_ != 0 && cur_iter_ == fault_iter_ ? list.size() / 2 : list.size();
+  const size_t halfway = fault_.signal != 0 && cur_iter_ == fault_.iter ? list.size() / 2 : list.size();
   for (size_t i = 0; i < list.size(); ++i) {
-    const parallel::Action& a = list[i];
-    if (i == halfway) std::raise(fault_signal_);  // testing: a peer dies or hangs mid-step
+    const Action& a = list[i];
+    if (i == halfway) std::raise(fault_.signal);  // testing: a peer dies or hangs mid-step
     const int set = a.micro % part_.in_flight[static_cast<size_t>(a.chunk)];
     const bool compute = a.kind == ActKind::Forward || a.kind == ActKind::Backward ||
                          a.kind == ActKind::BackwardInput || a.kind == ActKind::BackwardWeight;
@@ -201,6 +190,31 @@ void Pipeline::last_logits(model::GPT& m, const int32_t* tokens, int64_t T, int6
   from_last_stage(out, m.config().vocab_size);
 }
 
+void Pipeline::grads_final(const model::GPT& m, GradSync& sync) const {
+  if (const auto hook = sync.before_pass(shape_.m - 1, shape_.m, 0))
+    for (int u = m.layout().num_units() - 1; u >= 0; --u) hook(u);
+  sync.after_pass(0);
+  sync.after_micro_step();
+}
+
+void Pipeline::stage_times(const Times& t, std::vector<double>& idle, std::vector<double>& cost_ms) const {
+  comm::Communicator& pp = mesh_.pp();
+  constexpr int kw = 6;  // busy, span, four kinds' mean ms
+  Tensor mine = Tensor::empty({kw}, DType::F32), all = Tensor::empty({kw * pp.size()}, DType::F32);
+  float* v = mine.data<float>();
+  v[0] = static_cast<float>(t.forward + t.backward);
+  v[1] = static_cast<float>(t.span);
+  for (int k = 0; k < 4; ++k) v[2 + k] = t.kind_n[k] ? static_cast<float>(t.kind_s[k] / t.kind_n[k] * 1e3) : 0.0f;
+  pp.all_gather(mine, all);
+  const float* a = all.data<float>();
+  double span = 0;
+  for (int r = 0; r < pp.size(); ++r) span = std::max(span, static_cast<double>(a[kw * r + 1]));
+  for (int r = 0; r < pp.size(); ++r) {
+    idle.push_back(span > 0 ? std::max(0.0, 1.0 - a[kw * r] / span) : 0.0);
+    for (int k = 0; k < 4; ++k) cost_ms.push_back(a[kw * r + 2 + k]);
+  }
+}
+
 void Pipeline::sum_tied_grads(model::GPT& m) {
   comm::Communicator* ends = mesh_.ends();
   if (!ends || ends->size() == 1 || !m.config().tie_embeddings) return;
@@ -221,4 +235,4 @@ void Pipeline::from_last_stage(float* v, int64_t n) {
   if (pp.size() > 1) pp.broadcast(Tensor::view_of(v, {n}, DType::F32, Device::cpu()), pp.size() - 1);
 }
 
-}  // namespace parallm::train
+}  // namespace parallm::parallel
