@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "parallel/group_ops.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/whole_model.h"
 #include "train/checkpoint_format.h"
 
 namespace parallm::train {

@@ -8,6 +8,7 @@
 #include "hf/hf_gpt2.h"
 #include "parallel/group_ops.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/whole_model.h"
 #include "train/ckpt_dirs.h"
 
 namespace parallm::train {

@@ -12,6 +12,7 @@
 #include "model/gpt.h"
 #include "parallel/dist_run.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/whole_model.h"
 #include "train/checkpoint.h"
 
 using namespace parallm;
