@@ -26,6 +26,7 @@ namespace {
 parallel::PipelineConfig pipeline_config(const train::RunConfig& cfg) {
   return parallel::PipelineConfig::of(cfg.parallel, cfg.optimizer.gas, cfg.model.n_layer);
 }
+
 // Bytes in binary units, computed in double: never wraps, whatever the count.
 std::string gb(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/gpu.h"
 #include "core/profiler.h"
 #include "core/rng.h"
 #include "kernels/attention.h"

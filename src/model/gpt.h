@@ -1,10 +1,9 @@
-// GPT (nanoGPT's architecture) with explicit forward and backward passes over
-// the layers of its spec (Gpt2Spec: embedding, blocks, ln_f, head), each
-// owning its communication under tp, sp and cp. A step allocates nothing:
-// parameters through ParamAccess (own flat buffers or a ZeRO store),
-// activations carved once for the largest (B, T), the batch through BatchIo.
-// The head is fused with the loss (forward leaves d(ln_f output) and the
-// head's weight gradient). CPU or GPU alike (device pointers on a GPU).
+// GPT (nanoGPT's architecture): explicit forward and backward passes over the layers of its spec (Gpt2Spec:
+// embedding, blocks, ln_f, head), each owning its communication under tp, sp and cp. A step allocates nothing:
+// parameters through ParamAccess (own buffers or a ZeRO store), activations carved once for the largest (B, T),
+// the batch through BatchIo. The head is fused with the loss (forward leaves d(ln_f output) and the head's
+// weight gradient). CPU or GPU alike: on a GPU params()/grads() are device pointers; tokens, targets, losses
+// and logits stay host arrays.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -14,10 +13,14 @@
 #include "core/tensor.h"
 #include "model/activations.h"
 #include "model/batch_io.h"
+#include "model/config.h"
 #include "model/cp_attention.h"
 #include "model/gpt2_block.h"
 #include "model/model_watch.h"
 #include "model/param_access.h"
+#include "model/params.h"
+#include "model/pass.h"
+#include "model/stage.h"
 #include "model/vocab_layers.h"
 
 namespace parallm::model {
@@ -65,12 +68,9 @@ class GPT {
   // grads() += d(loss_scale * mean loss), after forward() with ctx.need_grad and the same B, T, ctx.
   void backward(const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx);
 
-  // Pipeline stages: the passes over this rank's chunk `chunk` (in layer
-  // order) for the micro-batch in activation set `set`. forward_chunk reads
-  // the tokens (first chunk) or chunk_input, and returns the loss (last chunk,
-  // with targets) or leaves its output in chunk_output; backward_chunk reads
-  // d(output) from chunk_grad and leaves d(input) there (BackwardPart::Input
-  // then Weight with split_backward). forward()/backward(): chunk 0, set 0.
+  // Pipeline stages: chunk `chunk`'s passes for activation set `set`, from the tokens or chunk_input to the
+  // loss or chunk_output; backward from chunk_grad, leaving d(input) there (BackwardPart::Input then Weight
+  // with split_backward). forward()/backward(): chunk 0, set 0.
   int num_chunks() const { return static_cast<int>(layout_.chunks().size()); }
   bool first_chunk(int chunk) const { return chunk == 0 && layout_.first_stage(); }
   bool last_chunk(int chunk) const { return chunk == num_chunks() - 1 && layout_.last_stage(); }

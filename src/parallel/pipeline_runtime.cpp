@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/tensor.h"
 #include "core/text.h"
 #include "core/timer.h"
 #include "parallel/pipeline_stages.h"

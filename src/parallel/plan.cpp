@@ -100,6 +100,7 @@ void check_device_group(const comm::Communicator& g, Device dev, const char* key
 std::unique_ptr<model::GPT> ParallelPlan::apply_to_model(const model::GPTConfig& cfg, int64_t batch, Device dev,
                                                          model::GPTStorage storage, const PipelineConfig& pipe,
                                                          MidStepFault fault) {
+  PARALLM_CHECK(!tp_, InternalError, "plan", "apply_to_model runs once (the model points to the groups it makes)");
   check_device_group(mesh_.tp(), dev, "parallel.tp");
   check_device_group(mesh_.cp(), dev, "parallel.cp");
   tp_ = std::make_unique<TensorParallelGroup>(mesh_.tp(), dev);
@@ -132,7 +133,7 @@ void ParallelPlan::last_logits(model::GPT& m, const int32_t* tokens, int64_t T, 
 }
 
 int64_t ParallelPlan::sequence_multiple(const model::GPT& m) const {
-  return cp_ ? m.cp_layout().multiple() : m.token_multiple();
+  return cp_enabled() ? m.cp_layout().multiple() : m.token_multiple();
 }
 
 std::string ParallelPlan::sequence_text(int64_t T) const {

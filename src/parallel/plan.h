@@ -86,7 +86,9 @@ class ParallelPlan {
   // part (and sequence parallelism), its pipeline stage (`pipe`: the
   // schedule's shape; `fault`: a test's mid-step stop) and its positions of
   // each sequence, for batches of `batch` samples. ConfigError where the
-  // device's exchanges need a backend the mesh does not have.
+  // device's exchanges need a backend the mesh does not have. Once per plan:
+  // the model points to the groups and stage the plan owns, so it must not
+  // outlive the plan.
   std::unique_ptr<model::GPT> apply_to_model(const model::GPTConfig& cfg, int64_t batch, Device dev,
                                              model::GPTStorage storage, const PipelineConfig& pipe,
                                              MidStepFault fault = {});

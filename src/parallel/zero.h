@@ -200,14 +200,14 @@ class Zero : public model::ParamStore {
   int prefetch_ = 1;
   Offload offload_ = Offload::None;
   Array<float> host_params_, host_grads_;  // offload: the master parameter pieces, the gradient pieces
-  // Between this rank's pieces in the device layout and the contiguous host shard.
-  // contiguous: device_base is a shard (stage 3 parameters, stage 2-3 gradients), else a full buffer.
   // The constructor's parts: the optimizer's runs (each slot cut to this
   // rank's pieces), the norm's runs under tensor parallelism, and the check
   // that what was allocated is what the planner predicts (InternalError).
   void build_runs();
   void build_norm_runs(comm::Communicator& tp);
   void check_sizes(const ZeroSizes& want) const;
+  // Between this rank's pieces in the device layout and the contiguous host shard.
+  // contiguous: device_base is a shard (stage 3 parameters, stage 2-3 gradients), else a full buffer.
   void copy_pieces(float* device_base, bool contiguous, float* host, bool to_host);
   void reduce_grads();
   double tp_grad_norm();

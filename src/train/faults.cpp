@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <limits>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/gpu.h"
+#include "core/log.h"
 #include "core/text.h"
 #include "core/timer.h"
 
@@ -110,6 +112,8 @@ Faults Faults::from_env(int world_rank) {
 }
 
 void Faults::check(const RunConfig& cfg) const {
+  if (stop.signal != 0 && cfg.parallel.pp == 1)
+    log::warn("PARALLM_FAULT_STOP_RANK is set, but only a pipeline (parallel.pp > 1) stops mid-step: ignored");
   if (scale.from < 0) return;
   try {
     model::ParamLayout(cfg.model).find(scale.param);

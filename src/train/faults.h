@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
 #include "model/gpt.h"
 #include "parallel/grad_sync.h"
 #include "parallel/pipeline_runtime.h"

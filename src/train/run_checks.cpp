@@ -45,34 +45,34 @@ data::Vocab dataset_vocabulary(RunConfig& cfg, const nlohmann::json* saved_confi
 
 void take_hf_model(RunConfig& cfg) {
   const std::string& dir = cfg.train.hf_dir;
-  const model::GPTConfig hf = hf::hf_gpt2_config(dir);
+  const model::GPTConfig file = hf::hf_gpt2_config(dir);
   model::GPTConfig& m = cfg.model;
   auto same = [&](const char* key, int64_t& mine, int64_t theirs) {
     PARALLM_CHECK(!cfg.given(key) || mine == theirs, ConfigError, "config",
                   "{}={}, but train.init_from=hf:{} holds a model with {}: leave {} out", key, mine, dir, theirs, key);
     mine = theirs;
   };
-  same("model.n_layer", m.n_layer, hf.n_layer);
-  same("model.n_head", m.n_head, hf.n_head);
-  same("model.n_embd", m.n_embd, hf.n_embd);
+  same("model.n_layer", m.n_layer, file.n_layer);
+  same("model.n_head", m.n_head, file.n_head);
+  same("model.n_embd", m.n_embd, file.n_embd);
   PARALLM_CHECK(!cfg.given("model.bias") || m.bias, ConfigError, "config",
                 "model.bias=false, but train.init_from=hf:{} holds biases: leave model.bias out", dir);
   m.bias = true;
-  PARALLM_CHECK(!cfg.given("model.gelu") || m.gelu == hf.gelu, ConfigError, "config",
+  PARALLM_CHECK(!cfg.given("model.gelu") || m.gelu == file.gelu, ConfigError, "config",
                 "model.gelu differs from the activation_function of hf:{}: leave model.gelu out", dir);
-  m.gelu = hf.gelu;
-  PARALLM_CHECK(!cfg.given("model.tie_embeddings") || m.tie_embeddings == hf.tie_embeddings, ConfigError, "config",
+  m.gelu = file.gelu;
+  PARALLM_CHECK(!cfg.given("model.tie_embeddings") || m.tie_embeddings == file.tie_embeddings, ConfigError, "config",
                 "model.tie_embeddings={}, but train.init_from=hf:{} has tie_word_embeddings {}: leave "
                 "model.tie_embeddings out",
-                m.tie_embeddings, dir, hf.tie_embeddings);
-  m.tie_embeddings = hf.tie_embeddings;
-  if (!cfg.given("model.block_size")) m.block_size = hf.block_size;
-  PARALLM_CHECK(m.block_size <= hf.block_size, ConfigError, "config",
-                "model.block_size={} is longer than hf:{}'s {} positions", m.block_size, dir, hf.block_size);
-  if (!cfg.vocab_size_set) m.vocab_size = hf.vocab_size;
+                m.tie_embeddings, dir, file.tie_embeddings);
+  m.tie_embeddings = file.tie_embeddings;
+  if (!cfg.given("model.block_size")) m.block_size = file.block_size;
+  PARALLM_CHECK(m.block_size <= file.block_size, ConfigError, "config",
+                "model.block_size={} is longer than hf:{}'s {} positions", m.block_size, dir, file.block_size);
+  if (!cfg.vocab_size_set) m.vocab_size = file.vocab_size;
   cfg.vocab_size_set = true;
-  PARALLM_CHECK(m.vocab_size >= hf.vocab_size, ConfigError, "config",
-                "model.vocab_size={} is smaller than hf:{}'s {} tokens", m.vocab_size, dir, hf.vocab_size);
+  PARALLM_CHECK(m.vocab_size >= file.vocab_size, ConfigError, "config",
+                "model.vocab_size={} is smaller than hf:{}'s {} tokens", m.vocab_size, dir, file.vocab_size);
 }
 
 void check_hf_vocabulary(const RunConfig& cfg, const data::Vocab& vocab) {

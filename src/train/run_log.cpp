@@ -1,7 +1,6 @@
 #include "train/run_log.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "core/gpu.h"
 #include "core/log.h"

@@ -27,13 +27,10 @@
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
 #include "optim/schedule.h"
-#include "parallel/context_parallel.h"
 #include "parallel/grad_sync.h"
 #include "parallel/group_ops.h"
 #include "parallel/mesh.h"
-#include "parallel/pipeline_runtime.h"
 #include "parallel/plan.h"
-#include "parallel/tensor_parallel.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/control.h"
@@ -100,6 +97,8 @@ struct RunRecords {
 // The run: its setup and records, and what trains: the model, its gradient
 // sync, the optimizer, the loss scaler and schedule, the checks on them, and
 // the training state a checkpoint carries.
+// The bases are destroyed after the members: the model goes before the plan
+// that owns its groups and pipeline stage, and the plan before the mesh.
 struct Session : RunSetup, RunRecords {
   Session(RunConfig c, comm::Communicator& w, std::optional<RunDir>& rd) : RunSetup(std::move(c), w), RunRecords(rd) {}
   std::unique_ptr<model::GPT> model;  // the whole model, or this rank's stage of it

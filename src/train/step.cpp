@@ -1,11 +1,8 @@
 #include "train/step.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
-#include <limits>
-#include <thread>
 #include <utility>
 
 #include "core/error.h"
