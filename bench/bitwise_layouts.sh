@@ -49,16 +49,8 @@ LAYOUTS=(
   "dp2tp2pp2 8 parallel.tp=2 parallel.pp=2"
   "recompute_full 1 model.recompute=full"
 )
-run() {  # binary dir ranks keys...
-  local bin=$1 dir=$2 n=$3
-  shift 3
-  if [ "$n" = 1 ]; then
-    "$bin" train $C "$@" train.out_dir="$dir" > "$dir.log" 2>&1
-  else
-    mpirun -np "$n" --oversubscribe --bind-to none "$bin" train $C comm.backend=mpi "$@" train.out_dir="$dir" \
-      > "$dir.log" 2>&1
-  fi
-}
+# shellcheck source=two_builds_common.sh
+. "$(dirname "$0")/two_builds_common.sh"
 COMPARE='import json, sys, filecmp, os
 old, new = sys.argv[1], sys.argv[2]
 RESULTS = {"kind", "step", "batch", "loss", "lr", "grad_norm", "train_loss", "val_loss", "loss_scale", "skipped"}

@@ -31,16 +31,8 @@ LAYOUTS=(
   "cp2 2 parallel.tp=1 parallel.sequence_parallel=false parallel.pp=1 parallel.cp=2 parallel.cp_kind=ring zero.stage=0"
   "dp2tp2pp2 8 parallel.tp=2 parallel.sequence_parallel=false parallel.pp=2 parallel.cp=1 zero.stage=0"
 )
-run() {  # binary dir ranks keys...
-  local bin=$1 dir=$2 n=$3
-  shift 3
-  if [ "$n" = 1 ]; then
-    "$bin" train $C "$@" train.out_dir="$dir" >> "$dir.log" 2>&1
-  else
-    mpirun -np "$n" --oversubscribe --bind-to none "$bin" train $C comm.backend=mpi "$@" train.out_dir="$dir" \
-      >> "$dir.log" 2>&1
-  fi
-}
+# shellcheck source=two_builds_common.sh
+. "$(dirname "$0")/two_builds_common.sh"
 COMPARE='import json, sys, os
 RESULTS = {"kind", "step", "batch", "loss", "lr", "grad_norm", "train_loss", "val_loss", "loss_scale", "skipped"}
 def records(d):
