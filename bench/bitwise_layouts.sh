@@ -48,6 +48,9 @@ LAYOUTS=(
   "cp2_ulysses 2 parallel.cp=2 parallel.cp_kind=ulysses"
   "dp2tp2pp2 8 parallel.tp=2 parallel.pp=2"
   "recompute_full 1 model.recompute=full"
+  "zero1tp2 4 zero.stage=1 parallel.tp=2"
+  "zero3tp2 4 zero.stage=3 parallel.tp=2"
+  "zero1pp2 4 zero.stage=1 parallel.pp=2"
 )
 # shellcheck source=two_builds_common.sh
 . "$(dirname "$0")/two_builds_common.sh"

@@ -154,4 +154,16 @@ std::vector<int64_t> ParallelPlan::by_stage(int64_t mine) const {
   return out;
 }
 
+CheckpointShare ParallelPlan::checkpoint_share(const model::ParamLayout& part, const model::ParamLayout& whole,
+                                               const std::function<StateBuffers()>& local, GradSync& sync) const {
+  comm::Communicator& dp = grad_group();
+  if (!sync.held().sharded) {  // replicated: the model-parallel group of dp rank 0 holds it
+    const bool writes = dp.rank() == 0;
+    return gathered_whole(mesh_.tp_pp(), writes, part, whole, writes ? local() : StateBuffers{});
+  }
+  if (pp_enabled()) return zero_stage_whole(dp, mesh_.tp_pp(), sync, part, whole, local());
+  if (tp_enabled()) return zero_tp_groups(dp, mesh_.tp(), sync, part, whole, local());
+  return zero_shards(dp, sync, part, local());
+}
+
 }  // namespace parallm::parallel

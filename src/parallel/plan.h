@@ -8,9 +8,11 @@
 // torchtitan's parallelize): the tensor and context groups the layers
 // communicate over, the pipeline stage and its schedule; the passes the
 // trainer runs outside a step (a loss, a sequence's logits) go through it, so
-// the trainer never asks which axes are on.
+// the trainer never asks which axes are on. It also says what this rank
+// contributes to a checkpoint (checkpoint_share).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "model/config.h"
 #include "model/cp_layout.h"
 #include "model/gpt.h"
+#include "parallel/checkpoint_share.h"
 #include "parallel/context_parallel.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline_runtime.h"
@@ -81,6 +84,8 @@ class ParallelPlan {
   // The positions of a sequence of T this rank holds (context parallel), or
   // none (every position).
   std::vector<int64_t> positions(int64_t T) const;
+  // How many positions of a sequence of T this rank holds.
+  int64_t local_length(int64_t T) const { return T / dims().cp; }
 
   // The model with every model-parallel axis applied: this rank's tensor
   // part (and sequence parallelism), its pipeline stage (`pipe`: the
@@ -105,6 +110,16 @@ class ParallelPlan {
   std::string sequence_text(int64_t T) const;
   // Every pipeline stage's value of `mine` (collective over the pp group), by stage; empty without a pipeline.
   std::vector<int64_t> by_stage(int64_t mine) const;
+  // This rank's share of a checkpoint of the whole layout `whole`
+  // (checkpoint_share.h): `local()` gives its part `part` (host floats: the
+  // model's parameters and the optimizer's moments, shards where `sync`
+  // holds shards), asked for only on the ranks that contribute. Replicated
+  // state is gathered whole on one rank; ZeRO shards are written by every
+  // rank (with tensor parallelism, assembled into whole groups); a
+  // pipeline's stages are gathered whole. Collective (it may gather here,
+  // and in the share's data).
+  CheckpointShare checkpoint_share(const model::ParamLayout& part, const model::ParamLayout& whole,
+                                   const std::function<StateBuffers()>& local, GradSync& sync) const;
 
  private:
   Mesh& mesh_;

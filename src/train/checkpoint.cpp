@@ -1,11 +1,11 @@
+// The checkpoint reader (checkpoint.h): state.json and its checks, the
+// files' checksums, and ranges of any part read from either format, whole or
+// (read_checkpoint_part) as a tensor-parallel rank's part. The writer is
+// checkpoint_write.cpp.
 #include "train/checkpoint.h"
 
 #include <algorithm>
-#include <cstring>
-#include <exception>
 #include <filesystem>
-#include <fstream>
-#include <memory>
 #include <vector>
 
 #include "core/checksum.h"
@@ -14,177 +14,12 @@
 #include "core/gpu.h"
 #include "core/log.h"
 #include "parallel/group_ops.h"
-#include "parallel/tensor_parallel.h"
-#include "parallel/whole_model.h"
 #include "train/checkpoint_format.h"
 
 namespace parallm::train {
 
 namespace fs = std::filesystem;
-
-namespace {
 using ckpt::kFormat;
-using ckpt::kFormatSharded;
-
-nlohmann::json layout_json(const model::ParamLayout& l) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const auto& s : l.slots()) a.push_back({{"name", s.name}, {"shape", s.shape}, {"offset", s.offset}});
-  return a;
-}
-
-// state.json without the format's own file list.
-nlohmann::json state_json(int format, const model::ParamLayout& layout, int64_t optimizer_steps, const TrainState& st,
-                          const nlohmann::json& config) {
-  nlohmann::json s;
-  s["format"] = format;
-  s["iter"] = st.iter;
-  s["best_val_loss"] = st.best_val_loss;
-  s["optimizer_steps"] = optimizer_steps;
-  if (st.loss_scale)
-    s["loss_scale"] = {{"scale", st.loss_scale->scale},
-                       {"good_steps", st.loss_scale->good_steps},
-                       {"skipped", st.loss_scale->skipped}};
-  if (!st.unwritten_records.empty()) s["unwritten_records"] = st.unwritten_records;
-  if (!st.spike_guard.is_null()) s["spike_guard"] = st.spike_guard;
-  if (!st.layout.is_null()) s["layout"] = st.layout;
-  s["config"] = config;
-  s["params"] = layout_json(layout);
-  s["flat_size"] = layout.total();
-  return s;
-}
-
-// The message of a save that failed with `what`, once its partial <name>.tmp
-// is removed (so a full disk is not kept full by it).
-std::string failed_save(const CkptDir& dir, const std::string& what) {
-  std::error_code removed, ec;
-  fs::remove_all(dir.tmp(), removed);
-  const bool have = fs::exists(fs::path(dir.path()) / "state.json", ec) || fs::exists(dir.old(), ec);
-  const std::string tmp = dir.name + ".tmp";
-  return fmt::format("saving the checkpoint {} failed: {}; {}; {}", dir.path(), what,
-                     removed ? "the partial " + tmp + " could not be removed (" + removed.message() + "): delete it"
-                             : "the partial " + tmp + " was removed",
-                     have ? "the previous checkpoint is intact" : "no earlier checkpoint exists");
-}
-
-// What a failed step of a save says: a parallm error without its [where].
-std::string reason(const std::exception& e) {
-  const auto* pe = dynamic_cast<const Error*>(&e);
-  return pe ? pe->message() : e.what();
-}
-
-// Whether every rank of `world` managed its part of a save (`mine`): if not,
-// rank 0 removes the partial <name>.tmp and every rank throws.
-void agree_saved(comm::Communicator& world, const CkptDir& dir, bool mine, const std::string& what) {
-  Tensor ok = Tensor::empty({1}, DType::I32);
-  ok.data<int32_t>()[0] = mine ? 1 : 0;
-  world.all_reduce(ok, comm::ReduceOp::Min);
-  if (ok.data<int32_t>()[0] == 1) return;
-  if (world.rank() != 0) throw IoError("checkpoint.save", what + " failed on at least one rank (rank 0 reports it)");
-  throw IoError("checkpoint.save", failed_save(dir, what + " failed on at least one rank"));
-}
-
-// A collective save's fresh <name>.tmp, made by rank 0.
-void start_save(comm::Communicator& world, const CkptDir& dir) {
-  const fs::path tmp_dir = dir.tmp();
-  std::string err;
-  if (world.rank() == 0) {
-    try {
-      fs::remove_all(tmp_dir);
-      fs::create_directories(tmp_dir);
-    } catch (const std::exception& e) {
-      err = reason(e);
-    }
-  }
-  agree_saved(world, dir, err.empty(), "creating " + tmp_dir.string() + (err.empty() ? "" : ": " + err));
-}
-
-std::string shard_file(int r, int n) {
-  return fmt::format("shard-{:05d}-of-{:05d}.bin", r, n);
-}
-
-// Writes state.json into the finished tmp directory, then swaps it in:
-// <name> -> <name>.old, <name>.tmp -> <name>, drop <name>.old.
-void finish_and_swap(const CkptDir& dir, const nlohmann::json& state) {
-  const fs::path final_dir = dir.path(), tmp_dir = dir.tmp(), old_dir = dir.old();
-  nlohmann::json s = state;
-  s["state_crc32"] = ckpt::state_crc(s);
-  const std::string js = s.dump(1);
-  write_file((tmp_dir / "state.json").string(), {{js.data(), js.size()}});
-  fs::remove_all(old_dir);
-  if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
-  fs::rename(tmp_dir, final_dir);
-  fs::remove_all(old_dir);
-}
-}  // namespace
-
-void save_checkpoint_whole(comm::Communicator& group, const CkptDir& dir, const model::ParamLayout& layout,
-                           const model::GPTConfig& cfg, const float* p, const float* om, const float* ov,
-                           int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config) {
-  const model::ParamLayout whole(cfg);
-  const bool root = group.rank() == 0;
-  std::vector<float> wp(root ? whole.total() : 0), wm(wp.size()), wv(wp.size());
-  parallel::gather_whole(group, layout, whole, p, wp.data());
-  parallel::gather_whole(group, layout, whole, om, wm.data());
-  parallel::gather_whole(group, layout, whole, ov, wv.data());
-  // The group agrees on the save: a write error on rank 0 stops every rank
-  // of the group (its peers would otherwise wait in the next collective).
-  std::exception_ptr failed;
-  if (root) try {
-      save_checkpoint(dir, whole, wp.data(), wm.data(), wv.data(), optimizer_steps, st, config);
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  const bool saved = parallel::GroupAll(group)(!failed);
-  if (failed) std::rethrow_exception(failed);
-  PARALLM_CHECK(saved, IoError, "checkpoint",
-                "rank 0 of the model-parallel group could not save the checkpoint {} (its error says why)", dir.path());
-}
-
-void save_checkpoint(const CkptDir& dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
-                     const nlohmann::json& config, comm::Communicator* tp) {
-  const model::ParamLayout& layout = m.layout();
-  const size_t pbytes = static_cast<size_t>(m.flat_size()) * sizeof(float);
-  // GPU buffers are staged through host copies; CPU buffers are written in place.
-  std::vector<float> hp, hm, hv;
-  const float *p = m.params(), *om = opt.m(), *ov = opt.v();
-  if (!m.device().is_cpu()) {
-    hp.resize(m.flat_size());
-    hm.resize(m.flat_size());
-    hv.resize(m.flat_size());
-    m.store_params(hp.data());
-    gpu::memcpy_d2h(hm.data(), opt.m(), pbytes);
-    gpu::memcpy_d2h(hv.data(), opt.v(), pbytes);
-    p = hp.data();
-    om = hm.data();
-    ov = hv.data();
-  }
-  if (layout.whole()) {
-    save_checkpoint(dir, layout, p, om, ov, opt.steps_taken(), st, config);
-    return;
-  }
-  // Tensor or pipeline parallel: the whole model, gathered on the group's rank 0, which writes it.
-  PARALLM_CHECK(tp, InternalError, "checkpoint", "a part of the model is saved with its group");
-  save_checkpoint_whole(*tp, dir, layout, m.config(), p, om, ov, opt.steps_taken(), st, config);
-}
-
-void save_checkpoint(const CkptDir& dir, const model::ParamLayout& layout, const float* p, const float* om,
-                     const float* ov, int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config) {
-  const fs::path tmp_dir = dir.tmp();
-  try {
-    fs::remove_all(tmp_dir);
-    fs::create_directories(tmp_dir);
-    const size_t pbytes = static_cast<size_t>(layout.total()) * sizeof(float);
-    write_file((tmp_dir / "model.bin").string(), {{p, pbytes}});
-    write_file((tmp_dir / "optim.bin").string(), {{om, pbytes}, {ov, pbytes}});  // m then v
-    nlohmann::json s = state_json(kFormat, layout, optimizer_steps, st, config);
-    s["files"] = {{"model.bin", pbytes}, {"optim.bin", 2 * pbytes}};
-    s["checksums"] = {{"model.bin", crc32_hex(crc32_of({{p, pbytes}}))},
-                      {"optim.bin", crc32_hex(crc32_of({{om, pbytes}, {ov, pbytes}}))}};
-    finish_and_swap(dir, s);
-  } catch (const std::exception& e) {
-    throw IoError("checkpoint.save", failed_save(dir, reason(e)));
-  }
-}
 
 nlohmann::json read_checkpoint_meta(const CkptDir& at) {
   fs::path dir = at.path();
@@ -258,7 +93,7 @@ void verify_checkpoint(const nlohmann::json& meta, comm::Communicator* world, bo
 }
 
 void check_checkpoint_layout(const nlohmann::json& meta, const model::ParamLayout& layout) {
-  PARALLM_CHECK(meta["params"] == layout_json(layout) && meta["flat_size"] == layout.total(), IoError,
+  PARALLM_CHECK(meta["params"] == ckpt::layout_json(layout) && meta["flat_size"] == layout.total(), IoError,
                 "checkpoint.load", "{} holds a different model layout than the configured model",
                 meta["_dir"].get<std::string>());
 }
@@ -326,143 +161,6 @@ TrainState load_checkpoint(const CkptDir& dir, const model::ParamLayout& layout,
     read_checkpoint_range(s, CkptPart::V, 0, layout.total(), ov);
   }
   return checkpoint_state(s, optimizer_steps);
-}
-
-void save_checkpoint_sharded(comm::Communicator& world, const CkptDir& dir, const model::ParamLayout& layout,
-                             const float* params, const float* om, const float* ov, int64_t optimizer_steps,
-                             const TrainState& st, const nlohmann::json& config) {
-  const fs::path tmp_dir = dir.tmp();
-  const int n = world.size(), me = world.rank();
-  auto shard_of_rank = [&](int r) {
-    nlohmann::json pieces = nlohmann::json::array();
-    int64_t size = 0;
-    for (int g = 0; g < layout.num_groups(); ++g) {
-      const auto p = comm::shard_of(layout.group(g).end - layout.group(g).begin, n, r);
-      pieces.push_back({layout.group(g).begin + p.offset, p.count, size});
-      size += p.count;
-    }
-    return std::pair{pieces, size};
-  };
-  start_save(world, dir);
-  const auto bytes = static_cast<size_t>(shard_of_rank(me).second) * sizeof(float);
-  // Every rank's shard checksum, for rank 0's manifest.
-  Tensor mine = Tensor::empty({1}, DType::I32), crcs = Tensor::empty({n}, DType::I32);
-  const uint32_t crc = crc32_of({{params, bytes}, {om, bytes}, {ov, bytes}});
-  std::memcpy(mine.data<int32_t>(), &crc, sizeof(crc));
-  std::string err;
-  try {
-    write_file((tmp_dir / shard_file(me, n)).string(), {{params, bytes}, {om, bytes}, {ov, bytes}});
-  } catch (const Error& e) {
-    err = reason(e);
-  }
-  agree_saved(world, dir, err.empty(), "writing the shard files" + (err.empty() ? "" : ": " + err));
-  world.all_gather(mine, crcs);
-  if (me == 0) {
-    try {
-      nlohmann::json s = state_json(kFormatSharded, layout, optimizer_steps, st, config);
-      s["world"] = n;
-      s["shards"] = nlohmann::json::array();
-      for (int r = 0; r < n; ++r) {
-        auto [pieces, size] = shard_of_rank(r);
-        uint32_t c = 0;
-        std::memcpy(&c, crcs.data<int32_t>() + r, sizeof(c));
-        s["shards"].push_back(
-            {{"file", shard_file(r, n)}, {"shard_size", size}, {"crc32", crc32_hex(c)}, {"pieces", pieces}});
-      }
-      finish_and_swap(dir, s);
-    } catch (const std::exception& e) {
-      err = reason(e);
-    }
-  }
-  agree_saved(world, dir, err.empty(), "writing the manifest" + (err.empty() ? "" : ": " + err));
-}
-
-void save_checkpoint_groups(comm::Communicator& world, int writer, int writers, const CkptDir& dir,
-                            const model::ParamLayout& whole, const AssembleGroup& assemble, int64_t optimizer_steps,
-                            const TrainState& st, const nlohmann::json& config) {
-  PARALLM_CHECK(writers >= 1 && writer >= -1 && writer < writers, InternalError, "checkpoint.save", "writer {} of {}",
-                writer, writers);
-  const fs::path tmp_dir = dir.tmp();
-  const int G = whole.num_groups();
-  auto group_len = [&](int g) { return whole.group(g).end - whole.group(g).begin; };
-  start_save(world, dir);
-  // A writer streams its groups into its file; a failure stops its writing,
-  // not its part in the collectives, and is agreed on at the end.
-  std::string err;
-  std::unique_ptr<FileWriter> file;
-  uint32_t crc = 0;
-  std::vector<float> buf;
-  if (writer >= 0) {
-    buf.resize(static_cast<size_t>(whole.max_group_size()));
-    try {
-      file = std::make_unique<FileWriter>((tmp_dir / shard_file(writer, writers)).string());
-    } catch (const Error& e) {
-      err = reason(e);
-    }
-  }
-  for (CkptPart part : {CkptPart::Params, CkptPart::M, CkptPart::V})
-    for (int g = 0; g < G; ++g) {
-      const bool mine = writer >= 0 && g % writers == writer;
-      assemble(part, g, mine ? buf.data() : nullptr);
-      if (!mine || !file) continue;
-      const size_t bytes = static_cast<size_t>(group_len(g)) * sizeof(float);
-      try {
-        file->append(buf.data(), bytes);
-        crc = crc32_update(crc, buf.data(), bytes);
-      } catch (const Error& e) {
-        err = reason(e);
-        file.reset();
-      }
-    }
-  if (file) {
-    try {
-      file->finish();
-    } catch (const Error& e) {
-      err = reason(e);
-    }
-  }
-  agree_saved(world, dir, err.empty(), "writing the shard files" + (err.empty() ? "" : ": " + err));
-  // Every writer's checksum, for rank 0's manifest.
-  const int n = world.size();
-  Tensor mine = Tensor::empty({2}, DType::I32), all = Tensor::empty({2 * n}, DType::I32);
-  mine.data<int32_t>()[0] = writer;
-  std::memcpy(mine.data<int32_t>() + 1, &crc, sizeof(crc));
-  world.all_gather(mine, all);
-  if (world.rank() == 0) {
-    try {
-      std::vector<uint32_t> crcs(static_cast<size_t>(writers));
-      std::vector<bool> seen(static_cast<size_t>(writers), false);
-      for (int r = 0; r < n; ++r) {
-        const int w = all.data<int32_t>()[2 * r];
-        if (w < 0) continue;
-        PARALLM_CHECK(w < writers && !seen[static_cast<size_t>(w)], InternalError, "checkpoint.save",
-                      "writer {} claimed twice", w);
-        seen[static_cast<size_t>(w)] = true;
-        std::memcpy(&crcs[static_cast<size_t>(w)], all.data<int32_t>() + 2 * r + 1, sizeof(uint32_t));
-      }
-      PARALLM_CHECK(std::all_of(seen.begin(), seen.end(), [](bool b) { return b; }), InternalError, "checkpoint.save",
-                    "a shard file of {} has no writer", writers);
-      nlohmann::json s = state_json(kFormatSharded, whole, optimizer_steps, st, config);
-      s["world"] = writers;
-      s["shards"] = nlohmann::json::array();
-      for (int w = 0; w < writers; ++w) {
-        nlohmann::json pieces = nlohmann::json::array();
-        int64_t size = 0;
-        for (int g = w; g < G; g += writers) {
-          pieces.push_back({whole.group(g).begin, group_len(g), size});
-          size += group_len(g);
-        }
-        s["shards"].push_back({{"file", shard_file(w, writers)},
-                               {"shard_size", size},
-                               {"crc32", crc32_hex(crcs[static_cast<size_t>(w)])},
-                               {"pieces", pieces}});
-      }
-      finish_and_swap(dir, s);
-    } catch (const std::exception& e) {
-      err = reason(e);
-    }
-  }
-  agree_saved(world, dir, err.empty(), "writing the manifest" + (err.empty() ? "" : ": " + err));
 }
 
 void read_checkpoint_part(const nlohmann::json& meta, CkptPart part, const model::ParamLayout& layout,

@@ -19,14 +19,16 @@
 // (read_checkpoint_range), so a checkpoint saved at one stage and world size
 // resumes at any other and no rank ever holds more than it trains with. The
 // directory must be visible to every rank (a shared filesystem on clusters).
-// A tensor-parallel run's checkpoint always describes the whole model (the
-// one-rank layout: the parameter table's shapes are the global shapes), so it
-// resumes at any tp, dp and ZeRO stage: replicated state is gathered whole on
-// rank 0 (format 3), sharded state (ZeRO x tp) is assembled and written one
-// layout group at a time (format 4, save_checkpoint_groups: the dp group's
-// ranks g % dp write group g, so no rank holds more than a whole group of one
-// part besides what it trains with), and a tp rank reads its part of each
-// range (read_checkpoint_part).
+// Every layout's checkpoint describes the whole model (the one-rank layout:
+// the parameter table's shapes are the global shapes), so it resumes at any
+// tp, pp, dp and ZeRO stage. Every layout saves through one writer
+// (write_checkpoint) what it contributes: runs of the whole tensors
+// (parallel/checkpoint_share.h) — replicated state gathered whole on rank 0
+// (format 3), ZeRO shards by every rank, ZeRO x tp in whole layout groups
+// (the dp group's ranks g % dp write group g, so no rank holds more than a
+// whole group of one part besides what it trains with). One reader reads any
+// range of any part (read_checkpoint_part: a tp or pp rank's part of the
+// whole model).
 // Formats 1 and 2, written before checksums, still load (unverified, with a
 // warning).
 // Integrity: read_checkpoint_meta checks state.json's structure and its own
@@ -52,6 +54,7 @@
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
+#include "parallel/checkpoint_share.h"
 
 namespace parallm::train {
 
@@ -83,20 +86,24 @@ struct CkptDir {
   std::string old() const { return path() + ".old"; }
 };
 
-// A tensor- or pipeline-parallel model is saved whole (the one-rank layout,
-// so it loads at any tp and pp): collective over `tp`, the ranks holding the
-// whole model between them, whose rank 0 writes.
-void save_checkpoint(const CkptDir& dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
-                     const nlohmann::json& config, comm::Communicator* tp = nullptr);
-// The same from host buffers of layout.total() floats each (a sharded run
-// assembles them first): parameters, then AdamW's first and second moments.
+// The one writer: the checkpoint of the whole layout `whole` from every
+// rank's share (parallel/checkpoint_share.h; the parallel plan makes a run's,
+// ParallelPlan::checkpoint_share): each writer streams its runs of the
+// parameters, then m, then v into its file(s), rank 0 writes the manifest and
+// swaps the directory in. Collective over `world` (every rank of the run);
+// a failure anywhere is an IoError on every rank naming the rank and its
+// reason, and the partial directory is removed.
+void write_checkpoint(comm::Communicator& world, const CkptDir& dir, const model::ParamLayout& whole,
+                      const parallel::CheckpointShare& share, int64_t optimizer_steps, const TrainState& st,
+                      const nlohmann::json& config);
+// One process's whole buffers (layout.total() floats each: parameters, then
+// AdamW's first and second moments), through write_checkpoint.
 void save_checkpoint(const CkptDir& dir, const model::ParamLayout& layout, const float* params, const float* m,
                      const float* v, int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config);
-// The same from this rank's host buffers (layout.total() floats each: its
-// part's parameters and AdamW moments), collective over `group`.
-void save_checkpoint_whole(comm::Communicator& group, const CkptDir& dir, const model::ParamLayout& layout,
-                           const model::GPTConfig& cfg, const float* params, const float* m, const float* v,
-                           int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config);
+// The same for a one-rank model (its layout whole) and its optimizer, staged
+// through the host from a GPU.
+void save_checkpoint(const CkptDir& dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
+                     const nlohmann::json& config);
 // Reads state.json only (to rebuild the model with the saved config), and
 // checks it: its structure, value ranges and own checksum (IoError naming
 // the field otherwise).
@@ -116,13 +123,7 @@ TrainState load_checkpoint(const CkptDir& dir, model::GPT& m, optim::AdamW* opt,
 TrainState load_checkpoint(const CkptDir& dir, const model::ParamLayout& layout, float* params, float* m, float* v,
                            int64_t* optimizer_steps, bool verify = true);
 
-// Sharded save (collective over `world`, which is the data-parallel group):
-// params, m, v are this rank's shards (see above). Throws IoError on every
-// rank if any rank could not write.
-void save_checkpoint_sharded(comm::Communicator& world, const CkptDir& dir, const model::ParamLayout& layout,
-                             const float* params, const float* m, const float* v, int64_t optimizer_steps,
-                             const TrainState& st, const nlohmann::json& config);
-enum class CkptPart { Params, M, V };
+using CkptPart = parallel::StatePart;  // Params, M, V
 // Flat elements [begin, begin + count) of one part, from a checkpoint of
 // either format (meta from read_checkpoint_meta).
 void read_checkpoint_range(const nlohmann::json& meta, CkptPart part, int64_t begin, int64_t count, float* out);
@@ -133,18 +134,6 @@ void read_checkpoint_range(const nlohmann::json& meta, CkptPart part, int64_t be
 // of at most 4 MiB of the whole tensor. With tp = 1 it is read_checkpoint_range.
 void read_checkpoint_part(const nlohmann::json& meta, CkptPart part, const model::ParamLayout& layout,
                           const model::ParamLayout& whole, int64_t begin, int64_t count, float* out);
-// A checkpoint of the layout `whole` written group by group (format 4):
-// `writers` shard files, writer w holding the layout groups g with
-// g % writers == w, each whole (parameters, then m, then v). For every part
-// and every group in that order, each rank of `world` calls
-// assemble(part, g, out), which must leave group g of that part in `out` on
-// the rank whose `writer` index is g % writers (`out` is nullptr on the
-// others; writer -1: a rank that writes no file). Collective over `world`
-// (every rank of the run); IoError on every rank if any rank could not write.
-using AssembleGroup = std::function<void(CkptPart part, int g, float* out)>;
-void save_checkpoint_groups(comm::Communicator& world, int writer, int writers, const CkptDir& dir,
-                            const model::ParamLayout& whole, const AssembleGroup& assemble, int64_t optimizer_steps,
-                            const TrainState& st, const nlohmann::json& config);
 // IoError unless the checkpoint was saved for this layout.
 void check_checkpoint_layout(const nlohmann::json& meta, const model::ParamLayout& layout);
 // Iteration, best val loss and optimizer steps of a checkpoint.

@@ -6,6 +6,12 @@
 
 namespace parallm::train::ckpt {
 
+nlohmann::json layout_json(const model::ParamLayout& l) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& s : l.slots()) a.push_back({{"name", s.name}, {"shape", s.shape}, {"offset", s.offset}});
+  return a;
+}
+
 namespace {
 
 // The fixes a damaged state.json leaves the user.

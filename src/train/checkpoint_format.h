@@ -1,10 +1,12 @@
-// The checkpoint's state.json, shared by the writer (checkpoint.cpp) and its
+// The checkpoint's state.json, shared by the writer (checkpoint_write.cpp), the reader (checkpoint.cpp) and its
 // checker (checkpoint_format.cpp): format numbers, the self-checksum over
 // state.json's content, and the structural check every load starts with.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "model/params.h"
 
 namespace parallm::train::ckpt {
 
@@ -13,6 +15,9 @@ constexpr int kFormat = 3, kFormatSharded = 4;
 inline bool sharded(int format) {
   return format == kFormatLegacySharded || format == kFormatSharded;
 }
+
+// state.json's parameter table: each slot's name, shape and offset.
+nlohmann::json layout_json(const model::ParamLayout& l);
 
 // The CRC-32 of state.json's content without its own "state_crc32" entry
 // (nor the loader's "_dir"), as 8 hex digits.

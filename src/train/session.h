@@ -77,7 +77,7 @@ struct RunSetup {
   int64_t batch() const { return cfg.train.batch_size; }
   int64_t seq() const { return cfg.model.block_size; }
   // The positions of each sequence this rank's model holds (context parallel: seq() / cp).
-  int64_t local_seq() const { return cfg.model.block_size / cfg.parallel.cp; }
+  int64_t local_seq() const { return plan->local_length(cfg.model.block_size); }
 };
 
 // The run's records and the operator's hold on it: the run directory and its

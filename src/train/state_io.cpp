@@ -4,11 +4,10 @@
 #include <cstring>
 #include <vector>
 
+#include "core/gpu.h"
 #include "core/log.h"
 #include "hf/hf_gpt2.h"
 #include "parallel/group_ops.h"
-#include "parallel/tensor_parallel.h"
-#include "parallel/whole_model.h"
 #include "train/ckpt_dirs.h"
 
 namespace parallm::train {
@@ -76,59 +75,17 @@ void read_sharded(Session& s, const parallel::HeldState& h) {
   if (!h.param_shard) read(CkptPart::Params, 0, s.model->flat_size(), s.model->params());
 }
 
-// Sharded state with tensor parallelism, saved in the whole layout group by
-// group: each part's pieces of group g are gathered on the dp group's rank
-// g % dp (the parameters at stages 1-2 are there already), whose tp group
-// assembles the whole group on its tp rank 0, the writer of that group.
-void save_sharded_whole(Session& s, const parallel::HeldState& h, const CkptDir& dir) {
-  comm::Communicator &dp = s.dp(), &tp = s.mesh->tp();
-  const model::ParamLayout& layout = s.model->layout();
-  const model::ParamLayout whole(s.cfg.model);
-  std::vector<float> group(static_cast<size_t>(layout.max_group_size()));
-  auto assemble = [&](CkptPart part, int g, float* out) {
-    const int root = g % dp.size();
-    const bool here = dp.rank() == root;
-    const float* mine = group.data();
-    if (part == CkptPart::Params && !h.param_shard) {
-      mine = s.model->params() + layout.group(g).begin;
-    } else {
-      const float* shard = part == CkptPart::M ? s.opt->m() : part == CkptPart::V ? s.opt->v() : h.param_shard;
-      s.sync->gather_group(shard, g, here ? group.data() : nullptr, root);
-    }
-    if (here) parallel::gather_whole_group(tp, layout, whole, g, mine, out);
-  };
-  save_checkpoint_groups(s.world, tp.rank() == 0 ? dp.rank() : -1, dp.size(), dir, whole, assemble,
-                         s.opt->steps_taken(), s.st, s.cfg.to_json());
-}
-
-// A pipeline stage's state, saved whole: the ranks holding one whole model
-// between them (tp x pp) gather it on their rank 0 (world rank 0). Sharded
-// optimizer state (ZeRO-1) is first gathered whole on the stage's dp rank 0,
-// group by group.
-void save_pipeline(Session& s, const parallel::HeldState& h, const CkptDir& dir) {
-  comm::Communicator& dp = s.dp();
-  const model::ParamLayout& layout = s.model->layout();
-  const float *om = s.opt->m(), *ov = s.opt->v();
-  std::vector<float> wm, wv;
-  if (h.sharded) {
-    const bool root = dp.rank() == 0;
-    wm.assign(root ? static_cast<size_t>(layout.total()) : 0, 0.0f);
-    wv.assign(wm.size(), 0.0f);
-    for (int g = 0; g < layout.num_groups(); ++g) {
-      const int64_t at = layout.group(g).begin;
-      s.sync->gather_group(s.opt->m(), g, root ? wm.data() + at : nullptr, 0);
-      s.sync->gather_group(s.opt->v(), g, root ? wv.data() + at : nullptr, 0);
-    }
-    om = wm.data();
-    ov = wv.data();
-  }
-  if (dp.rank() != 0) return;
-  if (h.sharded || s.dev.is_cpu()) {
-    save_checkpoint_whole(s.mesh->tp_pp(), dir, layout, s.cfg.model, s.model->params(), om, ov, s.opt->steps_taken(),
-                          s.st, s.cfg.to_json());
-    return;
-  }
-  save_checkpoint(dir, *s.model, *s.opt, s.st, s.cfg.to_json(), &s.mesh->tp_pp());
+// This rank's state as host floats for its checkpoint share: a GPU model's
+// replicated state staged through `host`; shards (ZeRO) are host buffers.
+parallel::StateBuffers host_state(Session& s, bool sharded, std::vector<float>& host) {
+  parallel::StateBuffers b{s.model->params(), s.opt->m(), s.opt->v()};
+  if (sharded || s.dev.is_cpu()) return b;
+  const auto n = static_cast<size_t>(s.model->flat_size());
+  host.resize(3 * n);
+  s.model->store_params(host.data());
+  gpu::memcpy_d2h(host.data() + n, s.opt->m(), n * sizeof(float));
+  gpu::memcpy_d2h(host.data() + 2 * n, s.opt->v(), n * sizeof(float));
+  return {host.data(), host.data() + n, host.data() + 2 * n};
 }
 
 // A dynamic scale goes on where it was.
@@ -193,20 +150,12 @@ std::string save_state(Session& s, int64_t next, SaveSlot slot) {
   s.st.spike_guard = s.guard ? s.guard->state().to_json() : nlohmann::json();
   const std::string& out = s.cfg.train.out_dir;
   const CkptDir dir = slot == SaveSlot::Step ? step_checkpoint(out, next) : CkptDir(out);
-  const parallel::HeldState h = s.sync->held();
-  if (s.plan->pp_enabled()) {
-    save_pipeline(s, h, dir);
-  } else if (h.sharded && s.mesh->tp().size() > 1) {
-    save_sharded_whole(s, h, dir);
-  } else if (h.sharded) {
-    // Every rank writes its shard (stages 1-2: its pieces of the replicated parameters).
-    Array<float> scratch;
-    const float* params = s.sync->params_to_save(scratch);
-    save_checkpoint_sharded(s.dp(), dir, s.model->layout(), params, s.opt->m(), s.opt->v(), s.opt->steps_taken(), s.st,
-                            s.cfg.to_json());
-  } else if (s.dp().rank() == 0) {  // rank 0 writes; a tensor-parallel model's group gathers it there first
-    save_checkpoint(dir, *s.model, *s.opt, s.st, s.cfg.to_json(), &s.mesh->tp());
-  }
+  // Every layout contributes runs of the whole tensors (the plan says which); one writer writes them.
+  const model::ParamLayout whole(s.cfg.model);
+  std::vector<float> host;
+  auto mine = [&] { return host_state(s, s.sync->held().sharded, host); };
+  write_checkpoint(s.world, dir, whole, s.plan->checkpoint_share(s.model->layout(), whole, mine, *s.sync),
+                   s.opt->steps_taken(), s.st, s.cfg.to_json());
   if (s.lead) {
     s.progress->print(fmt::format("saved checkpoint to {}", dir.path()));
     // Only once this save stands (the swap is done) are the older ones dropped.

@@ -1,18 +1,14 @@
-// The training state between a run and its checkpoint: what the gradient
-// sync says this rank holds (held()) decides the form. Replicated state is
-// saved by rank 0 and, on resume, read by rank 0 and broadcast over the
-// data-parallel group (a tensor-parallel model is gathered whole on rank 0 to
-// be saved, and each rank reads its part); sharded state (ZeRO) is saved by every rank in its
-// shard file and read back range by range, from a checkpoint of any stage
-// and world size. Sharded state with tensor parallelism is saved in the whole
-// (one-rank) layout, assembled one layout group at a time: group g's pieces
-// are gathered over the dp group on its rank g % dp and then over that rank's
-// tp group on tp rank 0, which appends it to its shard file (the dp ranks of
-// tp rank 0 write; besides its training state a rank holds at most one group
-// of its part, a writer also the tp parts of a whole group and the whole
-// group). Any tp, dp and stage resumes it, each tp rank reading its part of
-// every range. The few scalars a run continues from (iteration, best val
-// loss, optimizer steps, loss scale, the loss-spike guard's windows) are rank 0's, everywhere.
+// The training state between a run and its checkpoint. A save asks the
+// parallel plan what this rank contributes (ParallelPlan::checkpoint_share:
+// runs of the whole tensors) and hands it to the one writer
+// (write_checkpoint); the checkpoint always holds the whole (one-rank)
+// layout, so it resumes at any layout. On resume, replicated state is read by
+// the gradient group's rank 0 (each tensor or pipeline part its part of the
+// whole model) and broadcast over the group; sharded state (ZeRO) is read
+// range by range by every rank, from a checkpoint of any stage and world
+// size. The few scalars a run continues from (iteration, best val loss,
+// optimizer steps, loss scale, the loss-spike guard's windows) are rank 0's,
+// everywhere.
 // A save goes to one of two slots (checkpoint.h, ckpt_dirs.h): the best
 // checkpoint <out_dir>/ckpt, or a step-numbered <out_dir>/ckpt-NNNNNNNN, after
 // which the step-numbered ones beyond train.keep_checkpoints are deleted.

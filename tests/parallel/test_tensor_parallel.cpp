@@ -3,9 +3,13 @@
 // compares its part with the whole. Dropout on, a vocabulary (65) the degrees
 // do not divide, biases on and off, two micro-steps accumulated.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -184,7 +188,7 @@ TEST(TensorParallel, HeadsNotDivisibleIsAnError) {
 // and a part read back from a whole checkpoint range by range
 // (read_checkpoint_part), both against slice_whole of the whole buffers; the
 // checkpoint in both forms: format 3 (one file per part) and format 4 written
-// group by group by every rank (save_checkpoint_groups).
+// group by group by every rank (write_checkpoint with assembled_groups).
 using TpCheckpoint = test_util::DistRunTest;
 
 TEST_F(TpCheckpoint, WholeGroupsGatherAndPartsReadBack) {
@@ -218,14 +222,15 @@ TEST_F(TpCheckpoint, WholeGroupsGatherAndPartsReadBack) {
                       grouped = (root_ / (bias ? "grouped_bias" : "grouped")).string();
     train::save_checkpoint(single, whole, w[0].data(), w[1].data(), w[2].data(), 3, {}, nlohmann::json::object());
     // Every rank writes the groups g % n == rank.
-    train::save_checkpoint_groups(
-        *world, me, n, grouped, whole,
-        [&](train::CkptPart k, int g, float* out) {
-          if (!out) return;
-          const auto& src = w[static_cast<int>(k)];
-          std::copy(src.begin() + whole.group(g).begin, src.begin() + whole.group(g).end, out);
-        },
-        3, {}, nlohmann::json::object());
+    train::write_checkpoint(*world, grouped, whole,
+                            parallel::assembled_groups(me, n, whole,
+                                                       [&](train::CkptPart k, int g, float* out) {
+                                                         if (!out) return;
+                                                         const auto& src = w[static_cast<int>(k)];
+                                                         std::copy(src.begin() + whole.group(g).begin,
+                                                                   src.begin() + whole.group(g).end, out);
+                                                       }),
+                            3, {}, nlohmann::json::object());
     for (const std::string& dir : {single, grouped}) {
       const auto meta = train::read_checkpoint_meta(dir);
       train::verify_checkpoint(meta);
@@ -243,6 +248,43 @@ TEST_F(TpCheckpoint, WholeGroupsGatherAndPartsReadBack) {
         }
     }
   }
+}
+
+// The one checkpoint writer when a writer cannot write its file (the last
+// rank's files capped at 1 KiB): every rank throws, naming that rank and its
+// reason; rank 0 removes the partial directory; the previous checkpoint stays.
+TEST_F(TpCheckpoint, AWriterThatCannotWriteStopsEveryRankNamingIt) {
+  const int n = world->size(), me = world->rank();
+  const model::ParamLayout whole(config(true));
+  std::vector<float> w(static_cast<size_t>(whole.total()), 0.5f);
+  const std::string run = (root_ / "capped").string();
+  auto save = [&](int64_t steps) {
+    train::write_checkpoint(*world, run, whole, parallel::own_shards(*world, whole, {w.data(), w.data(), w.data()}),
+                            steps, {}, nlohmann::json::object());
+  };
+  save(1);
+  struct rlimit old {};
+  if (me == n - 1) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+    struct rlimit cap = old;
+    cap.rlim_cur = 1024;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &cap), 0);
+  }
+  std::string e;
+  try {
+    save(2);
+  } catch (const IoError& x) {
+    e = x.what();
+  }
+  if (me == n - 1) ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  EXPECT_NE(e.find("File too large"), std::string::npos) << e;
+  EXPECT_NE(e.find("(on rank " + std::to_string(n - 1) + ")"), std::string::npos) << e;
+  if (me == 0)
+    EXPECT_NE(e.find("the partial ckpt.tmp was removed; the previous checkpoint is intact"), std::string::npos) << e;
+  world->barrier();
+  EXPECT_FALSE(std::filesystem::exists(run + "/ckpt.tmp"));
+  EXPECT_EQ(train::read_checkpoint_meta(run)["optimizer_steps"], 1);
 }
 
 int main(int argc, char** argv) {

@@ -100,8 +100,9 @@ TEST(CheckpointFuzz, DamageIsRefusedOrChangesNothing) {
   train::save_checkpoint((root / "single").string(), layout, saved.p.data(), saved.m.data(), saved.v.data(),
                          saved.steps, saved.st, cfg);
   auto self = comm::make_world("self");
-  train::save_checkpoint_sharded(*self, (root / "sharded").string(), layout, saved.p.data(), saved.m.data(),
-                                 saved.v.data(), saved.steps, saved.st, cfg);
+  train::write_checkpoint(*self, (root / "sharded").string(), layout,
+                          parallel::own_shards(*self, layout, {saved.p.data(), saved.m.data(), saved.v.data()}),
+                          saved.steps, saved.st, cfg);
   const auto start = std::chrono::steady_clock::now();
   int refused = 0, unchanged = 0;
   constexpr int kSeeds = 3000;
