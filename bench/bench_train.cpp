@@ -54,7 +54,7 @@
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
-#include "train/peak.h"
+#include "train/records/peak.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -5,10 +5,10 @@
 // BPE. The checkpoint is the one `parallm sample` takes (the best, ckpt/), or
 // with --latest the newest intact one; the token table keeps the
 // vocabulary's real tokens (a padded model.vocab_size is cut back). --out is
-// new or empty, or with --overwrite an earlier export (train/hf_export.h).
+// new or empty, or with --overwrite an earlier export (train/checkpoint/hf_export.h).
 #include "cli/commands.h"
 #include "core/log.h"
-#include "train/hf_export.h"
+#include "train/checkpoint/hf_export.h"
 
 namespace parallm::cli {
 

@@ -1,6 +1,6 @@
 // `parallm plan [config.yaml] [key=value ...] [-n RANKS] [--params COUNT] [--dtype fp32|bf16] [--device-mem BYTES]`
 // Per-rank memory of a training run at every ZeRO stage, predicted from the
-// model's and ZeRO's own sizing (train/plan.h), the seeds' quick rules, and
+// model's and ZeRO's own sizing (train/config/plan.h), the seeds' quick rules, and
 // the stage that fits with the least communication.
 #include <algorithm>
 #include <cmath>
@@ -16,8 +16,8 @@
 #include "model/params.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline_runtime.h"
-#include "train/config.h"
-#include "train/plan.h"
+#include "train/config/config.h"
+#include "train/config/plan.h"
 
 namespace parallm::cli {
 

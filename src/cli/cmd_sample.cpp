@@ -5,7 +5,7 @@
 // dataset, which must have the same vocabulary. Text streams out as it is
 // generated; a model whose vocab_size pads the vocabulary never draws a
 // padding id. The checkpoint is the run's best one (ckpt/), or, when that is
-// missing or damaged, its newest intact step-numbered one (train/ckpt_dirs.h).
+// missing or damaged, its newest intact step-numbered one (train/checkpoint/ckpt_dirs.h).
 // --ckpt hf:DIR samples a Hugging Face GPT-2 directory instead (its weights
 // and tokenizer, hf/hf_gpt2.h); --logits FILE writes the prompt's logits
 // instead of sampling (what tools/torch_ref/hf_logits.py compares).
@@ -21,10 +21,10 @@
 #include "data/vocab.h"
 #include "hf/hf_gpt2.h"
 #include "model/gpt.h"
-#include "train/checkpoint.h"
-#include "train/ckpt_dirs.h"
-#include "train/config.h"
-#include "train/sample.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/ckpt_dirs.h"
+#include "train/config/config.h"
+#include "train/loop/sample.h"
 
 namespace parallm::cli {
 

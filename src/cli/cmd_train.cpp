@@ -7,8 +7,8 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/stop_signal.h"
-#include "train/config.h"
-#include "train/trainer.h"
+#include "train/config/config.h"
+#include "train/loop/trainer.h"
 
 namespace parallm::cli {
 

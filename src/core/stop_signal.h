@@ -13,7 +13,7 @@
 // line to stderr, which promises no save: a launcher aborting the job after
 // one rank's error (MPI_Abort) sends the other ranks the same SIGTERM. The
 // training loop polls first() once per step and turns it into a decision all
-// ranks agree on (train/control.h), which rank 0 logs. Further signals while
+// ranks agree on (train/controls/control.h), which rank 0 logs. Further signals while
 // the run saves only count: the save finishes, so a second SIGTERM cannot cut
 // it in half. A handler doing the same stays installed for a thread that
 // still takes the signals (one started before install()). Child processes

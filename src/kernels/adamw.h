@@ -14,7 +14,7 @@ namespace parallm::kernels {
 // AdamW's five hyperparameters, declared once for the program: the kernels
 // read them in AdamWParams, the optimizer is configured with them
 // (optim::AdamWConfig is this type). The defaults are `parallm train`'s
-// (the optimizer.* keys of train/config.h).
+// (the optimizer.* keys of train/config/config.h).
 struct AdamWHyperparams {
   float lr = 1e-3f;
   float beta1 = 0.9f;

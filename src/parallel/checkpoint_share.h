@@ -3,7 +3,7 @@
 // any layout; every layout says the same thing about its share: a list of
 // runs of the whole tensors [flat, flat + count), each with the file (the
 // writer) that holds it, and for each run the data on its writer. One writer
-// (train/checkpoint.h, write_checkpoint) walks the runs for the parameters,
+// (train/checkpoint/checkpoint.h, write_checkpoint) walks the runs for the parameters,
 // then the first and then the second AdamW moments, asking every rank for
 // each run in the same order (so a share may communicate in it), and writes
 // what its writers get; the manifest follows from the runs alone.

@@ -124,7 +124,7 @@ class GradSync {
   // moment, or the stage-3 parameter shard) whole on the group's rank `root`,
   // into `out` (the group's length; nullptr elsewhere). Collective over the
   // data-parallel group; a tensor-parallel checkpoint assembles the whole
-  // model from it group by group (train/state_io.h).
+  // model from it group by group (train/checkpoint/state_io.h).
   virtual void gather_group(const float* local, int g, float* out, int root);
   // Whether every rank must take part in sampling (parameters are gathered collectively).
   virtual bool collective_sampling() const { return false; }

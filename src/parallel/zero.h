@@ -54,7 +54,7 @@
 //
 // The global gradient norm is the sum of every rank's squared shard norm
 // (doubles, gathered and added in rank order), so clipping sees the whole
-// model. Checkpoints are written shard by shard (train/checkpoint.h).
+// model. Checkpoints are written shard by shard (train/checkpoint/checkpoint.h).
 //
 // With tensor parallelism (parallel.tp > 1) the layout is this rank's part of
 // the model (model::ParamLayout for its ShardSpec) and Zero shards that part

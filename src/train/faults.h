@@ -17,7 +17,7 @@
 #include "model/gpt.h"
 #include "parallel/grad_sync.h"
 #include "parallel/pipeline_runtime.h"
-#include "train/config.h"
+#include "train/config/config.h"
 
 namespace parallm::train {
 

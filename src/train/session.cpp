@@ -17,12 +17,12 @@
 #include "core/text.h"
 #include "core/threads.h"
 #include "parallel/group_ops.h"
-#include "train/agree.h"
-#include "train/ckpt_dirs.h"
-#include "train/peak.h"
-#include "train/run_checks.h"
-#include "train/run_log.h"
-#include "train/state_io.h"
+#include "train/config/agree.h"
+#include "train/checkpoint/ckpt_dirs.h"
+#include "train/records/peak.h"
+#include "train/config/run_checks.h"
+#include "train/records/run_log.h"
+#include "train/checkpoint/state_io.h"
 
 namespace parallm::train {
 
@@ -191,7 +191,7 @@ std::string sample_prompt(const RunConfig& cfg, const data::Vocab& vocab) {
   return prompt;
 }
 
-// Rank 0 takes the run directory's lock (train/run_lock.h), unless it holds
+// Rank 0 takes the run directory's lock (train/records/run_lock.h), unless it holds
 // it already; every rank learns whether it could. `existing_only` takes it
 // only where train.out_dir exists: a run refused by a later check creates
 // nothing, and a new directory is locked before the run creates it.

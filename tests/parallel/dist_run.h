@@ -15,7 +15,7 @@
 #include "comm/communicator.h"
 #include "comm/world_main.h"
 #include "train/tiny_run.h"
-#include "train/trainer.h"
+#include "train/loop/trainer.h"
 
 namespace parallm::test_util {
 

@@ -20,7 +20,7 @@
 #include "parallel/deterministic.h"
 #include "parallel/dist_run.h"
 #include "train/tiny_run.h"
-#include "train/trainer.h"
+#include "train/loop/trainer.h"
 
 using namespace parallm;
 namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 
 #include "parallel/dist_run.h"
 #include "train/session.h"
-#include "train/step.h"
+#include "train/loop/step.h"
 
 using namespace parallm;
 using test_util::world;

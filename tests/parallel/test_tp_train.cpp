@@ -14,7 +14,7 @@
 #include "hf/hf_gpt2.h"
 #include "model/params.h"
 #include "parallel/dist_run.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 using namespace parallm;
 using test_util::world;

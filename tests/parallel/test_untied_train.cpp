@@ -8,7 +8,7 @@
 #include <string>
 
 #include "parallel/dist_run.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 using namespace parallm;
 using test_util::world;

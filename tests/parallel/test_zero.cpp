@@ -18,9 +18,9 @@
 #include "optim/adamw.h"
 #include "parallel/dist_run.h"
 #include "parallel/zero.h"
-#include "train/plan.h"
+#include "train/config/plan.h"
 #include "train/tiny_run.h"
-#include "train/trainer.h"
+#include "train/loop/trainer.h"
 
 using namespace parallm;
 

@@ -1,4 +1,4 @@
-// All ranks must train with the same settings (train/agree.h), run through
+// All ranks must train with the same settings (train/config/agree.h), run through
 // mpirun on 2 and 3 ranks (tests/CMakeLists.txt): equal configs pass, the
 // per-rank keys may differ, and a key that differs on one rank is the same
 // ConfigError on every rank, naming the key, the values and the ranks, before
@@ -15,9 +15,9 @@
 
 #include "core/error.h"
 #include "parallel/dist_run.h"
-#include "train/agree.h"
-#include "train/checkpoint.h"
-#include "train/trainer.h"
+#include "train/config/agree.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/loop/trainer.h"
 
 using namespace parallm;
 namespace fs = std::filesystem;

@@ -1,12 +1,12 @@
-// train.skip_batches (train/batch_skip.h) and the checkpoint keys: the
+// train.skip_batches (train/loop/batch_skip.h) and the checkpoint keys: the
 // iteration-to-batch map, and every bad value a ConfigError naming the key.
 #include <gtest/gtest.h>
 
 #include <functional>
 
 #include "core/error.h"
-#include "train/ckpt_dirs.h"
-#include "train/config.h"
+#include "train/checkpoint/ckpt_dirs.h"
+#include "train/config/config.h"
 #include "train/error_of.h"
 
 using namespace parallm;

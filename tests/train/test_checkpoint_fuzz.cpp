@@ -14,8 +14,8 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "model/gpt.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/config/config.h"
 
 using namespace parallm;
 namespace fs = std::filesystem;

@@ -10,9 +10,9 @@
 #include "core/gpu.h"
 #include "kernels/bf16.h"
 #include "parallel/mesh.h"
-#include "train/config.h"
+#include "train/config/config.h"
 #include "train/error_of.h"
-#include "train/run_checks.h"
+#include "train/config/run_checks.h"
 
 using namespace parallm;
 

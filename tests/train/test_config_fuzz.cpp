@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "train/config.h"
+#include "train/config/config.h"
 
 using namespace parallm;
 namespace fs = std::filesystem;

@@ -17,9 +17,9 @@
 #include "core/host.h"
 #include "core/threads.h"
 #include "model/params.h"
-#include "train/config.h"
-#include "train/plan.h"
-#include "train/trainer.h"
+#include "train/config/config.h"
+#include "train/config/plan.h"
+#include "train/loop/trainer.h"
 
 using namespace parallm;
 namespace fs = std::filesystem;

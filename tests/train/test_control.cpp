@@ -1,4 +1,4 @@
-// The operator's controls (train/control.h, train/job_limit.h, core/stop_signal.h)
+// The operator's controls (train/controls/control.h, train/controls/job_limit.h, core/stop_signal.h)
 // on one process; the 2-rank runs are tests/train/run_control.sh.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -16,10 +16,10 @@
 #include "core/error.h"
 #include "core/stop_signal.h"
 #include "core/text.h"
-#include "train/config.h"
-#include "train/control.h"
+#include "train/config/config.h"
+#include "train/controls/control.h"
 #include "train/error_of.h"
-#include "train/job_limit.h"
+#include "train/controls/job_limit.h"
 
 namespace parallm::train {
 using parallm::test_util::error_of;

@@ -20,12 +20,12 @@
 #include "hf/hf_gpt2.h"
 #include "hf/safetensors.h"
 #include "model/gpt.h"
-#include "train/checkpoint.h"
-#include "train/ckpt_dirs.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/ckpt_dirs.h"
 #include "train/error_of.h"
-#include "train/hf_export.h"
+#include "train/checkpoint/hf_export.h"
 #include "train/tiny_run.h"
-#include "train/trainer.h"
+#include "train/loop/trainer.h"
 
 using namespace parallm;
 using namespace parallm::train;

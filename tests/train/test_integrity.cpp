@@ -17,10 +17,10 @@
 #include "core/error.h"
 #include "data/prepare.h"
 #include "data/vocab.h"
-#include "train/checkpoint.h"
-#include "train/ckpt_dirs.h"
-#include "train/run_lock.h"
-#include "train/sample.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/ckpt_dirs.h"
+#include "train/records/run_lock.h"
+#include "train/loop/sample.h"
 #include "train/trainer_fixture.h"
 
 using namespace parallm;

@@ -1,4 +1,4 @@
-// The replica check (train/replica_check.h) under mpirun: a copy one rounding
+// The replica check (train/controls/replica_check.h) under mpirun: a copy one rounding
 // apart on one rank is found and named, with the group and the world ranks,
 // on every rank of the group alike; copies that agree pass. The tensor-parallel
 // group (a replicated LayerNorm weight) and the data-parallel replicas (every
@@ -16,7 +16,7 @@
 #include "parallel/dist_run.h"
 #include "parallel/mesh.h"
 #include "parallel/tensor_parallel.h"
-#include "train/replica_check.h"
+#include "train/controls/replica_check.h"
 
 using namespace parallm;
 using test_util::world;

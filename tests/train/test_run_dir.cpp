@@ -14,7 +14,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "train/run_dir.h"
+#include "train/records/run_dir.h"
 
 using namespace parallm;
 namespace fs = std::filesystem;

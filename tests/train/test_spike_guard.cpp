@@ -1,4 +1,4 @@
-// The loss-spike guard alone (train/spike_guard.h): the z-score's arithmetic,
+// The loss-spike guard alone (train/controls/spike_guard.h): the z-score's arithmetic,
 // the warm-up, one-sidedness, skipped values kept out of the window, the
 // window sliding, the limit on skips in a row, the state's round trip through
 // JSON (a restored guard decides as the original), and the keys' ranges.
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "train/config.h"
-#include "train/spike_guard.h"
+#include "train/config/config.h"
+#include "train/controls/spike_guard.h"
 
 using namespace parallm;
 using train::SpikeGuard;

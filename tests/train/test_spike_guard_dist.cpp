@@ -16,7 +16,7 @@
 
 #include "core/error.h"
 #include "parallel/dist_run.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 using namespace parallm;
 namespace fs = std::filesystem;

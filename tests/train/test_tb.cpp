@@ -1,10 +1,10 @@
-// TensorBoard's record format (train/tb_writer.h) against vectors encoded by
+// TensorBoard's record format (train/records/tb_writer.h) against vectors encoded by
 // hand from the Event schema, with CRCs computed by python3-crcmod.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "train/tb_writer.h"
+#include "train/records/tb_writer.h"
 
 using namespace parallm::train;
 

@@ -13,9 +13,9 @@
 #include "core/error.h"
 #include "kernels/bf16.h"
 #include "optim/loss_scale.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/tiny_run.h"
-#include "train/trainer.h"
+#include "train/loop/trainer.h"
 #include "train/trainer_fixture.h"
 
 using namespace parallm;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "train/tiny_run.h"
-#include "train/trainer.h"
+#include "train/loop/trainer.h"
 
 namespace parallm::test_util {
 

@@ -13,7 +13,7 @@
 // model.batch_size) held fixed: what the one-rank reference needs to see the
 // same samples and dropout masks (data/loader.h numbers a step's samples by
 // micro-step, then dp rank, then row; the masks follow the global sample and
-// micro-step). valid() mirrors the layout rules of train/config.cpp, the
+// micro-step). valid() mirrors the layout rules of train/config/config.cpp, the
 // mesh, the pipeline shape and the deterministic reduction; a draw it calls
 // valid that parallm refuses is reported as a failure too.
 #pragma once

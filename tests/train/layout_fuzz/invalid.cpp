@@ -1,5 +1,5 @@
 // Invalid draws: one rule of a valid layout broken at a time (the rules of
-// train/config.cpp, the mesh, the pipeline's shape, the deterministic
+// train/config/config.cpp, the mesh, the pipeline's shape, the deterministic
 // reduction, and keys' ranges and choices), on the first layout (a scratch
 // run: its directory must not appear) or on the resumed one (a resume of the
 // first leg's checkpoint: the directory must not change). Each mutation says

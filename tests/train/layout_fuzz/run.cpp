@@ -16,8 +16,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "train/checkpoint.h"
-#include "train/ckpt_dirs.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/ckpt_dirs.h"
 
 namespace layout_fuzz {
 

@@ -1,0 +1,268 @@
+// The one checkpoint writer (checkpoint.h): every layout's share
+// (parallel/checkpoint_share.h) goes through write_checkpoint, which walks
+// the share's runs for each part on every rank, streams its writer's runs into
+// its file, agrees on the outcome over the world, and lets rank 0 write the
+// manifest (state.json) and swap the new directory in.
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "core/checksum.h"
+#include "core/error.h"
+#include "core/fileio.h"
+#include "core/gpu.h"
+#include "parallel/group_ops.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checkpoint_format.h"
+
+namespace parallm::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+using ckpt::kFormat;
+using ckpt::kFormatSharded;
+
+// state.json without the format's own file list.
+nlohmann::json state_json(int format, const model::ParamLayout& layout, int64_t optimizer_steps, const TrainState& st,
+                          const nlohmann::json& config) {
+  nlohmann::json s;
+  s["format"] = format;
+  s["iter"] = st.iter;
+  s["best_val_loss"] = st.best_val_loss;
+  s["optimizer_steps"] = optimizer_steps;
+  if (st.loss_scale)
+    s["loss_scale"] = {{"scale", st.loss_scale->scale},
+                       {"good_steps", st.loss_scale->good_steps},
+                       {"skipped", st.loss_scale->skipped}};
+  if (!st.unwritten_records.empty()) s["unwritten_records"] = st.unwritten_records;
+  if (!st.spike_guard.is_null()) s["spike_guard"] = st.spike_guard;
+  if (!st.layout.is_null()) s["layout"] = st.layout;
+  s["config"] = config;
+  s["params"] = ckpt::layout_json(layout);
+  s["flat_size"] = layout.total();
+  return s;
+}
+
+// The message of a save that failed with `what`, once its partial <name>.tmp
+// is removed (so a full disk is not kept full by it).
+std::string failed_save(const CkptDir& dir, const std::string& what) {
+  std::error_code removed, ec;
+  fs::remove_all(dir.tmp(), removed);
+  const bool have = fs::exists(fs::path(dir.path()) / "state.json", ec) || fs::exists(dir.old(), ec);
+  const std::string tmp = dir.name + ".tmp";
+  return fmt::format("saving the checkpoint {} failed: {}; {}; {}", dir.path(), what,
+                     removed ? "the partial " + tmp + " could not be removed (" + removed.message() + "): delete it"
+                             : "the partial " + tmp + " was removed",
+                     have ? "the previous checkpoint is intact" : "no earlier checkpoint exists");
+}
+
+// What a failed step of a save says: a parallm error without its [where].
+std::string reason(const std::exception& e) {
+  const auto* pe = dynamic_cast<const Error*>(&e);
+  return pe ? pe->message() : e.what();
+}
+
+// Whether every rank of `world` managed its part of a save (`err` empty): if
+// not, every rank throws naming the first rank that failed and its reason,
+// and rank 0 removes the partial <name>.tmp.
+void agree_saved(comm::Communicator& world, const CkptDir& dir, std::string err) {
+  const int n = world.size();
+  int first = err.empty() ? n : world.rank();
+  if (n > 1) {
+    Tensor t = Tensor::empty({1}, DType::I32);
+    t.data<int32_t>()[0] = first;
+    world.all_reduce(t, comm::ReduceOp::Min);
+    first = t.data<int32_t>()[0];
+    if (first < n) {
+      parallel::broadcast_text(world, err, first);
+      err = fmt::format("{} (on rank {})", err, first);
+    }
+  }
+  if (first == n) return;
+  if (world.rank() != 0) throw IoError("checkpoint.save", err + "; rank 0 removes the partial checkpoint");
+  throw IoError("checkpoint.save", failed_save(dir, err));
+}
+
+// Runs `step`, returning what it threw as a failed step's text ("" if nothing).
+template <class F>
+std::string attempt(const std::string& what, F&& step) {
+  try {
+    step();
+    return "";
+  } catch (const std::exception& e) {
+    return what + ": " + reason(e);
+  }
+}
+
+std::string shard_file(int r, int n) {
+  return fmt::format("shard-{:05d}-of-{:05d}.bin", r, n);
+}
+
+// Writes state.json into the finished tmp directory, then swaps it in:
+// <name> -> <name>.old, <name>.tmp -> <name>, drop <name>.old.
+void finish_and_swap(const CkptDir& dir, const nlohmann::json& state) {
+  const fs::path final_dir = dir.path(), tmp_dir = dir.tmp(), old_dir = dir.old();
+  nlohmann::json s = state;
+  s["state_crc32"] = ckpt::state_crc(s);
+  const std::string js = s.dump(1);
+  write_file((tmp_dir / "state.json").string(), {{js.data(), js.size()}});
+  fs::remove_all(old_dir);
+  if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
+  fs::rename(tmp_dir, final_dir);
+  fs::remove_all(old_dir);
+}
+
+// A writer's files: one shard file, or (whole files) model.bin for the
+// parameters and optim.bin for the moments; a CRC-32 each. A failure stops
+// the writing, not the rank's part in the share's collectives.
+struct WriterFiles {
+  std::vector<std::string> names;
+  std::unique_ptr<FileWriter> file;
+  int at = -1;  // the open file's index
+  uint32_t crc[2] = {0, 0};
+  std::string err;
+
+  void open(const fs::path& tmp_dir, int index) {
+    if (!err.empty() || index == at) return;
+    err = attempt("writing " + names[static_cast<size_t>(index)], [&] {
+      if (file) file->finish();
+      file.reset();
+      file = std::make_unique<FileWriter>((tmp_dir / names[static_cast<size_t>(index)]).string());
+    });
+    at = index;
+    if (!err.empty()) file.reset();
+  }
+  void append(const float* data, int64_t count) {
+    if (!file) return;
+    const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+    err = attempt("writing " + names[static_cast<size_t>(at)], [&] { file->append(data, bytes); });
+    crc[at] = crc32_update(crc[at], data, bytes);
+    if (!err.empty()) file.reset();
+  }
+  void finish() {
+    if (file) err = attempt("writing " + names[static_cast<size_t>(at)], [&] { file->finish(); });
+    file.reset();
+  }
+};
+
+// state.json for a share (rank 0): the files and checksums of every writer
+// (`crcs`: per writer, two words), and for shard files which runs each holds.
+nlohmann::json manifest(const parallel::CheckpointShare& share, const model::ParamLayout& whole,
+                        const std::vector<uint32_t>& crcs, int64_t optimizer_steps, const TrainState& st,
+                        const nlohmann::json& config) {
+  if (share.whole_files) {
+    nlohmann::json s = state_json(kFormat, whole, optimizer_steps, st, config);
+    const auto pbytes = static_cast<size_t>(whole.total()) * sizeof(float);
+    s["files"] = {{"model.bin", pbytes}, {"optim.bin", 2 * pbytes}};
+    s["checksums"] = {{"model.bin", crc32_hex(crcs[0])}, {"optim.bin", crc32_hex(crcs[1])}};
+    return s;
+  }
+  nlohmann::json s = state_json(kFormatSharded, whole, optimizer_steps, st, config);
+  s["world"] = share.writers;
+  s["shards"] = nlohmann::json::array();
+  for (int w = 0; w < share.writers; ++w) {
+    nlohmann::json pieces = nlohmann::json::array();
+    int64_t size = 0;
+    for (const auto& r : share.runs) {
+      if (r.writer != w) continue;
+      pieces.push_back({r.flat, r.count, size});
+      size += r.count;
+    }
+    s["shards"].push_back({{"file", shard_file(w, share.writers)},
+                           {"shard_size", size},
+                           {"crc32", crc32_hex(crcs[2 * static_cast<size_t>(w)])},
+                           {"pieces", pieces}});
+  }
+  return s;
+}
+
+// Every writer's checksums on rank 0, by writer (two words each); InternalError
+// unless each writer index is claimed by exactly one rank.
+std::vector<uint32_t> writer_crcs(comm::Communicator& world, const parallel::CheckpointShare& share,
+                                  const WriterFiles& f) {
+  const int n = world.size();
+  Tensor mine = Tensor::empty({3}, DType::I32), all = Tensor::empty({3 * n}, DType::I32);
+  mine.data<int32_t>()[0] = share.writer;
+  std::memcpy(mine.data<int32_t>() + 1, f.crc, sizeof(f.crc));
+  if (n > 1) {
+    world.all_gather(mine, all);
+  } else {
+    std::memcpy(all.raw(), mine.raw(), 3 * sizeof(int32_t));
+  }
+  std::vector<uint32_t> crcs(2 * static_cast<size_t>(share.writers));
+  std::vector<int> claimed(static_cast<size_t>(share.writers), 0);
+  for (int r = 0; r < n; ++r) {
+    const int w = all.data<int32_t>()[3 * r];
+    if (w < 0) continue;
+    PARALLM_CHECK(w < share.writers && ++claimed[static_cast<size_t>(w)] == 1, InternalError, "checkpoint.save",
+                  "writer {} of {} claimed twice", w, share.writers);
+    std::memcpy(&crcs[2 * static_cast<size_t>(w)], all.data<int32_t>() + 3 * r + 1, 2 * sizeof(uint32_t));
+  }
+  for (int w = 0; w < share.writers; ++w)
+    PARALLM_CHECK(claimed[static_cast<size_t>(w)] == 1, InternalError, "checkpoint.save",
+                  "the checkpoint's file {} of {} has no writer", w, share.writers);
+  return crcs;
+}
+}  // namespace
+
+void write_checkpoint(comm::Communicator& world, const CkptDir& dir, const model::ParamLayout& whole,
+                      const parallel::CheckpointShare& share, int64_t optimizer_steps, const TrainState& st,
+                      const nlohmann::json& config) {
+  PARALLM_CHECK(!share.whole_files || (share.writers == 1 && share.runs.size() == 1), InternalError, "checkpoint.save",
+                "whole files come from one writer holding one run");
+  const fs::path tmp_dir = dir.tmp();
+  agree_saved(world, dir, world.rank() != 0 ? "" : attempt("creating " + tmp_dir.string(), [&] {
+                fs::remove_all(tmp_dir);
+                fs::create_directories(tmp_dir);
+              }));
+  WriterFiles f;
+  f.names = share.whole_files ? std::vector<std::string>{"model.bin", "optim.bin"}
+                              : std::vector<std::string>{shard_file(share.writer, share.writers)};
+  if (share.writer >= 0) f.open(tmp_dir, 0);  // a writer's file exists even when it holds no run
+  for (auto part : {parallel::StatePart::Params, parallel::StatePart::M, parallel::StatePart::V})
+    for (size_t k = 0; k < share.runs.size(); ++k) {
+      const float* d = share.data(part, k);
+      if (share.runs[k].writer != share.writer) continue;
+      PARALLM_CHECK(d, InternalError, "checkpoint.save", "the writer of run {} has no data for it", k);
+      f.open(tmp_dir, share.whole_files && part != parallel::StatePart::Params ? 1 : 0);
+      f.append(d, share.runs[k].count);
+    }
+  f.finish();
+  agree_saved(world, dir, f.err);
+  const std::vector<uint32_t> crcs = writer_crcs(world, share, f);
+  agree_saved(world, dir, world.rank() != 0 ? "" : attempt("writing the manifest", [&] {
+                finish_and_swap(dir, manifest(share, whole, crcs, optimizer_steps, st, config));
+              }));
+}
+
+void save_checkpoint(const CkptDir& dir, const model::ParamLayout& layout, const float* p, const float* om,
+                     const float* ov, int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config) {
+  auto self = comm::make_world("self");
+  write_checkpoint(*self, dir, layout, parallel::whole_on_one(true, {p, om, ov}, layout.total()), optimizer_steps, st,
+                   config);
+}
+
+void save_checkpoint(const CkptDir& dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
+                     const nlohmann::json& config) {
+  PARALLM_CHECK(m.layout().whole(), InternalError, "checkpoint.save",
+                "a model part is saved by its layout's share (write_checkpoint)");
+  // GPU buffers are staged through host copies; CPU buffers are written in place.
+  std::vector<float> host;
+  const float *p = m.params(), *om = opt.m(), *ov = opt.v();
+  if (!m.device().is_cpu()) {
+    const auto n = static_cast<size_t>(m.flat_size());
+    host.resize(3 * n);
+    m.store_params(host.data());
+    gpu::memcpy_d2h(host.data() + n, opt.m(), n * sizeof(float));
+    gpu::memcpy_d2h(host.data() + 2 * n, opt.v(), n * sizeof(float));
+    p = host.data();
+    om = p + n;
+    ov = p + 2 * n;
+  }
+  save_checkpoint(dir, m.layout(), p, om, ov, opt.steps_taken(), st, config);
+}
+
+}  // namespace parallm::train

@@ -1,0 +1,167 @@
+#include "train/checkpoint/state_io.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/gpu.h"
+#include "core/log.h"
+#include "hf/hf_gpt2.h"
+#include "parallel/group_ops.h"
+#include "train/checkpoint/ckpt_dirs.h"
+
+namespace parallm::train {
+
+namespace {
+
+// Rank 0's values of the few scalars a resumed run continues from.
+void broadcast_scalars(comm::Communicator& g, TrainState& st, optim::AdamW& opt) {
+  if (g.size() == 1) return;
+  // Floats: best val loss (an fp32 loss, so exact), loss scale (a power of two <= 2^64, exact).
+  Tensor t = Tensor::empty({2}, DType::F32);
+  Tensor it = Tensor::empty({5}, DType::I32);
+  const optim::LossScaleState ls = st.loss_scale.value_or(optim::LossScaleState{});
+  t.data<float>()[0] = static_cast<float>(st.best_val_loss);
+  t.data<float>()[1] = static_cast<float>(ls.scale);
+  it.data<int32_t>()[0] = static_cast<int32_t>(st.iter);
+  it.data<int32_t>()[1] = static_cast<int32_t>(opt.steps_taken());
+  it.data<int32_t>()[2] = st.loss_scale ? 1 : 0;
+  it.data<int32_t>()[3] = static_cast<int32_t>(ls.good_steps);
+  it.data<int32_t>()[4] = static_cast<int32_t>(ls.skipped);
+  g.broadcast(t, 0);
+  g.broadcast(it, 0);
+  st.best_val_loss = t.data<float>()[0];
+  st.iter = it.data<int32_t>()[0];
+  opt.set_steps_taken(it.data<int32_t>()[1]);
+  st.loss_scale.reset();
+  if (it.data<int32_t>()[2])
+    st.loss_scale = optim::LossScaleState{t.data<float>()[1], it.data<int32_t>()[3], it.data<int32_t>()[4]};
+}
+
+// Rank 0's loss-spike guard state (its JSON text, sent as int32 words; none: length 0).
+void broadcast_guard_state(comm::Communicator& g, TrainState& st) {
+  if (g.size() == 1) return;
+  const std::string text = g.rank() == 0 && !st.spike_guard.is_null() ? st.spike_guard.dump() : std::string();
+  Tensor len = Tensor::empty({1}, DType::I32);
+  len.data<int32_t>()[0] = static_cast<int32_t>(text.size());
+  g.broadcast(len, 0);
+  const int32_t n = len.data<int32_t>()[0];
+  st.spike_guard = nullptr;
+  if (n == 0) return;
+  Tensor words = Tensor::empty({(n + 3) / 4}, DType::I32);
+  std::memset(words.raw(), 0, static_cast<size_t>(words.numel()) * 4);
+  if (g.rank() == 0) std::memcpy(words.raw(), text.data(), text.size());
+  g.broadcast(words, 0);
+  st.spike_guard = nlohmann::json::parse(std::string(static_cast<const char*>(words.raw()), static_cast<size_t>(n)));
+}
+
+// Each rank reads the ranges it holds (a tensor-parallel rank: its part of
+// them, from the whole model the checkpoint holds).
+void read_sharded(Session& s, const parallel::HeldState& h) {
+  const model::ParamLayout& layout = s.model->layout();
+  const model::ParamLayout whole(s.cfg.model);
+  check_checkpoint_layout(s.ck_meta, whole);
+  int64_t steps = 0;
+  s.st = checkpoint_state(s.ck_meta, &steps);
+  s.opt->set_steps_taken(steps);
+  auto read = [&](CkptPart part, int64_t begin, int64_t count, float* out) {
+    read_checkpoint_part(s.ck_meta, part, layout, whole, begin, count, out);
+  };
+  for (const auto& p : h.pieces) {
+    read(CkptPart::M, p.flat, p.count, s.opt->m() + p.local);
+    read(CkptPart::V, p.flat, p.count, s.opt->v() + p.local);
+    if (h.param_shard) read(CkptPart::Params, p.flat, p.count, h.param_shard + p.local);
+  }
+  if (!h.param_shard) read(CkptPart::Params, 0, s.model->flat_size(), s.model->params());
+}
+
+// This rank's state as host floats for its checkpoint share: a GPU model's
+// replicated state staged through `host`; shards (ZeRO) are host buffers.
+parallel::StateBuffers host_state(Session& s, bool sharded, std::vector<float>& host) {
+  parallel::StateBuffers b{s.model->params(), s.opt->m(), s.opt->v()};
+  if (sharded || s.dev.is_cpu()) return b;
+  const auto n = static_cast<size_t>(s.model->flat_size());
+  host.resize(3 * n);
+  s.model->store_params(host.data());
+  gpu::memcpy_d2h(host.data() + n, s.opt->m(), n * sizeof(float));
+  gpu::memcpy_d2h(host.data() + 2 * n, s.opt->v(), n * sizeof(float));
+  return {host.data(), host.data() + n, host.data() + 2 * n};
+}
+
+// A dynamic scale goes on where it was.
+void restore_loss_scale(Session& s) {
+  const auto& saved = s.st.loss_scale;
+  if (!saved) return;
+  if (s.scaler->dynamic()) {
+    s.scaler->set_state(*saved);
+    return;
+  }
+  log::warn(
+      "the checkpoint holds dynamic loss scaling's state (scale {:g}, {} skipped steps), but "
+      "train.loss_scale={} does not scale dynamically here: the saved scale is not used",
+      saved->scale, saved->skipped, s.cfg.to_json()["train.loss_scale"].get<std::string>());
+}
+
+}  // namespace
+
+void restore_state(Session& s) {
+  const parallel::HeldState h = s.sync->held();
+  comm::Communicator& dp = s.dp();
+  if (h.sharded) {
+    read_sharded(s, h);
+  } else {
+    // The group's rank 0 reads (verified above; a tensor-parallel rank its
+    // part of the whole model); the group follows it.
+    if (dp.rank() == 0) s.st = load_checkpoint(checkpoint_of(s.ck_meta), *s.model, s.opt.get(), /*verify=*/false);
+    // Every rank continues from rank 0's weights (params_loaded), optimizer state and step.
+    parallel::broadcast_floats(dp, s.opt->m(), s.opt->size());
+    parallel::broadcast_floats(dp, s.opt->v(), s.opt->size());
+  }
+  broadcast_scalars(dp, s.st, *s.opt);
+  broadcast_guard_state(dp, s.st);
+  restore_loss_scale(s);
+  log::info("resuming from {} at iter {} (best val loss {:.4f})", s.ck_meta["_dir"].get<std::string>(), s.st.iter,
+            s.st.best_val_loss);
+  s.sync->params_loaded();
+  s.saved_any = true;
+}
+
+void load_hf_weights(Session& s) {
+  const std::vector<float> local = hf::load_hf_gpt2(s.cfg.train.hf_dir, s.cfg.model, s.model->layout());
+  const parallel::HeldState h = s.sync->held();
+  if (h.param_shard) {
+    for (const auto& p : h.pieces) std::copy_n(local.data() + p.flat, p.count, h.param_shard + p.local);
+  } else {
+    s.model->load_params(local.data());
+  }
+  log::info("weights from {} (Hugging Face GPT-2, {})", s.cfg.train.hf_dir, s.cfg.model.summary());
+  s.sync->params_loaded();
+}
+
+bool saves_state(const Session& s) {
+  return s.lead || s.sync->held().sharded;
+}
+
+std::string save_state(Session& s, int64_t next, SaveSlot slot) {
+  s.saved_any = true;
+  s.st.iter = next;
+  s.st.loss_scale.reset();
+  if (s.scaler->dynamic()) s.st.loss_scale = s.scaler->state();
+  s.st.spike_guard = s.guard ? s.guard->state().to_json() : nlohmann::json();
+  const std::string& out = s.cfg.train.out_dir;
+  const CkptDir dir = slot == SaveSlot::Step ? step_checkpoint(out, next) : CkptDir(out);
+  // Every layout contributes runs of the whole tensors (the plan says which); one writer writes them.
+  const model::ParamLayout whole(s.cfg.model);
+  std::vector<float> host;
+  auto mine = [&] { return host_state(s, s.sync->held().sharded, host); };
+  write_checkpoint(s.world, dir, whole, s.plan->checkpoint_share(s.model->layout(), whole, mine, *s.sync),
+                   s.opt->steps_taken(), s.st, s.cfg.to_json());
+  if (s.lead) {
+    s.progress->print(fmt::format("saved checkpoint to {}", dir.path()));
+    // Only once this save stands (the swap is done) are the older ones dropped.
+    if (slot == SaveSlot::Step) prune_step_checkpoints(out, s.cfg.train.keep_checkpoints);
+  }
+  return dir.path();
+}
+
+}  // namespace parallm::train
