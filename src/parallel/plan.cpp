@@ -112,11 +112,11 @@ std::unique_ptr<model::GPT> ParallelPlan::apply_to_model(const model::GPTConfig&
 }
 
 float ParallelPlan::forward_loss(model::GPT& m, const int32_t* x, const int32_t* y, int64_t B, int64_t T,
-                                 const model::StepContext& ctx) const {
+                                 const model::StepContext& ctx) {
   return pipe_ ? pipe_->forward_loss(m, x, y, B, T, ctx) : m.forward(x, y, B, T, ctx);
 }
 
-void ParallelPlan::last_logits(model::GPT& m, const int32_t* tokens, int64_t T, int64_t pos, float* out) const {
+void ParallelPlan::last_logits(model::GPT& m, const int32_t* tokens, int64_t T, int64_t pos, float* out) {
   const auto logits = [&](const int32_t* t, int64_t Tn, int64_t at) {
     if (pipe_) return pipe_->last_logits(m, t, Tn, at, out);
     m.forward(t, nullptr, 1, Tn, {});

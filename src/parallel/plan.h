@@ -1,8 +1,7 @@
-// The run's parallel plan (issue 45): what the `parallel.*`, `ddp.*` and
-// `zero.*` keys say (ParallelConfig), the rules between the axes they set
-// (check_layout: each rule next to the axes it governs, not in the trainer's
-// configuration), and, once the mesh exists, the one object the trainer asks
-// about the layout (ParallelPlan): which axes are on and which group averages
+// The run's parallel plan (issue 45), built from the parallel section of the
+// configuration (parallel_config.h: the keys, and the rules between the axes,
+// each next to the axes it governs): once the mesh exists, the one object the
+// trainer asks about the layout (ParallelPlan): which axes are on and which group averages
 // the gradients, as torchtitan's ParallelDims answers `tp_enabled`. The plan
 // applies the model-parallel axes in one place (apply_to_model, as
 // torchtitan's parallelize): the tensor and context groups the layers
@@ -23,46 +22,13 @@
 #include "parallel/checkpoint_share.h"
 #include "parallel/context_parallel.h"
 #include "parallel/mesh.h"
+#include "parallel/parallel_config.h"
 #include "parallel/pipeline_runtime.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/zero.h"
 
 namespace parallm::parallel {
-
-struct DdpConfig {
-  double bucket_mb = 25;       // gradient bucket size for the all-reduce
-  bool deterministic = false;  // fixed reduction order: bitwise equal for any split of the batch
-  int64_t shards = 0;          // deterministic: shards per global micro-batch (0 = one per data-parallel rank)
-};
-
-struct ZeroConfig {
-  int64_t stage = 0;     // 0 = DDP, 1 = sharded optimizer state, 2 = + gradients, 3 = + parameters
-  int64_t prefetch = 1;  // stage 3: blocks gathered ahead
-  Offload offload = Offload::None;
-};
-
-// The device mesh (mesh.h) and the data-parallel strategy on it.
-struct ParallelConfig {
-  int64_t dp = 0;  // 0: the world size / (tp x pp x cp)
-  int64_t tp = 1, pp = 1, cp = 1;
-  bool tp_across_nodes = false;
-  bool sequence_parallel = false;  // Megatron SP inside the tp group
-  PipeKind pp_schedule = PipeKind::OneFOneB;
-  model::CpKind cp_kind = model::CpKind::Ring;  // context parallel: ring attention or Ulysses
-  int64_t pp_virtual = 1;                       // chunks per pipeline rank (interleaved)
-  std::vector<int64_t> pp_layers;               // layers per virtual stage, in order (empty: balanced)
-  DdpConfig ddp;
-  ZeroConfig zero;
-};
-
-// The axes against each other and the model: ConfigError naming the keys
-// (tensor parallelism's heads, sequence parallelism's tp and sequence,
-// the pipeline's layers and schedule, context parallelism's split, the
-// data-parallel strategies that each axis takes or refuses).
-void check_layout(const ParallelConfig& p, const model::GPTConfig& m);
-void check_pipeline(const ParallelConfig& p, const model::GPTConfig& m);
-void check_context(const ParallelConfig& p, const model::GPTConfig& m);
 
 class ParallelPlan {
  public:
@@ -100,10 +66,10 @@ class ParallelPlan {
   Pipeline* pipeline() const { return pipe_.get(); }  // null without pipeline parallelism
   // Forward only over every stage: the batch's loss on every rank.
   float forward_loss(model::GPT& m, const int32_t* x, const int32_t* y, int64_t B, int64_t T,
-                     const model::StepContext& ctx) const;
+                     const model::StepContext& ctx);
   // The logits of position `pos` of one whole sequence of T tokens (every
   // stage and context-parallel rank takes part; every rank gets them).
-  void last_logits(model::GPT& m, const int32_t* tokens, int64_t T, int64_t pos, float* out) const;
+  void last_logits(model::GPT& m, const int32_t* tokens, int64_t T, int64_t pos, float* out);
   // The multiple of T a pass must be (sequence or context parallel; 1 otherwise).
   int64_t sequence_multiple(const model::GPT& m) const;
   // A log line on how sequences of T are split (context parallel), or "".
@@ -117,7 +83,8 @@ class ParallelPlan {
   // state is gathered whole on one rank; ZeRO shards are written by every
   // rank (with tensor parallelism, assembled into whole groups); a
   // pipeline's stages are gathered whole. Collective (it may gather here,
-  // and in the share's data).
+  // and in the share's data). The share refers to `part`, `whole`, `sync`
+  // and the buffers: write it (write_checkpoint) before any of them changes.
   CheckpointShare checkpoint_share(const model::ParamLayout& part, const model::ParamLayout& whole,
                                    const std::function<StateBuffers()>& local, GradSync& sync) const;
 

@@ -76,6 +76,7 @@
 #include "model/param_store.h"
 #include "model/params.h"
 #include "parallel/group_ops.h"
+#include "parallel/parallel_config.h"
 
 namespace parallm::parallel {
 
@@ -88,10 +89,6 @@ struct ZeroSizes {
   int64_t offloaded = 0;                    // host pool: master parameters, gradient copy (moments not included)
   int64_t max_piece = 0, block_max = 0;     // the largest piece and the largest block group: window sizes
 };
-
-enum class Offload { None, Optimizer, Params };
-Offload parse_offload(const std::string& s);  // none | optimizer | params (ConfigError otherwise)
-const char* offload_name(Offload o);
 
 // One optimizer step's communication.
 struct ZeroStats {

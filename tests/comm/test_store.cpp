@@ -46,9 +46,17 @@ TEST(FileStore, ReaderWaitsForTheWriterAndSeesTheWholeValue) {
     writer.set("nccl-world", value);
     read.get_future().wait();  // keeps the key until the reader has read it
   });
-  EXPECT_EQ(reader.get("nccl-world", 10.0), value);
+  std::string got;
+  try {
+    got = reader.get("nccl-world", 10.0);
+  } catch (...) {  // the writer still waits for the read: release it, so the test fails instead of aborting
+    read.set_value();
+    writer_thread.join();
+    throw;
+  }
   read.set_value();
   writer_thread.join();
+  EXPECT_EQ(got, value);
   EXPECT_FALSE(fs::exists(reader.path("nccl-world"))) << "the writer removes its keys as it closes";
   fs::remove_all(dir);
 }

@@ -91,8 +91,10 @@ struct CkptDir {
 // ParallelPlan::checkpoint_share): each writer streams its runs of the
 // parameters, then m, then v into its file(s), rank 0 writes the manifest and
 // swaps the directory in. Collective over `world` (every rank of the run);
-// a failure anywhere is an IoError on every rank naming the rank and its
-// reason, and the partial directory is removed.
+// a file or directory that cannot be written, on any rank, is an IoError on
+// every rank naming that rank and its reason, and the partial directory is
+// removed (a failure inside the share's own collectives is the
+// communicator's error, as in any collective).
 void write_checkpoint(comm::Communicator& world, const CkptDir& dir, const model::ParamLayout& whole,
                       const parallel::CheckpointShare& share, int64_t optimizer_steps, const TrainState& st,
                       const nlohmann::json& config);

@@ -127,13 +127,11 @@ struct WriterFiles {
 
   void open(const fs::path& tmp_dir, int index) {
     if (!err.empty() || index == at) return;
-    err = attempt("writing " + names[static_cast<size_t>(index)], [&] {
-      if (file) file->finish();
-      file.reset();
-      file = std::make_unique<FileWriter>((tmp_dir / names[static_cast<size_t>(index)]).string());
-    });
+    finish();
+    if (!err.empty()) return;
     at = index;
-    if (!err.empty()) file.reset();
+    err = attempt("writing " + names[static_cast<size_t>(index)],
+                  [&] { file = std::make_unique<FileWriter>((tmp_dir / names[static_cast<size_t>(index)]).string()); });
   }
   void append(const float* data, int64_t count) {
     if (!file) return;
@@ -144,6 +142,11 @@ struct WriterFiles {
   }
   void finish() {
     if (file) err = attempt("writing " + names[static_cast<size_t>(at)], [&] { file->finish(); });
+    file.reset();
+  }
+  // A run's data missing on its writer (a share's bug): the save fails on every rank, agreed.
+  void missing(size_t k) {
+    if (err.empty()) err = fmt::format("internal error: the writer of run {} has no data for it", k);
     file.reset();
   }
 };
@@ -163,26 +166,25 @@ nlohmann::json manifest(const parallel::CheckpointShare& share, const model::Par
   nlohmann::json s = state_json(kFormatSharded, whole, optimizer_steps, st, config);
   s["world"] = share.writers;
   s["shards"] = nlohmann::json::array();
+  std::vector<nlohmann::json> pieces(static_cast<size_t>(share.writers), nlohmann::json::array());
+  std::vector<int64_t> sizes(static_cast<size_t>(share.writers), 0);
+  for (const auto& r : share.runs) {  // each writer's runs in order, at their offsets in its file
+    const auto w = static_cast<size_t>(r.writer);
+    pieces[w].push_back({r.flat, r.count, sizes[w]});
+    sizes[w] += r.count;
+  }
   for (int w = 0; w < share.writers; ++w) {
-    nlohmann::json pieces = nlohmann::json::array();
-    int64_t size = 0;
-    for (const auto& r : share.runs) {
-      if (r.writer != w) continue;
-      pieces.push_back({r.flat, r.count, size});
-      size += r.count;
-    }
+    const int64_t size = sizes[static_cast<size_t>(w)];
     s["shards"].push_back({{"file", shard_file(w, share.writers)},
                            {"shard_size", size},
                            {"crc32", crc32_hex(crcs[2 * static_cast<size_t>(w)])},
-                           {"pieces", pieces}});
+                           {"pieces", pieces[static_cast<size_t>(w)]}});
   }
   return s;
 }
 
-// Every writer's checksums on rank 0, by writer (two words each); InternalError
-// unless each writer index is claimed by exactly one rank.
-std::vector<uint32_t> writer_crcs(comm::Communicator& world, const parallel::CheckpointShare& share,
-                                  const WriterFiles& f) {
+// Every rank's writer index and checksums (three words each), on every rank.
+Tensor gather_crcs(comm::Communicator& world, const parallel::CheckpointShare& share, const WriterFiles& f) {
   const int n = world.size();
   Tensor mine = Tensor::empty({3}, DType::I32), all = Tensor::empty({3 * n}, DType::I32);
   mine.data<int32_t>()[0] = share.writer;
@@ -192,6 +194,13 @@ std::vector<uint32_t> writer_crcs(comm::Communicator& world, const parallel::Che
   } else {
     std::memcpy(all.raw(), mine.raw(), 3 * sizeof(int32_t));
   }
+  return all;
+}
+
+// The checksums by writer (two words each) from gather_crcs (rank 0, inside
+// the manifest's attempt); InternalError unless each writer index is claimed
+// by exactly one rank.
+std::vector<uint32_t> writer_crcs(const Tensor& all, int n, const parallel::CheckpointShare& share) {
   std::vector<uint32_t> crcs(2 * static_cast<size_t>(share.writers));
   std::vector<int> claimed(static_cast<size_t>(share.writers), 0);
   for (int r = 0; r < n; ++r) {
@@ -224,17 +233,18 @@ void write_checkpoint(comm::Communicator& world, const CkptDir& dir, const model
   if (share.writer >= 0) f.open(tmp_dir, 0);  // a writer's file exists even when it holds no run
   for (auto part : {parallel::StatePart::Params, parallel::StatePart::M, parallel::StatePart::V})
     for (size_t k = 0; k < share.runs.size(); ++k) {
-      const float* d = share.data(part, k);
-      if (share.runs[k].writer != share.writer) continue;
-      PARALLM_CHECK(d, InternalError, "checkpoint.save", "the writer of run {} has no data for it", k);
+      const float* d = share.data(part, k);  // on every rank: a share may communicate in it
+      if (share.runs[k].writer != share.writer || share.runs[k].count == 0) continue;
       f.open(tmp_dir, share.whole_files && part != parallel::StatePart::Params ? 1 : 0);
+      if (!d) f.missing(k);
       f.append(d, share.runs[k].count);
     }
   f.finish();
   agree_saved(world, dir, f.err);
-  const std::vector<uint32_t> crcs = writer_crcs(world, share, f);
+  const Tensor all = gather_crcs(world, share, f);
   agree_saved(world, dir, world.rank() != 0 ? "" : attempt("writing the manifest", [&] {
-                finish_and_swap(dir, manifest(share, whole, crcs, optimizer_steps, st, config));
+                finish_and_swap(
+                    dir, manifest(share, whole, writer_crcs(all, world.size(), share), optimizer_steps, st, config));
               }));
 }
 

@@ -138,10 +138,6 @@ void load_hf_weights(Session& s) {
   s.sync->params_loaded();
 }
 
-bool saves_state(const Session& s) {
-  return s.lead || s.sync->held().sharded;
-}
-
 std::string save_state(Session& s, int64_t next, SaveSlot slot) {
   s.saved_any = true;
   s.st.iter = next;

@@ -29,10 +29,9 @@ enum class SaveSlot {
   Best,  // <out_dir>/ckpt: the best by val loss (or the latest, with train.always_save_checkpoint)
   Step   // <out_dir>/ckpt-<next, 8 digits>: kept beside the best one, the newest train.keep_checkpoints of them
 };
-// The checkpoint of the state before iteration `next` (collective when the
-// state is sharded; every rank calls it). Returns the directory written.
+// The checkpoint of the state before iteration `next`: collective over the
+// world (every rank calls it), and once it returns on any rank the checkpoint
+// stands (a failure is an IoError on every rank). Returns the directory written.
 std::string save_state(Session& s, int64_t next, SaveSlot slot = SaveSlot::Best);
-// Whether this rank's save stands for the checkpoint (rank 0, or every rank of a sharded state).
-bool saves_state(const Session& s);
 
 }  // namespace parallm::train

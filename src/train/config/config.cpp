@@ -21,6 +21,7 @@
 #include "core/host.h"
 #include "core/text.h"
 #include "kernels/bf16.h"
+#include "parallel/mesh.h"
 #include "parallel/pipeline_stages.h"
 #include "train/config/config_keys.h"
 #include "train/config/plan.h"

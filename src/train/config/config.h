@@ -16,11 +16,12 @@
 #include "model/cp_layout.h"
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
-#include "parallel/mesh.h"
-#include "parallel/pipeline_schedule.h"
-#include "parallel/plan.h"
-#include "parallel/zero.h"
+#include "parallel/parallel_config.h"
 #include "train/loop/batch_skip.h"
+
+namespace parallm::parallel {
+struct MeshDims;
+}
 
 namespace parallm::train {
 
@@ -113,7 +114,7 @@ struct CommSection {
   double timeout_s = 300;        // per communication operation
 };
 
-// The parallel section: parallel/plan.h (its rules between axes live there too).
+// The parallel section: parallel/parallel_config.h (its rules between axes live there too).
 using DdpSection = parallel::DdpConfig;
 using ZeroSection = parallel::ZeroConfig;
 using ParallelSection = parallel::ParallelConfig;

@@ -9,12 +9,12 @@
 #include "core/log.h"
 #include "core/profiler.h"
 #include "core/timer.h"
+#include "train/checkpoint/state_io.h"
 #include "train/controls/control.h"
 #include "train/loop/evaluate.h"
+#include "train/loop/step.h"
 #include "train/records/run_log.h"
 #include "train/session.h"
-#include "train/checkpoint/state_io.h"
-#include "train/loop/step.h"
 
 namespace parallm::train {
 
@@ -30,11 +30,11 @@ bool eval_due(const TrainSection& t, int64_t it) {
 // once the state is saved where space allows.
 [[noreturn]] void stop_on_lost_records(Session& s, int64_t it) {
   const std::string lost = s.run_dir ? s.run_dir->write_error() : std::string();
-  std::string saved = "rank 0 reports whether the state was saved";  // it alone saves replicated state
+  std::string saved;
   try {
     if (s.run_dir) s.st.unwritten_records = s.run_dir->unwritten_metrics();  // written when the run resumes
     const std::string dir = save_state(s, it + 1, SaveSlot::Step);
-    if (saves_state(s)) saved = fmt::format("the state after iteration {} is saved in {}", it, dir);
+    saved = fmt::format("the state after iteration {} is saved in {}", it, dir);
   } catch (const Error& e) {
     saved = "saving the state failed too (" + e.message() + ")";
   }
