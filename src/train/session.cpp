@@ -17,12 +17,12 @@
 #include "core/text.h"
 #include "core/threads.h"
 #include "parallel/group_ops.h"
-#include "train/config/agree.h"
 #include "train/checkpoint/ckpt_dirs.h"
-#include "train/records/peak.h"
-#include "train/config/run_checks.h"
-#include "train/records/run_log.h"
 #include "train/checkpoint/state_io.h"
+#include "train/config/agree.h"
+#include "train/config/run_checks.h"
+#include "train/records/peak.h"
+#include "train/records/run_log.h"
 
 namespace parallm::train {
 

@@ -34,14 +34,14 @@
 #include "train/checkpoint/checkpoint.h"
 #include "train/config/config.h"
 #include "train/controls/control.h"
+#include "train/controls/replica_check.h"
+#include "train/controls/spike_guard.h"
+#include "train/controls/straggler.h"
 #include "train/faults.h"
 #include "train/records/metrics.h"
-#include "train/controls/replica_check.h"
 #include "train/records/repro.h"
 #include "train/records/run_dir.h"
 #include "train/records/run_lock.h"
-#include "train/controls/spike_guard.h"
-#include "train/controls/straggler.h"
 
 namespace parallm::train {
 

@@ -14,8 +14,8 @@
 
 #include "comm/communicator.h"
 #include "comm/world_main.h"
-#include "train/tiny_run.h"
 #include "train/loop/trainer.h"
+#include "train/tiny_run.h"
 
 namespace parallm::test_util {
 

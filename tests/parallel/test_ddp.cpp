@@ -19,8 +19,8 @@
 #include "parallel/ddp.h"
 #include "parallel/deterministic.h"
 #include "parallel/dist_run.h"
-#include "train/tiny_run.h"
 #include "train/loop/trainer.h"
+#include "train/tiny_run.h"
 
 using namespace parallm;
 namespace fs = std::filesystem;

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "parallel/dist_run.h"
-#include "train/session.h"
 #include "train/loop/step.h"
+#include "train/session.h"
 
 using namespace parallm;
 using test_util::world;

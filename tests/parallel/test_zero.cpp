@@ -19,8 +19,8 @@
 #include "parallel/dist_run.h"
 #include "parallel/zero.h"
 #include "train/config/plan.h"
-#include "train/tiny_run.h"
 #include "train/loop/trainer.h"
+#include "train/tiny_run.h"
 
 using namespace parallm;
 

@@ -15,8 +15,8 @@
 
 #include "core/error.h"
 #include "parallel/dist_run.h"
-#include "train/config/agree.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/config/agree.h"
 #include "train/loop/trainer.h"
 
 using namespace parallm;

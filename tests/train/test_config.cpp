@@ -11,8 +11,8 @@
 #include "kernels/bf16.h"
 #include "parallel/mesh.h"
 #include "train/config/config.h"
-#include "train/error_of.h"
 #include "train/config/run_checks.h"
+#include "train/error_of.h"
 
 using namespace parallm;
 

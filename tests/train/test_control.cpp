@@ -18,8 +18,8 @@
 #include "core/text.h"
 #include "train/config/config.h"
 #include "train/controls/control.h"
-#include "train/error_of.h"
 #include "train/controls/job_limit.h"
+#include "train/error_of.h"
 
 namespace parallm::train {
 using parallm::test_util::error_of;

@@ -22,10 +22,10 @@
 #include "model/gpt.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/ckpt_dirs.h"
-#include "train/error_of.h"
 #include "train/checkpoint/hf_export.h"
-#include "train/tiny_run.h"
+#include "train/error_of.h"
 #include "train/loop/trainer.h"
+#include "train/tiny_run.h"
 
 using namespace parallm;
 using namespace parallm::train;

@@ -19,8 +19,8 @@
 #include "data/vocab.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/ckpt_dirs.h"
-#include "train/records/run_lock.h"
 #include "train/loop/sample.h"
+#include "train/records/run_lock.h"
 #include "train/trainer_fixture.h"
 
 using namespace parallm;

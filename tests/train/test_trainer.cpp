@@ -14,8 +14,8 @@
 #include "kernels/bf16.h"
 #include "optim/loss_scale.h"
 #include "train/checkpoint/checkpoint.h"
-#include "train/tiny_run.h"
 #include "train/loop/trainer.h"
+#include "train/tiny_run.h"
 #include "train/trainer_fixture.h"
 
 using namespace parallm;

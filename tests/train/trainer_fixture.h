@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "train/tiny_run.h"
 #include "train/loop/trainer.h"
+#include "train/tiny_run.h"
 
 namespace parallm::test_util {
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "core/timer.h"
-#include "train/loop/sample.h"
 #include "train/checkpoint/state_io.h"
+#include "train/loop/sample.h"
 
 namespace parallm::train {
 

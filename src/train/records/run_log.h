@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
-#include "train/session.h"
 #include "train/loop/step.h"
+#include "train/session.h"
 
 namespace parallm::train {
 
