@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/profiler.h"
 #include "core/tensor.h"
 #include "core/text.h"
 #include "core/timer.h"
@@ -189,6 +190,37 @@ void Pipeline::last_logits(model::GPT& m, const int32_t* tokens, int64_t T, int6
       nullptr);
   if (mesh_.last_stage()) m.last_logits(out, 1, T, pos);
   from_last_stage(out, m.config().vocab_size);
+}
+
+Pipeline::StepTimes Pipeline::train_step(model::GPT& m, GradSync& sync, const StepFeed& f, std::vector<float>& losses) {
+  const int64_t N = f.B * f.T;
+  const bool reads = m.layout().first_stage() || m.layout().last_stage();
+  x_.resize(static_cast<size_t>(reads ? f.gas * N : 0));  // allocated at the first step only
+  y_.resize(x_.size());
+  m.zero_grad();
+  sync.begin_step();
+  if (reads) {
+    PARALLM_PROFILE("data");
+    for (int64_t k = 0; k < f.gas; ++k) f.read(k, x_.data() + k * N, y_.data() + k * N);
+  }
+  const auto micro = [&](int k) {
+    Micro u;
+    if (reads) {
+      u.x = x_.data() + k * N;
+      u.y = y_.data() + k * N;
+    }
+    u.ctx = f.context(k);
+    return u;
+  };
+  const Times pt = step(m, f.it, f.B, f.T, micro, losses);
+  Timer tc;
+  grads_final(m, sync);
+  StepTimes t;
+  t.forward = pt.forward;
+  t.backward = pt.backward + tc.seconds();
+  t.compute = pt.forward + pt.backward;
+  stage_times(pt, t.stage_idle, t.stage_cost_ms);
+  return t;
 }
 
 void Pipeline::grads_final(const model::GPT& m, GradSync& sync) const {

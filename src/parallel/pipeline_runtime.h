@@ -84,6 +84,22 @@ class Pipeline {
   // and its mean ms per F, B, B-input and W action (cost_ms[4 * stage + kind],
   // 0 where it ran none), gathered over the pp group (collective).
   void stage_times(const Times& t, std::vector<double>& idle, std::vector<double>& cost_ms) const;
+  // One optimizer step through this stage as the trainer's step adapter feeds
+  // it: the gradients zeroed, the step begun on `sync`, the `gas`
+  // micro-batches of B x T tokens read through `read` on the end stages (the
+  // first needs tokens, the last targets; all before the first action), each
+  // micro-batch's context from `context`, step(), then grads_final.
+  struct StepFeed {
+    int64_t it = 0, B = 0, T = 0, gas = 1;
+    std::function<void(int64_t micro, int32_t* x, int32_t* y)> read;
+    std::function<model::StepContext(int64_t micro)> context;
+  };
+  struct StepTimes {
+    double forward = 0, backward = 0;               // the actions' seconds (backward with grads_final)
+    double compute = 0;                             // the actions' alone
+    std::vector<double> stage_idle, stage_cost_ms;  // stage_times()
+  };
+  StepTimes train_step(model::GPT& m, GradSync& sync, const StepFeed& feed, std::vector<float>& losses);
   // After the optimizer step: the last stage's copy of the tied table is set
   // to the first stage's (bit for bit; both took the same summed gradient,
   // but their dp reductions may have added it in different orders).
@@ -102,6 +118,7 @@ class Pipeline {
   model::PipelinePart part_;             // this rank's chunks, activation sets per chunk, split backward
   MidStepFault fault_;
   int64_t cur_iter_ = -1;
+  std::vector<int32_t> x_, y_;  // train_step's micro-batches (end stages)
   // Runs `list` (this rank's actions); Forward of the model's last chunk stores its loss in losses[micro].
   Times execute(model::GPT& m, const std::vector<Action>& list, int64_t B, int64_t T,
                 const std::function<Micro(int)>& micro, std::vector<float>* losses);

@@ -100,54 +100,38 @@ class MicroBatches : public Schedule {
 };
 
 // Pipeline parallel: the step's micro-batches through this rank's stage, as
-// its schedule's actions say (parallel/pipeline_runtime.h). The stages at the ends read
-// the batches (the first its tokens, the last its targets).
+// its schedule's actions say (Pipeline::train_step, parallel/pipeline_runtime.h),
+// fed from the loader (the stages at the ends read the batches).
 class PipelineSteps : public Schedule {
  public:
-  explicit PipelineSteps(Session& s) : s_(s) {
-    const int64_t gas = s.cfg.optimizer.gas, N = s.batch() * s.local_seq();
-    const bool reads = s.model->layout().first_stage() || s.model->layout().last_stage();
-    x_.assign(static_cast<size_t>(reads ? gas * N : 0), 0);
-    y_.assign(x_.size(), 0);
-  }
+  explicit PipelineSteps(Session& s) : s_(s) {}
 
   PassTimes run(int64_t it, std::vector<float>& losses) override {
-    model::GPT& m = *s_.model;
-    parallel::GradSync& sync = *s_.sync;
-    const int64_t gas = s_.cfg.optimizer.gas, B = s_.batch(), T = s_.local_seq(), N = B * T;
+    parallel::Pipeline::StepFeed f;
+    f.it = it;
+    f.B = s_.batch();
+    f.T = s_.local_seq();
+    f.gas = s_.cfg.optimizer.gas;
     const int64_t batch = s_.cfg.train.skip_batches.data_index(it);  // the global batch (train.skip_batches)
-    m.zero_grad();
-    sync.begin_step();
-    if (!x_.empty()) {
-      PARALLM_PROFILE("data");
-      for (int64_t micro = 0; micro < gas; ++micro)
-        s_.loader->get(data::Split::Train, batch, micro, x_.data() + micro * N, y_.data() + micro * N);
-    }
-    const auto micro = [&](int k) {
-      parallel::Pipeline::Micro u;
-      if (!x_.empty()) {
-        u.x = x_.data() + k * N;
-        u.y = y_.data() + k * N;
-      }
-      u.ctx = {true,
-               true,
-               s_.cfg.train.seed,
-               static_cast<uint64_t>(it * gas + k),
-               s_.scaler->scale() / static_cast<float>(gas),  // exact: S is a power of two
-               nullptr,
-               s_.mesh->coord().dp * B};
-      u.ctx.watch = s_.watch.get();
-      return u;
+    f.read = [&](int64_t micro, int32_t* x, int32_t* y) { s_.loader->get(data::Split::Train, batch, micro, x, y); };
+    f.context = [&](int64_t k) {
+      model::StepContext c{true,
+                           true,
+                           s_.cfg.train.seed,
+                           static_cast<uint64_t>(it * f.gas + k),
+                           s_.scaler->scale() / static_cast<float>(f.gas),  // exact: S is a power of two
+                           nullptr,
+                           s_.mesh->coord().dp * f.B};
+      c.watch = s_.watch.get();
+      return c;
     };
-    parallel::Pipeline& pipe = *s_.plan->pipeline();
-    const parallel::Pipeline::Times pt = pipe.step(m, it, B, T, micro, losses);
-    Timer tc;
-    pipe.grads_final(m, sync);
+    parallel::Pipeline::StepTimes st = s_.plan->pipeline()->train_step(*s_.model, *s_.sync, f, losses);
     PassTimes t;
-    t.dtf = pt.forward;
-    t.dtb = pt.backward + tc.seconds();
-    t.compute = pt.forward + pt.backward;
-    pipe.stage_times(pt, t.stage_idle, t.stage_cost_ms);
+    t.dtf = st.forward;
+    t.dtb = st.backward;
+    t.compute = st.compute;
+    t.stage_idle = std::move(st.stage_idle);
+    t.stage_cost_ms = std::move(st.stage_cost_ms);
     return t;
   }
 
@@ -155,7 +139,6 @@ class PipelineSteps : public Schedule {
 
  private:
   Session& s_;
-  std::vector<int32_t> x_, y_;
 };
 
 // The spike guard's verdict on this step ("" to apply it). Its inputs are
