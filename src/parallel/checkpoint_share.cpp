@@ -71,7 +71,6 @@ CheckpointShare assembled_groups(int writer, int writers, const model::ParamLayo
   for (int g = 0; g < whole.num_groups(); ++g)
     s.runs.push_back({g % writers, whole.group(g).begin, whole.group(g).end - whole.group(g).begin});
   auto buf = std::make_shared<std::vector<float>>(writer >= 0 ? static_cast<size_t>(whole.max_group_size()) : 0);
-  s.keep = buf;
   s.data = [writer, writers, buf, assemble = std::move(assemble)](StatePart part, size_t k) -> const float* {
     const int g = static_cast<int>(k);
     const bool mine = writer >= 0 && g % writers == writer;

@@ -49,6 +49,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "model/gpt.h"
@@ -102,6 +103,9 @@ void write_checkpoint(comm::Communicator& world, const CkptDir& dir, const model
 // AdamW's first and second moments), through write_checkpoint.
 void save_checkpoint(const CkptDir& dir, const model::ParamLayout& layout, const float* params, const float* m,
                      const float* v, int64_t optimizer_steps, const TrainState& st, const nlohmann::json& config);
+// A model's parameters and its optimizer's moments as host floats: in place
+// on the CPU, staged through `host` (3 x flat_size floats) from a GPU.
+parallel::StateBuffers host_state(const model::GPT& m, const optim::AdamW& opt, std::vector<float>& host);
 // The same for a one-rank model (its layout whole) and its optimizer, staged
 // through the host from a GPU.
 void save_checkpoint(const CkptDir& dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,

@@ -255,24 +255,23 @@ void save_checkpoint(const CkptDir& dir, const model::ParamLayout& layout, const
                    config);
 }
 
+parallel::StateBuffers host_state(const model::GPT& m, const optim::AdamW& opt, std::vector<float>& host) {
+  if (m.device().is_cpu()) return {m.params(), opt.m(), opt.v()};
+  const auto n = static_cast<size_t>(m.flat_size());
+  host.resize(3 * n);
+  m.store_params(host.data());
+  gpu::memcpy_d2h(host.data() + n, opt.m(), n * sizeof(float));
+  gpu::memcpy_d2h(host.data() + 2 * n, opt.v(), n * sizeof(float));
+  return {host.data(), host.data() + n, host.data() + 2 * n};
+}
+
 void save_checkpoint(const CkptDir& dir, const model::GPT& m, const optim::AdamW& opt, const TrainState& st,
                      const nlohmann::json& config) {
   PARALLM_CHECK(m.layout().whole(), InternalError, "checkpoint.save",
                 "a model part is saved by its layout's share (write_checkpoint)");
-  // GPU buffers are staged through host copies; CPU buffers are written in place.
   std::vector<float> host;
-  const float *p = m.params(), *om = opt.m(), *ov = opt.v();
-  if (!m.device().is_cpu()) {
-    const auto n = static_cast<size_t>(m.flat_size());
-    host.resize(3 * n);
-    m.store_params(host.data());
-    gpu::memcpy_d2h(host.data() + n, opt.m(), n * sizeof(float));
-    gpu::memcpy_d2h(host.data() + 2 * n, opt.v(), n * sizeof(float));
-    p = host.data();
-    om = p + n;
-    ov = p + 2 * n;
-  }
-  save_checkpoint(dir, m.layout(), p, om, ov, opt.steps_taken(), st, config);
+  const parallel::StateBuffers b = host_state(m, opt, host);
+  save_checkpoint(dir, m.layout(), b.params, b.m, b.v, opt.steps_taken(), st, config);
 }
 
 }  // namespace parallm::train

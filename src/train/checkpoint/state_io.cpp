@@ -4,7 +4,6 @@
 #include <cstring>
 #include <vector>
 
-#include "core/gpu.h"
 #include "core/log.h"
 #include "hf/hf_gpt2.h"
 #include "parallel/group_ops.h"
@@ -76,16 +75,10 @@ void read_sharded(Session& s, const parallel::HeldState& h) {
 }
 
 // This rank's state as host floats for its checkpoint share: a GPU model's
-// replicated state staged through `host`; shards (ZeRO) are host buffers.
-parallel::StateBuffers host_state(Session& s, bool sharded, std::vector<float>& host) {
-  parallel::StateBuffers b{s.model->params(), s.opt->m(), s.opt->v()};
-  if (sharded || s.dev.is_cpu()) return b;
-  const auto n = static_cast<size_t>(s.model->flat_size());
-  host.resize(3 * n);
-  s.model->store_params(host.data());
-  gpu::memcpy_d2h(host.data() + n, s.opt->m(), n * sizeof(float));
-  gpu::memcpy_d2h(host.data() + 2 * n, s.opt->v(), n * sizeof(float));
-  return {host.data(), host.data() + n, host.data() + 2 * n};
+// replicated state staged through `host` (checkpoint.h); shards (ZeRO) are host buffers.
+parallel::StateBuffers share_buffers(Session& s, std::vector<float>& host) {
+  if (s.sync->held().sharded) return {s.model->params(), s.opt->m(), s.opt->v()};
+  return host_state(*s.model, *s.opt, host);
 }
 
 // A dynamic scale goes on where it was.
@@ -149,7 +142,7 @@ std::string save_state(Session& s, int64_t next, SaveSlot slot) {
   // Every layout contributes runs of the whole tensors (the plan says which); one writer writes them.
   const model::ParamLayout whole(s.cfg.model);
   std::vector<float> host;
-  auto mine = [&] { return host_state(s, s.sync->held().sharded, host); };
+  auto mine = [&] { return share_buffers(s, host); };
   write_checkpoint(s.world, dir, whole, s.plan->checkpoint_share(s.model->layout(), whole, mine, *s.sync),
                    s.opt->steps_taken(), s.st, s.cfg.to_json());
   if (s.lead) {
