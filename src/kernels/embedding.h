@@ -1,4 +1,5 @@
-// Contract: token + position embedding. out[b, t, :] = wte[tok[b, t], :] + wpe[t, :].
+// Contract: token + position embedding. out[b, t, :] = wte[tok[b, t], :] + wpe[t, :]
+// (wpe and dwpe null: no position table, out = wte[tok], as rotary models have).
 // Backward accumulates into dwte/dwpe in a fixed order (no atomics), so it is
 // deterministic for any thread count.
 #pragma once

@@ -16,6 +16,12 @@ namespace {
   t.matmul_backward = &ns::matmul_backward;                         \
   t.layernorm_forward = &ns::layernorm_forward;                     \
   t.layernorm_backward = &ns::layernorm_backward;                   \
+  t.rmsnorm_forward = &ns::rmsnorm_forward;                         \
+  t.rmsnorm_backward = &ns::rmsnorm_backward;                       \
+  t.rope_pack_forward = &ns::rope_pack_forward;                     \
+  t.rope_pack_backward = &ns::rope_pack_backward;                   \
+  t.swiglu_forward = &ns::swiglu_forward;                           \
+  t.swiglu_backward = &ns::swiglu_backward;                         \
   t.gelu_forward = &ns::gelu_forward;                               \
   t.gelu_backward = &ns::gelu_backward;                             \
   t.attention_forward = &ns::attention_forward;                     \

@@ -13,7 +13,10 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
 #include "kernels/stats.h"
+#include "kernels/swiglu.h"
 #include "kernels/vocab_parallel.h"
 
 namespace parallm::kernels {
@@ -34,6 +37,13 @@ struct ModelOps {
   void (*layernorm_forward)(A* out, float* mean, float* rstd, const A* inp, const A* w, const A* b, I N, I C);
   void (*layernorm_backward)(A* dinp, float* dw, float* db, const A* dout, const A* inp, const A* w, const float* mean,
                              const float* rstd, I N, I C);
+  // The Llama family's layers (rmsnorm.h, rope.h, swiglu.h).
+  void (*rmsnorm_forward)(A* out, float* rstd, const A* inp, const A* w, I N, I C, float eps);
+  void (*rmsnorm_backward)(A* dinp, float* dw, const A* dout, const A* inp, const A* w, const float* rstd, I N, I C);
+  void (*rope_pack_forward)(A* qkv, const A* q, const A* k, const A* v, const float* rope, I B, I T, I H, I KV, I D);
+  void (*rope_pack_backward)(A* dq, A* dk, A* dv, const A* dqkv, const float* rope, I B, I T, I H, I KV, I D);
+  void (*swiglu_forward)(A* out, const A* gate, const A* up, I n);
+  void (*swiglu_backward)(A* dgate, A* dup, const A* dout, const A* gate, const A* up, I n);
   void (*gelu_forward)(A* out, const A* inp, I n, GeluKind kind);
   void (*gelu_backward)(A* dinp, const A* inp, const A* dout, I n, GeluKind kind);
   void (*attention_forward)(A* out, float* lse, const A* qkv, I B, I T, I C, I NH, AttnDropout drop, float* ws);

@@ -229,7 +229,8 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
                        int64_t C) {
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = 0; c < C; ++c) out[(b * T + t) * C + c] = wte[tokens[b * T + t] * C + c] + wpe[t * C + c];
+      for (int64_t c = 0; c < C; ++c)
+        out[(b * T + t) * C + c] = wte[tokens[b * T + t] * C + c] + (wpe ? wpe[t * C + c] : 0.0f);
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
@@ -238,7 +239,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
     for (int64_t t = 0; t < T; ++t)
       for (int64_t c = 0; c < C; ++c) {
         dwte[tokens[b * T + t] * C + c] += dout[(b * T + t) * C + c];
-        dwpe[t * C + c] += dout[(b * T + t) * C + c];
+        if (dwpe) dwpe[t * C + c] += dout[(b * T + t) * C + c];
       }
 }
 

@@ -17,7 +17,8 @@ __global__ void emb_forward(T* out, const int32_t* tokens, const T* wte, const T
                             int64_t C) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < BT * C; i += int64_t{gridDim.x} * blockDim.x) {
     int64_t bt = i / C, c = i % C;
-    out[i] = from_f<T>(to_f(wte[static_cast<int64_t>(tokens[bt]) * C + c]) + to_f(wpe[(bt % Tn) * C + c]));
+    const float e = to_f(wte[static_cast<int64_t>(tokens[bt]) * C + c]);
+    out[i] = from_f<T>(wpe ? e + to_f(wpe[(bt % Tn) * C + c]) : e);  // no wpe: rotary models
   }
 }
 
@@ -112,6 +113,7 @@ void bwd(float* dwte, float* dwpe, const E* dout, const int32_t* tokens, int64_t
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((C + threads - 1) / threads));
   emb_backward_wte<<<grid, dim3(threads, kSplit), 0, stream()>>>(dwte, dout, sorted_tok, sorted_pos, BT, C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.embedding_backward");
+  if (!dwpe) return;
   emb_backward_wpe<<<capped_blocks(T * C, 256), 256, 0, stream()>>>(dwpe, dout, B, T, C);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.embedding_backward");
 }

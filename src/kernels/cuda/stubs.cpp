@@ -9,7 +9,10 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
 #include "kernels/stats.h"
+#include "kernels/swiglu.h"
 #include "kernels/vocab_parallel.h"
 
 namespace parallm::kernels::cuda {
@@ -37,6 +40,26 @@ void layernorm_forward(float*, float*, float*, const float*, const float*, const
 void layernorm_backward(float*, float*, float*, const float*, const float*, const float*, const float*, const float*,
                         int64_t, int64_t) {
   not_built("layernorm_backward");
+}
+void rmsnorm_forward(float*, float*, const float*, const float*, int64_t, int64_t, float) {
+  not_built("rmsnorm_forward");
+}
+void rmsnorm_backward(float*, float*, const float*, const float*, const float*, const float*, int64_t, int64_t) {
+  not_built("rmsnorm_backward");
+}
+void rope_pack_forward(float*, const float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                       int64_t, int64_t) {
+  not_built("rope_pack_forward");
+}
+void rope_pack_backward(float*, float*, float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t,
+                        int64_t) {
+  not_built("rope_pack_backward");
+}
+void swiglu_forward(float*, const float*, const float*, int64_t) {
+  not_built("swiglu_forward");
+}
+void swiglu_backward(float*, float*, const float*, const float*, const float*, int64_t) {
+  not_built("swiglu_backward");
 }
 void gelu_forward(float*, const float*, int64_t, GeluKind) {
   not_built("gelu_forward");
@@ -155,6 +178,25 @@ void gemm_strided_batched(bool, bool, int64_t, int64_t, int64_t, float, const fl
 
 // bf16 mixed precision.
 using bf = bfloat16;
+void rmsnorm_forward(bf*, float*, const bf*, const bf*, int64_t, int64_t, float) {
+  not_built("rmsnorm_forward");
+}
+void rmsnorm_backward(bf*, float*, const bf*, const bf*, const bf*, const float*, int64_t, int64_t) {
+  not_built("rmsnorm_backward");
+}
+void rope_pack_forward(bf*, const bf*, const bf*, const bf*, const float*, int64_t, int64_t, int64_t, int64_t,
+                       int64_t) {
+  not_built("rope_pack_forward");
+}
+void rope_pack_backward(bf*, bf*, bf*, const bf*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t) {
+  not_built("rope_pack_backward");
+}
+void swiglu_forward(bf*, const bf*, const bf*, int64_t) {
+  not_built("swiglu_forward");
+}
+void swiglu_backward(bf*, bf*, const bf*, const bf*, const bf*, int64_t) {
+  not_built("swiglu_backward");
+}
 void matmul_forward(bf*, const bf*, const bf*, const bf*, int64_t, int64_t, int64_t) {
   not_built("matmul_forward");
 }
