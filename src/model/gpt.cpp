@@ -93,14 +93,16 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
 }
 
 void GPT::build_layers() {
-  const int64_t C = cfg_.n_embd, tp = layout_.spec().tp, Cl = C / tp, NH = cfg_.n_head, NHl = NH / tp;
+  const int64_t C = cfg_.n_embd, tp = layout_.spec().tp, NH = cfg_.n_head;
+  const BlockWidths w = block_widths(cfg_, static_cast<int>(tp), layout_.spec().rank);
   TensorSplit split(tp_, sp_, C);
   auto scratch_at = [&](int64_t off) -> void* {
     return compute_ == DType::BF16 ? static_cast<void*>(acts_.scr<bfloat16>(off)) : acts_.scr<float>(off);
   };
   split.set_buffers(scratch_at(acts_.plan().s_full), scratch_at(acts_.plan().s_gfull));
-  const Attention attn{cpa_.get(), Cl, NHl, NH, layout_.spec().rank * NHl, tp_ ? NH : 0};
-  spec_ = Gpt2Spec::build(cfg_, layout_, std::move(split), attn);
+  const Attention attn{cpa_.get(), w.attn(), w.heads, NH, w.first_head, tp_ ? NH : 0};
+  spec_ = ModelSpec::build(cfg_, layout_, std::move(split), attn);
+  rope_ = RopeTable(cfg_, dev_);
 }
 
 GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
@@ -111,8 +113,8 @@ GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_s
 }
 
 int64_t GPT::num_params_nanogpt() const {
-  // The whole model's (every stage's), wpe excluded, as nanoGPT prints it.
-  return static_cast<int64_t>(cfg_.num_params()) - cfg_.block_size * cfg_.n_embd;
+  // The whole model's (every stage's), wpe excluded, as nanoGPT prints it (rotary models have none).
+  return static_cast<int64_t>(cfg_.num_params()) - (cfg_.llama() ? 0 : cfg_.block_size * cfg_.n_embd);
 }
 
 void GPT::set_store(ParamStore* store) {
@@ -151,7 +153,8 @@ void GPT::zero_grad() {
 
 double GPT::flops_per_token(int64_t T) const {
   const double N = static_cast<double>(num_params_nanogpt());
-  return 6.0 * N + 12.0 * cfg_.n_layer * cfg_.n_embd * static_cast<double>(T);
+  // The attention scores' and values' products: 12 L A T with A the attention width (n_embd for GPT-2).
+  return 6.0 * N + 12.0 * cfg_.n_layer * cfg_.attn_width() * static_cast<double>(T);
 }
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, const StepContext& ctx) {
@@ -292,6 +295,7 @@ PassShape GPT::pass_shape(const StepContext& ctx, int64_t B, int64_t T) const {
   f.Tg = T * cpl_.size;
   f.by_runs = cpa_ != nullptr;
   if (cpa_) f.runs = cpl_.runs(f.Tg);
+  if (rope_.active()) f.rope = rope_.rows(T, 0, f.runs);
   f.ctx = &ctx;
   return f;
 }

@@ -1,5 +1,5 @@
-// GPT (nanoGPT's architecture): explicit forward and backward passes over the layers of its spec (Gpt2Spec:
-// embedding, blocks, ln_f, head), each owning its communication under tp, sp and cp. A step allocates nothing:
+// The model (GPT-2 or the Llama family): explicit forward and backward passes over the layers of its spec
+// (model_spec.h: embedding, blocks, final norm, head), each owning its communication under tp, sp and cp. A step allocates nothing:
 // parameters through ParamAccess (own buffers or a ZeRO store), activations carved once for the largest (B, T),
 // the batch through BatchIo. The head is fused with the loss (forward leaves d(ln_f output) and the head's
 // weight gradient). CPU or GPU alike: on a GPU params()/grads() are device pointers; tokens, targets, losses
@@ -13,13 +13,12 @@
 #include "core/tensor.h"
 #include "model/activations.h"
 #include "model/batch_io.h"
-#include "model/config.h"
 #include "model/cp_attention.h"
-#include "model/gpt2_block.h"
+#include "model/model_spec.h"
 #include "model/model_watch.h"
 #include "model/param_access.h"
-#include "model/params.h"
 #include "model/pass.h"
+#include "model/rope.h"
 #include "model/stage.h"
 #include "model/vocab_layers.h"
 
@@ -119,7 +118,8 @@ class GPT {
   Activations acts_;
   BatchIo io_;
   PipelinePart pipe_;
-  Gpt2Spec spec_;                                // the layers
+  ModelSpec spec_;                               // the layers
+  mutable RopeTable rope_;                       // rotary models: the table of each pass's positions
   int last_fwd_chunk_ = -1, last_fwd_set_ = -1;  // recompute: whose forward the shared buffers hold
   int64_t cur_B_ = 0, cur_T_ = 0;                // the last forward of the model's last chunk (logits) ...
   int logits_set_ = 0;                           // ... and its activation set

@@ -134,19 +134,6 @@ void Gpt2Block::weight_backward(const kernels::ModelOps<A>& k, const BlockEnv& e
   b.qkv.weight_backward(k, e.split, e.acts.act<A>(a.d_qkv), e.acts.act<A>(a.ln1), P, G, N);
 }
 
-Gpt2Spec Gpt2Spec::build(const GPTConfig& cfg, const ParamLayout& layout, TensorSplit split, const Attention& attn) {
-  const int64_t C = cfg.n_embd, Cl = attn.C;  // this rank's attention and projection columns
-  Gpt2Spec s;
-  s.split = std::move(split);
-  s.blocks.assign(static_cast<size_t>(cfg.n_layer), Gpt2Block{});
-  for (int64_t l = 0; l < cfg.n_layer; ++l)
-    if (layout.holds_block(l)) s.blocks[static_cast<size_t>(l)] = Gpt2Block(layout.block(l), C, Cl, attn);
-  s.lnf = LayerNorm{layout.lnf_w(), layout.lnf_b(), C};
-  s.embed = Embedding{layout.wte(), layout.wpe(), C, layout.vocab_rows()};
-  s.head = Head{layout.head(), C, cfg.vocab_size, layout.vocab_rows()};
-  return s;
-}
-
 #define PARALLM_BLOCK(A)                                                                                        \
   template void Gpt2Block::forward<A>(const kernels::ModelOps<A>&, const BlockEnv&, int64_t, const A*,          \
                                       const ParamView<A>&, const PassShape&) const;                             \

@@ -72,18 +72,4 @@ class Gpt2Block {
   Layers layers_;
 };
 
-// The GPT-2 spec: the layers a model (or a pipeline stage of one) holds, in
-// order: the embedding, the blocks (held ones only, by layer index), ln_f and
-// the head, with the tensor split their linear layers share. Each layer takes
-// its slots from the layout and its widths from the split; another family is
-// another spec with its own block kind.
-struct Gpt2Spec {
-  Embedding embed;
-  std::vector<Gpt2Block> blocks;
-  LayerNorm lnf;
-  Head head;
-  TensorSplit split;
-  static Gpt2Spec build(const GPTConfig& cfg, const ParamLayout& layout, TensorSplit split, const Attention& attn);
-};
-
 }  // namespace parallm::model

@@ -59,6 +59,9 @@ struct PassShape {
   uint64_t drop_base = 0;
   bool by_runs = false;  // context parallel: positions in runs
   CpRuns runs;
+  // Rotary models: the cos | sin table rows of the pass's T local rows
+  // (rope.h; their global positions), on the model's device. Null otherwise.
+  const float* rope = nullptr;
   const StepContext* ctx = nullptr;
 
   // Dropout (forward or backward) over the pass's Nl x C residual rows, with
