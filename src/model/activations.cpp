@@ -141,7 +141,7 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
   // Partial norm weight gradients summed over the group: sequence parallel
   // (2C: LayerNorm's weight and bias), and a QK-norm's over this rank's heads (2D).
   if (sp || (cfg.qk_norm() && tp > 1)) o.ln_grad = k.stat(2 * std::max(C, w.D));
-  if (w.kv_whole) o.kv_grad = k.stat(2 * (w.D * C + w.D));  // k and v: one head's weight rows and bias
+  if (w.kv_whole) o.kv_grad = k.stat(2 * cfg.kv_heads() * (w.D * C + w.D));  // the whole k and v weights and biases
   o.acts = k.off;
   o.stats = k.soff;
   const auto attn_ws =

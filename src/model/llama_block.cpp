@@ -10,7 +10,13 @@
 namespace parallm::model {
 
 LlamaBlock::LlamaBlock(const BlockParams& bp, const GPTConfig& cfg, const BlockWidths& w, const Attention& attn)
-    : bp_(bp), H_(w.heads), KV_(w.kv_heads), D_(w.D), kv_whole_(w.kv_whole) {
+    : bp_(bp),
+      H_(w.heads),
+      KV_(w.kv_heads),
+      D_(w.D),
+      kv_whole_(w.kv_whole),
+      kv_total_(cfg.kv_heads()),
+      first_kv_(w.first_kv) {
   const int64_t C = w.C, A = w.attn(), K = w.kv(), F = w.mlp;
   const float eps = cfg.rms_norm_eps;
   // Whole k and v slots: the rows (and bias entries) of the KV head this rank uses.
@@ -89,20 +95,24 @@ void LlamaBlock::forward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64
 template <class A>
 void LlamaBlock::sum_kv_grads(const kernels::ModelOps<A>& k, const BlockEnv& e, const A* const* dkv, const A* x,
                               const ParamView<A>& P, const GradView& G, int64_t N) const {
-  // Each rank's k and v weight gradients cover its own query heads only:
-  // computed apart, summed over the group, then added.
+  // Each rank's k and v weight gradients cover its KV head's rows from its own
+  // query heads only: computed into the whole slots' shape (zero elsewhere),
+  // summed over the group, then added whole, so every replica takes the same update.
   const ColumnLinear* kv = layers_.qkv.l + 1;
-  const int64_t C = kv[0].in, Dn = kv[0].out, per = Dn * C + Dn;
+  const int64_t C = kv[0].in, Dn = kv[0].out, rows = kv_total_ * Dn, per = rows * C + rows;
+  const int64_t slot_w[2] = {bp_.k_w, bp_.v_w}, slot_b[2] = {bp_.k_b, bp_.v_b};
   float* g = e.acts.stat(e.acts.plan().kv_grad);
   e.fp32.fill(g, 2 * per, 0.0f);
   const A* whole = e.split.whole_rows(x, N);
-  for (int i = 0; i < 2; ++i)
-    k.matmul_backward(nullptr, g + i * per, kv[i].b >= 0 ? g + i * per + Dn * C : nullptr, dkv[i], whole, P.at(kv[i].w),
-                      N, C, Dn);
+  for (int i = 0; i < 2; ++i) {
+    float* gw = g + i * per + first_kv_ * Dn * C;
+    float* gb = kv[i].b >= 0 ? g + i * per + rows * C + first_kv_ * Dn : nullptr;
+    k.matmul_backward(nullptr, gw, gb, dkv[i], whole, P.at(kv[i].w), N, C, Dn);
+  }
   e.split.group()->sum(g, 2 * per);
   for (int i = 0; i < 2; ++i) {
-    e.fp32.add_inplace(G.at(kv[i].w), g + i * per, Dn * C);
-    if (kv[i].b >= 0) e.fp32.add_inplace(G.at(kv[i].b), g + i * per + Dn * C, Dn);
+    e.fp32.add_inplace(G.at(slot_w[i]), g + i * per, rows * C);
+    if (slot_b[i] >= 0) e.fp32.add_inplace(G.at(slot_b[i]), g + i * per + rows * C, rows);
   }
 }
 

@@ -40,9 +40,10 @@ class LlamaBlock {
     Attention attn;
     RowLinear proj, down;
   };
-  BlockParams bp_{};                // the slots (for the gradient-ready reports)
-  int64_t H_ = 0, KV_ = 0, D_ = 0;  // this rank's query heads, KV heads, head size
-  bool kv_whole_ = false;           // k and v replicated: their weight gradients summed over the group
+  BlockParams bp_{};                     // the slots (for the gradient-ready reports)
+  int64_t H_ = 0, KV_ = 0, D_ = 0;       // this rank's query heads, KV heads, head size
+  bool kv_whole_ = false;                // k and v replicated: their weight gradients summed over the group
+  int64_t kv_total_ = 0, first_kv_ = 0;  // the model's KV heads, the one this rank uses (kv_whole_)
   Layers layers_;
   template <class A>
   void attention_input(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t l, const ParamView<A>& P,
