@@ -19,7 +19,7 @@
 #include "core/fileio.h"
 #include "core/log.h"
 #include "data/vocab.h"
-#include "hf/hf_gpt2.h"
+#include "hf/hf_model.h"
 #include "model/gpt.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/ckpt_dirs.h"
@@ -66,11 +66,11 @@ Loaded load_run(const SampleOpts& o) {
   return l;
 }
 
-// hf:DIR, a Hugging Face GPT-2 directory (hf/hf_gpt2.h): its weights and
+// hf:DIR, a Hugging Face directory (hf/hf_model.h: GPT-2, Llama, Qwen): its weights and
 // its tokenizer files (or --data's vocabulary).
 Loaded load_hf(const SampleOpts& o) {
   const std::string dir = o.ckpt.substr(3);
-  const model::GPTConfig cfg = hf::hf_gpt2_config(dir);
+  const model::GPTConfig cfg = hf::hf_config(dir);
   PARALLM_CHECK(!o.data.empty() || data::Bpe::dir_has_tokenizer(dir), ConfigError, "cli.sample",
                 "--ckpt hf:{} holds no tokenizer (tokenizer.json, vocab.json + merges.txt, or encoder.json + "
                 "vocab.bpe), as a character model's export does: name its vocabulary with --data DIR (the dataset, "
@@ -80,7 +80,7 @@ Loaded load_hf(const SampleOpts& o) {
   l.vocab = !o.data.empty() ? data::Vocab::load(o.data)
                             : data::Vocab::of_bpe(std::make_shared<const data::Bpe>(data::Bpe::load_dir(dir)));
   l.model = std::make_unique<model::GPT>(cfg, 1, cfg.block_size);
-  l.model->load_params(hf::load_hf_gpt2(dir, cfg, l.model->layout()).data());
+  l.model->load_params(hf::load_hf(dir, cfg, l.model->layout()).data());
   return l;
 }
 
