@@ -9,6 +9,7 @@
 // --ckpt hf:DIR samples a Hugging Face GPT-2 directory instead (its weights
 // and tokenizer, hf/hf_gpt2.h); --logits FILE writes the prompt's logits
 // instead of sampling (what tools/torch_ref/hf_logits.py compares).
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -37,6 +38,7 @@ struct SampleOpts {
   int64_t max_new_tokens = 500, top_k = 200, num_samples = 1;
   float temperature = 0.8f;
   uint64_t seed = 1337;
+  bool no_kv_cache = false;
 };
 
 struct Loaded {
@@ -113,8 +115,8 @@ Runner add_sample(CLI::App& app) {
   cmd->add_option("--max_new_tokens", o->max_new_tokens, "tokens to generate")
       ->check(int_in(0, kMaxNewTokens))
       ->capture_default_str();
-  cmd->add_option("--temperature", o->temperature, "sampling temperature (> 0)")
-      ->check(number_in(0, 100, /*lo_open=*/true))
+  cmd->add_option("--temperature", o->temperature, "sampling temperature (0: always the most likely token)")
+      ->check(number_in(0, 100))
       ->capture_default_str();
   cmd->add_option("--top_k", o->top_k, "keep the k most likely tokens (0 = all)")
       ->check(int_in(0, INT32_MAX))
@@ -125,6 +127,8 @@ Runner add_sample(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "sampling seed (as train.seed)")
       ->check(int_in(0, INT64_MAX))
       ->capture_default_str();
+  cmd->add_flag("--no-kv-cache", o->no_kv_cache,
+                "run the whole context for every token instead of caching keys and values (the same ids, slower)");
   cmd->add_option("--data", o->data, "dataset directory with meta.json (default: the run's own vocabulary)");
   cmd->add_option("--logits", o->logits,
                   "write the prompt's logits (every position, float32 little-endian, [tokens, vocab_size]) to this "
@@ -149,9 +153,15 @@ Runner add_sample(CLI::App& app) {
     };
     for (int64_t s = 0; s < o->num_samples; ++s) {
       std::fputs(vocab.decode(prompt).c_str(), stdout);
-      train::generate(
-          m, prompt,
-          {o->max_new_tokens, o->temperature, o->top_k, o->seed + static_cast<uint64_t>(s), vocab.size(), print_token});
+      train::SampleOptions so{o->max_new_tokens, o->temperature, o->top_k, o->seed + static_cast<uint64_t>(s),
+                              vocab.size(),      print_token};
+      so.kv_cache = !o->no_kv_cache;
+      const auto t0 = std::chrono::steady_clock::now();
+      train::generate(m, prompt, so);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      log::info("{} tokens in {:.3f} s ({:.1f} tokens/s, {})", o->max_new_tokens, secs,
+                static_cast<double>(o->max_new_tokens) / secs,
+                so.kv_cache && m.decode_supported() ? "KV cache" : "recomputed");
       std::printf("\n---------------\n");
     }
     return 0;

@@ -168,8 +168,9 @@ float GPT::forward_chunk(int chunk, int set, const int32_t* tokens, const int32_
   PARALLM_CHECK(!ctx.need_grad || targets || !last_chunk(chunk), ShapeError, "gpt.forward", "gradients need targets");
   begin_pass(chunk, set, tokens, targets, B, T, "gpt.forward");
   const auto copy = pa_.copy_scope(bf16_products_);
-  float loss = compute_ == DType::BF16 ? forward_impl(*kb_, chunk, tokens, targets, B, T, ctx)
-                                       : forward_impl<float>(*k_, chunk, tokens, targets, B, T, ctx);
+  const PassShape f = pass_shape(ctx, B, T);
+  float loss = compute_ == DType::BF16 ? forward_impl(*kb_, chunk, tokens, targets, f)
+                                       : forward_impl<float>(*k_, chunk, tokens, targets, f);
   Activations::SetState& st = acts_.state();
   st.B = B;
   st.T = T;
@@ -201,13 +202,13 @@ void GPT::begin_pass(int chunk, int set, const int32_t*& tokens, const int32_t*&
 
 template <class A>
 float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets,
-                        int64_t B, int64_t T, const StepContext& ctx) {
+                        const PassShape& f) {
+  const StepContext& ctx = *f.ctx;
   const bool first = first_chunk(chunk), last = last_chunk(chunk);
   // The embeddings (group 0) serve the first chunk's embedding and the last one's tied head.
   const int eg = layout_.embed_group();
   ParamView<A> PE, P;
   if (eg >= 0) PE = {pa_.params<A>(eg, Pass::Forward), layout_.group(eg).begin};
-  const PassShape f = pass_shape(ctx, B, T);
   A* x = acts_.act<A>(acts_.chunk_acts().input);
   if (first) {
     spec_.embed.forward(k, spec_.split, x, tokens, PE, f);
@@ -281,7 +282,7 @@ void* GPT::chunk_grad(int chunk, int set) {
   return acts_.message(acts_.chunk_acts().grad);
 }
 
-PassShape GPT::pass_shape(const StepContext& ctx, int64_t B, int64_t T) const {
+PassShape GPT::pass_shape(const StepContext& ctx, int64_t B, int64_t T, int64_t pos0, KvCache* cache) const {
   PassShape f;
   f.B = B;
   f.T = T;
@@ -295,9 +296,34 @@ PassShape GPT::pass_shape(const StepContext& ctx, int64_t B, int64_t T) const {
   f.Tg = T * cpl_.size;
   f.by_runs = cpa_ != nullptr;
   if (cpa_) f.runs = cpl_.runs(f.Tg);
-  if (rope_.active()) f.rope = rope_.rows(T, 0, f.runs);
+  f.pos0 = pos0;
+  f.cache = cache;
+  if (rope_.active()) f.rope = rope_.rows(T, pos0, f.runs);
   f.ctx = &ctx;
   return f;
+}
+
+bool GPT::decode_supported() const {
+  return layout_.whole() && !tp_ && !cpa_ && compute_ == DType::F32 && k_->attention_block_forward != nullptr;
+}
+
+void GPT::decode(const int32_t* tokens, int64_t n, KvCache& cache, float* logits) {
+  PARALLM_CHECK(decode_supported(), ConfigError, "gpt.decode",
+                "generation with a KV cache runs the whole model on one rank in fp32 activations");
+  PARALLM_CHECK(n >= 1 && cache.length() + n <= cache.capacity(), ShapeError, "gpt.decode",
+                "{} new positions after the {} cached exceed the cache's {}", n, cache.length(), cache.capacity());
+  const int32_t* targets = nullptr;
+  begin_pass(0, 0, tokens, targets, 1, n, "gpt.decode");
+  const auto copy = pa_.copy_scope(bf16_products_);
+  const StepContext ctx;  // eval: no dropout, no gradients
+  forward_impl<float>(*k_, 0, tokens, nullptr, pass_shape(ctx, 1, n, cache.length(), &cache));
+  acts_.state() = {1, n, false, false};
+  cur_B_ = 1;
+  cur_T_ = n;
+  logits_set_ = 0;
+  last_fwd_chunk_ = last_fwd_set_ = 0;
+  cache.commit(n);
+  logits_impl<float>(*k_, logits, 1, n, n - 1);
 }
 
 float GPT::deferred_loss() {

@@ -49,7 +49,7 @@ void Gpt2Block::forward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_
   A* tmp = e.acts.scr<A>(e.acts.plan().s_tmp);
   b.ln1.forward(k, e.acts.act<A>(a.ln1), e.acts.stat(a.ln1_mean), e.acts.stat(a.ln1_rstd), x, P, Nl);
   b.qkv.forward(k, e.split, e.acts.act<A>(a.qkv), e.acts.act<A>(a.ln1), P, N);
-  b.attn.forward(k, e.acts.act<A>(a.atty), e.acts.stat(a.lse), e.acts.act<A>(a.qkv),
+  b.attn.forward(k, l, e.acts.act<A>(a.atty), e.acts.stat(a.lse), e.acts.act<A>(a.qkv),
                  a.att_h >= 0 ? e.acts.act<A>(a.att_h) : nullptr, f, stream(kAttnProbs), e.acts.ws(),
                  e.acts.scr<A>(e.acts.plan().s_cp));
   b.proj.forward_residual(k, e.split, e.acts.act<A>(a.res2), x, e.acts.act<A>(a.atty), P, tmp, f, stream(kAttnResid));

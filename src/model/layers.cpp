@@ -3,10 +3,13 @@
 #include "model/layers.h"
 
 #include <cstring>
+#include <type_traits>
 
+#include "core/error.h"
 #include "core/gpu.h"
 #include "kernels/ops.h"
 #include "model/cp_attention.h"
+#include "model/kv_cache.h"
 
 namespace parallm::model {
 
@@ -130,8 +133,12 @@ void Norm::backward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* dx, 
 }
 
 template <class A>
-void Attention::forward(const kernels::ModelOps<A>& k, A* out, float* lse, A* qkv, A* out_h, const PassShape& f,
-                        uint64_t stream, float* ws, A* scratch) const {
+void Attention::forward(const kernels::ModelOps<A>& k, int64_t l, A* out, float* lse, A* qkv, A* out_h,
+                        const PassShape& f, uint64_t stream, float* ws, A* scratch) const {
+  if (f.cache) {
+    if constexpr (std::is_same_v<A, float>) return f.cache->attend(k, l, out, lse, qkv, f.N);
+    throw InternalError("model.attention", "a KV cache takes fp32 activations");
+  }
   const kernels::AttnDropout drop = dropout(f, stream);
   if (cp)
     cp->forward(k, out, lse, qkv, out_h, f.B, f.T, C, heads, drop, ws, scratch);
@@ -173,8 +180,8 @@ void Attention::backward(const kernels::ModelOps<A>& k, A* dqkv, const A* dout, 
   template void LayerNorm::backward<A>(const kernels::ModelOps<A>&, const TensorSplit&, A*, const A*, const A*,       \
                                        const ParamView<A>&, const GradView&, const float*, const float*, int64_t,     \
                                        const kernels::Ops&, Device, float*, bool) const;                              \
-  template void Attention::forward<A>(const kernels::ModelOps<A>&, A*, float*, A*, A*, const PassShape&, uint64_t,    \
-                                      float*, A*) const;                                                              \
+  template void Attention::forward<A>(const kernels::ModelOps<A>&, int64_t, A*, float*, A*, A*, const PassShape&,     \
+                                      uint64_t, float*, A*) const;                                                    \
   template void Attention::backward<A>(const kernels::ModelOps<A>&, A*, const A*, const A*, const A*, const A*,       \
                                        const float*, const PassShape&, uint64_t, float*, A*) const;
 PARALLM_LAYERS(float)

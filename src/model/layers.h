@@ -238,9 +238,10 @@ struct Attention {
     return {f.p, f.ctx->seed, stream, f.ctx->sample_offset * all_heads + first_head, head_stride};
   }
   // out [B, T, C] and lse from qkv [B, T, 3C]; out_h, scratch: the exchange's (cp_attention.h).
+  // With a KV cache in the pass, layer l's cached positions join (kv_cache.h).
   template <class A>
-  void forward(const kernels::ModelOps<A>& k, A* out, float* lse, A* qkv, A* out_h, const PassShape& f, uint64_t stream,
-               float* ws, A* scratch) const;
+  void forward(const kernels::ModelOps<A>& k, int64_t l, A* out, float* lse, A* qkv, A* out_h, const PassShape& f,
+               uint64_t stream, float* ws, A* scratch) const;
   template <class A>
   void backward(const kernels::ModelOps<A>& k, A* dqkv, const A* dout, const A* qkv, const A* out, const A* out_h,
                 const float* lse, const PassShape& f, uint64_t stream, float* ws, A* scratch) const;

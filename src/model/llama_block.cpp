@@ -80,7 +80,7 @@ void LlamaBlock::forward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64
   A* tmp = e.acts.scr<A>(e.acts.plan().s_tmp);
   L.ln1.forward(k, e.acts.act<A>(a.ln1), nullptr, e.acts.stat(a.ln1_rstd), x, P, Nl);
   attention_input(k, e, l, P, f);
-  L.attn.forward(k, e.acts.act<A>(a.atty), e.acts.stat(a.lse), e.acts.act<A>(a.qkv),
+  L.attn.forward(k, l, e.acts.act<A>(a.atty), e.acts.stat(a.lse), e.acts.act<A>(a.qkv),
                  a.att_h >= 0 ? e.acts.act<A>(a.att_h) : nullptr, f, stream(kAttnProbs), e.acts.ws(),
                  e.acts.scr<A>(e.acts.plan().s_cp));
   L.proj.forward_residual(k, e.split, e.acts.act<A>(a.res2), x, e.acts.act<A>(a.atty), P, tmp, f, stream(kAttnResid));

@@ -23,7 +23,7 @@ void Embedding::forward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* 
                         const ParamView<A>& P, const PassShape& f) const {
   if (!s.active()) {
     f.for_position_runs([&](int64_t row, int64_t pos, int64_t Bn, int64_t Tn) {
-      k.embedding_forward(x + row * C, tokens + row, P.at(wte), row_at(P.at(wpe), pos, C), Bn, Tn, C);
+      k.embedding_forward(x + row * C, tokens + row, P.at(wte), row_at(P.at(wpe), f.pos0 + pos, C), Bn, Tn, C);
     });
     return;
   }
@@ -31,8 +31,8 @@ void Embedding::forward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* 
   A* parts = s.row_partial_for(x);
   const A* pe = s.rank() == 0 ? P.at(wpe) : nullptr;
   f.for_position_runs([&](int64_t row, int64_t pos, int64_t Bn, int64_t Tn) {
-    k.vp_embedding_forward(parts + row * C, tokens + row, P.at(wte), pe ? pe + pos * C : nullptr, Bn, Tn, C, rows.v0,
-                           rows.rows);
+    k.vp_embedding_forward(parts + row * C, tokens + row, P.at(wte), pe ? pe + (f.pos0 + pos) * C : nullptr, Bn, Tn, C,
+                           rows.v0, rows.rows);
   });
   s.reduce_rows(x, f.N);
 }
