@@ -9,6 +9,8 @@
 // --ckpt hf:DIR samples a Hugging Face GPT-2 directory instead (its weights
 // and tokenizer, hf/hf_gpt2.h); --logits FILE writes the prompt's logits
 // instead of sampling (what tools/torch_ref/hf_logits.py compares).
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -159,9 +161,10 @@ Runner add_sample(CLI::App& app) {
       const auto t0 = std::chrono::steady_clock::now();
       train::generate(m, prompt, so);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      log::info("{} tokens in {:.3f} s ({:.1f} tokens/s, {})", o->max_new_tokens, secs,
-                static_cast<double>(o->max_new_tokens) / secs,
-                so.kv_cache && m.decode_supported() ? "KV cache" : "recomputed");
+      // On stderr: stdout is the sample's text alone.
+      fmt::print(stderr, "{} tokens in {:.3f} s ({:.1f} tokens/s, {})\n", o->max_new_tokens, secs,
+                 static_cast<double>(o->max_new_tokens) / secs,
+                 so.kv_cache && m.decode_supported() ? "KV cache" : "recomputed");
       std::printf("\n---------------\n");
     }
     return 0;
