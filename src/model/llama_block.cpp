@@ -117,10 +117,9 @@ void LlamaBlock::sum_kv_grads(const kernels::ModelOps<A>& k, const BlockEnv& e, 
 }
 
 template <class A>
-void LlamaBlock::attention_input_backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t l, const A* x,
+void LlamaBlock::attention_input_backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t l,
                                           const ParamView<A>& P, const GradView& G, const PassShape& f, const A* dqkv,
                                           A* dx) const {
-  (void)x;
   const auto& a = e.acts.layer(l);
   const Layers& L = layers_;
   const int64_t N = f.N, Aw = H_ * D_, K = KV_ * D_;
@@ -155,27 +154,16 @@ void LlamaBlock::backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int6
   const int64_t N = f.N, Nl = f.Nl, C = L.ln1.C, F = L.down.in;
   const bool split = !G.weights;
   const bool sel = e.recompute == Recompute::Selective, full = e.recompute == Recompute::Full;
-  A* dtmp = e.acts.scr<A>(e.acts.plan().s_tmp);
-  A* dbig1 = e.acts.scr<A>(e.acts.plan().s_dfch);
-  A* dbig2 = e.acts.scr<A>(e.acts.plan().s_dfch2);
-  float* ln_stats = e.acts.stat(e.acts.plan().ln_grad);
-  auto stream = [&](uint64_t site) { return stream_id(kRngDropout, ctx.micro_step, l, site); };
-  auto through_dropout = [&](uint64_t site) -> const A* {
-    if (f.p <= 0) return dres;
-    f.dropout_rows(k, true, dtmp, dres, stream(site));
-    return dtmp;
-  };
-  auto keep = [&](int64_t off, const A* d, int64_t n) -> const A* {
-    if (!split) return d;
-    e.copy(e.acts.act<A>(off), d, n * sizeof(A));
-    return e.acts.act<A>(off);
-  };
+  const BackwardScratch<A> s{e, f, l, split};
+  A* const dtmp = s.dtmp;
+  A* const dbig1 = s.dbig1;
+  A* const dbig2 = s.dbig2;
   auto linear_ready = [&](std::initializer_list<int64_t> offsets) {
     if (!split) e.ready(ctx, offsets);
   };
   if (full && redo) forward(k, e, l, x, P, f);
   // The MLP branch.
-  const A* dmlp = keep(a.d_fcproj, L.down.whole_dy(e.split, through_dropout(kMlpResid), N), N * C);
+  const A* dmlp = s.keep(a.d_fcproj, L.down.whole_dy(e.split, s.through_dropout(k, dres, kMlpResid), N), N * C);
   if (sel && redo) k.swiglu_forward(e.acts.act<A>(a.fch_gelu), e.acts.act<A>(a.fch), e.acts.act<A>(a.up), N * F);
   L.down.backward(k, dbig2, dmlp, e.acts.act<A>(a.fch_gelu), P, G, N);
   linear_ready({bp_.fcproj_w});
@@ -188,18 +176,18 @@ void LlamaBlock::backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int6
   L.gate_up.backward(k, e.split, dtmp, dgu, e.acts.act<A>(a.ln2), P, G, N, e.acts.scr<A>(e.acts.plan().s_dx2));
   linear_ready({bp_.fc_w, bp_.up_w});
   L.ln2.backward(k, e.split, dres, dtmp, e.acts.act<A>(a.res2), P, G, nullptr, e.acts.stat(a.ln2_rstd), Nl, e.fp32,
-                 e.dev, ln_stats);
+                 e.dev, s.ln_stats);
   e.ready(ctx, {bp_.ln2_w});
   // The attention branch.
-  const A* dattn = keep(a.d_proj, L.proj.whole_dy(e.split, through_dropout(kAttnResid), N), N * C);
+  const A* dattn = s.keep(a.d_proj, L.proj.whole_dy(e.split, s.through_dropout(k, dres, kAttnResid), N), N * C);
   L.proj.backward(k, dbig1, dattn, e.acts.act<A>(a.atty), P, G, N);
   linear_ready({bp_.proj_w});
   L.attn.backward(k, dbig2, dbig1, e.acts.act<A>(a.qkv), e.acts.act<A>(a.atty),
-                  a.att_h >= 0 ? e.acts.act<A>(a.att_h) : nullptr, e.acts.stat(a.lse), f, stream(kAttnProbs),
+                  a.att_h >= 0 ? e.acts.act<A>(a.att_h) : nullptr, e.acts.stat(a.lse), f, s.stream(kAttnProbs),
                   e.acts.ws(), e.acts.scr<A>(e.acts.plan().s_cp));
   if (sel && redo) L.ln1.forward(k, e.acts.act<A>(a.ln1), nullptr, e.acts.stat(a.ln1_rstd), x, P, Nl);
-  attention_input_backward(k, e, l, x, P, G, f, dbig2, dtmp);
-  L.ln1.backward(k, e.split, dres, dtmp, x, P, G, nullptr, e.acts.stat(a.ln1_rstd), Nl, e.fp32, e.dev, ln_stats);
+  attention_input_backward(k, e, l, P, G, f, dbig2, dtmp);
+  L.ln1.backward(k, e.split, dres, dtmp, x, P, G, nullptr, e.acts.stat(a.ln1_rstd), Nl, e.fp32, e.dev, s.ln_stats);
   e.ready(ctx, {bp_.ln1_w});
 }
 

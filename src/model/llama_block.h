@@ -49,9 +49,8 @@ class LlamaBlock {
   void attention_input(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t l, const ParamView<A>& P,
                        const PassShape& f) const;
   template <class A>
-  void attention_input_backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t l, const A* x,
-                                const ParamView<A>& P, const GradView& G, const PassShape& f, const A* dqkv,
-                                A* dx) const;
+  void attention_input_backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t l, const ParamView<A>& P,
+                                const GradView& G, const PassShape& f, const A* dqkv, A* dx) const;
   template <class A>
   void sum_kv_grads(const kernels::ModelOps<A>& k, const BlockEnv& e, const A* const* dkv, const A* x,
                     const ParamView<A>& P, const GradView& G, int64_t N) const;
