@@ -64,7 +64,7 @@ bool base64_decode(std::string_view text, std::string& out) {
     return v;
   }();
   out.clear();
-  if (text.size() % 4 != 0 || text.empty()) return false;
+  if (text.size() % 4 != 0) return false;
   for (size_t i = 0; i < text.size(); i += 4) {
     const bool last = i + 4 == text.size();
     const int pad = last ? (text[i + 3] == '=') + (text[i + 2] == '=') : 0;
