@@ -12,7 +12,8 @@ PKGS=(
   libfmt-dev libspdlog-dev
   zlib1g-dev             # CRC-32 checksums of checkpoint files
   libcurl4-openssl-dev   # dataset download
-  libicu-dev             # Unicode letters, numbers and white space for GPT-2's BPE pre-tokenizer
+  libicu-dev             # Unicode letters, numbers and white space for GPT-2's BPE pre-tokenizer; NFC
+  libpcre2-dev           # the pre-tokenizers' patterns (Llama 3's, Qwen2's, tiktoken's): UTF, Unicode properties, JIT
   libssl-dev             # SHA-256 of downloaded tokenizer files (OpenSSL libcrypto)
   libopenmpi-dev openmpi-bin  # MPI: multi-rank runs and their tests (mpirun inside ctest)
   libgtest-dev libgmock-dev libbenchmark-dev

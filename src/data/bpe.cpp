@@ -1,12 +1,10 @@
 #include "data/bpe.h"
 
-#include <unicode/uchar.h>
-
 #include <algorithm>
 #include <climits>
+#include <deque>
 #include <filesystem>
 #include <map>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/fileio.h"
@@ -18,89 +16,110 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr const char* kBpeWhere = "data.bpe";
-constexpr std::string_view kEndOfText = "<|endoftext|>";
+constexpr size_t kShortPiece = 128;  // longer pieces merge through a heap
+constexpr int32_t kNoRank = INT32_MAX;
 
-// The classes of GPT-2's pattern: \s (Unicode White_Space), \p{L}, \p{N}, the rest.
-enum class Cls : uint8_t { kSpace, kLetter, kNumber, kOther };
-
-Cls class_of(char32_t c) {
-  if (c < 0x80) {
-    if (c == ' ' || (c >= '\t' && c <= '\r')) return Cls::kSpace;
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return Cls::kLetter;
-    if (c >= '0' && c <= '9') return Cls::kNumber;
-    return Cls::kOther;
+// Pieces seen in one call: open addressing from the piece's bytes to where its ids were written.
+class PieceCache {
+ public:
+  struct Entry {
+    const char* p = nullptr;
+    uint32_t len = 0, n = 0;
+    size_t from = 0;
+  };
+  // The entry of `piece`; `fresh` when it was not there (then filled by the caller).
+  Entry* find_or_insert(std::string_view piece, bool& fresh) {
+    if (2 * (used_ + 1) > slots_.size()) grow();
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = std::hash<std::string_view>()(piece) & mask;; i = (i + 1) & mask) {
+      Entry& e = slots_[i];
+      if (!e.p) {
+        e.p = piece.data(), e.len = static_cast<uint32_t>(piece.size());
+        ++used_;
+        fresh = true;
+        return &e;
+      }
+      if (std::string_view(e.p, e.len) == piece) {
+        fresh = false;
+        return &e;
+      }
+    }
   }
-  const auto cp = static_cast<UChar32>(c);
-  if (u_isUWhiteSpace(cp)) return Cls::kSpace;
-  const uint32_t mask = U_GET_GC_MASK(cp);
-  if (mask & U_GC_L_MASK) return Cls::kLetter;
-  if (mask & U_GC_N_MASK) return Cls::kNumber;
-  return Cls::kOther;
-}
 
-size_t utf8_length(char32_t c) {
-  return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
-}
-
-// The length in code points of the contraction ('s 't 'm 'd 're 've 'll) at i, 0 if none.
-size_t contraction_at(const std::vector<char32_t>& c, size_t i) {
-  if (c[i] != '\'' || i + 1 >= c.size()) return 0;
-  const char32_t a = c[i + 1];
-  if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
-  if (i + 2 >= c.size()) return 0;
-  const char32_t b = c[i + 2];
-  return (a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l') ? 3 : 0;
-}
-
-// The end of the piece starting at code point i (the first alternative of the pattern that matches).
-size_t piece_end(const std::vector<char32_t>& c, const std::vector<Cls>& k, size_t i) {
-  const size_t n = c.size();
-  if (const size_t len = contraction_at(c, i)) return i + len;
-  // " ?\p{L}+", " ?\p{N}+", " ?[^\s\p{L}\p{N}]+": an optional space, then a run of one class.
-  size_t j = i + (c[i] == ' ' && i + 1 < n && k[i + 1] != Cls::kSpace ? 1 : 0);
-  if (k[j] != Cls::kSpace) {
-    const Cls run = k[j];
-    while (j < n && k[j] == run) ++j;
-    return j;
+ private:
+  void grow() {
+    std::vector<Entry> old(std::max<size_t>(1024, 2 * slots_.size()));
+    old.swap(slots_);
+    const size_t mask = slots_.size() - 1;
+    for (const Entry& e : old) {
+      if (!e.p) continue;
+      size_t i = std::hash<std::string_view>()(std::string_view(e.p, e.len)) & mask;
+      while (slots_[i].p) i = (i + 1) & mask;
+      slots_[i] = e;
+    }
   }
-  // "\s+(?!\S)|\s+": a run of white space; before a non-space, all but its last character
-  // (which then leads the next piece), or that one character when the run is one long.
-  j = i;
-  while (j < n && k[j] == Cls::kSpace) ++j;
-  if (j == n) return n;
-  return j - i >= 2 ? j - 1 : i + 1;
-}
-
-nlohmann::json read_json(const std::string& path) {
-  const std::string text = read_text_file(path, kBpeWhere);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError(kBpeWhere, fmt::format("{} is not valid JSON: {}", path, e.what()));
-  }
-}
-
-std::vector<std::pair<std::string, int32_t>> vocab_of(const nlohmann::json& j, const std::string& what) {
-  PARALLM_CHECK(j.is_object(), IoError, kBpeWhere, "{}: expected an object of token -> id", what);
-  std::vector<std::pair<std::string, int32_t>> out;
-  out.reserve(j.size());
-  for (const auto& [token, id] : j.items()) {
-    PARALLM_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < INT32_MAX, IoError, kBpeWhere,
-                  "{}: token \"{}\" has id {}, not an integer in [0, 2^31)", what, token, id.dump());
-    out.emplace_back(token, id.get<int32_t>());
-  }
-  return out;
-}
-
-std::pair<std::string, std::string> merge_of(const std::string& line, const std::string& what, size_t number) {
-  const size_t space = line.find(' ');
-  PARALLM_CHECK(space != std::string::npos && space > 0 && space + 1 < line.size() &&
-                    line.find(' ', space + 1) == std::string::npos,
-                IoError, kBpeWhere, "{} line {}: \"{}\" is not two tokens separated by one space", what, number, line);
-  return {line.substr(0, space), line.substr(space + 1)};
-}
+  std::vector<Entry> slots_;
+  size_t used_ = 0;
+};
 
 }  // namespace
+
+// The merge table: open addressing over (left << 32 | right), 16 bytes a slot.
+class PairTable {
+ public:
+  struct Slot {
+    uint64_t key = kEmpty;
+    int32_t rank = 0, id = 0;
+  };
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  static uint64_t key(int32_t a, int32_t b) { return static_cast<uint64_t>(a) << 32 | static_cast<uint32_t>(b); }
+  void build(const std::vector<Bpe::MergeRule>& merges) {
+    size_t cap = 16;
+    while (cap < 2 * merges.size()) cap *= 2;
+    slots_.assign(cap, Slot{});
+    mask_ = cap - 1;
+    shift_ = 64 - std::countr_zero(cap);
+    for (const auto& m : merges) {
+      const uint64_t k = key(m.left, m.right);
+      size_t i = hash(k);
+      while (slots_[i].key != kEmpty && slots_[i].key != k) i = (i + 1) & mask_;
+      if (slots_[i].key == kEmpty) slots_[i] = {k, m.rank, m.id};  // the first rank of a pair counts
+    }
+  }
+  const Slot* find(int32_t a, int32_t b) const {
+    const uint64_t k = key(a, b);
+    for (size_t i = hash(k);; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.key == k) return &s;
+      if (s.key == kEmpty) return nullptr;
+    }
+  }
+
+ private:
+  size_t hash(uint64_t k) const { return static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> shift_); }
+  std::vector<Slot> slots_ = std::vector<Slot>(1);
+  size_t mask_ = 0;
+  int shift_ = 63;
+};
+
+struct Bpe::Tables {
+  std::vector<std::string> token_bytes;  // id -> raw bytes ("" where no token has the id)
+  std::vector<bool> model;               // id -> a token of the model's vocabulary
+  std::array<int32_t, 256> byte_id{};    // byte -> its single-byte token
+  PairTable pairs;
+  std::vector<MergeRule> merges;                        // by rank (then as given)
+  std::unordered_map<std::string_view, int32_t> whole;  // bytes -> id of the model's tokens (ignore_merges)
+  int32_t end_of_text = -1;
+};
+
+struct Bpe::Scratch {
+  std::vector<int32_t> sym, rank, id, prev, next;
+  std::vector<uint64_t> heap;
+  PieceCache seen;
+  std::vector<std::string_view> pieces;
+  std::vector<TextPart> segments, normalized_segments;
+  std::deque<std::string> owned;  // text made during the call (NFC, a prefix space): the cache points into it
+};
 
 const std::array<char32_t, 256>& byte_to_unicode() {
   static const std::array<char32_t, 256> table = [] {
@@ -115,29 +134,82 @@ const std::array<char32_t, 256>& byte_to_unicode() {
   return table;
 }
 
-std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
-  const std::vector<char32_t> c = decode_utf8(std::string(text), "the text to tokenize");
-  std::vector<Cls> k(c.size());
-  for (size_t i = 0; i < c.size(); ++i) k[i] = class_of(c[i]);
-  std::vector<std::string_view> pieces;
-  size_t byte = 0;
-  for (size_t i = 0; i < c.size();) {
-    const size_t end = piece_end(c, k, i);
-    size_t bytes = 0;
-    for (size_t m = i; m < end; ++m) bytes += utf8_length(c[m]);
-    pieces.push_back(text.substr(byte, bytes));
-    byte += bytes;
-    i = end;
+std::string gpt2_printable(std::string_view bytes) {
+  std::string s;
+  for (unsigned char b : bytes) s += encode_utf8(byte_to_unicode()[b]);
+  return s;
+}
+
+Bpe::Bpe()
+    : t_(std::make_shared<Tables>()), spec_(std::make_shared<BpeSpec>()), added_(std::make_shared<AddedTokens>()) {}
+
+int32_t Bpe::vocab_size() const {
+  return static_cast<int32_t>(t_->token_bytes.size());
+}
+int32_t Bpe::merges() const {
+  return static_cast<int32_t>(t_->merges.size());
+}
+int32_t Bpe::end_of_text() const {
+  return t_->end_of_text;
+}
+const std::string& Bpe::token_bytes(int32_t id) const {
+  return t_->token_bytes.at(static_cast<size_t>(id));
+}
+bool Bpe::is_model_token(int32_t id) const {
+  return t_->model.at(static_cast<size_t>(id));
+}
+bool Bpe::chunks_at_safe_cuts() const {
+  return spec_->pre.cuts_like_gpt2() && !spec_->add_prefix_space;
+}
+
+Bpe Bpe::assemble(std::vector<std::string> tokens, std::vector<bool> model, const std::vector<MergeRule>& merges,
+                  BpeSpec spec, const std::string& what) {
+  PARALLM_CHECK(tokens.size() == model.size() && tokens.size() < static_cast<size_t>(INT32_MAX), InternalError,
+                kBpeWhere, "{}: {} tokens but {} model flags", what, tokens.size(), model.size());
+  auto t = std::make_shared<Tables>();
+  t->byte_id.fill(-1);
+  for (size_t id = 0; id < tokens.size(); ++id)
+    if (model[id] && tokens[id].size() == 1) {
+      int32_t& b = t->byte_id[static_cast<unsigned char>(tokens[id][0])];
+      if (b < 0) b = static_cast<int32_t>(id);
+    }
+  for (int b = 0; b < 256; ++b)
+    PARALLM_CHECK(t->byte_id[static_cast<size_t>(b)] >= 0, IoError, kBpeWhere,
+                  "{}: no token for the single byte 0x{:02X}", what, b);
+  const auto n = static_cast<int32_t>(tokens.size());
+  for (const auto& m : merges)
+    PARALLM_CHECK(m.left >= 0 && m.left < n && m.right >= 0 && m.right < n && m.id >= 0 && m.id < n &&
+                      tokens[static_cast<size_t>(m.id)] ==
+                          tokens[static_cast<size_t>(m.left)] + tokens[static_cast<size_t>(m.right)],
+                  IoError, kBpeWhere, "{}: merge of ids {} and {} into {} does not join their bytes", what, m.left,
+                  m.right, m.id);
+  t->token_bytes = std::move(tokens);
+  t->model = std::move(model);
+  t->merges = merges;
+  std::stable_sort(t->merges.begin(), t->merges.end(),
+                   [](const MergeRule& a, const MergeRule& b) { return a.rank < b.rank; });
+  t->pairs.build(t->merges);
+  if (spec.ignore_merges)
+    for (size_t id = 0; id < t->token_bytes.size(); ++id)
+      if (t->model[id] && !t->token_bytes[id].empty()) t->whole.emplace(t->token_bytes[id], static_cast<int32_t>(id));
+  for (const char* eot : {"<|endoftext|>", "<|end_of_text|>"}) {
+    for (const auto& a : spec.added)
+      if (t->end_of_text < 0 && a.content == eot) t->end_of_text = a.id;
+    for (size_t id = 0; id < t->token_bytes.size() && t->end_of_text < 0; ++id)
+      if (t->token_bytes[id] == eot) t->end_of_text = static_cast<int32_t>(id);
   }
-  return pieces;
+  Bpe b;
+  b.added_ = std::make_shared<AddedTokens>(spec.added, spec.nfc);
+  b.spec_ = std::make_shared<BpeSpec>(std::move(spec));
+  b.t_ = std::move(t);
+  return b;
 }
 
 Bpe Bpe::from_lists(const std::vector<std::pair<std::string, int32_t>>& vocab,
                     const std::vector<std::pair<std::string, std::string>>& merges, const std::string& what) {
   std::map<char32_t, char> to_byte;
   for (int b = 0; b < 256; ++b) to_byte[byte_to_unicode()[static_cast<size_t>(b)]] = static_cast<char>(b);
-  Bpe t;
-  t.token_bytes_.resize(vocab.size());
+  std::vector<std::string> tokens(vocab.size());
   std::vector<bool> seen(vocab.size());
   std::unordered_map<std::string, int32_t> id_of;
   for (const auto& [token, id] : vocab) {
@@ -155,14 +227,14 @@ Bpe Bpe::from_lists(const std::vector<std::pair<std::string, int32_t>>& vocab,
                     static_cast<uint32_t>(cp));
       bytes += it->second;
     }
-    t.token_bytes_[static_cast<size_t>(id)] = bytes;
+    tokens[static_cast<size_t>(id)] = bytes;
     id_of.emplace(token, id);
   }
-  for (int b = 0; b < 256; ++b) {
-    const auto it = id_of.find(encode_utf8(byte_to_unicode()[static_cast<size_t>(b)]));
-    PARALLM_CHECK(it != id_of.end(), IoError, kBpeWhere, "{}: no token for the single byte 0x{:02X}", what, b);
-    t.byte_id_[static_cast<size_t>(b)] = it->second;
-  }
+  for (int b = 0; b < 256; ++b)
+    PARALLM_CHECK(id_of.count(encode_utf8(byte_to_unicode()[static_cast<size_t>(b)])), IoError, kBpeWhere,
+                  "{}: no token for the single byte 0x{:02X}", what, b);
+  std::vector<MergeRule> rules;
+  rules.reserve(merges.size());
   for (size_t r = 0; r < merges.size(); ++r) {
     const auto& [a, b] = merges[r];
     const auto ia = id_of.find(a), ib = id_of.find(b), iab = id_of.find(a + b);
@@ -171,17 +243,33 @@ Bpe Bpe::from_lists(const std::vector<std::pair<std::string, int32_t>>& vocab,
                   ia == id_of.end()   ? a
                   : ib == id_of.end() ? b
                                       : a + b);
-    const uint64_t key = static_cast<uint64_t>(ia->second) << 32 | static_cast<uint32_t>(ib->second);
-    t.pair_rank_.emplace(key, Merge{static_cast<int32_t>(r), iab->second});  // the first rank of a pair counts
+    rules.push_back({ia->second, ib->second, static_cast<int32_t>(r), iab->second});
   }
-  if (const auto it = id_of.find(std::string(kEndOfText)); it != id_of.end()) t.end_of_text_ = it->second;
-  return t;
+  BpeSpec spec;
+  spec.pre.add_gpt2();
+  if (const auto it = id_of.find("<|endoftext|>"); it != id_of.end())
+    spec.added.push_back({"<|endoftext|>", it->second});
+  return assemble(std::move(tokens), std::vector<bool>(vocab.size(), true), rules, std::move(spec), what);
 }
 
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+  const std::string text = read_text_file(path, kBpeWhere);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError(kBpeWhere, fmt::format("{} is not valid JSON: {}", path, e.what()));
+  }
+}
+
+}  // namespace
+
 Bpe Bpe::load_files(const std::string& vocab_json, const std::string& merges_txt) {
-  const auto vocab = vocab_of(read_json(vocab_json), vocab_json);
+  const nlohmann::json vocab = read_json(vocab_json);
   const std::string text = read_text_file(merges_txt, kBpeWhere);
-  std::vector<std::pair<std::string, std::string>> merges;
+  nlohmann::json merges = nlohmann::json::array();
+  std::vector<size_t> lines;
   size_t start = 0, number = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
@@ -191,87 +279,19 @@ Bpe Bpe::load_files(const std::string& vocab_json, const std::string& merges_txt
     ++number;
     start = end + 1;
     if (line.empty() || (number == 1 && line.rfind("#version", 0) == 0)) continue;
-    merges.push_back(merge_of(line, merges_txt, number));
+    const size_t space = line.find(' ');
+    PARALLM_CHECK(space != std::string::npos && space > 0 && space + 1 < line.size() &&
+                      line.find(' ', space + 1) == std::string::npos,
+                  IoError, kBpeWhere, "{} line {}: \"{}\" is not two tokens separated by one space", merges_txt, number,
+                  line);
+    merges.push_back(line);
   }
-  return from_lists(vocab, merges, vocab_json + " + " + merges_txt);
+  return from_model_json({{"type", "BPE"}, {"vocab", vocab}, {"merges", std::move(merges)}},
+                         vocab_json + " + " + merges_txt);
 }
-
-namespace {
-
-// tokenizer.json's "model" object: its vocab, with `added` (added_tokens) where the vocab lacks them, and merges.
-Bpe model_of(const nlohmann::json& model, const nlohmann::json* added, const std::string& what) {
-  PARALLM_CHECK(model.is_object() && model.value("type", "") == "BPE", IoError, kBpeWhere,
-                "{}: expected a model {{\"type\": \"BPE\", ...}}", what);
-  PARALLM_CHECK(model.contains("vocab") && model.contains("merges") && model["merges"].is_array(), IoError, kBpeWhere,
-                "{}: the model has no vocab object or merges list", what);
-  auto vocab = vocab_of(model["vocab"], what + " model.vocab");
-  if (added && added->is_array()) {
-    for (const auto& a : *added) {
-      const std::string content = a.value("content", "");
-      const bool known = std::any_of(vocab.begin(), vocab.end(), [&](const auto& v) { return v.first == content; });
-      if (!known && a.contains("id") && a["id"].is_number_integer())
-        vocab.emplace_back(content, a["id"].get<int32_t>());
-    }
-  }
-  std::vector<std::pair<std::string, std::string>> merges;
-  size_t number = 0;
-  for (const auto& m : model["merges"]) {  // "a b" (all versions) or ["a", "b"] (tokenizers >= 0.20)
-    ++number;
-    if (m.is_string()) {
-      merges.push_back(merge_of(m.get<std::string>(), what + " model.merges", number));
-    } else {
-      PARALLM_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), IoError, kBpeWhere,
-                    "{}: model.merges entry {} is {}, neither \"a b\" nor [\"a\", \"b\"]", what, number, m.dump());
-      merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-    }
-  }
-  return Bpe::from_lists(vocab, merges, what);
-}
-
-}  // namespace
 
 Bpe Bpe::load_tokenizer_json(const std::string& path) {
-  const nlohmann::json j = read_json(path);
-  PARALLM_CHECK(j.contains("model"), IoError, kBpeWhere, "{}: expected \"model\": {{\"type\": \"BPE\", ...}}", path);
-  return model_of(j["model"], j.contains("added_tokens") ? &j["added_tokens"] : nullptr, path);
-}
-
-Bpe Bpe::from_model_json(const nlohmann::json& model, const std::string& what) {
-  return model_of(model, nullptr, what);
-}
-
-std::string gpt2_printable(std::string_view bytes) {
-  std::string s;
-  for (unsigned char b : bytes) s += encode_utf8(byte_to_unicode()[b]);
-  return s;
-}
-
-std::string Bpe::token_text(int32_t id) const {
-  return gpt2_printable(token_bytes(id));
-}
-
-std::vector<std::pair<int32_t, int32_t>> Bpe::merge_list() const {
-  std::vector<std::pair<int32_t, std::pair<int32_t, int32_t>>> ranked;
-  ranked.reserve(pair_rank_.size());
-  for (const auto& [key, m] : pair_rank_)
-    ranked.push_back({m.rank, {static_cast<int32_t>(key >> 32), static_cast<int32_t>(key & 0xffffffffu)}});
-  std::sort(ranked.begin(), ranked.end());
-  std::vector<std::pair<int32_t, int32_t>> out;
-  out.reserve(ranked.size());
-  for (const auto& r : ranked) out.push_back(r.second);
-  return out;
-}
-
-nlohmann::json Bpe::model_json() const {
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int32_t id = 0; id < vocab_size(); ++id) vocab[token_text(id)] = id;
-  nlohmann::json merges = nlohmann::json::array();
-  for (const auto& [a, b] : merge_list()) merges.push_back(token_text(a) + " " + token_text(b));
-  return {{"type", "BPE"}, {"vocab", std::move(vocab)}, {"merges", std::move(merges)}};
-}
-
-bool Bpe::operator==(const Bpe& o) const {
-  return token_bytes_ == o.token_bytes_ && merge_list() == o.merge_list();
+  return from_tokenizer_json(read_json(path), path);
 }
 
 bool Bpe::dir_has_tokenizer(const std::string& dir) {
@@ -291,77 +311,208 @@ Bpe Bpe::load_dir(const std::string& dir) {
                                        dir));
 }
 
-void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, Scratch& s) const {
-  std::vector<int32_t>& sym = s.sym;
-  std::vector<int32_t>& next = s.next;
-  sym.resize(piece.size());
-  for (size_t i = 0; i < piece.size(); ++i) sym[i] = byte_id_[static_cast<unsigned char>(piece[i])];
-  while (sym.size() > 1) {
-    const Merge* best = nullptr;
-    uint64_t best_key = 0;
-    for (size_t i = 0; i + 1 < sym.size(); ++i) {
-      const uint64_t key = static_cast<uint64_t>(sym[i]) << 32 | static_cast<uint32_t>(sym[i + 1]);
-      const auto it = pair_rank_.find(key);
-      if (it != pair_rank_.end() && (!best || it->second.rank < best->rank)) {
-        best = &it->second;
-        best_key = key;
-      }
-    }
-    if (!best) break;
-    // Every occurrence of the pair, left to right, without overlap.
-    next.clear();
-    for (size_t i = 0; i < sym.size(); ++i) {
-      const bool pair =
-          i + 1 < sym.size() && (static_cast<uint64_t>(sym[i]) << 32 | static_cast<uint32_t>(sym[i + 1])) == best_key;
-      next.push_back(pair ? best->id : sym[i]);
-      if (pair) ++i;
-    }
-    sym.swap(next);
-  }
-  out.insert(out.end(), sym.begin(), sym.end());
+Bpe Bpe::load(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return load_dir(path);
+  PARALLM_CHECK(fs::exists(path, ec), IoError, kBpeWhere, "tokenizer {} does not exist", path);
+  return load_tokenizer_json(path);
 }
 
-// A piece seen before in the same text is copied from where its ids were
-// written (text is mostly repeated words); the rest are merged.
+std::string Bpe::token_text(int32_t id) const {
+  return gpt2_printable(token_bytes(id));
+}
+
+std::vector<std::pair<int32_t, int32_t>> Bpe::merge_list() const {
+  std::vector<std::pair<int32_t, int32_t>> out;
+  out.reserve(t_->merges.size());
+  for (const auto& m : t_->merges) out.emplace_back(m.left, m.right);
+  return out;
+}
+
+nlohmann::json Bpe::model_json() const {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int32_t id = 0; id < vocab_size(); ++id)
+    if (is_model_token(id)) vocab[token_text(id)] = id;
+  nlohmann::json merges = nlohmann::json::array();
+  for (const auto& [a, b] : merge_list()) merges.push_back(token_text(a) + " " + token_text(b));
+  nlohmann::json j = {{"type", "BPE"}, {"vocab", std::move(vocab)}, {"merges", std::move(merges)}};
+  if (spec_->ignore_merges) j["ignore_merges"] = true;
+  return j;
+}
+
+bool Bpe::operator==(const Bpe& o) const {
+  const BpeSpec &a = *spec_, &b = *o.spec_;
+  const auto ranks = [](const Bpe& x) {
+    std::vector<int32_t> r;
+    for (const auto& m : x.t_->merges) r.push_back(m.rank);
+    return r;
+  };
+  return t_->token_bytes == o.t_->token_bytes && t_->model == o.t_->model && merge_list() == o.merge_list() &&
+         ranks(*this) == ranks(o) && a.pre.patterns() == b.pre.patterns() && a.nfc == b.nfc &&
+         a.add_prefix_space == b.add_prefix_space && a.ignore_merges == b.ignore_merges && a.added == b.added &&
+         a.prefix == b.prefix && a.suffix == b.suffix;
+}
+
+// Merges one piece of at most kShortPiece bytes: each pair's rank and merged id in an array, the lowest rank
+// (leftmost first) merged, the two neighbouring pairs looked up again.
+void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, Scratch& s) const {
+  const size_t n = piece.size();
+  if (n == 1) return out.push_back(t_->byte_id[static_cast<unsigned char>(piece[0])]);
+  if (spec_->ignore_merges)
+    if (const auto it = t_->whole.find(piece); it != t_->whole.end()) return out.push_back(it->second);
+  if (n > kShortPiece) return encode_long_piece(piece, out, s);
+  int32_t* sym = s.sym.data();
+  int32_t* rank = s.rank.data();
+  int32_t* id = s.id.data();
+  for (size_t i = 0; i < n; ++i) sym[i] = t_->byte_id[static_cast<unsigned char>(piece[i])];
+  const auto look = [&](size_t i) {  // the pair at i, i + 1
+    const PairTable::Slot* p = t_->pairs.find(sym[i], sym[i + 1]);
+    rank[i] = p ? p->rank : kNoRank;
+    id[i] = p ? p->id : -1;
+  };
+  for (size_t i = 0; i + 1 < n; ++i) look(i);
+  size_t m = n;  // symbols left
+  while (m > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < m; ++i)
+      if (rank[i] < rank[best]) best = i;
+    if (rank[best] == kNoRank) break;
+    sym[best] = id[best];
+    --m;
+    std::copy(sym + best + 2, sym + m + 1, sym + best + 1);
+    if (best + 1 < m) {  // the pairs after the merged one move down; the merged symbol's pair is new
+      std::copy(rank + best + 2, rank + m, rank + best + 1);
+      std::copy(id + best + 2, id + m, id + best + 1);
+      look(best);
+    }
+    if (best > 0) look(best - 1);
+  }
+  out.insert(out.end(), sym, sym + m);
+}
+
+// Merges a long piece as Hugging Face's BPE does: the symbols a linked list, the pairs in a heap by (rank,
+// position), an entry whose pair has changed since it was pushed skipped when it comes up.
+void Bpe::encode_long_piece(std::string_view piece, std::vector<int32_t>& out, Scratch& s) const {
+  const auto n = static_cast<int32_t>(piece.size());
+  s.sym.resize(piece.size()), s.prev.resize(piece.size()), s.next.resize(piece.size());
+  int32_t* sym = s.sym.data();
+  int32_t* prev = s.prev.data();
+  int32_t* next = s.next.data();
+  auto& heap = s.heap;
+  heap.clear();
+  const auto push = [&](int32_t at) {  // the pair that starts at symbol `at`, if it merges
+    if (at < 0 || next[at] >= n) return;
+    if (const PairTable::Slot* p = t_->pairs.find(sym[at], sym[next[at]])) {
+      heap.push_back(static_cast<uint64_t>(p->rank) << 32 | static_cast<uint32_t>(at));
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    }
+  };
+  for (int32_t i = 0; i < n; ++i) {
+    sym[i] = t_->byte_id[static_cast<unsigned char>(piece[static_cast<size_t>(i)])];
+    prev[i] = i - 1, next[i] = i + 1;
+  }
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const uint64_t top = heap.back();
+    heap.pop_back();
+    const auto at = static_cast<int32_t>(top & 0xffffffffu);
+    const auto r = static_cast<int32_t>(top >> 32);
+    if (sym[at] < 0 || next[at] >= n) continue;
+    const int32_t right = next[at];
+    const PairTable::Slot* p = t_->pairs.find(sym[at], sym[right]);
+    if (!p || p->rank != r) continue;  // stale
+    sym[at] = p->id;
+    sym[right] = -1;
+    next[at] = next[right];
+    if (next[at] < n) prev[next[at]] = at;
+    push(prev[at]);
+    push(at);
+  }
+  for (int32_t i = 0; i < n; i = next[i]) out.push_back(sym[i]);
+}
+
+// The pieces of a text (no added tokens in it; normalized), each encoded once per call.
 void Bpe::encode_text(std::string_view text, std::vector<int32_t>& out, Scratch& s) const {
-  for (std::string_view piece : gpt2_pretokenize(text)) {
+  if (spec_->add_prefix_space && !text.empty() && text[0] != ' ') {
+    std::string& prefixed = s.owned.emplace_back(1, ' ');
+    prefixed += text;
+    text = prefixed;
+  }
+  s.pieces.clear();
+  spec_->pre.split(text, s.pieces);
+  for (std::string_view piece : s.pieces) {
     if (piece.size() == 1) {
-      out.push_back(byte_id_[static_cast<unsigned char>(piece[0])]);
+      out.push_back(t_->byte_id[static_cast<unsigned char>(piece[0])]);
       continue;
     }
-    const auto [it, fresh] = s.seen.try_emplace(piece, out.size(), 0);
+    bool fresh = false;
+    PieceCache::Entry* e = s.seen.find_or_insert(piece, fresh);
     if (!fresh) {
-      const auto [from, n] = it->second;
-      for (size_t i = from; i < from + n; ++i) {
+      const size_t from = e->from, count = e->n;
+      for (size_t i = from; i < from + count; ++i) {
         const int32_t id = out[i];
         out.push_back(id);
       }
       continue;
     }
+    const size_t from = out.size();
     encode_piece(piece, out, s);
-    it->second.second = out.size() - it->second.first;
+    e->from = from;  // the cache does not move while a piece is merged
+    e->n = static_cast<uint32_t>(out.size() - from);
+  }
+}
+
+// Checks the text, then: added tokens on the raw text, NFC on the rest, normalized added tokens, pieces.
+void Bpe::encode_all(std::string_view text, bool match_added, std::vector<int32_t>& out) const {
+  check_utf8(text, "the text to tokenize");
+  Scratch s;
+  s.sym.resize(kShortPiece), s.rank.resize(kShortPiece), s.id.resize(kShortPiece);
+  out.reserve(out.size() + text.size() / 3);
+  match_added = match_added && !added_->empty();
+  const auto normalized = [&](std::string_view t) {
+    std::string nfc;
+    if (spec_->nfc && nfc_if_needed(t, nfc)) {
+      s.owned.push_back(std::move(nfc));
+      t = s.owned.back();
+    }
+    if (!match_added || !added_->has_normalized()) return encode_text(t, out, s);
+    std::vector<TextPart> segments;
+    added_->split(t, true, segments);
+    for (const TextPart& g : segments) {
+      if (g.id >= 0)
+        out.push_back(g.id);
+      else
+        encode_text(g.text, out, s);
+    }
+  };
+  if (!match_added) return normalized(text);
+  s.segments.clear();
+  added_->split(text, false, s.segments);
+  for (const TextPart& g : s.segments) {
+    if (g.id >= 0)
+      out.push_back(g.id);
+    else
+      normalized(g.text);
   }
 }
 
 std::vector<int32_t> Bpe::encode_ordinary(std::string_view text) const {
   std::vector<int32_t> out;
-  out.reserve(text.size() / 3);
-  Scratch s;
-  encode_text(text, out, s);
+  encode_all(text, false, out);
   return out;
 }
 
 std::vector<int32_t> Bpe::encode(std::string_view text) const {
-  if (end_of_text_ < 0) return encode_ordinary(text);
   std::vector<int32_t> out;
-  Scratch s;
-  size_t start = 0;
-  for (size_t at = text.find(kEndOfText); at != std::string_view::npos; at = text.find(kEndOfText, start)) {
-    encode_text(text.substr(start, at - start), out, s);
-    out.push_back(end_of_text_);
-    start = at + kEndOfText.size();
-  }
-  encode_text(text.substr(start), out, s);
+  encode_all(text, true, out);
+  return out;
+}
+
+std::vector<int32_t> Bpe::encode_with_template(std::string_view text) const {
+  std::vector<int32_t> out = spec_->prefix;
+  encode_all(text, true, out);
+  out.insert(out.end(), spec_->suffix.begin(), spec_->suffix.end());
   return out;
 }
 
@@ -370,7 +521,9 @@ std::string Bpe::decode(const std::vector<int32_t>& ids) const {
   for (int32_t id : ids) {
     PARALLM_CHECK(id >= 0 && id < vocab_size(), ConfigError, kBpeWhere, "token id {} is outside the vocabulary (0..{})",
                   id, vocab_size() - 1);
-    out += token_bytes_[static_cast<size_t>(id)];
+    const std::string& b = t_->token_bytes[static_cast<size_t>(id)];
+    PARALLM_CHECK(!b.empty(), ConfigError, kBpeWhere, "token id {} is no token (the vocabulary has a hole there)", id);
+    out += b;
   }
   return out;
 }

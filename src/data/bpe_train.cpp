@@ -186,6 +186,8 @@ void write_bpe_files(const Bpe& bpe, const std::string& dir) {
   for (const auto& m : model["merges"]) merges += m.get<std::string>() + "\n";
   write_file_atomic((fs::path(dir) / "vocab.json").string(), {{vocab.data(), vocab.size()}});
   write_file_atomic((fs::path(dir) / "merges.txt").string(), {{merges.data(), merges.size()}});
+  const std::string tokenizer = bpe.tokenizer_json().dump() + "\n";
+  write_file_atomic((fs::path(dir) / "tokenizer.json").string(), {{tokenizer.data(), tokenizer.size()}});
 }
 
 }  // namespace parallm::data

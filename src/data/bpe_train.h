@@ -11,7 +11,8 @@
 // that hold it; a merge rewrites only those pieces, taking their old pairs'
 // counts out and their new pairs' in. A max-heap of (count, pair) with stale
 // entries skipped picks the next merge. The result is a data::Bpe, written
-// as Hugging Face's vocab.json + merges.txt, which Bpe::load_dir reads.
+// as Hugging Face's vocab.json + merges.txt and tokenizer.json (which
+// Hugging Face's tokenizers load), which Bpe::load_dir reads.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -30,7 +31,7 @@ struct BpeTrainResult {
 // `vocab_size` at least 257 (the bytes and <|endoftext|>), at most 65536.
 BpeTrainResult train_bpe(const std::vector<std::string>& files, int64_t vocab_size);
 
-// dir/vocab.json and dir/merges.txt (Hugging Face's format).
+// dir/vocab.json, dir/merges.txt and dir/tokenizer.json (Hugging Face's formats).
 void write_bpe_files(const Bpe& bpe, const std::string& dir);
 
 }  // namespace parallm::data

@@ -29,7 +29,7 @@ constexpr const char* kGpt2Fingerprint = "ab24f3c5b8b839f9e12064758e35de3198c048
 }  // namespace
 
 Bpe gpt2_tokenizer(const std::string& vocab_dir, const std::string& cache_dir) {
-  if (!vocab_dir.empty()) return Bpe::load_dir(vocab_dir);
+  if (!vocab_dir.empty()) return Bpe::load(vocab_dir);
   make_directories(cache_dir, "data.gpt2", "tokenizer directory");
   for (const auto& f : kFiles) {
     const std::string path = (fs::path(cache_dir) / f.name).string();

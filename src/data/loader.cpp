@@ -1,6 +1,7 @@
 #include "data/loader.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <utility>
 #include <vector>
@@ -19,24 +20,56 @@ std::string prepare_hint(const std::string& path) {
 }
 }  // namespace
 
-TokenFile::TokenFile(const std::string& path) : file_(path, "data.open", prepare_hint(path)) {
-  PARALLM_CHECK(file_.size() % 2 == 0, IoError, "data.open",
-                "{} has an odd size ({} bytes) but holds uint16 tokens: prepare the dataset again", path, file_.size());
-  n_ = static_cast<int64_t>(file_.size() / 2);
+TokenDtype token_dtype_for(int64_t vocab_size) {
+  return vocab_size > 65536 ? TokenDtype::kU32 : TokenDtype::kU16;
 }
 
-void TokenFile::read(int64_t start, int64_t count, uint16_t* out) const {
-  const size_t want = static_cast<size_t>(count) * 2;
-  if (file_.read_at(static_cast<size_t>(start) * 2, out, want) == want) return;
+const char* token_dtype_name(TokenDtype d) {
+  return d == TokenDtype::kU16 ? "uint16" : "uint32";
+}
+
+TokenDtype token_dtype_of_meta(const nlohmann::json& meta, const std::string& path) {
+  if (!meta.contains("dtype")) return TokenDtype::kU16;
+  const nlohmann::json& d = meta["dtype"];
+  if (d == "uint16") return TokenDtype::kU16;
+  if (d == "uint32") return TokenDtype::kU32;
+  throw IoError("data.open", fmt::format("{} says the token files hold dtype {}: expected \"uint16\" or \"uint32\"",
+                                         path, d.dump()));
+}
+
+TokenFile::TokenFile(const std::string& path, TokenDtype dtype)
+    : file_(path, "data.open", prepare_hint(path)), dtype_(dtype) {
+  const size_t w = token_dtype_bytes(dtype);
+  PARALLM_CHECK(file_.size() % w == 0, IoError, "data.open",
+                "{} has {} bytes, not a whole number of {} ids ({} bytes each): its tail is torn; prepare the "
+                "dataset again",
+                path, file_.size(), token_dtype_name(dtype), w);
+  n_ = static_cast<int64_t>(file_.size() / w);
+}
+
+void TokenFile::read(int64_t start, int64_t count, uint32_t* out) const {
+  const size_t w = token_dtype_bytes(dtype_);
+  const size_t want = static_cast<size_t>(count) * w;
+  if (file_.read_at(static_cast<size_t>(start) * w, out, want) == want) {
+    if (dtype_ == TokenDtype::kU16) {  // widen in place, from the back (uint16 i lies below uint32 i)
+      const auto* bytes = reinterpret_cast<const unsigned char*>(out);
+      for (int64_t i = count - 1; i >= 0; --i) {
+        uint16_t v;
+        std::memcpy(&v, bytes + 2 * i, 2);
+        out[i] = v;
+      }
+    }
+    return;
+  }
   throw IoError("data.read", fmt::format("{} shrank from {} to {} bytes while the run was using it: something "
                                          "truncated or rewrote it; restore the dataset (or prepare it again) and "
                                          "resume from the last checkpoint",
-                                         path(), static_cast<size_t>(n_) * 2, file_.current_size()));
+                                         path(), static_cast<size_t>(n_) * w, file_.current_size()));
 }
 
-uint16_t TokenFile::max_token() const {
-  std::vector<uint16_t> buf(int64_t{1} << 20);
-  uint16_t mx = 0;
+uint32_t TokenFile::max_token() const {
+  std::vector<uint32_t> buf(int64_t{1} << 20);
+  uint32_t mx = 0;
   for (int64_t at = 0; at < n_; at += static_cast<int64_t>(buf.size())) {
     const int64_t count = std::min<int64_t>(static_cast<int64_t>(buf.size()), n_ - at);
     read(at, count, buf.data());
@@ -45,9 +78,19 @@ uint16_t TokenFile::max_token() const {
   return mx;
 }
 
+namespace {
+// meta.json's dtype where the dataset has a meta.json (a bare pair of uint16 files may not).
+TokenDtype dataset_dtype(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir + "/meta.json", ec)) return TokenDtype::kU16;
+  return token_dtype_of_meta(read_dataset_meta(dir), dir + "/meta.json");
+}
+}  // namespace
+
 Loader::Loader(const std::string& dir, int64_t vocab_size, BatchSpec spec, uint64_t seed)
-    : train_(dir + "/train.bin"),
-      val_(dir + "/val.bin"),
+    : dtype_(dataset_dtype(dir)),
+      train_(dir + "/train.bin", dtype_),
+      val_(dir + "/val.bin", dtype_),
       spec_(spec),
       seed_(seed),
       row_(static_cast<size_t>(spec.seq_len) + 1) {
@@ -58,7 +101,7 @@ Loader::Loader(const std::string& dir, int64_t vocab_size, BatchSpec spec, uint6
     PARALLM_CHECK(f->size() > spec.seq_len + 1, ConfigError, "data.loader",
                   "{} has {} tokens, fewer than block_size + 2 = {}", f->path(), f->size(), spec.seq_len + 2);
     // One pass over the tokens at startup: a wrong vocab_size fails here, not mid-run.
-    const uint16_t mx = f->max_token();
+    const uint32_t mx = f->max_token();
     PARALLM_CHECK(mx < vocab_size, ConfigError, "data.loader", "{} holds token id {} but the vocabulary has {} entries",
                   f->path(), mx, vocab_size);
   }
@@ -80,23 +123,23 @@ void Loader::get(Split split, int64_t step, int64_t micro, int32_t* x, int32_t* 
   const int64_t B = spec_.batch_size, T = spec_.seq_len;
   const uint64_t stream = stream_id(kRngData, static_cast<uint64_t>(split), static_cast<uint64_t>(step), eval ? 1 : 0);
   const uint64_t range = static_cast<uint64_t>(f.size() - T);  // start in [0, n - T - 1], as torch.randint(n - T)
-  uint16_t* src = row_.data();
+  const uint32_t* src = row_.data();
   for (int64_t b = 0; b < B; ++b) {
     const uint64_t g = static_cast<uint64_t>((micro * spec_.world + spec_.rank) * B + b);
     const int64_t start = static_cast<int64_t>(random_below(range, seed_, stream, g));
-    f.read(start, T + 1, src);
+    f.read(start, T + 1, row_.data());
     if (!spec_.positions.empty()) {  // context parallel: this rank's positions, each with its own target
       const auto Tl = static_cast<int64_t>(spec_.positions.size());
       for (int64_t i = 0; i < Tl; ++i) {
         const int64_t t = spec_.positions[static_cast<size_t>(i)];
-        x[b * Tl + i] = src[t];
-        y[b * Tl + i] = src[t + 1];
+        x[b * Tl + i] = static_cast<int32_t>(src[t]);
+        y[b * Tl + i] = static_cast<int32_t>(src[t + 1]);
       }
       continue;
     }
     for (int64_t t = 0; t < T; ++t) {
-      x[b * T + t] = src[t];
-      y[b * T + t] = src[t + 1];
+      x[b * T + t] = static_cast<int32_t>(src[t]);
+      y[b * T + t] = static_cast<int32_t>(src[t + 1]);
     }
   }
 }

@@ -1,4 +1,6 @@
-// Token data loader over uint16 files (train.bin / val.bin).
+// Token data loader over token files (train.bin / val.bin): little-endian
+// uint16 ids (nanoGPT's), or uint32 where the vocabulary exceeds 65,536 (as
+// meta.json's "dtype" says; a file without it is uint16).
 //
 // Each sample's T + 1 tokens are read with pread() from a file kept open, not
 // through a memory map: a file truncated under a running job (a user, a
@@ -15,6 +17,7 @@
 // rank with micro batch N*b.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -22,22 +25,36 @@
 
 namespace parallm::data {
 
+// The element type of token files: uint16 up to 65,536 tokens, uint32 above.
+enum class TokenDtype { kU16, kU32 };
+TokenDtype token_dtype_for(int64_t vocab_size);
+const char* token_dtype_name(TokenDtype d);
+inline size_t token_dtype_bytes(TokenDtype d) {
+  return d == TokenDtype::kU16 ? 2 : 4;
+}
+// meta.json's "dtype" ("uint16", "uint32"; absent: uint16, as the files written
+// before it); IoError naming `path` for anything else.
+TokenDtype token_dtype_of_meta(const nlohmann::json& meta, const std::string& path);
+
 enum class Split : uint32_t { Train = 0, Val = 1 };
 
 class TokenFile {
  public:
-  // IoError naming the file if it is missing, not a regular file, or of odd size.
-  explicit TokenFile(const std::string& path);
+  // IoError naming the file if it is missing, not a regular file, or its size
+  // is not a whole number of ids (a torn tail).
+  explicit TokenFile(const std::string& path, TokenDtype dtype = TokenDtype::kU16);
   int64_t size() const { return n_; }  // tokens, as at open
   const std::string& path() const { return file_.path(); }
-  // Tokens [start, start + count) into `out`; IoError naming the file if it
-  // has shrunk since it was opened.
-  void read(int64_t start, int64_t count, uint16_t* out) const;
+  TokenDtype dtype() const { return dtype_; }
+  // Tokens [start, start + count) into `out`, widened to uint32; IoError
+  // naming the file if it has shrunk since it was opened.
+  void read(int64_t start, int64_t count, uint32_t* out) const;
   // The largest token id in the file (one pass, in chunks).
-  uint16_t max_token() const;
+  uint32_t max_token() const;
 
  private:
   RegularFile file_;
+  TokenDtype dtype_;
   int64_t n_ = 0;
 };
 
@@ -63,10 +80,11 @@ class Loader {
   int64_t split_size(Split s) const { return (s == Split::Train ? train_ : val_).size(); }
 
  private:
+  TokenDtype dtype_;
   TokenFile train_, val_;
   BatchSpec spec_;
   uint64_t seed_;
-  mutable std::vector<uint16_t> row_;  // one sample's T + 1 tokens (made once: no allocation per step)
+  mutable std::vector<uint32_t> row_;  // one sample's T + 1 tokens (made once: no allocation per step)
 };
 
 }  // namespace parallm::data

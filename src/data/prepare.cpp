@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/fileio.h"
+#include "data/loader.h"
 
 namespace parallm::data {
 
@@ -84,16 +85,22 @@ PrepareResult prepare_char_dataset(const std::string& input_path, const std::str
                 input_path, text.size());
   std::set<char32_t> uniq(text.begin(), text.end());
   std::vector<char32_t> itos(uniq.begin(), uniq.end());
-  PARALLM_CHECK(itos.size() <= 65536, ConfigError, "data.prepare",
-                "{} distinct characters do not fit uint16 token ids (max 65536)", itos.size());
-  std::vector<uint16_t> ids(text.size());
+  // uint16 ids as nanoGPT's (up to 65,536 characters), uint32 above.
+  const TokenDtype dtype = token_dtype_for(static_cast<int64_t>(itos.size()));
+  const size_t w = token_dtype_bytes(dtype);
+  std::vector<uint16_t> u16;
+  std::vector<uint32_t> ids(text.size());
   for (size_t i = 0; i < text.size(); ++i)
-    ids[i] = static_cast<uint16_t>(std::lower_bound(itos.begin(), itos.end(), text[i]) - itos.begin());
+    ids[i] = static_cast<uint32_t>(std::lower_bound(itos.begin(), itos.end(), text[i]) - itos.begin());
+  if (dtype == TokenDtype::kU16) u16.assign(ids.begin(), ids.end());
+  const char* data =
+      dtype == TokenDtype::kU16 ? reinterpret_cast<const char*>(u16.data()) : reinterpret_cast<const char*>(ids.data());
   const size_t n_train = static_cast<size_t>(static_cast<double>(text.size()) * 0.9);  // int(n*0.9), as prepare.py
 
   nlohmann::json meta;
   meta["format"] = "parallm-char-v1";
   meta["vocab_size"] = itos.size();
+  meta["dtype"] = token_dtype_name(dtype);
   std::vector<std::string> itos_s;
   for (char32_t cp : itos) itos_s.push_back(encode_utf8(cp));
   meta["itos"] = itos_s;
@@ -108,8 +115,8 @@ PrepareResult prepare_char_dataset(const std::string& input_path, const std::str
   make_directories(out_dir, "data.prepare", "output directory");
   const fs::path dir(out_dir);
   try {
-    write_file_atomic((dir / "train.bin.new").string(), {{ids.data(), n_train * 2}});
-    write_file_atomic((dir / "val.bin.new").string(), {{ids.data() + n_train, (ids.size() - n_train) * 2}});
+    write_file_atomic((dir / "train.bin.new").string(), {{data, n_train * w}});
+    write_file_atomic((dir / "val.bin.new").string(), {{data + n_train * w, (ids.size() - n_train) * w}});
     write_file_atomic((dir / "meta.json.new").string(), {{ms.data(), ms.size()}});
   } catch (...) {
     for (const char* f : {"train.bin.new", "val.bin.new", "meta.json.new"}) fs::remove(dir / f, ec);

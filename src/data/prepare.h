@@ -1,7 +1,8 @@
 // Character-level dataset preparation, byte-compatible with nanoGPT's
 // data/shakespeare_char/prepare.py: the vocabulary is the sorted set of
 // Unicode code points of the text, the first 90% (in code points) is train,
-// the rest val, each written as little-endian uint16 token ids to
+// the rest val, each written as little-endian uint16 token ids (uint32 past
+// 65,536 distinct characters, meta.json's "dtype" says which) to
 // train.bin / val.bin. The vocabulary goes to meta.json (itos as a list).
 #pragma once
 #include <cstdint>

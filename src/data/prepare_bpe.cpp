@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/fileio.h"
 #include "core/timer.h"
+#include "data/loader.h"
 
 namespace parallm::data {
 
@@ -18,6 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr const char* kPrepareWhere = "data.prepare";
+constexpr int64_t kWhole = int64_t{1} << 60;  // a chunk size that keeps every text whole
 
 bool printable(char c) {
   return c >= 0x21 && c <= 0x7e;
@@ -40,7 +42,8 @@ size_t safe_cut(std::string_view t, size_t from) {
 struct Segment {
   std::string path;
   int64_t begin = 0, end = 0;
-  bool eot = false;  // <|endoftext|> after it
+  bool eot = false;  // the document ends with it: the template's suffix and <|endoftext|> after it
+  bool bos = false;  // the document starts with it: the template's prefix (Llama 3's <|begin_of_text|>) before it
 };
 
 // A segment's bytes in chunks cut by safe_cut.
@@ -88,7 +91,8 @@ class SegmentReader {
 struct Job {
   std::string text;
   int split = 0;
-  bool eot = false;  // the end of a segment that ends a document: no text, one <|endoftext|>
+  bool eot = false;  // the end of a segment that ends a document: no text, the template's suffix, <|endoftext|>
+  bool bos = false;  // the start of a document: no text, the template's prefix
   std::string where;
 };
 
@@ -104,8 +108,14 @@ class JobSource {
         continue;
       }
       const Segment& s = segs[seg_];
-      if (!reader_) reader_ = std::make_unique<SegmentReader>(s, chunk_);
-      j = Job{{}, static_cast<int>(split_), false, {}};
+      j = Job{{}, static_cast<int>(split_), false, false, {}};
+      if (!reader_) {
+        reader_ = std::make_unique<SegmentReader>(s, chunk_);
+        if (s.bos) {
+          j.bos = true;
+          return true;
+        }
+      }
       int64_t at = 0;
       if (reader_->next(j.text, at)) {
         j.where = fmt::format("{} (bytes {} to {})", s.path, at, at + static_cast<int64_t>(j.text.size()));
@@ -136,10 +146,14 @@ void encode_batch(const Bpe& bpe, const std::vector<Job>& jobs, std::vector<std:
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
       try {
-        if (jobs[i].eot)
-          out[i].push_back(bpe.end_of_text());
-        else
+        if (jobs[i].bos) {
+          out[i] = bpe.template_prefix();
+        } else if (jobs[i].eot) {
+          out[i] = bpe.template_suffix();
+          if (out[i].empty() || out[i].back() != bpe.end_of_text()) out[i].push_back(bpe.end_of_text());
+        } else {
           out[i] = bpe.encode_ordinary(jobs[i].text);
+        }
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -179,14 +193,11 @@ struct NewFiles {
 // Encodes the splits (train, val) into out_dir's train.bin and val.bin, then writes meta.json.
 BpePrepareResult run(const std::vector<std::vector<Segment>>& splits, const std::string& out_dir, const Bpe& bpe,
                      const BpePrepareOptions& o, nlohmann::json meta) {
-  PARALLM_CHECK(bpe.vocab_size() <= 65536, ConfigError, kPrepareWhere,
-                "the tokenizer has {} tokens: more than uint16 token files (train.bin, val.bin) can hold (65536)",
-                bpe.vocab_size());
   PARALLM_CHECK(o.chunk_bytes >= 16, ConfigError, kPrepareWhere, "chunk size {} bytes: at least 16", o.chunk_bytes);
   for (const auto& segs : splits)
     for (const auto& s : segs)
       PARALLM_CHECK(!s.eot || bpe.end_of_text() >= 0, ConfigError, kPrepareWhere,
-                    "the tokenizer has no <|endoftext|> token to end each document with");
+                    "the tokenizer has no <|endoftext|> (nor <|end_of_text|>) token to end each document with");
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   make_directories(out_dir, kPrepareWhere, "output directory");
   const fs::path dir(out_dir);
@@ -198,10 +209,13 @@ BpePrepareResult run(const std::vector<std::vector<Segment>>& splits, const std:
   BpeProgress p;
   p.bytes_total = length(splits[0]) + length(splits[1]);
   int64_t tokens[2] = {0, 0};
-  JobSource source(splits, o.chunk_bytes);
+  // A tokenizer whose pieces may cross the safe cuts reads each segment whole (one chunk).
+  JobSource source(splits, bpe.chunks_at_safe_cuts() ? o.chunk_bytes : kWhole);
+  const TokenDtype dtype = token_dtype_for(bpe.vocab_size());
   std::vector<Job> jobs;
   std::vector<std::vector<int32_t>> ids;
   std::vector<uint16_t> u16;
+  std::vector<uint32_t> u32;
   for (bool more = true; more;) {
     jobs.clear();
     int64_t bytes = 0;
@@ -212,9 +226,15 @@ BpePrepareResult run(const std::vector<std::vector<Segment>>& splits, const std:
     }
     encode_batch(bpe, jobs, ids, threads);
     for (size_t i = 0; i < jobs.size(); ++i) {
-      u16.assign(ids[i].begin(), ids[i].end());
-      files[static_cast<size_t>(jobs[i].split)]->append(u16.data(), u16.size() * 2);
-      tokens[jobs[i].split] += static_cast<int64_t>(u16.size());
+      FileWriter& f = *files[static_cast<size_t>(jobs[i].split)];
+      if (dtype == TokenDtype::kU16) {
+        u16.assign(ids[i].begin(), ids[i].end());
+        f.append(u16.data(), u16.size() * sizeof(uint16_t));
+      } else {
+        u32.assign(ids[i].begin(), ids[i].end());
+        f.append(u32.data(), u32.size() * sizeof(uint32_t));
+      }
+      tokens[jobs[i].split] += static_cast<int64_t>(ids[i].size());
     }
     p.bytes_done += bytes;
     p.tokens = tokens[0] + tokens[1];
@@ -231,7 +251,8 @@ BpePrepareResult run(const std::vector<std::vector<Segment>>& splits, const std:
   meta["eot_token"] = bpe.end_of_text();
   meta["train_tokens"] = tokens[0];
   meta["val_tokens"] = tokens[1];
-  meta["bpe"] = bpe.model_json();
+  meta["dtype"] = token_dtype_name(dtype);
+  meta["bpe"] = bpe.definition();
   const std::string text = meta.dump(1);
   write_file_atomic((dir / "meta.json.new").string(), {{text.data(), text.size()}});
   std::error_code ec;
@@ -331,6 +352,7 @@ std::vector<std::string_view> chunks_of(std::string_view text, int64_t chunk_byt
 }  // namespace
 
 std::vector<int32_t> encode_in_chunks(const Bpe& bpe, std::string_view text, int64_t chunk_bytes) {
+  if (!bpe.chunks_at_safe_cuts()) chunk_bytes = kWhole;
   std::vector<int32_t> out;
   for (std::string_view c : chunks_of(text, chunk_bytes)) {
     const auto ids = bpe.encode_ordinary(c);
@@ -341,7 +363,9 @@ std::vector<int32_t> encode_in_chunks(const Bpe& bpe, std::string_view text, int
 
 std::vector<int32_t> encode_parallel(const Bpe& bpe, std::string_view text, int threads) {
   threads = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const auto chunk = std::max<int64_t>(4096, static_cast<int64_t>(text.size()) / (4 * threads) + 1);
+  const auto chunk = bpe.chunks_at_safe_cuts()
+                         ? std::max<int64_t>(4096, static_cast<int64_t>(text.size()) / (4 * threads) + 1)
+                         : kWhole;
   const auto parts = chunks_of(text, chunk);
   std::vector<std::vector<int32_t>> ids(parts.size());
   std::vector<std::exception_ptr> errors(parts.size());
@@ -402,11 +426,11 @@ BpePrepareResult prepare_bpe_documents(const std::vector<std::string>& inputs, c
   const int64_t cut = target == 0 ? 0 : next_line(files[i], target);
   std::vector<std::vector<Segment>> splits(2);
   for (size_t f = 0; f < files.size(); ++f) {
-    if (f < i) splits[0].push_back({files[f], 0, sizes[f], true});
-    if (f > i) splits[1].push_back({files[f], 0, sizes[f], true});
+    if (f < i) splits[0].push_back({files[f], 0, sizes[f], true, true});
+    if (f > i) splits[1].push_back({files[f], 0, sizes[f], true, true});
   }
-  if (cut > 0) splits[0].push_back({files[i], 0, cut, cut == sizes[i]});
-  if (cut < sizes[i]) splits[1].insert(splits[1].begin(), {files[i], cut, sizes[i], true});
+  if (cut > 0) splits[0].push_back({files[i], 0, cut, cut == sizes[i], true});
+  if (cut < sizes[i]) splits[1].insert(splits[1].begin(), {files[i], cut, sizes[i], true, cut == 0});
   nlohmann::json meta;
   meta["source"] = nlohmann::json::array();
   for (const auto& f : files) meta["source"].push_back(fs::absolute(f).string());

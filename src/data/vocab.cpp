@@ -25,7 +25,7 @@ Vocab Vocab::of_meta(const nlohmann::json& meta, const std::string& path) {
                 "{} has no integer vocab_size; {}", path, kFix);
   const auto n = meta["vocab_size"].get<int64_t>();
   if (meta.contains("bpe")) {
-    auto bpe = std::make_shared<const Bpe>(Bpe::from_model_json(meta["bpe"], path + " bpe"));
+    auto bpe = std::make_shared<const Bpe>(Bpe::from_definition(meta["bpe"], path + " bpe"));
     PARALLM_CHECK(bpe->vocab_size() == n, IoError, "data.vocab", "{} says vocab_size {} but its tokenizer has {}; {}",
                   path, n, bpe->vocab_size(), kFix);
     return of_bpe(std::move(bpe));

@@ -2,11 +2,13 @@
 // prompts, decodes samples. Two kinds:
 //   characters  (prepare shakespeare_char | char): an "itos" list, the
 //               character of each id, as nanoGPT's meta.pkl;
-//   byte-level BPE (prepare shakespeare | gpt2): "tokenizer": "gpt2" (or
-//               "bpe" for a trained one) and the tokenizer itself under
-//               "bpe" (tokenizer.json's model object: vocab and merges), so
-//               that meta.json alone, as a run directory keeps a copy of it,
-//               is all sampling and export need.
+//   byte-level BPE (prepare shakespeare | gpt2 | bpe): "tokenizer" names the
+//               kind ("gpt2", "bpe", "tokenizer.json", "tiktoken") and "bpe"
+//               holds the tokenizer itself (Bpe::definition(): for GPT-2's
+//               kind tokenizer.json's model object, vocab and merges; else
+//               the whole tokenizer.json, or the tiktoken ranks, pattern and
+//               special tokens), so that meta.json alone, as a run directory
+//               keeps a copy of it, is all sampling and export need.
 #pragma once
 #include <cstdint>
 #include <map>

@@ -1,0 +1,30 @@
+// Writes the multilingual test text (tests/data/multilingual_text.h) for the
+// oracle scripts, which hand the same bytes to parallm and to the oracles.
+// usage: make_text SHAKESPEARE_INPUT UTF8_STRESS OUT [BYTES]   (BYTES: 1000000)
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "data/multilingual_text.h"
+
+namespace {
+std::string slurp(const char* path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: make_text SHAKESPEARE_INPUT UTF8_STRESS OUT [BYTES]\n");
+    return 2;
+  }
+  const size_t bytes = argc > 4 ? std::stoul(argv[4]) : 1000000;
+  const std::string text = parallm::test_util::multilingual_text(bytes, slurp(argv[1]), slurp(argv[2]));
+  std::ofstream(argv[3], std::ios::binary) << text;
+  std::printf("make_text: %zu bytes to %s\n", text.size(), argv[3]);
+  return 0;
+}
