@@ -68,9 +68,10 @@ std::string prepare_export_dir(const std::string& out, bool overwrite, bool bpe)
                 "replace an earlier export there (its files that this export does not write are removed; other "
                 "files are kept)",
                 out, listed(held));
-  const std::set<std::string> writes = bpe ? std::set<std::string>{"config.json", "model.safetensors", "vocab.json",
-                                                                   "merges.txt", "tokenizer_config.json"}
-                                           : std::set<std::string>{"config.json", "model.safetensors"};
+  const std::set<std::string> writes =
+      bpe ? std::set<std::string>{"config.json", "model.safetensors", "vocab.json",
+                                  "merges.txt",  "tokenizer.json",    "tokenizer_config.json"}
+          : std::set<std::string>{"config.json", "model.safetensors"};
   std::vector<std::string> removed;
   for (const std::string& name : held) {
     if (!is_export_file(name) || writes.count(name)) continue;
@@ -100,7 +101,7 @@ std::string export_run_hf(const std::string& run_dir, const std::string& out, co
   hf::export_hf(out, cfg.model, m.layout(), params.data(), vocab.size(), vocab.bpe(), o.write);
   return fmt::format("exported {} (iteration {}, {}) to {}: config.json, model.safetensors{}{}",
                      meta["_dir"].get<std::string>(), meta["iter"].get<int64_t>(), cfg.model.summary(), out,
-                     vocab.is_bpe() ? ", vocab.json, merges.txt, tokenizer_config.json"
+                     vocab.is_bpe() ? ", vocab.json, merges.txt, tokenizer.json, tokenizer_config.json"
                                     : " (a character vocabulary: no tokenizer files)",
                      removed.empty() ? "" : "; removed the earlier export's " + removed);
 }
