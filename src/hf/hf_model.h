@@ -1,10 +1,13 @@
 // A Hugging Face model directory of any family parallm builds: the one place
 // that picks GPT-2's files (hf_gpt2.h) or the Llama family's (hf_llama.h).
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/fileio.h"
 #include "data/bpe.h"
+#include "data/bpe_train.h"
 #include "hf/hf_gpt2.h"
 #include "hf/hf_llama.h"
 
@@ -20,13 +23,19 @@ inline std::vector<float> load_hf(const std::string& dir, const model::GPTConfig
   return cfg.llama() ? load_hf_llama(dir, cfg, layout) : load_hf_gpt2(dir, cfg, layout);
 }
 
-// The whole model's directory; GPT-2's with its tokenizer files where `bpe` is given.
+// The whole model's directory, with its tokenizer files (tokenizer.json, vocab.json, merges.txt) where `bpe` is given.
 inline void export_hf(const std::string& dir, const model::GPTConfig& cfg, const model::ParamLayout& layout,
                       const float* params, int64_t vocab_rows, const data::Bpe* bpe, const HfWriteOptions& o = {}) {
-  if (cfg.llama())
-    export_hf_llama(dir, cfg, layout, params, vocab_rows, o);
-  else
-    export_hf_gpt2(dir, cfg, layout, params, vocab_rows, bpe);
+  if (!cfg.llama()) return export_hf_gpt2(dir, cfg, layout, params, vocab_rows, bpe);
+  export_hf_llama(dir, cfg, layout, params, vocab_rows, o);
+  if (!bpe) return;
+  data::write_bpe_files(*bpe, dir);
+  // transformers' AutoTokenizer reads tokenizer.json through its fast tokenizer class.
+  const std::string tc =
+      nlohmann::ordered_json{{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", cfg.block_size}}.dump(
+          2) +
+      "\n";
+  write_file_atomic(dir + "/tokenizer_config.json", {{tc.data(), tc.size()}});
 }
 
 }  // namespace parallm::hf
