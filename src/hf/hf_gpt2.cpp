@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/fileio.h"
 #include "data/bpe_train.h"
+#include "hf/hf_files.h"
 #include "hf/safetensors.h"
 
 namespace parallm::hf {
@@ -35,15 +36,6 @@ bool mask_buffer(std::string_view name) {
 }
 std::string bare(std::string_view name) {
   return std::string(name.substr(0, kPrefix.size()) == kPrefix ? name.substr(kPrefix.size()) : name);
-}
-std::string shape_text(const std::vector<int64_t>& s) {
-  return fmt::format("[{}]", fmt::join(s, ", "));
-}
-
-nlohmann::json read_json(const std::string& path) {
-  const auto j = nlohmann::json::parse(read_text_file(path, kHfWhere), nullptr, false);
-  PARALLM_CHECK(j.is_object(), IoError, kHfWhere, "{} is not a JSON object", path);
-  return j;
 }
 
 // The file's tensors by bare name; IoError for a name given with and without the prefix.
@@ -77,11 +69,7 @@ std::vector<float> whole_tensor(const SafetensorsReader& f, const StTensor& t, c
                 t.shape[0], g[0], t.shape[0]);
   std::vector<float> file(static_cast<size_t>(t.numel()));
   f.read(t, file.data());
-  const auto bad = std::find_if(file.begin(), file.end(), [](float x) { return !std::isfinite(x); });
-  PARALLM_CHECK(bad == file.end(), IoError, kHfWhere,
-                "{}: tensor \"{}\" holds {} at element {} (of {}): weights must be finite; the file is damaged, or "
-                "was saved from a model that had diverged",
-                f.path(), t.name, *bad, bad - file.begin(), file.size());
+  check_finite(file.data(), static_cast<int64_t>(file.size()), f.path(), t.name);
   std::vector<float> out(static_cast<size_t>(std::max<int64_t>(1, shape_numel(s.global_shape))), 0.0f);
   if (conv1d(name)) {
     const int64_t rows = g[0], cols = g[1];  // out, in
@@ -98,7 +86,7 @@ std::vector<float> whole_tensor(const SafetensorsReader& f, const StTensor& t, c
 
 model::GPTConfig hf_gpt2_config(const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
-  const nlohmann::json j = read_json(path);
+  const nlohmann::json j = read_json_object(path);
   auto size = [&](std::initializer_list<const char*> keys) -> int64_t {
     for (const char* k : keys)
       if (j.contains(k)) {

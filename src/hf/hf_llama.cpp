@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/fileio.h"
+#include "hf/hf_files.h"
 #include "hf/safetensors.h"
 
 namespace parallm::hf {
@@ -20,12 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr const char* kWhere = "hf";
-
-nlohmann::json read_object(const std::string& path) {
-  const auto j = nlohmann::json::parse(read_text_file(path, kWhere), nullptr, false);
-  PARALLM_CHECK(j.is_object(), IoError, kWhere, "{} is not a JSON object", path);
-  return j;
-}
 
 std::string type_of(const nlohmann::json& j) {
   return j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
@@ -42,7 +37,7 @@ Weights open_weights(const std::string& dir) {
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   std::vector<std::string> names;
   if (fs::exists(index)) {
-    const nlohmann::json j = read_object(index.string());
+    const nlohmann::json j = read_json_object(index.string());
     PARALLM_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), IoError, kWhere,
                   "{} has no \"weight_map\" object", index.string());
     for (const auto& [tensor, file] : j["weight_map"].items()) {
@@ -65,10 +60,6 @@ Weights open_weights(const std::string& dir) {
   return w;
 }
 
-std::string dims_text(const std::vector<int64_t>& s) {
-  return fmt::format("[{}]", fmt::join(s, ", "));
-}
-
 // Slot s's whole tensor (global_shape) from the file; the token tables may have fewer rows (zero padding).
 std::vector<float> whole_slot(const SafetensorsReader& f, const StTensor& t, const model::ParamSlot& s,
                               const model::GPTConfig& cfg) {
@@ -77,16 +68,13 @@ std::vector<float> whole_slot(const SafetensorsReader& f, const StTensor& t, con
   std::vector<int64_t> want = g;
   if (table && t.shape.size() == 2) want[0] = t.shape[0];
   PARALLM_CHECK(t.shape == want, IoError, kWhere, "{}: tensor \"{}\" has shape {}, but the model ({}) needs {}",
-                f.path(), t.name, dims_text(t.shape), cfg.summary(), dims_text(want));
+                f.path(), t.name, shape_text(t.shape), cfg.summary(), shape_text(want));
   PARALLM_CHECK(!table || t.shape[0] <= g[0], IoError, kWhere,
                 "{}: \"{}\" has {} rows but model.vocab_size is {}: set model.vocab_size to at least {}", f.path(),
                 t.name, t.shape[0], g[0], t.shape[0]);
   std::vector<float> out(static_cast<size_t>(shape_numel(s.global_shape)), 0.0f);
   f.read(t, out.data());  // a shorter token table fills its first rows
-  const auto bad = std::find_if(out.begin(), out.begin() + t.numel(), [](float x) { return !std::isfinite(x); });
-  PARALLM_CHECK(bad == out.begin() + t.numel(), IoError, kWhere,
-                "{}: tensor \"{}\" holds {} at element {}: weights must be finite", f.path(), t.name, *bad,
-                bad - out.begin());
+  check_finite(out.data(), t.numel(), f.path(), t.name);
   return out;
 }
 
@@ -129,13 +117,13 @@ void read_rope_scaling(const nlohmann::json& j, const std::string& path, model::
 bool is_llama_family(const std::string& dir) {
   const fs::path p = fs::path(dir) / "config.json";
   if (!fs::exists(p)) return false;
-  const std::string t = type_of(read_object(p.string()));
+  const std::string t = type_of(read_json_object(p.string()));
   return t == "llama" || t == "qwen2" || t == "qwen3";
 }
 
 model::GPTConfig hf_llama_config(const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
-  const nlohmann::json j = read_object(path);
+  const nlohmann::json j = read_json_object(path);
   const std::string type = type_of(j);
   PARALLM_CHECK(type == "llama" || type == "qwen2" || type == "qwen3", IoError, kWhere,
                 "{}: model_type \"{}\": parallm reads gpt2, llama, qwen2 and qwen3", path, type);
