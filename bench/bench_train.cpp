@@ -7,7 +7,9 @@
 //
 // Configs: (a) nanoGPT's CPU config 4/4/128, block 64, batch 12, vocab 65;
 // (b) baby GPT 6/6/384, block 256, batch 64, vocab 65; (c) GPT-2 124M shape
-// 12/12/768, block 64, batch 4, vocab 50304, bias. (a) and (b) read tiny
+// 12/12/768, block 64, batch 4, vocab 50304, bias; (l, not in the default
+// set) the small Llama of configs/llama_tiny_cpu.yaml against the peer's
+// Llama (tools/torch_ref/llama_ref.py). (a), (b) and (l) read tiny
 // Shakespeare when it is prepared (data/shakespeare_char), else random tokens.
 //
 // The peer is tools/torch_ref/bench_peer.py under /usr/bin/python3, run at its
@@ -85,9 +87,17 @@ std::vector<BenchConfig> all_configs() {
     g.dropout = 0.0f;
     return g;
   };
+  // (l) configs/llama_tiny_cpu.yaml's Llama: (a)'s size with 2 KV heads of 32, SwiGLU 352, an untied head.
+  model::GPTConfig l = mk(4, 4, 128, 64, 65, false);
+  l.arch = model::Arch::Llama;
+  l.n_kv_head = 2;
+  l.head_dim = 32;
+  l.intermediate_size = 352;
+  l.tie_embeddings = false;
   return {{"a", mk(4, 4, 128, 64, 65, false), 12, true},
           {"b", mk(6, 6, 384, 256, 65, false), 64, true},
-          {"c", mk(12, 12, 768, 64, 50304, true), 4, false}};
+          {"c", mk(12, 12, 768, 64, 50304, true), 4, false},
+          {"l", l, 12, true}};
 }
 
 struct Result {
@@ -278,6 +288,13 @@ std::vector<std::string> peer_argv(const PeerRequest& rq, const PeerVariant& var
                            "--dtype",          rq.dtype});
   if (rq.bc.use_shakespeare && fs::exists(rq.data_dir + "/train.bin"))
     argv.insert(argv.end(), {"--data", rq.data_dir + "/train.bin"});
+  if (m.llama()) {
+    argv.insert(argv.end(), {"--arch", "llama", "--n_kv_head", std::to_string(m.kv_heads()), "--head_dim",
+                             std::to_string(m.head_size()), "--intermediate_size", std::to_string(m.mlp_width()),
+                             "--rope_theta", std::to_string(m.rope_theta)});
+    if (m.qk_norm()) argv.push_back("--qk_norm");
+    if (!m.tie_embeddings) argv.push_back("--untied");
+  }
   return argv;
 }
 
@@ -325,7 +342,7 @@ struct Options {
 };
 
 void add_options(CLI::App& app, Options& o) {
-  app.add_option("--configs", o.configs, "comma-separated subset of a,b,c");
+  app.add_option("--configs", o.configs, "comma-separated subset of a,b,c,l");
   app.add_option("--iters", o.iters, "timed parallm iterations");
   app.add_option("--warmup", o.warmup, "untimed parallm iterations first");
   app.add_option("--peer-iters", o.peer_iters, "timed PyTorch iterations (default: per config)");

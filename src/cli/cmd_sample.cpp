@@ -9,6 +9,9 @@
 // --ckpt hf:DIR samples a Hugging Face GPT-2 directory instead (its weights
 // and tokenizer, hf/hf_gpt2.h); --logits FILE writes the prompt's logits
 // instead of sampling (what tools/torch_ref/hf_logits.py compares).
+#include <fmt/format.h>
+
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -19,7 +22,7 @@
 #include "core/fileio.h"
 #include "core/log.h"
 #include "data/vocab.h"
-#include "hf/hf_gpt2.h"
+#include "hf/hf_model.h"
 #include "model/gpt.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/ckpt_dirs.h"
@@ -37,6 +40,7 @@ struct SampleOpts {
   int64_t max_new_tokens = 500, top_k = 200, num_samples = 1;
   float temperature = 0.8f;
   uint64_t seed = 1337;
+  bool no_kv_cache = false;
 };
 
 struct Loaded {
@@ -66,11 +70,11 @@ Loaded load_run(const SampleOpts& o) {
   return l;
 }
 
-// hf:DIR, a Hugging Face GPT-2 directory (hf/hf_gpt2.h): its weights and
+// hf:DIR, a Hugging Face directory (hf/hf_model.h: GPT-2, Llama, Qwen): its weights and
 // its tokenizer files (or --data's vocabulary).
 Loaded load_hf(const SampleOpts& o) {
   const std::string dir = o.ckpt.substr(3);
-  const model::GPTConfig cfg = hf::hf_gpt2_config(dir);
+  const model::GPTConfig cfg = hf::hf_config(dir);
   PARALLM_CHECK(!o.data.empty() || data::Bpe::dir_has_tokenizer(dir), ConfigError, "cli.sample",
                 "--ckpt hf:{} holds no tokenizer (tokenizer.json, vocab.json + merges.txt, or encoder.json + "
                 "vocab.bpe), as a character model's export does: name its vocabulary with --data DIR (the dataset, "
@@ -80,7 +84,7 @@ Loaded load_hf(const SampleOpts& o) {
   l.vocab = !o.data.empty() ? data::Vocab::load(o.data)
                             : data::Vocab::of_bpe(std::make_shared<const data::Bpe>(data::Bpe::load_dir(dir)));
   l.model = std::make_unique<model::GPT>(cfg, 1, cfg.block_size);
-  l.model->load_params(hf::load_hf_gpt2(dir, cfg, l.model->layout()).data());
+  l.model->load_params(hf::load_hf(dir, cfg, l.model->layout()).data());
   return l;
 }
 
@@ -113,8 +117,8 @@ Runner add_sample(CLI::App& app) {
   cmd->add_option("--max_new_tokens", o->max_new_tokens, "tokens to generate")
       ->check(int_in(0, kMaxNewTokens))
       ->capture_default_str();
-  cmd->add_option("--temperature", o->temperature, "sampling temperature (> 0)")
-      ->check(number_in(0, 100, /*lo_open=*/true))
+  cmd->add_option("--temperature", o->temperature, "sampling temperature (0: always the most likely token)")
+      ->check(number_in(0, 100))
       ->capture_default_str();
   cmd->add_option("--top_k", o->top_k, "keep the k most likely tokens (0 = all)")
       ->check(int_in(0, INT32_MAX))
@@ -125,6 +129,8 @@ Runner add_sample(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "sampling seed (as train.seed)")
       ->check(int_in(0, INT64_MAX))
       ->capture_default_str();
+  cmd->add_flag("--no-kv-cache", o->no_kv_cache,
+                "run the whole context for every token instead of caching keys and values (the same ids, slower)");
   cmd->add_option("--data", o->data, "dataset directory with meta.json (default: the run's own vocabulary)");
   cmd->add_option("--logits", o->logits,
                   "write the prompt's logits (every position, float32 little-endian, [tokens, vocab_size]) to this "
@@ -149,9 +155,16 @@ Runner add_sample(CLI::App& app) {
     };
     for (int64_t s = 0; s < o->num_samples; ++s) {
       std::fputs(vocab.decode(prompt).c_str(), stdout);
-      train::generate(
-          m, prompt,
-          {o->max_new_tokens, o->temperature, o->top_k, o->seed + static_cast<uint64_t>(s), vocab.size(), print_token});
+      train::SampleOptions so{o->max_new_tokens, o->temperature, o->top_k, o->seed + static_cast<uint64_t>(s),
+                              vocab.size(),      print_token};
+      so.kv_cache = !o->no_kv_cache;
+      const auto t0 = std::chrono::steady_clock::now();
+      train::generate(m, prompt, so);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      // On stderr: stdout is the sample's text alone.
+      fmt::print(stderr, "{} tokens in {:.3f} s ({:.1f} tokens/s, {})\n", o->max_new_tokens, secs,
+                 static_cast<double>(o->max_new_tokens) / secs,
+                 so.kv_cache && m.decode_supported() ? "KV cache" : "recomputed");
       std::printf("\n---------------\n");
     }
     return 0;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace parallm::hf {
@@ -202,9 +203,9 @@ void write_safetensors(const std::string& path, const std::vector<StWrite>& tens
   std::vector<uint64_t> bytes;
   for (const StWrite* t : order) {
     PARALLM_CHECK(!h.contains(t->name), ConfigError, kSafetensorsWhere, "{}: tensor \"{}\" given twice", path, t->name);
-    uint64_t n = 4;
+    uint64_t n = t->bf16 ? 2 : 4;
     for (int64_t d : t->shape) n *= static_cast<uint64_t>(d);
-    h[t->name] = {{"dtype", "F32"}, {"shape", t->shape}, {"data_offsets", {at, at + n}}};
+    h[t->name] = {{"dtype", t->bf16 ? "BF16" : "F32"}, {"shape", t->shape}, {"data_offsets", {at, at + n}}};
     bytes.push_back(n);
     at += n;
   }
@@ -217,7 +218,16 @@ void write_safetensors(const std::string& path, const std::vector<StWrite>& tens
     FileWriter w(tmp);
     w.append(len, 8);
     w.append(header.data(), header.size());
-    for (size_t i = 0; i < order.size(); ++i) w.append(order[i]->data, bytes[i]);
+    std::vector<uint16_t> half;
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (!order[i]->bf16) {
+        w.append(order[i]->data, bytes[i]);
+        continue;
+      }
+      half.resize(bytes[i] / 2);
+      for (size_t e = 0; e < half.size(); ++e) half[e] = f32_to_bf16(order[i]->data[e]);  // little-endian host
+      w.append(half.data(), bytes[i]);
+    }
     w.finish();
   }
   std::error_code ec;

@@ -12,7 +12,7 @@
 // the shape's size, tensors that leave a gap or overlap, a buffer that is
 // not exactly covered (bytes left over, or missing: a truncated file).
 // Values are read as float from F32, BF16 and F16.
-// The writer writes F32, tensors in name order back to back, the header
+// The writer writes F32 (or BF16, rounded to nearest even), tensors in name order back to back, the header
 // padded with spaces to a multiple of 8, {"format": "pt"} in the metadata
 // (transformers wants it), through <path>.tmp and a rename.
 #pragma once
@@ -54,6 +54,7 @@ struct StWrite {
   std::string name;
   std::vector<int64_t> shape;
   const float* data = nullptr;
+  bool bf16 = false;  // written as BF16
 };
 void write_safetensors(const std::string& path, const std::vector<StWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});

@@ -27,10 +27,12 @@ namespace parallm::model {
 namespace {
 
 // A carve's running offsets (activations, statistics; 64-byte aligned) and
-// the pass's sizes: N = B T rows, Nl of them on this rank, C channels, Cl
-// attention columns and NH heads on this rank.
+// the pass's sizes: N = B T rows, Nl of them on this rank, C channels; this
+// rank's attention columns Cl (NH heads), KV columns K (Llama: k and v each;
+// GPT-2's qkv holds them) and MLP columns F.
 struct Carver {
-  int64_t B, T, N, Nl, C, Cl, NH;
+  int64_t B, T, N, Nl, C, Cl, NH, K, F, KH;
+  bool llama, qk_norm;
   const CpLayout& cp;
   int64_t off = 0, soff = 0;
   int64_t take(int64_t n) {
@@ -44,19 +46,21 @@ struct Carver {
     return o;
   }
   // Recomputed buffers are one set shared by every layer (refilled before
-  // each layer's backward): selective the LayerNorm and GELU outputs, full
-  // everything but the block's output (the next block's input).
+  // each layer's backward): selective the norms' and the MLP activation's
+  // outputs, full everything but the block's output (the next block's input).
   LayerActs shared(Recompute r) {
     LayerActs s{};
     if (r == Recompute::None) return s;
     s.ln1 = take(Nl * C);
     s.ln2 = take(Nl * C);
-    s.fch_gelu = take(N * 4 * Cl);
+    s.fch_gelu = take(N * F);
     if (r != Recompute::Full) return s;
     s.qkv = take(N * 3 * Cl);
     s.atty = take(N * Cl);
     s.res2 = take(Nl * C);
-    s.fch = take(N * 4 * Cl);
+    s.fch = take(N * F);
+    if (llama) s.up = take(N * F);
+    if (qk_norm) s.qk_pre = take(N * (Cl + K));
     if (const int64_t h = CpAttention::head_out_elems(cp, B, T, Cl)) s.att_h = take(h);
     return s;
   }
@@ -64,24 +68,28 @@ struct Carver {
   LayerActs block(LayerActs a, Recompute r, bool split_backward) {
     const bool sel = r == Recompute::Selective, full = r == Recompute::Full;
     if (!sel && !full) a.ln1 = take(Nl * C);
-    a.ln1_mean = stat(Nl);
+    if (!llama) a.ln1_mean = stat(Nl);
     a.ln1_rstd = stat(Nl);
+    if (qk_norm && !full) a.qk_pre = take(N * (Cl + K));
+    if (qk_norm) a.qk_rstd = stat(N * (NH + KH));
     if (!full) a.qkv = take(N * 3 * Cl);
     if (!full) a.atty = take(N * Cl);
     if (const int64_t h = CpAttention::head_out_elems(cp, B, T, Cl); h && !full) a.att_h = take(h);
     a.lse = stat(B * NH * T);
     if (!full) a.res2 = take(Nl * C);
     if (!sel && !full) a.ln2 = take(Nl * C);
-    a.ln2_mean = stat(Nl);
+    if (!llama) a.ln2_mean = stat(Nl);
     a.ln2_rstd = stat(Nl);
-    if (!full) a.fch = take(N * 4 * Cl);
-    if (!sel && !full) a.fch_gelu = take(N * 4 * Cl);
+    if (!full) a.fch = take(N * F);
+    if (llama && !full) a.up = take(N * F);
+    if (!sel && !full) a.fch_gelu = take(N * F);
     a.res3 = take(Nl * C);
     if (split_backward) {
       a.d_fcproj = take(N * C);
-      a.d_fc = take(N * 4 * Cl);
+      a.d_fc = take(N * F);
+      if (llama) a.d_up = take(N * F);
       a.d_proj = take(N * C);
-      a.d_qkv = take(N * 3 * Cl);
+      a.d_qkv = take(N * (llama ? Cl + 2 * K : 3 * Cl));
     }
     return a;
   }
@@ -92,11 +100,12 @@ struct Carver {
 ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute,
                                      int tp, bool sp, const PipelinePart& pipe, const CpLayout& cp) {
   const int64_t N = B * T, C = cfg.n_embd, L = cfg.n_layer, Nl = sp ? N / tp : N;
-  const int64_t Cl = C / tp, NH = cfg.n_head / tp, vn = (cfg.vocab_size + tp - 1) / tp;
+  const BlockWidths w = block_widths(cfg, tp);
+  const int64_t Cl = w.attn(), NH = w.heads, vn = (cfg.vocab_size + tp - 1) / tp;
   const std::vector<LayerRange> chunks = pipe.pipelined() ? pipe.stage.chunks : std::vector<LayerRange>{{0, L}};
   const bool last = chunks.back().end == L;
   const bool lowp = compute == DType::BF16 && !dev.is_cpu();  // CPU bf16 keeps fp32 activations
-  Carver k{B, T, N, Nl, C, Cl, NH, cp};
+  Carver k{B, T, N, Nl, C, Cl, NH, w.kv(), w.mlp, w.kv_heads, cfg.llama(), cfg.qk_norm(), cp};
   ActivationPlan o;
   o.la.assign(static_cast<size_t>(L), LayerActs{});
   const LayerActs shared = k.shared(cfg.recompute);
@@ -112,7 +121,7 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
       o.la[static_cast<size_t>(l)] = k.block(shared, cfg.recompute, pipe.split_backward);
     if (last && c + 1 == chunks.size()) {
       ch.lnf = k.take(Nl * C);
-      ch.lnf_mean = k.stat(Nl);
+      if (!cfg.llama()) ch.lnf_mean = k.stat(Nl);
       ch.lnf_rstd = k.stat(Nl);
       ch.losses = k.stat(N);
       ch.dlnf = k.take(Nl * C);
@@ -129,7 +138,10 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
     o.xmax = k.stat(N);
     o.xsums = k.stat(2 * N);
   }
-  if (sp) o.ln_grad = k.stat(2 * C);
+  // Partial norm weight gradients summed over the group: sequence parallel
+  // (2C: LayerNorm's weight and bias), and a QK-norm's over this rank's heads (2D).
+  if (sp || (cfg.qk_norm() && tp > 1)) o.ln_grad = k.stat(2 * std::max(C, w.D));
+  if (w.kv_whole) o.kv_grad = k.stat(2 * cfg.kv_heads() * (w.D * C + w.D));  // the whole k and v weights and biases
   o.acts = k.off;
   o.stats = k.soff;
   const auto attn_ws =
@@ -142,8 +154,16 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
   k.off = 0;  // the scratch
   o.s_dres = k.take(Nl * C);
   o.s_tmp = k.take(Nl * C);
-  o.s_dfch = k.take(N * 4 * Cl);
-  o.s_dfch2 = k.take(N * 4 * Cl);
+  // The backward's two wide temporaries: the MLP's hidden gradients, and
+  // (Llama) attention's input gradient dqkv [N, 3 Cl].
+  const int64_t wide = cfg.llama() ? std::max(w.mlp, 3 * Cl) : 4 * Cl;
+  o.s_dfch = k.take(N * wide);
+  o.s_dfch2 = k.take(N * wide);
+  if (cfg.llama()) {
+    o.s_qkvr = k.take(N * (Cl + 2 * w.kv()));
+    if (cfg.qk_norm()) o.s_qkn = k.take(N * (Cl + w.kv()));
+    o.s_dx2 = k.take(N * C);
+  }
   if (sp) {
     o.s_full = k.take(N * C);
     o.s_gfull = k.take(N * C);

@@ -33,9 +33,13 @@ struct ActivationBytes {
 struct LayerActs {
   int64_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
   int64_t att_h = -1;  // Ulysses: the head-form attention output [B, T, Cl/cp]
+  // Llama: the up projection [N, F] (fch is the gate's, fch_gelu SwiGLU's
+  // output), QK-norm's inputs q | k [N, A + K] and its rstd (N x heads + N x KV heads).
+  int64_t up = -1, qk_pre = -1, qk_rstd = -1;
   // split_backward: B's gradients of the linear layers' outputs, kept for W
   // (fcproj, proj: whole rows; fc (after GELU's backward), qkv: this rank's columns).
   int64_t d_fcproj = -1, d_fc = -1, d_proj = -1, d_qkv = -1;
+  int64_t d_up = -1;  // Llama: up's (d_fc: gate's; d_qkv: q | k | v's before RoPE)
 };
 
 // A chunk's own buffers in its activation set 0 (set s is `acts_stride` /
@@ -61,7 +65,12 @@ struct ActivationPlan {
   int64_t logits = 0, xmax = 0, xsums = 0, dlogits = 0;  // vocabulary-parallel loss (tp > 1)
   int64_t s_full = 0, s_gfull = 0, ln_grad = 0;          // sequence parallel: whole-row buffers, LayerNorm grads
   int64_t s_dres = 0, s_tmp = 0, s_dfch = 0, s_dfch2 = 0;
-  int64_t s_cp = 0;                                  // context parallel: the attention exchange's buffers
+  int64_t s_cp = 0;  // context parallel: the attention exchange's buffers
+  // Llama: q | k | v before packing (forward; backward their gradients),
+  // QK-norm's outputs (backward: its input gradients), a second input
+  // gradient for the column groups' sums; kv_grad (stats): a replicated KV
+  // head's weight gradients before their sum over the group.
+  int64_t s_qkvr = -1, s_qkn = -1, s_dx2 = -1, kv_grad = -1;
   int64_t acts = 0, stats = 0, scratch = 0, ws = 0;  // element counts
   ActivationBytes sizes;
 
@@ -93,7 +102,10 @@ class Activations {
   A* scr(int64_t off) const {
     return of_type<A>(scratch_, scratch_lp_, off);
   }
-  float* stat(int64_t off) const { return stats_.data() + (off < plan_.stats_fixed ? off + shift_s_ : off); }
+  // An absent statistic (-1: RMSNorm's mean) is null.
+  float* stat(int64_t off) const {
+    return off < 0 ? nullptr : stats_.data() + (off < plan_.stats_fixed ? off + shift_s_ : off);
+  }
   float* ws() const { return ws_.data(); }
   // The selected chunk's and set's activation set: the input of the selected
   // chunk as a message, in the compute type (void: either type).

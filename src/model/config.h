@@ -1,4 +1,8 @@
-// GPT hyper-parameters, as nanoGPT names them.
+// A model's hyper-parameters: GPT-2's as nanoGPT names them, and the keys the
+// Llama family adds (Llama 3, Qwen3; named as Hugging Face's config.json
+// names them). `arch` picks the block's layers: GPT-2's LayerNorm, learned
+// positions and GELU MLP, or Llama's RMSNorm, rotary positions, grouped-query
+// attention and SwiGLU MLP (Qwen3: with per-head QK-norm).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -27,6 +31,23 @@ inline constexpr int64_t kMaxVocab = INT32_MAX;             // model.vocab_size 
 enum class Recompute { None, Selective, Full };
 const char* recompute_name(Recompute r);
 
+enum class Arch { Gpt2, Llama, Qwen3 };
+const char* arch_name(Arch a);
+// ConfigError naming `key` unless `name` is gpt2, llama or qwen3.
+Arch parse_arch(const std::string& name, const std::string& key);
+
+// Rotary embeddings' frequency scaling (Hugging Face's rope_scaling): none,
+// or Llama 3's (low frequencies divided by `factor`, high ones kept, a smooth
+// blend between; `original` is original_max_position_embeddings).
+struct RopeScaling {
+  enum class Kind { None, Llama3 } kind = Kind::None;
+  double factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+  int64_t original = 8192;
+  bool operator==(const RopeScaling&) const = default;
+};
+const char* rope_scaling_name(RopeScaling::Kind k);
+RopeScaling::Kind parse_rope_scaling(const std::string& name, const std::string& key);
+
 struct GPTConfig {
   int64_t n_layer = 6;
   int64_t n_head = 6;
@@ -41,6 +62,23 @@ struct GPTConfig {
   // head matrix of its own (lm_head.weight), on the last pipeline stage.
   bool tie_embeddings = true;
 
+  // The Llama family (arch llama or qwen3; 0 = the default named).
+  Arch arch = Arch::Gpt2;
+  int64_t n_kv_head = 0;          // KV heads (0: n_head)
+  int64_t head_dim = 0;           // 0: n_embd / n_head
+  int64_t intermediate_size = 0;  // the MLP's hidden width (0: 4 n_embd)
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  float rms_norm_eps = 1e-5f;
+  bool attention_bias = false;  // biases on q, k and v (Qwen2-style)
+
+  bool llama() const { return arch != Arch::Gpt2; }
+  bool qk_norm() const { return arch == Arch::Qwen3; }
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int64_t head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
+  int64_t attn_width() const { return n_head * head_size(); }
+  int64_t mlp_width() const { return intermediate_size > 0 ? intermediate_size : 4 * n_embd; }
+
   // Throws ConfigError naming the offending key.
   void validate() const;
   std::string summary() const;
@@ -48,5 +86,24 @@ struct GPTConfig {
   // UINT64_MAX: cheap for any sizes, even ones validate() refuses.
   uint64_t num_params() const;
 };
+
+// A block's widths on one rank of a tensor-parallel group of `tp` (whole for
+// tp = 1). The KV heads are split like the query heads where tp divides
+// them; where they divide tp (fewer KV heads than ranks) each rank computes
+// the one KV head its query heads use, from projections every rank holds whole.
+struct BlockWidths {
+  int64_t C = 0;           // the residual width (n_embd)
+  int64_t heads = 0;       // this rank's query heads
+  int64_t kv_heads = 0;    // this rank's KV heads (1 where replicated)
+  int64_t D = 0;           // head size
+  int64_t mlp = 0;         // this rank's MLP hidden columns
+  int64_t first_head = 0;  // this rank's first query head
+  int64_t first_kv = 0;    // the first KV head it computes
+  bool kv_whole = false;   // KV projections replicated (tp > n_kv_head)
+  int64_t attn() const { return heads * D; }
+  int64_t kv() const { return kv_heads * D; }
+};
+// ConfigError where the heads, KV heads or MLP width do not split over tp.
+BlockWidths block_widths(const GPTConfig& cfg, int tp, int rank = 0);
 
 }  // namespace parallm::model

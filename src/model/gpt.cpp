@@ -93,14 +93,16 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
 }
 
 void GPT::build_layers() {
-  const int64_t C = cfg_.n_embd, tp = layout_.spec().tp, Cl = C / tp, NH = cfg_.n_head, NHl = NH / tp;
+  const int64_t C = cfg_.n_embd, tp = layout_.spec().tp, NH = cfg_.n_head;
+  const BlockWidths w = block_widths(cfg_, static_cast<int>(tp), layout_.spec().rank);
   TensorSplit split(tp_, sp_, C);
   auto scratch_at = [&](int64_t off) -> void* {
     return compute_ == DType::BF16 ? static_cast<void*>(acts_.scr<bfloat16>(off)) : acts_.scr<float>(off);
   };
   split.set_buffers(scratch_at(acts_.plan().s_full), scratch_at(acts_.plan().s_gfull));
-  const Attention attn{cpa_.get(), Cl, NHl, NH, layout_.spec().rank * NHl, tp_ ? NH : 0};
-  spec_ = Gpt2Spec::build(cfg_, layout_, std::move(split), attn);
+  const Attention attn{cpa_.get(), w.attn(), w.heads, NH, w.first_head, tp_ ? NH : 0};
+  spec_ = ModelSpec::build(cfg_, layout_, std::move(split), attn);
+  rope_ = RopeTable(cfg_, dev_);
 }
 
 GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
@@ -111,8 +113,8 @@ GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_s
 }
 
 int64_t GPT::num_params_nanogpt() const {
-  // The whole model's (every stage's), wpe excluded, as nanoGPT prints it.
-  return static_cast<int64_t>(cfg_.num_params()) - cfg_.block_size * cfg_.n_embd;
+  // The whole model's (every stage's), wpe excluded, as nanoGPT prints it (rotary models have none).
+  return static_cast<int64_t>(cfg_.num_params()) - (cfg_.llama() ? 0 : cfg_.block_size * cfg_.n_embd);
 }
 
 void GPT::set_store(ParamStore* store) {
@@ -151,7 +153,8 @@ void GPT::zero_grad() {
 
 double GPT::flops_per_token(int64_t T) const {
   const double N = static_cast<double>(num_params_nanogpt());
-  return 6.0 * N + 12.0 * cfg_.n_layer * cfg_.n_embd * static_cast<double>(T);
+  // The attention scores' and values' products: 12 L A T with A the attention width (n_embd for GPT-2).
+  return 6.0 * N + 12.0 * cfg_.n_layer * cfg_.attn_width() * static_cast<double>(T);
 }
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, const StepContext& ctx) {
@@ -165,8 +168,9 @@ float GPT::forward_chunk(int chunk, int set, const int32_t* tokens, const int32_
   PARALLM_CHECK(!ctx.need_grad || targets || !last_chunk(chunk), ShapeError, "gpt.forward", "gradients need targets");
   begin_pass(chunk, set, tokens, targets, B, T, "gpt.forward");
   const auto copy = pa_.copy_scope(bf16_products_);
-  float loss = compute_ == DType::BF16 ? forward_impl(*kb_, chunk, tokens, targets, B, T, ctx)
-                                       : forward_impl<float>(*k_, chunk, tokens, targets, B, T, ctx);
+  const PassShape f = pass_shape(ctx, B, T);
+  float loss = compute_ == DType::BF16 ? forward_impl(*kb_, chunk, tokens, targets, f)
+                                       : forward_impl<float>(*k_, chunk, tokens, targets, f);
   Activations::SetState& st = acts_.state();
   st.B = B;
   st.T = T;
@@ -198,13 +202,13 @@ void GPT::begin_pass(int chunk, int set, const int32_t*& tokens, const int32_t*&
 
 template <class A>
 float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets,
-                        int64_t B, int64_t T, const StepContext& ctx) {
+                        const PassShape& f) {
+  const StepContext& ctx = *f.ctx;
   const bool first = first_chunk(chunk), last = last_chunk(chunk);
   // The embeddings (group 0) serve the first chunk's embedding and the last one's tied head.
   const int eg = layout_.embed_group();
   ParamView<A> PE, P;
   if (eg >= 0) PE = {pa_.params<A>(eg, Pass::Forward), layout_.group(eg).begin};
-  const PassShape f = pass_shape(ctx, B, T);
   A* x = acts_.act<A>(acts_.chunk_acts().input);
   if (first) {
     spec_.embed.forward(k, spec_.split, x, tokens, PE, f);
@@ -278,7 +282,7 @@ void* GPT::chunk_grad(int chunk, int set) {
   return acts_.message(acts_.chunk_acts().grad);
 }
 
-PassShape GPT::pass_shape(const StepContext& ctx, int64_t B, int64_t T) const {
+PassShape GPT::pass_shape(const StepContext& ctx, int64_t B, int64_t T, int64_t pos0, KvCache* cache) const {
   PassShape f;
   f.B = B;
   f.T = T;
@@ -292,8 +296,34 @@ PassShape GPT::pass_shape(const StepContext& ctx, int64_t B, int64_t T) const {
   f.Tg = T * cpl_.size;
   f.by_runs = cpa_ != nullptr;
   if (cpa_) f.runs = cpl_.runs(f.Tg);
+  f.pos0 = pos0;
+  f.cache = cache;
+  if (rope_.active()) f.rope = rope_.rows(T, pos0, f.runs);
   f.ctx = &ctx;
   return f;
+}
+
+bool GPT::decode_supported() const {
+  return layout_.whole() && !tp_ && !cpa_ && compute_ == DType::F32 && k_->attention_block_forward != nullptr;
+}
+
+void GPT::decode(const int32_t* tokens, int64_t n, KvCache& cache, float* logits) {
+  PARALLM_CHECK(decode_supported(), ConfigError, "gpt.decode",
+                "generation with a KV cache runs the whole model on one rank in fp32 activations");
+  PARALLM_CHECK(n >= 1 && cache.length() + n <= cache.capacity(), ShapeError, "gpt.decode",
+                "{} new positions after the {} cached exceed the cache's {}", n, cache.length(), cache.capacity());
+  const int32_t* targets = nullptr;
+  begin_pass(0, 0, tokens, targets, 1, n, "gpt.decode");
+  const auto copy = pa_.copy_scope(bf16_products_);
+  const StepContext ctx;  // eval: no dropout, no gradients
+  forward_impl<float>(*k_, 0, tokens, nullptr, pass_shape(ctx, 1, n, cache.length(), &cache));
+  acts_.state() = {1, n, false, false};
+  cur_B_ = 1;
+  cur_T_ = n;
+  logits_set_ = 0;
+  last_fwd_chunk_ = last_fwd_set_ = 0;
+  cache.commit(n);
+  logits_impl<float>(*k_, logits, 1, n, n - 1);
 }
 
 float GPT::deferred_loss() {

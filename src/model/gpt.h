@@ -1,9 +1,9 @@
-// GPT (nanoGPT's architecture): explicit forward and backward passes over the layers of its spec (Gpt2Spec:
-// embedding, blocks, ln_f, head), each owning its communication under tp, sp and cp. A step allocates nothing:
-// parameters through ParamAccess (own buffers or a ZeRO store), activations carved once for the largest (B, T),
-// the batch through BatchIo. The head is fused with the loss (forward leaves d(ln_f output) and the head's
-// weight gradient). CPU or GPU alike: on a GPU params()/grads() are device pointers; tokens, targets, losses
-// and logits stay host arrays.
+// The model (GPT-2 or the Llama family): explicit forward and backward passes over the layers of its spec
+// (model_spec.h: embedding, blocks, final norm, head), each owning its communication under tp, sp and cp. A step
+// allocates nothing: parameters through ParamAccess (own buffers or a ZeRO store), activations carved once for the
+// largest (B, T), the batch through BatchIo. The head is fused with the loss (forward leaves d(ln_f output) and the
+// head's weight gradient). CPU or GPU alike: on a GPU params()/grads() are device pointers; tokens, targets, losses and
+// logits stay host arrays.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,13 +13,13 @@
 #include "core/tensor.h"
 #include "model/activations.h"
 #include "model/batch_io.h"
-#include "model/config.h"
 #include "model/cp_attention.h"
-#include "model/gpt2_block.h"
+#include "model/kv_cache.h"
+#include "model/model_spec.h"
 #include "model/model_watch.h"
 #include "model/param_access.h"
-#include "model/params.h"
 #include "model/pass.h"
+#include "model/rope.h"
 #include "model/stage.h"
 #include "model/vocab_layers.h"
 
@@ -39,14 +39,12 @@ class GPT {
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
   Device device() const { return dev_; }
-  float* params() const { return pa_.params(); }  // on device()
-  float* grads() const { return pa_.grads(); }    // on device()
-  // Host copies in and out of the flat buffers (flat_size() floats).
-  void load_params(const float* host) { pa_.load(host); }
+  float* params() const { return pa_.params(); }           // on device()
+  float* grads() const { return pa_.grads(); }             // on device()
+  void load_params(const float* host) { pa_.load(host); }  // host copies in and out (flat_size() floats)
   // After anything writes params(): the bf16 copy is redrawn before the next forward.
   void params_changed() { pa_.changed(); }
-  // The bf16 copy an optimizer may keep current as it steps (then no
-  // params_changed()); null where there is none (ParamAccess::current_copy).
+  // The bf16 copy an optimizer may keep current as it steps (ParamAccess::current_copy; null: none).
   bfloat16* weight_copy_for_step() const { return pa_.current_copy(); }
   // Activations' type (fp32 on the CPU even with bf16, which there rounds only the products' operands).
   DType compute_dtype() const { return compute_; }
@@ -54,23 +52,21 @@ class GPT {
   void store_params(float* host) const { pa_.store(host); }
   void store_grads(float* host) const { pa_.store_grads(host); }
   int64_t flat_size() const { return layout_.total(); }
-  // nanoGPT's count: all parameters except wpe (lm_head is tied to wte).
-  int64_t num_params_nanogpt() const;
+  int64_t num_params_nanogpt() const;  // nanoGPT's count: all parameters except wpe
   Tensor param(const std::string& name) const;
   Tensor grad(const std::string& name) const;
 
   void init_weights(uint64_t seed);  // GPT-2 init, each parameter its own counter-based stream
   void zero_grad();
-  // Tokens [B, T]; with targets, returns the mean cross-entropy loss (else 0).
+  // Tokens [B, T]; with targets, the mean cross-entropy loss (else 0).
   float forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, const StepContext& ctx);
   // The mean loss of the last forward with ctx.defer_loss (waits for that forward only).
   float deferred_loss();
   // grads() += d(loss_scale * mean loss), after forward() with ctx.need_grad and the same B, T, ctx.
   void backward(const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx);
 
-  // Pipeline stages: chunk `chunk`'s passes for activation set `set`, from the tokens or chunk_input to the
-  // loss or chunk_output; backward from chunk_grad, leaving d(input) there (BackwardPart::Input then Weight
-  // with split_backward). forward()/backward(): chunk 0, set 0.
+  // Pipeline stages: chunk `chunk`'s passes for activation set `set` (tokens or chunk_input to the loss or
+  // chunk_output; backward from chunk_grad, leaving d(input) there). forward()/backward(): chunk 0, set 0.
   int num_chunks() const { return static_cast<int>(layout_.chunks().size()); }
   bool first_chunk(int chunk) const { return chunk == 0 && layout_.first_stage(); }
   bool last_chunk(int chunk) const { return chunk == num_chunks() - 1 && layout_.last_stage(); }
@@ -88,6 +84,10 @@ class GPT {
   void last_logits(float* out, int64_t B, int64_t T, int64_t pos = -1);
   // After forward(..., targets, ...): logits [B*T, V] of all positions (tests, small models).
   void all_logits(float* out, int64_t B, int64_t T);
+  // With a KV cache (kv_cache.h): one sequence's next n tokens after the cache's positions, theirs added, the
+  // logits [V] of the last one written. decode_supported(): the whole model on this rank, fp32 activations.
+  bool decode_supported() const;
+  void decode(const int32_t* tokens, int64_t n, KvCache& cache, float* logits);
 
   // FLOPs per token for a training step (nanoGPT's 6N + 12*L*H*Q*T estimate).
   double flops_per_token(int64_t T) const;
@@ -98,9 +98,8 @@ class GPT {
                          const PipelinePart& pipe = {}, const CpLayout& cp = {});
   // Sequence parallel: the multiple every pass's B*T must be (1 otherwise).
   int64_t token_multiple() const { return sp_ ? layout_.spec().tp : 1; }
-  // Context parallel: the split (size 1 without), the ring's CpAttention::block_cpu_seconds (0 without).
-  const CpLayout& cp_layout() const { return cpl_; }
-  double cp_block_cpu_seconds() const { return cpa_ ? cpa_->block_cpu_seconds() : 0.0; }
+  const CpLayout& cp_layout() const { return cpl_; }  // context parallel: the split (size 1 without), ...
+  double cp_block_cpu_seconds() const { return cpa_ ? cpa_->block_cpu_seconds() : 0.0; }  // ... the ring's (0)
 
  private:
   GPTConfig cfg_;
@@ -119,7 +118,8 @@ class GPT {
   Activations acts_;
   BatchIo io_;
   PipelinePart pipe_;
-  Gpt2Spec spec_;                                // the layers
+  ModelSpec spec_;                               // the layers
+  mutable RopeTable rope_;                       // rotary models: the table of each pass's positions
   int last_fwd_chunk_ = -1, last_fwd_set_ = -1;  // recompute: whose forward the shared buffers hold
   int64_t cur_B_ = 0, cur_T_ = 0;                // the last forward of the model's last chunk (logits) ...
   int logits_set_ = 0;                           // ... and its activation set
@@ -129,10 +129,10 @@ class GPT {
   ModelWatch watch() const { return {&cfg_, &layout_, &acts_}; }
   void begin_pass(int chunk, int set, const int32_t*& tokens, const int32_t*& targets, int64_t B, int64_t T,
                   const char* where);
-  PassShape pass_shape(const StepContext& ctx, int64_t B, int64_t T) const;
+  PassShape pass_shape(const StepContext& ctx, int64_t B, int64_t T, int64_t pos0 = 0, KvCache* cache = nullptr) const;
   template <class A>
-  float forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets, int64_t B,
-                     int64_t T, const StepContext& ctx);
+  float forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets,
+                     const PassShape& f);
   template <class A>
   float head_forward(const kernels::ModelOps<A>& k, const A* x, const ParamView<A>& PE, const ParamView<A>& P,
                      const int32_t* targets, const PassShape& f);

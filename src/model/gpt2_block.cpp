@@ -49,7 +49,7 @@ void Gpt2Block::forward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_
   A* tmp = e.acts.scr<A>(e.acts.plan().s_tmp);
   b.ln1.forward(k, e.acts.act<A>(a.ln1), e.acts.stat(a.ln1_mean), e.acts.stat(a.ln1_rstd), x, P, Nl);
   b.qkv.forward(k, e.split, e.acts.act<A>(a.qkv), e.acts.act<A>(a.ln1), P, N);
-  b.attn.forward(k, e.acts.act<A>(a.atty), e.acts.stat(a.lse), e.acts.act<A>(a.qkv),
+  b.attn.forward(k, l, e.acts.act<A>(a.atty), e.acts.stat(a.lse), e.acts.act<A>(a.qkv),
                  a.att_h >= 0 ? e.acts.act<A>(a.att_h) : nullptr, f, stream(kAttnProbs), e.acts.ws(),
                  e.acts.scr<A>(e.acts.plan().s_cp));
   b.proj.forward_residual(k, e.split, e.acts.act<A>(a.res2), x, e.acts.act<A>(a.atty), P, tmp, f, stream(kAttnResid));
@@ -70,29 +70,16 @@ void Gpt2Block::backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64
   const int64_t N = f.N, Nl = f.Nl, C = b.ln1.C;
   const bool split = !G.weights;
   const bool sel = e.recompute == Recompute::Selective, full = e.recompute == Recompute::Full;
-  A* dtmp = e.acts.scr<A>(e.acts.plan().s_tmp);
-  A* dbig1 = e.acts.scr<A>(e.acts.plan().s_dfch);
-  A* dbig2 = e.acts.scr<A>(e.acts.plan().s_dfch2);
-  float* ln_stats = e.acts.stat(e.acts.plan().ln_grad);
-  auto stream = [&](uint64_t site) { return stream_id(kRngDropout, ctx.micro_step, l, site); };
-  // Gradient through a residual branch's dropout: a fresh buffer, or dres itself.
-  auto through_dropout = [&](uint64_t site) -> const A* {
-    if (f.p <= 0) return dres;
-    f.dropout_rows(k, true, dtmp, dres, stream(site));
-    return dtmp;
-  };
-  // A linear layer's output gradient, kept for the weight half.
-  auto keep = [&](int64_t off, const A* d, int64_t n) -> const A* {
-    if (!split) return d;
-    e.copy(e.acts.act<A>(off), d, n * sizeof(A));
-    return e.acts.act<A>(off);
-  };
+  const BackwardScratch<A> s{e, f, l, split};
+  A* const dtmp = s.dtmp;
+  A* const dbig1 = s.dbig1;
+  A* const dbig2 = s.dbig2;
   auto linear_ready = [&](int64_t w, int64_t bias) {
     if (!split) e.ready(ctx, {w, bias});
   };
   if (full && redo) forward(k, e, l, x, P, f);  // the block's buffers, redone from its input
   // The MLP branch.
-  const A* dmlp = keep(a.d_fcproj, b.fcproj.whole_dy(e.split, through_dropout(kMlpResid), N), N * C);
+  const A* dmlp = s.keep(a.d_fcproj, b.fcproj.whole_dy(e.split, s.through_dropout(k, dres, kMlpResid), N), N * C);
   if (sel && redo) k.gelu_forward(e.acts.act<A>(a.fch_gelu), e.acts.act<A>(a.fch), N * b.fc.out, e.gelu);
   b.fcproj.backward(k, dbig2, dmlp, e.acts.act<A>(a.fch_gelu), P, G, N);
   linear_ready(b.fcproj.w, b.fcproj.b);
@@ -104,21 +91,21 @@ void Gpt2Block::backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64
   b.fc.backward(k, e.split, dtmp, dfc, e.acts.act<A>(a.ln2), P, G, N);
   linear_ready(b.fc.w, b.fc.b);
   b.ln2.backward(k, e.split, dres, dtmp, e.acts.act<A>(a.res2), P, G, e.acts.stat(a.ln2_mean), e.acts.stat(a.ln2_rstd),
-                 Nl, e.fp32, e.dev, ln_stats);
+                 Nl, e.fp32, e.dev, s.ln_stats);
   e.ready(ctx, {b.ln2.w, b.ln2.b});
   // The attention branch.
-  const A* dattn = keep(a.d_proj, b.proj.whole_dy(e.split, through_dropout(kAttnResid), N), N * C);
+  const A* dattn = s.keep(a.d_proj, b.proj.whole_dy(e.split, s.through_dropout(k, dres, kAttnResid), N), N * C);
   b.proj.backward(k, dbig1, dattn, e.acts.act<A>(a.atty), P, G, N);
   linear_ready(b.proj.w, b.proj.b);
   A* dqkv = split ? e.acts.act<A>(a.d_qkv) : dbig2;
   b.attn.backward(k, dqkv, dbig1, e.acts.act<A>(a.qkv), e.acts.act<A>(a.atty),
-                  a.att_h >= 0 ? e.acts.act<A>(a.att_h) : nullptr, e.acts.stat(a.lse), f, stream(kAttnProbs),
+                  a.att_h >= 0 ? e.acts.act<A>(a.att_h) : nullptr, e.acts.stat(a.lse), f, s.stream(kAttnProbs),
                   e.acts.ws(), e.acts.scr<A>(e.acts.plan().s_cp));
   if (sel && redo) b.ln1.forward(k, e.acts.act<A>(a.ln1), e.acts.stat(a.ln1_mean), e.acts.stat(a.ln1_rstd), x, P, Nl);
   b.qkv.backward(k, e.split, dtmp, dqkv, e.acts.act<A>(a.ln1), P, G, N);
   linear_ready(b.qkv.w, b.qkv.b);
   b.ln1.backward(k, e.split, dres, dtmp, x, P, G, e.acts.stat(a.ln1_mean), e.acts.stat(a.ln1_rstd), Nl, e.fp32, e.dev,
-                 ln_stats);
+                 s.ln_stats);
   e.ready(ctx, {b.ln1.w, b.ln1.b});
 }
 
@@ -132,19 +119,6 @@ void Gpt2Block::weight_backward(const kernels::ModelOps<A>& k, const BlockEnv& e
   b.fc.weight_backward(k, e.split, e.acts.act<A>(a.d_fc), e.acts.act<A>(a.ln2), P, G, N);
   b.proj.weight_backward(k, e.acts.act<A>(a.d_proj), e.acts.act<A>(a.atty), P, G, N);
   b.qkv.weight_backward(k, e.split, e.acts.act<A>(a.d_qkv), e.acts.act<A>(a.ln1), P, G, N);
-}
-
-Gpt2Spec Gpt2Spec::build(const GPTConfig& cfg, const ParamLayout& layout, TensorSplit split, const Attention& attn) {
-  const int64_t C = cfg.n_embd, Cl = attn.C;  // this rank's attention and projection columns
-  Gpt2Spec s;
-  s.split = std::move(split);
-  s.blocks.assign(static_cast<size_t>(cfg.n_layer), Gpt2Block{});
-  for (int64_t l = 0; l < cfg.n_layer; ++l)
-    if (layout.holds_block(l)) s.blocks[static_cast<size_t>(l)] = Gpt2Block(layout.block(l), C, Cl, attn);
-  s.lnf = LayerNorm{layout.lnf_w(), layout.lnf_b(), C};
-  s.embed = Embedding{layout.wte(), layout.wpe(), C, layout.vocab_rows()};
-  s.head = Head{layout.head(), C, cfg.vocab_size, layout.vocab_rows()};
-  return s;
 }
 
 #define PARALLM_BLOCK(A)                                                                                        \

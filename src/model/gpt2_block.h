@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/rng.h"
 #include "kernels/gelu.h"
 #include "model/activations.h"
 #include "model/config.h"
@@ -36,6 +37,34 @@ struct BlockEnv {
   void copy(void* dst, const void* src, size_t bytes) const;
   // Reports parameters (by flat offset; -1 = absent) whose gradients are final (ctx.grads_ready).
   void ready(const StepContext& ctx, std::initializer_list<int64_t> offsets) const;
+};
+
+// What every block kind's backward shares: the scratch buffers, each
+// dropout site's stream, the gradient through a residual branch's dropout,
+// and the linear layers' output gradients kept for a split backward's weight half.
+template <class A>
+struct BackwardScratch {
+  const BlockEnv& e;
+  const PassShape& f;
+  int64_t l;
+  bool split;  // a split backward's input half (G hides the weight gradients)
+  A* dtmp = e.acts.template scr<A>(e.acts.plan().s_tmp);
+  A* dbig1 = e.acts.template scr<A>(e.acts.plan().s_dfch);
+  A* dbig2 = e.acts.template scr<A>(e.acts.plan().s_dfch2);
+  float* ln_stats = e.acts.stat(e.acts.plan().ln_grad);
+  uint64_t stream(uint64_t site) const { return stream_id(kRngDropout, f.ctx->micro_step, l, site); }
+  // Gradient through a residual branch's dropout: dtmp, or dres itself without dropout.
+  const A* through_dropout(const kernels::ModelOps<A>& k, const A* dres, uint64_t site) const {
+    if (f.p <= 0) return dres;
+    f.dropout_rows(k, true, dtmp, dres, stream(site));
+    return dtmp;
+  }
+  // d, kept in activation `off` for the weight half (a split backward), or d itself.
+  const A* keep(int64_t off, const A* d, int64_t n) const {
+    if (!split) return d;
+    e.copy(e.acts.template act<A>(off), d, static_cast<size_t>(n) * sizeof(A));
+    return e.acts.template act<A>(off);
+  }
 };
 
 class Gpt2Block {
@@ -70,20 +99,6 @@ class Gpt2Block {
     RowLinear proj, fcproj;
   };
   Layers layers_;
-};
-
-// The GPT-2 spec: the layers a model (or a pipeline stage of one) holds, in
-// order: the embedding, the blocks (held ones only, by layer index), ln_f and
-// the head, with the tensor split their linear layers share. Each layer takes
-// its slots from the layout and its widths from the split; another family is
-// another spec with its own block kind.
-struct Gpt2Spec {
-  Embedding embed;
-  std::vector<Gpt2Block> blocks;
-  LayerNorm lnf;
-  Head head;
-  TensorSplit split;
-  static Gpt2Spec build(const GPTConfig& cfg, const ParamLayout& layout, TensorSplit split, const Attention& attn);
 };
 
 }  // namespace parallm::model

@@ -123,7 +123,7 @@ void GPT::weight_backward(const kernels::ModelOps<A>& k, int chunk, const int32_
     const int g = layout_.group_of_block(l);
     const ParamView<A> P{pa_.params<A>(g, Pass::Backward), layout_.group(g).begin};
     const GradView G{pa_.grads(g), layout_.group(g).begin};
-    const Gpt2Block& b = spec_.blocks[static_cast<size_t>(l)];
+    const Block& b = spec_.blocks[static_cast<size_t>(l)];
     b.weight_backward(k, block_env(), l, P, G, f);
     if (f.ctx->watch) watch().grads<A>(*f.ctx->watch, l, G.base, G.begin, nullptr, BackwardPart::Weight, f);
     b.report_linear(block_env(), *f.ctx);

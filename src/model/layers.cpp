@@ -3,10 +3,13 @@
 #include "model/layers.h"
 
 #include <cstring>
+#include <type_traits>
 
+#include "core/error.h"
 #include "core/gpu.h"
 #include "kernels/ops.h"
 #include "model/cp_attention.h"
+#include "model/kv_cache.h"
 
 namespace parallm::model {
 
@@ -69,32 +72,73 @@ void RowLinear::backward(const kernels::ModelOps<A>& k, A* dx, const A* dy, cons
 }
 
 template <class A>
-void LayerNorm::forward(const kernels::ModelOps<A>& k, A* y, float* mean, float* rstd, const A* x,
-                        const ParamView<A>& P, int64_t Nl) const {
-  k.layernorm_forward(y, mean, rstd, x, P.at(w), P.at(b), Nl, C);
+void ColumnLinears::forward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* const* y, const A* x,
+                            const ParamView<A>& P, int64_t N) const {
+  const A* whole = s.whole_rows(x, N);  // gathered once
+  for (int i = 0; i < n; ++i) k.matmul_forward(y[i], whole, P.at(l[i].w), P.at(l[i].b), N, l[i].in, l[i].out);
 }
 
 template <class A>
-void LayerNorm::backward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* dx, const A* dy, const A* x,
-                         const ParamView<A>& P, const GradView& G, const float* mean, const float* rstd, int64_t Nl,
-                         const kernels::Ops& fp32, Device dev, float* stats) const {
-  if (!s.splits_rows()) {
-    k.layernorm_backward(dx, G.at(w), G.at(b), dy, x, P.at(w), mean, rstd, Nl, C);
-    return;
+void ColumnLinears::backward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* dx, const A* const* dy, const A* x,
+                             const ParamView<A>& P, const GradView& G, int64_t N, A* tmp) const {
+  const A* whole = G.weights ? s.whole_rows(x, N) : nullptr;
+  A* sum = s.partial_for(dx);
+  for (int i = 0; i < n; ++i) {
+    const ColumnLinear& c = l[i];
+    float* dw = c.own_grads ? nullptr : G.linear(c.w);
+    float* db = c.own_grads ? nullptr : G.linear(c.b);
+    k.matmul_backward(i == 0 ? sum : tmp, dw, db, dy[i], dw ? whole : nullptr, P.at(c.w), N, c.in, c.out);
+    if (i > 0) k.residual_forward(sum, sum, tmp, N * c.in);
   }
+  s.sum_partials(dx, N);
+}
+
+template <class A>
+void ColumnLinears::weight_backward(const kernels::ModelOps<A>& k, const TensorSplit& s, const A* const* dy, const A* x,
+                                    const ParamView<A>& P, const GradView& G, int64_t N) const {
+  const A* whole = s.whole_rows(x, N);
+  for (int i = 0; i < n; ++i)
+    if (!l[i].own_grads)
+      k.matmul_backward(nullptr, G.at(l[i].w), G.at(l[i].b), dy[i], whole, P.at(l[i].w), N, l[i].in, l[i].out);
+}
+
+template <class A>
+void Norm::forward(const kernels::ModelOps<A>& k, A* y, float* mean, float* rstd, const A* x, const ParamView<A>& P,
+                   int64_t Nl) const {
+  if (rms)
+    k.rmsnorm_forward(y, rstd, x, P.at(w), Nl, C, eps);
+  else
+    k.layernorm_forward(y, mean, rstd, x, P.at(w), P.at(b), Nl, C);
+}
+
+template <class A>
+void Norm::backward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* dx, const A* dy, const A* x,
+                    const ParamView<A>& P, const GradView& G, const float* mean, const float* rstd, int64_t Nl,
+                    const kernels::Ops& fp32, Device dev, float* stats, bool partial) const {
+  auto run = [&](float* dw, float* db) {
+    if (rms)
+      k.rmsnorm_backward(dx, dw, dy, x, P.at(w), rstd, Nl, C);
+    else
+      k.layernorm_backward(dx, dw, db, dy, x, P.at(w), mean, rstd, Nl, C);
+  };
+  if (!(s.splits_rows() || (partial && s.active()))) return run(G.at(w), G.at(b));
   if (dev.is_cpu())
     std::memset(stats, 0, 2 * C * sizeof(float));
   else
     gpu::memset_zero(stats, 2 * C * sizeof(float));
-  k.layernorm_backward(dx, stats, b >= 0 ? stats + C : nullptr, dy, x, P.at(w), mean, rstd, Nl, C);
+  run(stats, b >= 0 ? stats + C : nullptr);
   s.group()->sum(stats, 2 * C);
   fp32.add_inplace(G.at(w), stats, C);
   if (b >= 0) fp32.add_inplace(G.at(b), stats + C, C);
 }
 
 template <class A>
-void Attention::forward(const kernels::ModelOps<A>& k, A* out, float* lse, A* qkv, A* out_h, const PassShape& f,
-                        uint64_t stream, float* ws, A* scratch) const {
+void Attention::forward(const kernels::ModelOps<A>& k, int64_t l, A* out, float* lse, A* qkv, A* out_h,
+                        const PassShape& f, uint64_t stream, float* ws, A* scratch) const {
+  if (f.cache) {
+    if constexpr (std::is_same_v<A, float>) return f.cache->attend(k, l, out, lse, qkv, f.N);
+    throw InternalError("model.attention", "a KV cache takes fp32 activations");
+  }
   const kernels::AttnDropout drop = dropout(f, stream);
   if (cp)
     cp->forward(k, out, lse, qkv, out_h, f.B, f.T, C, heads, drop, ws, scratch);
@@ -125,13 +169,19 @@ void Attention::backward(const kernels::ModelOps<A>& k, A* dqkv, const A* dout, 
                                                const A*, const ParamView<A>&, A*, const PassShape&, uint64_t) const;  \
   template void RowLinear::backward<A>(const kernels::ModelOps<A>&, A*, const A*, const A*, const ParamView<A>&,      \
                                        const GradView&, int64_t) const;                                               \
+  template void ColumnLinears::forward<A>(const kernels::ModelOps<A>&, const TensorSplit&, A* const*, const A*,       \
+                                          const ParamView<A>&, int64_t) const;                                        \
+  template void ColumnLinears::backward<A>(const kernels::ModelOps<A>&, const TensorSplit&, A*, const A* const*,      \
+                                           const A*, const ParamView<A>&, const GradView&, int64_t, A*) const;        \
+  template void ColumnLinears::weight_backward<A>(const kernels::ModelOps<A>&, const TensorSplit&, const A* const*,   \
+                                                  const A*, const ParamView<A>&, const GradView&, int64_t) const;     \
   template void LayerNorm::forward<A>(const kernels::ModelOps<A>&, A*, float*, float*, const A*, const ParamView<A>&, \
                                       int64_t) const;                                                                 \
   template void LayerNorm::backward<A>(const kernels::ModelOps<A>&, const TensorSplit&, A*, const A*, const A*,       \
                                        const ParamView<A>&, const GradView&, const float*, const float*, int64_t,     \
-                                       const kernels::Ops&, Device, float*) const;                                    \
-  template void Attention::forward<A>(const kernels::ModelOps<A>&, A*, float*, A*, A*, const PassShape&, uint64_t,    \
-                                      float*, A*) const;                                                              \
+                                       const kernels::Ops&, Device, float*, bool) const;                              \
+  template void Attention::forward<A>(const kernels::ModelOps<A>&, int64_t, A*, float*, A*, A*, const PassShape&,     \
+                                      uint64_t, float*, A*) const;                                                    \
   template void Attention::backward<A>(const kernels::ModelOps<A>&, A*, const A*, const A*, const A*, const A*,       \
                                        const float*, const PassShape&, uint64_t, float*, A*) const;
 PARALLM_LAYERS(float)

@@ -12,8 +12,13 @@
 //                 summed (sequence parallel: reduce-scattered to this rank's
 //                 rows), then the bias is added once; then dropout and the
 //                 residual add.
-//   LayerNorm     over this rank's rows; sequence parallel, its weight
-//                 gradients are partial sums, summed over the group.
+//   ColumnLinears several column-parallel linears over one input (q, k, v;
+//                 gate, up): one gather of its rows, one sum of their input
+//                 gradients.
+//   Norm          LayerNorm or RMSNorm over this rank's rows; sequence
+//                 parallel, its weight gradients are partial sums, summed
+//                 over the group (and so are a per-head QK-norm's, whose rows
+//                 are this rank's heads).
 //   Attention     the attention kernel over this rank's heads, or the
 //                 context-parallel exchange (cp_attention.h).
 //
@@ -138,6 +143,9 @@ class TensorSplit {
 struct ColumnLinear {
   int64_t w = -1, b = -1;   // flat offsets (b: -1 without bias)
   int64_t in = 0, out = 0;  // the whole input width, this rank's output columns
+  // In a ColumnLinears group: its weight gradients are left to the caller
+  // (partial sums to be summed over the group first: a replicated KV head's).
+  bool own_grads = false;
   template <class A>
   void forward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* y, const A* x, const ParamView<A>& P,
                int64_t N) const;
@@ -176,20 +184,45 @@ struct RowLinear {
   }
 };
 
-// LayerNorm over this rank's Nl rows of C channels.
-struct LayerNorm {
+// Several column-parallel linears over the same input (Llama's q, k, v and
+// gate, up): the input's whole rows gathered once; backward's input gradient
+// is their sum, reduced over the group once. `tmp` holds a second input
+// gradient of the input's whole rows (N x in) while the sum is made.
+struct ColumnLinears {
+  static constexpr int kMax = 3;
+  ColumnLinear l[kMax];
+  int n = 0;
+  template <class A>
+  void forward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* const* y, const A* x, const ParamView<A>& P,
+               int64_t N) const;
+  template <class A>
+  void backward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* dx, const A* const* dy, const A* x,
+                const ParamView<A>& P, const GradView& G, int64_t N, A* tmp) const;
+  template <class A>
+  void weight_backward(const kernels::ModelOps<A>& k, const TensorSplit& s, const A* const* dy, const A* x,
+                       const ParamView<A>& P, const GradView& G, int64_t N) const;
+};
+
+// LayerNorm (GPT-2) or RMSNorm (Llama: no mean, no bias, eps from the
+// config) over this rank's Nl rows of C channels.
+struct Norm {
   int64_t w = -1, b = -1, C = 0;
+  bool rms = false;
+  float eps = 0.0f;
+  // RMSNorm's statistics are rstd alone (mean unused, may be null).
   template <class A>
   void forward(const kernels::ModelOps<A>& k, A* y, float* mean, float* rstd, const A* x, const ParamView<A>& P,
                int64_t Nl) const;
-  // dx += d(input); the weight gradients +=. Sequence parallel, they are
-  // partial sums over this rank's rows: computed into `stats` (2C floats),
-  // summed over the group, then added (`fp32` adds; `dev` zeroes).
+  // dx += d(input); the weight gradients +=. Where the rows are split over
+  // the group (sequence parallel, or a QK-norm's heads: `partial`), they are
+  // partial sums: computed into `stats` (2C floats), summed over the group,
+  // then added (`fp32` adds; `dev` zeroes).
   template <class A>
   void backward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* dx, const A* dy, const A* x,
                 const ParamView<A>& P, const GradView& G, const float* mean, const float* rstd, int64_t Nl,
-                const kernels::Ops& fp32, Device dev, float* stats) const;
+                const kernels::Ops& fp32, Device dev, float* stats, bool partial = false) const;
 };
+using LayerNorm = Norm;
 
 // Causal self-attention over this rank's heads: the kernel, or with a
 // context-parallel exchange (cp: not owned) the exchange's passes.
@@ -205,9 +238,10 @@ struct Attention {
     return {f.p, f.ctx->seed, stream, f.ctx->sample_offset * all_heads + first_head, head_stride};
   }
   // out [B, T, C] and lse from qkv [B, T, 3C]; out_h, scratch: the exchange's (cp_attention.h).
+  // With a KV cache in the pass, layer l's cached positions join (kv_cache.h).
   template <class A>
-  void forward(const kernels::ModelOps<A>& k, A* out, float* lse, A* qkv, A* out_h, const PassShape& f, uint64_t stream,
-               float* ws, A* scratch) const;
+  void forward(const kernels::ModelOps<A>& k, int64_t l, A* out, float* lse, A* qkv, A* out_h, const PassShape& f,
+               uint64_t stream, float* ws, A* scratch) const;
   template <class A>
   void backward(const kernels::ModelOps<A>& k, A* dqkv, const A* dout, const A* qkv, const A* out, const A* out_h,
                 const float* lse, const PassShape& f, uint64_t stream, float* ws, A* scratch) const;

@@ -9,55 +9,6 @@
 
 namespace parallm::model {
 
-namespace {
-void require_in(int64_t value, int64_t hi, const char* key) {
-  PARALLM_CHECK(value >= 1 && value <= hi, ConfigError, "config",
-                "{} must be in [1, {}], got {}; `parallm train --help-keys` lists every key's range", key, hi, value);
-}
-}  // namespace
-
-void GPTConfig::validate() const {
-  require_in(n_layer, kMaxLayers, "model.n_layer");
-  require_in(n_head, kMaxHeads, "model.n_head");
-  require_in(n_embd, kMaxEmbd, "model.n_embd");
-  require_in(block_size, kMaxBlockSize, "model.block_size");
-  require_in(vocab_size, kMaxVocab, "model.vocab_size");
-  PARALLM_CHECK(n_embd % n_head == 0, ConfigError, "config", "model.n_embd ({}) must be divisible by model.n_head ({})",
-                n_embd, n_head);
-  PARALLM_CHECK(dropout >= 0.0f && dropout < 1.0f, ConfigError, "config", "model.dropout must be in [0, 1), got {}",
-                dropout);
-}
-
-const char* recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::None:
-      return "none";
-    case Recompute::Selective:
-      return "selective";
-    case Recompute::Full:
-      return "full";
-  }
-  return "?";
-}
-
-uint64_t GPTConfig::num_params() const {
-  auto u = [](int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(v, 0)); };
-  const uint64_t C = u(n_embd), L = u(n_layer);
-  // Per block: qkv 3C^2, proj C^2, fc 4C^2, fc proj 4C^2, two LayerNorm weights; biases 11C.
-  const uint64_t block = sat_add(sat_mul(12, sat_mul(C, C)), sat_mul(bias ? 13 : 2, C));
-  uint64_t n = sat_mul(sat_add(u(vocab_size), u(block_size)), C);  // wte, wpe
-  n = sat_add(n, sat_mul(L, block));
-  if (!tie_embeddings) n = sat_add(n, sat_mul(u(vocab_size), C));  // lm_head
-  return sat_add(n, sat_mul(bias ? 2 : 1, C));                     // ln_f
-}
-
-std::string GPTConfig::summary() const {
-  return fmt::format("n_layer={} n_head={} n_embd={} block_size={} vocab_size={} bias={} dropout={}{}{}", n_layer,
-                     n_head, n_embd, block_size, vocab_size, bias, dropout,
-                     recompute == Recompute::None ? "" : fmt::format(" recompute={}", recompute_name(recompute)),
-                     tie_embeddings ? "" : " tie_embeddings=false");
-}
-
 void ParamLayout::init(float* params, uint64_t seed) const {
   for (int g = 0; g < num_groups(); ++g) init_group(g, params + groups_[g].begin, seed);
   if (groups_.empty()) init_slots(params, 0, total_, seed);
@@ -258,54 +209,103 @@ size_t ParamLayout::held_blocks() const {
   return static_cast<size_t>(std::count_if(block_group_.begin(), block_group_.end(), [](int g) { return g >= 0; }));
 }
 
+namespace {
+// Slots per block, for each slot's whole-model index (its init stream).
+int slots_per_block(const GPTConfig& c) {
+  if (!c.llama()) return c.bias ? 12 : 6;
+  return 9 + (c.attention_bias ? 3 : 0) + (c.qk_norm() ? 2 : 0);
+}
+}  // namespace
+
+BlockParams ParamLayout::add_gpt2_block(const GPTConfig& c, const std::string& p) {
+  using I = ParamSlot::Init;
+  const int64_t C = c.n_embd;
+  const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
+  // Megatron's split: c_attn and c_fc by output rows (column-parallel; c_attn's
+  // q, k and v each by heads), the projections by input columns (row-parallel,
+  // their biases whole).
+  const Placement rows{0, 1}, qkv_rows{0, 3}, cols{1, 1}, whole{};
+  BlockParams b{};
+  auto bias = [&](const std::string& n, int64_t len, Placement pl, I init) -> int64_t {
+    return c.bias ? add_part(p + n, {len}, pl, init, 0.0f, false) : -1;
+  };
+  b.ln1_w = add(p + "ln_1.weight", {C}, I::Ones, 0.0f, false);
+  b.ln1_b = bias("ln_1.bias", C, whole, I::Zeros);
+  b.qkv_w = add_part(p + "attn.c_attn.weight", {3 * C, C}, qkv_rows, I::Normal, std, true);
+  b.qkv_b = bias("attn.c_attn.bias", 3 * C, qkv_rows, I::Zeros);
+  b.proj_w = add_part(p + "attn.c_proj.weight", {C, C}, cols, I::Normal, proj_std, true);
+  b.proj_b = bias("attn.c_proj.bias", C, whole, I::Zeros);
+  b.ln2_w = add(p + "ln_2.weight", {C}, I::Ones, 0.0f, false);
+  b.ln2_b = bias("ln_2.bias", C, whole, I::Zeros);
+  b.fc_w = add_part(p + "mlp.c_fc.weight", {4 * C, C}, rows, I::Normal, std, true);
+  b.fc_b = bias("mlp.c_fc.bias", 4 * C, rows, I::Zeros);
+  b.fcproj_w = add_part(p + "mlp.c_proj.weight", {C, 4 * C}, cols, I::Normal, proj_std, true);
+  b.fcproj_b = bias("mlp.c_proj.bias", C, whole, I::Zeros);
+  return b;
+}
+
+BlockParams ParamLayout::add_llama_block(const GPTConfig& c, const std::string& p) {
+  using I = ParamSlot::Init;
+  const int64_t C = c.n_embd, A = c.attn_width(), K = c.kv_heads() * c.head_size(), F = c.mlp_width();
+  const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
+  // q, k, v, gate and up split by output rows (q, k, v by heads), o and down
+  // by input columns; k and v whole on every rank where there are fewer KV
+  // heads than ranks (each rank uses one of them; block_widths()).
+  const Placement rows{0, 1}, cols{1, 1}, whole{};
+  const Placement kv = block_widths(c, spec_.tp, spec_.rank).kv_whole ? whole : rows;
+  BlockParams b{};
+  b.ln1_b = b.qkv_b = b.proj_b = b.ln2_b = b.fc_b = b.fcproj_b = -1;
+  auto bias = [&](const std::string& n, int64_t len, Placement pl) -> int64_t {
+    return c.attention_bias ? add_part(p + n, {len}, pl, I::Zeros, 0.0f, false) : -1;
+  };
+  b.ln1_w = add(p + "input_layernorm.weight", {C}, I::Ones, 0.0f, false);
+  b.qkv_w = add_part(p + "self_attn.q_proj.weight", {A, C}, rows, I::Normal, std, true);
+  b.qkv_b = bias("self_attn.q_proj.bias", A, rows);
+  b.k_w = add_part(p + "self_attn.k_proj.weight", {K, C}, kv, I::Normal, std, true);
+  b.k_b = bias("self_attn.k_proj.bias", K, kv);
+  b.v_w = add_part(p + "self_attn.v_proj.weight", {K, C}, kv, I::Normal, std, true);
+  b.v_b = bias("self_attn.v_proj.bias", K, kv);
+  if (c.qk_norm()) {
+    b.q_norm = add(p + "self_attn.q_norm.weight", {c.head_size()}, I::Ones, 0.0f, false);
+    b.k_norm = add(p + "self_attn.k_norm.weight", {c.head_size()}, I::Ones, 0.0f, false);
+  }
+  b.proj_w = add_part(p + "self_attn.o_proj.weight", {C, A}, cols, I::Normal, proj_std, true);
+  b.ln2_w = add(p + "post_attention_layernorm.weight", {C}, I::Ones, 0.0f, false);
+  b.fc_w = add_part(p + "mlp.gate_proj.weight", {F, C}, rows, I::Normal, std, true);
+  b.up_w = add_part(p + "mlp.up_proj.weight", {F, C}, rows, I::Normal, std, true);
+  b.fcproj_w = add_part(p + "mlp.down_proj.weight", {C, F}, cols, I::Normal, proj_std, true);
+  return b;
+}
+
 ParamLayout::ParamLayout(const GPTConfig& c, ShardSpec spec, StageSpec stage)
     : chunks_(checked_chunks(c, stage)), n_layer_(c.n_layer), spec_(spec) {
   using I = ParamSlot::Init;
   PARALLM_CHECK(spec.tp >= 1 && spec.rank >= 0 && spec.rank < spec.tp, ConfigError, "model.params",
                 "tensor-parallel rank {} is outside a group of {}", spec.rank, spec.tp);
-  PARALLM_CHECK(c.n_head % spec.tp == 0, ConfigError, "config",
-                "model.n_head={} is not divisible by parallel.tp={}: tensor parallelism splits attention by heads",
-                c.n_head, spec.tp);
+  block_widths(c, spec.tp, spec.rank);  // ConfigError where the heads or widths do not split
   first_ = chunks_.front().begin == 0;
   last_ = chunks_.back().end == c.n_layer;
   const int64_t C = c.n_embd;
-  const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
-  // Megatron's split: c_attn and c_fc by output rows (column-parallel; c_attn's
-  // q, k and v each by heads), the projections by input columns (row-parallel,
-  // their biases whole), the token table by vocabulary rows.
-  const Placement rows{0, 1}, qkv_rows{0, 3}, cols{1, 1}, whole{};
+  const bool llama = c.llama();
+  const Placement rows{0, 1};
   // This rank's vocabulary rows (the token table's and an untied head's).
   const int64_t vn = (c.vocab_size + spec.tp - 1) / spec.tp;
   vocab_ = {spec.rank * vn, vn, std::clamp<int64_t>(c.vocab_size - spec.rank * vn, 0, vn)};
   if (first_ || (last_ && c.tie_embeddings)) {
     next_global_ = 0;
-    wte_ = add_part("transformer.wte.weight", {c.vocab_size, C}, rows, I::Normal, std, true);
+    wte_ = add_part(llama ? "model.embed_tokens.weight" : "transformer.wte.weight", {c.vocab_size, C}, rows, I::Normal,
+                    0.02f, true);
     slots_.back().tied_copy = !first_;  // the last stage's head: a copy of the first stage's table
   }
-  if (first_) wpe_ = add("transformer.wpe.weight", {c.block_size, C}, I::Normal, std, true);
+  if (first_ && !llama) wpe_ = add("transformer.wpe.weight", {c.block_size, C}, I::Normal, 0.02f, true);
   blocks_.assign(static_cast<size_t>(c.n_layer), BlockParams{});
   block_group_.assign(static_cast<size_t>(c.n_layer), -1);
-  const int per_block = c.bias ? 12 : 6;
+  const int per_block = slots_per_block(c), head_slots = llama ? 1 : 2;
   for (const auto& r : chunks_)
     for (int64_t l = r.begin; l < r.end; ++l) {
-      next_global_ = static_cast<int>(2 + l * per_block);
-      const std::string p = "transformer.h." + std::to_string(l) + ".";
-      BlockParams b{};
-      auto bias = [&](const std::string& n, int64_t len, Placement pl, I init) -> int64_t {
-        return c.bias ? add_part(p + n, {len}, pl, init, 0.0f, false) : -1;
-      };
-      b.ln1_w = add(p + "ln_1.weight", {C}, I::Ones, 0.0f, false);
-      b.ln1_b = bias("ln_1.bias", C, whole, I::Zeros);
-      b.qkv_w = add_part(p + "attn.c_attn.weight", {3 * C, C}, qkv_rows, I::Normal, std, true);
-      b.qkv_b = bias("attn.c_attn.bias", 3 * C, qkv_rows, I::Zeros);
-      b.proj_w = add_part(p + "attn.c_proj.weight", {C, C}, cols, I::Normal, proj_std, true);
-      b.proj_b = bias("attn.c_proj.bias", C, whole, I::Zeros);
-      b.ln2_w = add(p + "ln_2.weight", {C}, I::Ones, 0.0f, false);
-      b.ln2_b = bias("ln_2.bias", C, whole, I::Zeros);
-      b.fc_w = add_part(p + "mlp.c_fc.weight", {4 * C, C}, rows, I::Normal, std, true);
-      b.fc_b = bias("mlp.c_fc.bias", 4 * C, rows, I::Zeros);
-      b.fcproj_w = add_part(p + "mlp.c_proj.weight", {C, 4 * C}, cols, I::Normal, proj_std, true);
-      b.fcproj_b = bias("mlp.c_proj.bias", C, whole, I::Zeros);
+      next_global_ = static_cast<int>(head_slots + l * per_block);
+      const BlockParams b = llama ? add_llama_block(c, "model.layers." + std::to_string(l) + ".")
+                                  : add_gpt2_block(c, "transformer.h." + std::to_string(l) + ".");
       blocks_[static_cast<size_t>(l)] = b;
       if (groups_.empty() && wte_ >= 0) groups_.push_back({0, b.ln1_w});  // the embeddings
       if (!groups_.empty()) groups_.back().end = b.ln1_w;
@@ -313,10 +313,10 @@ ParamLayout::ParamLayout(const GPTConfig& c, ShardSpec spec, StageSpec stage)
       groups_.push_back({b.ln1_w, 0});
     }
   if (last_) {
-    next_global_ = static_cast<int>(2 + c.n_layer * per_block);
-    lnf_w_ = add("transformer.ln_f.weight", {C}, I::Ones, 0.0f, false);
+    next_global_ = static_cast<int>(head_slots + c.n_layer * per_block);
+    lnf_w_ = add(llama ? "model.norm.weight" : "transformer.ln_f.weight", {C}, I::Ones, 0.0f, false);
     if (c.bias) lnf_b_ = add("transformer.ln_f.bias", {C}, I::Zeros, 0.0f, false);
-    if (!c.tie_embeddings) lm_head_ = add_part("lm_head.weight", {c.vocab_size, C}, rows, I::Normal, std, true);
+    if (!c.tie_embeddings) lm_head_ = add_part("lm_head.weight", {c.vocab_size, C}, rows, I::Normal, 0.02f, true);
   }
   groups_.back().end = total_;
 }

@@ -78,9 +78,12 @@ struct ParamSlot {
 };
 
 // Offsets of one transformer block's parameters within the flat buffer
-// (-1 where the model has no bias).
+// (-1 where the model has none). GPT-2's names; a Llama block keeps its norms
+// in ln1/ln2, q_proj in qkv, o_proj in proj, gate_proj in fc, down_proj in
+// fcproj, and adds k_proj, v_proj, up_proj and Qwen3's QK-norm weights.
 struct BlockParams {
   int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+  int64_t k_w = -1, k_b = -1, v_w = -1, v_b = -1, up_w = -1, q_norm = -1, k_norm = -1;
 };
 
 class ParamLayout {
@@ -134,6 +137,7 @@ class ParamLayout {
   const ParamSlot& find(const std::string& name) const;             // throws ConfigError if unknown
   const BlockParams& block(int64_t l) const { return blocks_[l]; }  // a held block (holds_block)
   int64_t wte() const { return wte_; }                              // -1 where not held (a middle stage)
+  const ParamSlot& wte_slot() const { return slots_[static_cast<size_t>(unit_at(wte_))]; }  // wte() >= 0
   // The LM head's weight: the token table (tied) or lm_head.weight (untied);
   // -1 off the last stage. Its group: the embeddings' (tied) or the last one.
   int64_t head() const { return lm_head_ >= 0 ? lm_head_ : last_ ? wte_ : -1; }
@@ -173,6 +177,9 @@ class ParamLayout {
 
  private:
   std::vector<Range> groups_;
+  // One block's slots: GPT-2's or the Llama family's.
+  BlockParams add_gpt2_block(const GPTConfig& c, const std::string& prefix);
+  BlockParams add_llama_block(const GPTConfig& c, const std::string& prefix);
   // Slots starting in [begin, end), into out[0, end - begin).
   void init_slots(float* out, int64_t begin, int64_t end, uint64_t seed) const;
   std::vector<ParamSlot> slots_;

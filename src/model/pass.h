@@ -23,6 +23,7 @@ struct ModelOps;
 namespace parallm::model {
 
 class NumericWatch;
+class KvCache;
 
 // What varies per micro-step: whether this is training (dropout on, gradients
 // wanted) and where the dropout masks come from in the counter-based RNG.
@@ -59,6 +60,13 @@ struct PassShape {
   uint64_t drop_base = 0;
   bool by_runs = false;  // context parallel: positions in runs
   CpRuns runs;
+  // Rotary models: the cos | sin table rows of the pass's T local rows
+  // (rope.h; their global positions), on the model's device. Null otherwise.
+  const float* rope = nullptr;
+  // Generation with a KV cache (kv_cache.h): the pass's rows are one
+  // sequence's positions [pos0, pos0 + T), the earlier ones in `cache`.
+  int64_t pos0 = 0;
+  KvCache* cache = nullptr;
   const StepContext* ctx = nullptr;
 
   // Dropout (forward or backward) over the pass's Nl x C residual rows, with

@@ -10,12 +10,20 @@
 
 namespace parallm::model {
 
+namespace {
+// Row `pos` of a position table (null without one: rotary models).
+template <class T>
+T* row_at(T* table, int64_t pos, int64_t C) {
+  return table ? table + pos * C : nullptr;
+}
+}  // namespace
+
 template <class A>
 void Embedding::forward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* x, const int32_t* tokens,
                         const ParamView<A>& P, const PassShape& f) const {
   if (!s.active()) {
     f.for_position_runs([&](int64_t row, int64_t pos, int64_t Bn, int64_t Tn) {
-      k.embedding_forward(x + row * C, tokens + row, P.at(wte), P.at(wpe) + pos * C, Bn, Tn, C);
+      k.embedding_forward(x + row * C, tokens + row, P.at(wte), row_at(P.at(wpe), f.pos0 + pos, C), Bn, Tn, C);
     });
     return;
   }
@@ -23,8 +31,8 @@ void Embedding::forward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* 
   A* parts = s.row_partial_for(x);
   const A* pe = s.rank() == 0 ? P.at(wpe) : nullptr;
   f.for_position_runs([&](int64_t row, int64_t pos, int64_t Bn, int64_t Tn) {
-    k.vp_embedding_forward(parts + row * C, tokens + row, P.at(wte), pe ? pe + pos * C : nullptr, Bn, Tn, C, rows.v0,
-                           rows.rows);
+    k.vp_embedding_forward(parts + row * C, tokens + row, P.at(wte), pe ? pe + (f.pos0 + pos) * C : nullptr, Bn, Tn, C,
+                           rows.v0, rows.rows);
   });
   s.reduce_rows(x, f.N);
 }
@@ -34,14 +42,14 @@ void Embedding::backward(const kernels::ModelOps<A>& k, const TensorSplit& s, co
                          const GradView& G, const PassShape& f) const {
   if (!s.active()) {
     f.for_position_runs([&](int64_t row, int64_t pos, int64_t Bn, int64_t Tn) {
-      k.embedding_backward(G.at(wte), G.at(wpe) + pos * C, dx + row * C, tokens + row, Bn, Tn, C);
+      k.embedding_backward(G.at(wte), row_at(G.at(wpe), pos, C), dx + row * C, tokens + row, Bn, Tn, C);
     });
     return;
   }
   // d(output) whole on every rank: each adds its rows' part; wpe's gradient is the same everywhere.
   const A* whole = s.whole_grad(dx, f.N);
   f.for_position_runs([&](int64_t row, int64_t pos, int64_t Bn, int64_t Tn) {
-    k.vp_embedding_backward(G.at(wte), G.at(wpe) + pos * C, whole + row * C, tokens + row, Bn, Tn, C, rows.v0,
+    k.vp_embedding_backward(G.at(wte), row_at(G.at(wpe), pos, C), whole + row * C, tokens + row, Bn, Tn, C, rows.v0,
                             rows.rows);
   });
 }

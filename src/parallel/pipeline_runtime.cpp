@@ -251,14 +251,14 @@ void Pipeline::stage_times(const Times& t, std::vector<double>& idle, std::vecto
 void Pipeline::sum_tied_grads(model::GPT& m) {
   comm::Communicator* ends = mesh_.ends();
   if (!ends || ends->size() == 1 || !m.config().tie_embeddings) return;
-  const model::ParamSlot& s = m.layout().find("transformer.wte.weight");
+  const model::ParamSlot& s = m.layout().wte_slot();
   ends->all_reduce(Tensor::view_of(m.grads() + s.offset, {s.numel}, DType::F32, m.device()), comm::ReduceOp::Sum);
 }
 
 void Pipeline::tied_params_from_first(model::GPT& m) {
   comm::Communicator* ends = mesh_.ends();
   if (!ends || ends->size() == 1 || !m.config().tie_embeddings) return;
-  const model::ParamSlot& s = m.layout().find("transformer.wte.weight");
+  const model::ParamSlot& s = m.layout().wte_slot();
   ends->broadcast(Tensor::view_of(m.params() + s.offset, {s.numel}, DType::F32, m.device()), 0);
   m.params_changed();
 }

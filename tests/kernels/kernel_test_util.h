@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "core/rng.h"
@@ -51,6 +52,30 @@ inline void reference_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, do
         s += double(ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
       C[i * ldc + j] = static_cast<float>(beta * C[i * ldc + j] + alpha * s);
     }
+}
+
+inline double dotv(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
+  return s;
+}
+
+// Checks analytic d loss / d x[i] against central differences of step h for
+// a spread of i (about `samples` of them), at 2e-2 relative.
+inline void fd_check(std::vector<float>& x, const std::vector<float>& analytic, const std::function<double()>& loss,
+                     const char* what, float h = 1e-2f, size_t samples = 23) {
+  ASSERT_EQ(x.size(), analytic.size());
+  const size_t stride = std::max<size_t>(1, x.size() / samples);
+  for (size_t i = 0; i < x.size(); i += stride) {
+    const float keep = x[i];
+    x[i] = keep + h;
+    const double lp = loss();
+    x[i] = keep - h;
+    const double lm = loss();
+    x[i] = keep;
+    const double num = (lp - lm) / (2.0 * h);
+    EXPECT_NEAR(analytic[i], num, 2e-2 * std::max(1.0, std::fabs(num))) << what << " index " << i;
+  }
 }
 
 }  // namespace parallm::test

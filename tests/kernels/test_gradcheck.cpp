@@ -17,29 +17,8 @@ using namespace parallm;
 using namespace parallm::kernels;
 using parallm::test::randv;
 
-namespace {
-double dotv(const std::vector<float>& a, const std::vector<float>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
-  return s;
-}
-// Checks analytic d loss / d x[i] against central differences for a spread of i.
-void fd_check(std::vector<float>& x, const std::vector<float>& analytic, const std::function<double()>& loss,
-              const char* what, float h = 1e-2f) {
-  ASSERT_EQ(x.size(), analytic.size());
-  const size_t stride = std::max<size_t>(1, x.size() / 23);
-  for (size_t i = 0; i < x.size(); i += stride) {
-    float keep = x[i];
-    x[i] = keep + h;
-    double lp = loss();
-    x[i] = keep - h;
-    double lm = loss();
-    x[i] = keep;
-    double num = (lp - lm) / (2.0 * h);
-    EXPECT_NEAR(analytic[i], num, 2e-2 * std::max(1.0, std::fabs(num))) << what << " index " << i;
-  }
-}
-}  // namespace
+using parallm::test::dotv;
+using parallm::test::fd_check;
 
 TEST(GradCheck, Matmul) {
   const int64_t N = 5, IN = 7, OUT = 6;

@@ -15,27 +15,10 @@ using namespace parallm::kernels;
 using parallm::test::expect_close;
 using parallm::test::randv;
 
+using parallm::test::dotv;
+using parallm::test::fd_check;
+
 namespace {
-double dotv(const std::vector<float>& a, const std::vector<float>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
-  return s;
-}
-void fd_check(std::vector<float>& x, const std::vector<float>& analytic, const std::function<double()>& loss,
-              const char* what, float h = 1e-2f) {
-  ASSERT_EQ(x.size(), analytic.size());
-  const size_t stride = std::max<size_t>(1, x.size() / 29);
-  for (size_t i = 0; i < x.size(); i += stride) {
-    const float keep = x[i];
-    x[i] = keep + h;
-    const double lp = loss();
-    x[i] = keep - h;
-    const double lm = loss();
-    x[i] = keep;
-    const double num = (lp - lm) / (2.0 * h);
-    EXPECT_NEAR(analytic[i], num, 2e-2 * std::max(1.0, std::fabs(num))) << what << " index " << i;
-  }
-}
 // A rope table [T, D]: cos | sin of t * f_i for made-up frequencies.
 std::vector<float> rope_table(int64_t T, int64_t D) {
   std::vector<float> t(static_cast<size_t>(T * D));

@@ -10,12 +10,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "core/gpu.h"
 #include "golden.h"
 #include "kernels/bf16.h"
 #include "model/gpt.h"
+#include "model/rope.h"
 #include "optim/adamw.h"
 
 using namespace parallm;
@@ -29,8 +31,27 @@ model::GPTConfig config_of(const nlohmann::json& c) {
   cfg.n_embd = c["n_embd"];
   cfg.block_size = c["block_size"];
   cfg.vocab_size = c["vocab_size"];
-  cfg.bias = c["bias"];
   cfg.dropout = 0.0f;
+  if (!c.contains("arch")) {  // the GPT-2 cases
+    cfg.bias = c["bias"];
+    return cfg;
+  }
+  cfg.arch = model::parse_arch(c["arch"], "arch");
+  cfg.n_kv_head = c["n_kv_head"];
+  cfg.head_dim = c["head_dim"];
+  cfg.intermediate_size = c["intermediate_size"];
+  cfg.rope_theta = c["rope_theta"];
+  cfg.rms_norm_eps = c["rms_norm_eps"];
+  cfg.attention_bias = c["attention_bias"];
+  cfg.tie_embeddings = c["tie_embeddings"];
+  if (const auto& r = c["rope_scaling"]; !r.is_null()) {
+    cfg.rope_scaling.kind = model::parse_rope_scaling(r["rope_type"], "rope_scaling");
+    cfg.rope_scaling.factor = r["factor"];
+    cfg.rope_scaling.low_freq_factor = r["low_freq_factor"];
+    cfg.rope_scaling.high_freq_factor = r["high_freq_factor"];
+    cfg.rope_scaling.original = r["original_max_position_embeddings"];
+  }
+  EXPECT_EQ(cfg.qk_norm(), c["qk_norm"].get<bool>());
   return cfg;
 }
 
@@ -68,8 +89,16 @@ TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
   const int64_t B = g.config["batch_size"], T = g.config["seq_len"];
   model::GPT m(cfg, B, T, dev, {true, true, bf16 ? DType::BF16 : DType::F32});
   EXPECT_EQ(m.bf16_products(), where == "cpu_bf16");
-  // Tolerances: loss, logits, gradients, training losses and norms.
-  const double tl = bf16 ? 1e-2 : 1e-5, tlog = bf16 ? 3e-2 : 1e-5, tg = bf16 ? 5e-2 : 1e-4, tt = bf16 ? 2e-2 : 1e-4;
+  // Tolerances: loss, logits, gradients, training losses and norms (the
+  // Llama family's fp32 bar is 1e-5 throughout, issue 46).
+  const bool llama = cfg.llama();
+  const double tl = bf16 ? 1e-2 : 1e-5, tlog = bf16 ? 3e-2 : 1e-5,
+               tg = bf16    ? 5e-2
+                    : llama ? 1e-5
+                            : 1e-4,
+               tt = bf16    ? 2e-2
+                    : llama ? 1e-5
+                            : 1e-4;
   load_params(m, g, "param/");
 
   // Forward + backward on (x, y).
@@ -82,14 +111,19 @@ TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
   EXPECT_LE(std::fabs(loss - want_loss) / want_loss, tl) << "loss " << loss << " vs " << want_loss;
   std::vector<float> logits(B * T * cfg.vocab_size);
   m.all_logits(logits.data(), B, T);
-  EXPECT_LE(tensor_rel_err(logits.data(), g.f32.at("logits")), tlog) << "logits";
+  const double logits_err = tensor_rel_err(logits.data(), g.f32.at("logits"));
+  EXPECT_LE(logits_err, tlog) << "logits";
   m.backward(g.i32.at("x").data(), B, T, ctx);
   std::vector<float> grads(m.flat_size());
   m.store_grads(grads.data());
+  double grad_err = 0;
   for (const auto& s : m.layout().slots()) {
     double e = tensor_rel_err(grads.data() + s.offset, g.f32.at("grad/" + s.name));
     EXPECT_LE(e, tg) << "gradient of " << s.name;
+    grad_err = std::max(grad_err, e);
   }
+  std::printf("%s on %s: logits %.2e, worst gradient %.2e (of each tensor's max)\n", std::get<0>(GetParam()).c_str(),
+              where.c_str(), logits_err, grad_err);
 
   // Ten AdamW steps with clipping, from the same initial weights.
   load_params(m, g, "param/");
@@ -115,6 +149,7 @@ TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
     m.params_changed();
   }
   if (bf16) return;
+  double final_err = 0;
   std::vector<float> params(m.flat_size());
   m.store_params(params.data());
   for (const auto& s : m.layout().slots()) {
@@ -130,13 +165,46 @@ TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
         got[i] = want[i] = 0.0f;
       }
     }
-    EXPECT_LE(tensor_rel_err(got.data(), want), 1e-4) << "final weights of " << s.name;
+    // The Llama cases' final weights carry Adam-normalized fp32 noise of
+    // their smallest first-step gradients (near eps): 1.3e-4 at worst against
+    // a float64 replay of the reference (tests/golden/README.md).
+    const double e = tensor_rel_err(got.data(), want);
+    EXPECT_LE(e, llama ? 1e-3 : 1e-4) << "final weights of " << s.name;
+    final_err = std::max(final_err, e);
   }
+  std::printf("%s on %s: final weights after %d steps %.2e\n", std::get<0>(GetParam()).c_str(), where.c_str(), steps,
+              final_err);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest,
-                         ::testing::Combine(::testing::Values("gpt_tiny_bias", "gpt_tiny_nobias"),
+                         ::testing::Combine(::testing::Values("gpt_tiny_bias", "gpt_tiny_nobias", "llama_tiny_mqa",
+                                                              "llama_tiny_gqa2_tied", "qwen3_tiny_kv4",
+                                                              "qwen3_tiny_gqa2_tied", "llama_tiny_bias"),
                                             ::testing::Values("cpu", "cpu_bf16", "cuda", "cuda_bf16")),
                          [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
 
 }  // namespace
+
+// The host's rotary table against the reference's cos and sin (its fp32
+// frequency arithmetic, with and without Llama 3's scaling).
+TEST(GoldenRope, TableMatchesTheReferencesCosAndSin) {
+  for (const char* name : {"llama_tiny_mqa", "llama_tiny_gqa2_tied", "qwen3_tiny_gqa2_tied", "llama_tiny_bias"}) {
+    test::Golden g(std::string(PARALLM_TEST_DIR) + "/golden/" + name);
+    const model::GPTConfig cfg = config_of(g.config);
+    const int64_t T = g.config["seq_len"], D = cfg.head_size(), h = D / 2;
+    std::vector<int64_t> pos(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = t;
+    std::vector<float> table(static_cast<size_t>(T * D));
+    model::rope_rows(table.data(), model::rope_inv_freq(cfg), pos.data(), T);
+    const auto& cs = g.f32.at("rope_cos");
+    const auto& sn = g.f32.at("rope_sin");
+    double worst = 0;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < h; ++i) {
+        worst = std::max(worst, std::fabs(double(table[t * D + i]) - cs[t * h + i]));
+        worst = std::max(worst, std::fabs(double(table[t * D + h + i]) - sn[t * h + i]));
+      }
+    EXPECT_LE(worst, 2e-7) << name;
+    std::printf("%s: rotary table within %.1e of the reference\n", name, worst);
+  }
+}

@@ -312,3 +312,43 @@ TEST(GPT, CpuBf16WeightCopyFollowsEveryParameterChange) {
   model::GPT f(c, B, T);  // fp32: no copy
   EXPECT_EQ(f.weight_copy_for_step(), nullptr);
 }
+
+// The Llama family's closed-form parameter count (what `parallm plan` and the
+// MFU count read) equals its layout's, for every variant of its keys, and the
+// FLOPs per token count the attention width and SwiGLU's three matrices.
+TEST(GPT, TheLlamaFamilysCountsEqualItsLayout) {
+  for (auto arch : {model::Arch::Llama, model::Arch::Qwen3})
+    for (bool tie : {true, false})
+      for (bool bias : {false, true})
+        for (int64_t kv : {1, 2, 6}) {
+          model::GPTConfig c;
+          c.arch = arch;
+          c.n_layer = 3;
+          c.n_head = 6;
+          c.n_kv_head = kv;
+          c.n_embd = 40;
+          c.head_dim = 10;
+          c.intermediate_size = 72;
+          c.vocab_size = 61;
+          c.tie_embeddings = tie;
+          c.attention_bias = bias;
+          c.validate();
+          EXPECT_EQ(static_cast<uint64_t>(model::ParamLayout(c).count()), c.num_params())
+              << model::arch_name(arch) << " tie " << tie << " bias " << bias << " kv " << kv;
+        }
+  model::GPTConfig c;
+  c.arch = model::Arch::Llama;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = 32;
+  c.head_dim = 16;  // attention 64 wide, twice n_embd
+  c.intermediate_size = 96;
+  c.block_size = 8;
+  c.vocab_size = 50;
+  model::GPT m(c, 1, 8);
+  // q 32x64, k and v 32x32 each, o 64x32, gate/up/down 3 x 32x96, two norms; the table; the final norm (no wpe).
+  const int64_t per_layer = 32 * 64 + 2 * 32 * 32 + 64 * 32 + 3 * 32 * 96 + 2 * 32;
+  EXPECT_EQ(m.num_params_nanogpt(), 2 * per_layer + 50 * 32 + 32);
+  EXPECT_DOUBLE_EQ(m.flops_per_token(8), 6.0 * static_cast<double>(m.num_params_nanogpt()) + 12.0 * 2 * 64 * 8);
+}

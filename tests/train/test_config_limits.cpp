@@ -153,8 +153,8 @@ TEST(ConfigLimits, EveryNumericKeyHasItsRangeInTheHelpAndItIsChecked) {
       {"train.loss_scale_init=0.5", "train.loss_scale_init must be in [1, 2^64]"},
       {"train.sample_tokens=1000000", "train.sample_tokens must be in [0, 100000]"},
       {"train.top_k=3000000000", "train.top_k must be in [0, 2147483647]"},
-      {"train.temperature=1000", "train.temperature must be in (0, 100]"},
-      {"train.temperature=0", "train.temperature must be in (0, 100]"},
+      {"train.temperature=1000", "train.temperature must be in [0, 100]"},  // 0: the most likely token
+      {"train.temperature=-0.5", "train.temperature must be in [0, 100]"},
       {"train.peak_flops=1e30", "train.peak_flops must be in [0, 1e+21]"},
       {"optimizer.learning_rate=1000", "optimizer.learning_rate must be in [0, 100]"},
       {"optimizer.eps=2", "optimizer.eps must be in (0, 1]"},

@@ -432,7 +432,7 @@ TEST_F(HfTest, ExportRefusesANonEmptyDirectoryAndReplacesAnEarlierExportWhole) {
   train_on("char_run", "data");
   const fs::path out = root_ / "export";
   const std::string said = export_run_hf((root_ / "bpe_run").string(), out.string(), {});
-  EXPECT_NE(said.find("vocab.json, merges.txt, tokenizer_config.json"), std::string::npos) << said;
+  EXPECT_NE(said.find("vocab.json, merges.txt, tokenizer.json, tokenizer_config.json"), std::string::npos) << said;
   for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt", "tokenizer_config.json"})
     EXPECT_TRUE(fs::exists(out / f)) << f;
   put(out / "README.md", "my notes\n");
@@ -447,7 +447,7 @@ TEST_F(HfTest, ExportRefusesANonEmptyDirectoryAndReplacesAnEarlierExportWhole) {
   HfExportOptions o;
   o.overwrite = true;
   const std::string replaced = export_run_hf((root_ / "char_run").string(), out.string(), o);
-  EXPECT_NE(replaced.find("removed the earlier export's merges.txt, tokenizer_config.json, vocab.json"),
+  EXPECT_NE(replaced.find("removed the earlier export's merges.txt, tokenizer.json, tokenizer_config.json, vocab.json"),
             std::string::npos)
       << replaced;
   for (const char* f : {"vocab.json", "merges.txt", "tokenizer_config.json"}) EXPECT_FALSE(fs::exists(out / f)) << f;

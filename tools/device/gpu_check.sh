@@ -6,7 +6,10 @@
 # trace: a CUPTI timeline of 124M steps, summarized; peerprof: the PyTorch
 # peer's kernels by torch.profiler; probe: which GELU cuBLASLt's epilogue
 # computes; nccl: the NCCL communicator's tests, and DDP when the machine has
-# two GPUs; hf: an untied export loaded by transformers); each part has a time
+# two GPUs; hf: an untied export loaded by transformers; llama: the Llama-3.2-1B
+# shape's MFU against PyTorch compiled with SDPA flash, and a Llama and a Qwen3
+# export loaded by transformers' LlamaForCausalLM / Qwen3ForCausalLM, logits
+# against parallm's); each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
 # the precisions of baby and gpt2 (default "fp32 bf16"); DET_DTYPE and
 # DET_DROPOUT (default 0.2; 0 takes bf16 attention through the flash kernels)
@@ -133,6 +136,48 @@ logits = m(torch.tensor([[1, 2, 3, 4]])).logits
 assert torch.isfinite(logits).all()
 print("untied export loads in transformers: lm_head.weight bitwise the file's, not wte; logits", tuple(logits.shape))
 PY
+fi
+if want llama; then
+  L1B="model.arch=llama model.n_layer=16 model.n_head=32 model.n_kv_head=8 model.n_embd=2048 model.head_dim=64
+       model.intermediate_size=8192 model.vocab_size=128256 model.block_size=2048 model.tie_embeddings=true
+       model.rope_theta=500000 model.rope_scaling=llama3 model.rope_factor=32
+       model.rope_original_max_position_embeddings=8192 model.dropout=0"
+  step "Llama-3.2-1B shape, bf16 on the GPU, batch ${L1B_B:=4} x 2048"
+  timeout 200 ./bin/parallm train $L1B model.batch_size=$L1B_B train.device=cuda train.dtype=bf16 \
+    train.max_iters=${L1B_ITERS:-10} train.eval_interval=100000 train.eval_iters=1 train.log_interval=1 \
+    train.sample_tokens=0 train.out_dir=$W/out/llama1b train.overwrite=true train.final_eval=false \
+    data.dir=$W/data/shakespeare_char train.progress=false 2>&1 | tee $OUT/llama1b.log | tail -4
+  step "PyTorch peer, the same shape: bf16 autocast, torch.compile, SDPA flash"
+  (cd "$OLDPWD" && PYTHONUNBUFFERED=1 timeout 240 python3 tools/torch_ref/bench_peer.py --device cuda --arch llama \
+    --n_layer 16 --n_head 32 --n_kv_head 8 --n_embd 2048 --head_dim 64 --intermediate_size 8192 --vocab_size 128256 \
+    --block_size 2048 --rope_theta 500000 --batch_size $L1B_B --iters ${PEER_ITERS:-10} --warmup 3 --dtype bf16 \
+    --compile 1 --flash 1 2>>$OUT/peer_llama.err | tee -a $OUT/peer_llama.jsonl)
+  tail -2 $OUT/peer_llama.err
+  for arch in llama qwen3; do
+    step "transformers loads parallm's $arch export (sharded safetensors), logits against parallm's"
+    timeout 120 ./bin/parallm train model.arch=$arch model.n_layer=2 model.n_head=4 model.n_kv_head=2 model.n_embd=64 \
+      model.head_dim=16 model.intermediate_size=96 model.block_size=64 model.batch_size=4 model.tie_embeddings=false \
+      model.rope_scaling=llama3 model.rope_original_max_position_embeddings=32 train.max_iters=20 \
+      train.eval_interval=20 train.eval_iters=1 train.sample_tokens=0 train.progress=false \
+      train.out_dir=$W/out/$arch train.overwrite=true data.dir=$W/data/shakespeare_char | tail -1
+    ./bin/parallm export --ckpt $W/out/$arch --out $W/out/${arch}_hf --overwrite --max-shard-size 1 | tail -1
+    ./bin/parallm sample --ckpt hf:$W/out/${arch}_hf --data $W/data/shakespeare_char --prompt "ROMEO: what light" \
+      --logits $W/out/${arch}_logits.bin
+    timeout 120 python3 - "$W/out/${arch}_hf" "$W/out/${arch}_logits.bin" "$W/data/shakespeare_char/meta.json" <<'PY' 2>&1 | tee $OUT/hf_$arch.log | tail -3
+import json, sys, numpy as np, torch
+from transformers import AutoModelForCausalLM
+d, logits_file, meta = sys.argv[1:4]
+itos = json.load(open(meta))["itos"]
+ids = [itos.index(c) for c in "ROMEO: what light"]
+m = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
+with torch.no_grad():
+    ref = m(torch.tensor([ids])).logits[0].numpy()
+ours = np.fromfile(logits_file, dtype=np.float32).reshape(len(ids), -1)[:, : ref.shape[1]]
+rel = float(np.abs(ours - ref).max() / np.abs(ref).max())
+print(f"{type(m).__name__} from {d}: logits within {rel:.2e} of parallm's (max |logit| {np.abs(ref).max():.3f})")
+assert rel <= 1e-5, rel
+PY
+  done
 fi
 cd "$OLDPWD"
 want peer && step "PyTorch nanoGPT peer, GPT-2 124M, batch $GPT2_B x 1024 (fp32 = TF32 matmuls, as nanoGPT)"

@@ -24,6 +24,17 @@ Output contract: exactly one line of JSON on stdout, e.g.
 Everything else (diagnostics, errors) goes to stderr; a failure exits
 non-zero with no JSON on stdout.
 
+Architecture: ``--arch gpt`` (default) is ``gpt_ref.GPT``; ``--arch llama``
+is ``llama_ref.LlamaForCausalLM`` (RMSNorm, RoPE, SwiGLU, GQA) with
+``--n-kv-head`` (default n_head), ``--head-dim`` (default n_embd / n_head),
+``--intermediate-size`` (default 4 * n_embd), ``--rope-theta`` (10000),
+``--qk-norm`` (Qwen3), ``--bias 1`` (q/k/v biases) and ``--untied`` (a
+separate lm_head; default tied).
+Its attention is ``F.scaled_dot_product_attention(is_causal=True)`` with the
+KV heads repeated when the torch build has it (torch >= 2.0; the peer's best
+setting, reported as ``"flash": 1``), else the explicit softmax(QK^T)V.
+Same init, weight-decay grouping (dim >= 2) and loop as the GPT peer.
+
 Data: ``--data`` is a nanoGPT-style ``train.bin`` (flat uint16 tokens; uint32 where meta.json beside it says so),
 memory-mapped; without it tokens are uniform random in [0, vocab_size).
 Threads: ``torch.set_num_threads(intra_threads)`` (set before any work);
@@ -40,7 +51,7 @@ import time
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="PyTorch GPT training throughput peer")
+    ap = argparse.ArgumentParser(description="PyTorch GPT / Llama training throughput peer")
     ap.add_argument("--n_layer", type=int, default=4)
     ap.add_argument("--n_head", type=int, default=4)
     ap.add_argument("--n_embd", type=int, default=128)
@@ -48,6 +59,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--batch_size", type=int, default=12)
     ap.add_argument("--vocab_size", type=int, default=65)
     ap.add_argument("--bias", type=int, choices=(0, 1), default=0)
+    ap.add_argument("--arch", choices=("gpt", "llama"), default="gpt")
+    ap.add_argument("--n-kv-head", "--n_kv_head", dest="n_kv_head", type=int, default=None,
+                    help="llama: key/value heads (default n_head)")
+    ap.add_argument("--head-dim", "--head_dim", dest="head_dim", type=int, default=None,
+                    help="llama: per-head width (default n_embd / n_head)")
+    ap.add_argument("--intermediate-size", "--intermediate_size", dest="intermediate_size", type=int,
+                    default=None, help="llama: SwiGLU width (default 4 * n_embd)")
+    ap.add_argument("--rope-theta", "--rope_theta", dest="rope_theta", type=float, default=10000.0)
+    ap.add_argument("--qk-norm", "--qk_norm", dest="qk_norm", action="store_true", help="llama: Qwen3 QK-norm")
+    ap.add_argument("--untied", action="store_true", help="llama: separate lm_head (default tied)")
     ap.add_argument("--iters", type=int, default=20, help="timed iterations")
     ap.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
     ap.add_argument("--intra_threads", type=int, default=1)
@@ -69,8 +90,24 @@ def parse_args(argv=None) -> argparse.Namespace:
             ap.error(f"--{k} must be >= 1")
     if args.warmup < 0:
         ap.error("--warmup must be >= 0")
-    if args.n_embd % args.n_head:
-        ap.error("--n_embd must be divisible by --n_head")
+    if args.arch == "gpt":
+        if args.n_embd % args.n_head:
+            ap.error("--n_embd must be divisible by --n_head")
+    else:
+        if args.n_kv_head is None:
+            args.n_kv_head = args.n_head
+        if args.head_dim is None:
+            if args.n_embd % args.n_head:
+                ap.error("--n_embd must be divisible by --n_head (or give --head-dim)")
+            args.head_dim = args.n_embd // args.n_head
+        if args.intermediate_size is None:
+            args.intermediate_size = 4 * args.n_embd
+        if args.n_kv_head < 1 or args.n_head % args.n_kv_head:
+            ap.error("--n_head must be a multiple of --n-kv-head")
+        if args.head_dim < 2 or args.head_dim % 2:
+            ap.error("--head-dim must be even")
+        if args.intermediate_size < 1:
+            ap.error("--intermediate-size must be >= 1")
     if args.data is not None and not os.path.isfile(args.data):
         ap.error(f"--data {args.data}: no such file")
     return args
@@ -103,7 +140,7 @@ def main(argv=None) -> int:
     if dev.type == "cuda":  # nanoGPT's GPU settings
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    if args.flash:
+    if args.flash and args.arch == "gpt":
         import gpt_ref
 
         def flash_forward(self, x):
@@ -153,10 +190,24 @@ def main(argv=None) -> int:
             return stream[offs], stream[offs + 1]
 
     # ---- model / optimizer -------------------------------------------------
-    cfg = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
-                    block_size=T, vocab_size=args.vocab_size, dropout=0.0,
-                    bias=bool(args.bias))
-    model = GPT(cfg).to(dev)
+    if args.arch == "gpt":
+        cfg = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
+                        block_size=T, vocab_size=args.vocab_size, dropout=0.0,
+                        bias=bool(args.bias))
+        model = GPT(cfg).to(dev)
+        n_params = model.num_params()
+        flash = args.flash
+    else:
+        from llama_ref import LlamaConfig, LlamaForCausalLM
+        cfg = LlamaConfig(vocab_size=args.vocab_size, hidden_size=args.n_embd,
+                          intermediate_size=args.intermediate_size, num_hidden_layers=args.n_layer,
+                          num_attention_heads=args.n_head, num_key_value_heads=args.n_kv_head,
+                          head_dim=args.head_dim, max_position_embeddings=T, rope_theta=args.rope_theta,
+                          attention_bias=bool(args.bias), tie_word_embeddings=not args.untied,
+                          qk_norm=args.qk_norm)
+        flash = int(hasattr(torch.nn.functional, "scaled_dot_product_attention"))
+        model = LlamaForCausalLM(cfg, attn_impl="sdpa" if flash else "eager").to(dev)
+        n_params = model.num_params()
     model.train()
     optimizer = configure_optimizers(model, weight_decay=0.1, learning_rate=args.lr,
                                      betas=(0.9, 0.99), eps=1e-8)
@@ -169,7 +220,8 @@ def main(argv=None) -> int:
     amp = (torch.autocast(device_type=dev.type, dtype=torch.bfloat16) if args.dtype == "bf16"
            else contextlib.nullcontext())
     log(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
-        f"params {model.num_params() / 1e6:.3f}M (non-embedding), "
+        f"{'' if args.arch == 'gpt' else 'llama, '}params {n_params / 1e6:.3f}M "
+        f"({'non-embedding' if args.arch == 'gpt' else 'all'}), "
         f"data {'random' if not args.data else args.data}")
 
     def train_step():
@@ -219,7 +271,7 @@ def main(argv=None) -> int:
         "device": args.device,
         "dtype": args.dtype,
         "compile": args.compile,
-        "flash": args.flash,
+        "flash": flash,
     }
     print(json.dumps(result), flush=True)
     return 0

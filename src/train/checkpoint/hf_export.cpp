@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "data/vocab.h"
-#include "hf/hf_gpt2.h"
+#include "hf/hf_model.h"
 #include "model/gpt.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/ckpt_dirs.h"
@@ -37,6 +37,13 @@ const std::set<std::string>& export_files() {
   return f;
 }
 
+// An export's file: one of export_files() or a weight shard (model-00001-of-00003.safetensors).
+bool is_export_file(const std::string& name) {
+  if (export_files().count(name)) return true;
+  const std::string_view n = name;
+  return n.size() == 37 && n.substr(0, 6) == "model-" && n.substr(11, 4) == "-of-" && n.substr(20) == ".safetensors";
+}
+
 std::string listed(const std::vector<std::string>& names) {
   std::string s;
   const size_t shown = std::min<size_t>(names.size(), 8);
@@ -61,12 +68,13 @@ std::string prepare_export_dir(const std::string& out, bool overwrite, bool bpe)
                 "replace an earlier export there (its files that this export does not write are removed; other "
                 "files are kept)",
                 out, listed(held));
-  const std::set<std::string> writes = bpe ? std::set<std::string>{"config.json", "model.safetensors", "vocab.json",
-                                                                   "merges.txt", "tokenizer_config.json"}
-                                           : std::set<std::string>{"config.json", "model.safetensors"};
+  const std::set<std::string> writes =
+      bpe ? std::set<std::string>{"config.json", "model.safetensors", "vocab.json",
+                                  "merges.txt",  "tokenizer.json",    "tokenizer_config.json"}
+          : std::set<std::string>{"config.json", "model.safetensors"};
   std::vector<std::string> removed;
   for (const std::string& name : held) {
-    if (!export_files().count(name) || writes.count(name)) continue;
+    if (!is_export_file(name) || writes.count(name)) continue;
     fs::remove_all(fs::path(out) / name, ec);
     PARALLM_CHECK(!ec, IoError, kWhere, "cannot remove {} (an earlier export's) from --out {}: {}", name, out,
                   ec.message());
@@ -90,10 +98,10 @@ std::string export_run_hf(const std::string& run_dir, const std::string& out, co
   load_checkpoint(checkpoint_of(meta), m, nullptr, /*verify=*/false);  // verified when chosen
   std::vector<float> params(static_cast<size_t>(m.flat_size()));
   m.store_params(params.data());
-  hf::export_hf_gpt2(out, cfg.model, m.layout(), params.data(), vocab.size(), vocab.bpe());
+  hf::export_hf(out, cfg.model, m.layout(), params.data(), vocab.size(), vocab.bpe(), o.write);
   return fmt::format("exported {} (iteration {}, {}) to {}: config.json, model.safetensors{}{}",
                      meta["_dir"].get<std::string>(), meta["iter"].get<int64_t>(), cfg.model.summary(), out,
-                     vocab.is_bpe() ? ", vocab.json, merges.txt, tokenizer_config.json"
+                     vocab.is_bpe() ? ", vocab.json, merges.txt, tokenizer.json, tokenizer_config.json"
                                     : " (a character vocabulary: no tokenizer files)",
                      removed.empty() ? "" : "; removed the earlier export's " + removed);
 }

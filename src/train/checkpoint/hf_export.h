@@ -10,11 +10,14 @@
 #pragma once
 #include <string>
 
+#include "hf/hf_llama.h"
+
 namespace parallm::train {
 
 struct HfExportOptions {
-  bool latest = false;     // the newest intact checkpoint instead of the best (ckpt/)
-  bool overwrite = false;  // replace an earlier export in the output directory
+  bool latest = false;       // the newest intact checkpoint instead of the best (ckpt/)
+  bool overwrite = false;    // replace an earlier export in the output directory
+  hf::HfWriteOptions write;  // the Llama family: BF16 weights, shard size
 };
 
 // Exports run `run_dir`'s checkpoint (the one `parallm sample` takes, or

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/log.h"
-#include "hf/hf_gpt2.h"
+#include "hf/hf_model.h"
 #include "parallel/group_ops.h"
 #include "train/checkpoint/ckpt_dirs.h"
 
@@ -120,14 +120,15 @@ void restore_state(Session& s) {
 }
 
 void load_hf_weights(Session& s) {
-  const std::vector<float> local = hf::load_hf_gpt2(s.cfg.train.hf_dir, s.cfg.model, s.model->layout());
+  const std::vector<float> local = hf::load_hf(s.cfg.train.hf_dir, s.cfg.model, s.model->layout());
   const parallel::HeldState h = s.sync->held();
   if (h.param_shard) {
     for (const auto& p : h.pieces) std::copy_n(local.data() + p.flat, p.count, h.param_shard + p.local);
   } else {
     s.model->load_params(local.data());
   }
-  log::info("weights from {} (Hugging Face GPT-2, {})", s.cfg.train.hf_dir, s.cfg.model.summary());
+  log::info("weights from {} (Hugging Face {}, {})", s.cfg.train.hf_dir, model::arch_name(s.cfg.model.arch),
+            s.cfg.model.summary());
   s.sync->params_loaded();
 }
 

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "hf/hf_gpt2.h"
+#include "hf/hf_model.h"
 #include "parallel/mesh.h"
 
 namespace parallm::train {
@@ -43,8 +43,42 @@ data::Vocab dataset_vocabulary(RunConfig& cfg, const nlohmann::json* saved_confi
   return vocab;
 }
 
+namespace {
+// A Llama-family directory's model: every architecture key the user gave
+// must be the file's; the rest are taken from it (block_size may shrink, the
+// vocabulary grow, as for GPT-2).
+void take_hf_llama(RunConfig& cfg) {
+  const std::string& dir = cfg.train.hf_dir;
+  RunConfig file = cfg;
+  file.model = hf::hf_llama_config(dir);
+  file.model.dropout = cfg.model.dropout;
+  file.model.recompute = cfg.model.recompute;
+  const nlohmann::json mine = cfg.to_json(), theirs = file.to_json();
+  for (const char* k :
+       {"model.arch", "model.n_layer", "model.n_head", "model.n_embd", "model.n_kv_head", "model.head_dim",
+        "model.intermediate_size", "model.rope_theta", "model.rope_scaling", "model.rope_factor",
+        "model.rope_low_freq_factor", "model.rope_high_freq_factor", "model.rope_original_max_position_embeddings",
+        "model.rms_norm_eps", "model.attention_bias", "model.tie_embeddings", "model.bias"})
+    PARALLM_CHECK(!cfg.given(k) || mine[k] == theirs[k], ConfigError, "config",
+                  "{}={}, but train.init_from=hf:{} holds a model with {}={}: leave {} out", k, mine[k].dump(), dir, k,
+                  theirs[k].dump(), k);
+  const int64_t block = cfg.given("model.block_size") ? cfg.model.block_size : file.model.block_size;
+  PARALLM_CHECK(block <= file.model.block_size, ConfigError, "config",
+                "model.block_size={} is longer than hf:{}'s {} positions (max_position_embeddings)", block, dir,
+                file.model.block_size);
+  const int64_t vocab = cfg.vocab_size_set ? cfg.model.vocab_size : file.model.vocab_size;
+  PARALLM_CHECK(vocab >= file.model.vocab_size, ConfigError, "config",
+                "model.vocab_size={} is smaller than hf:{}'s {} tokens", vocab, dir, file.model.vocab_size);
+  cfg.model = file.model;
+  cfg.model.block_size = block;
+  cfg.model.vocab_size = vocab;
+  cfg.vocab_size_set = true;
+}
+}  // namespace
+
 void take_hf_model(RunConfig& cfg) {
   const std::string& dir = cfg.train.hf_dir;
+  if (hf::is_llama_family(dir)) return take_hf_llama(cfg);
   const model::GPTConfig file = hf::hf_gpt2_config(dir);
   model::GPTConfig& m = cfg.model;
   auto same = [&](const char* key, int64_t& mine, int64_t theirs) {

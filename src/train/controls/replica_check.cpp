@@ -77,7 +77,7 @@ void ReplicaCheck::check(const model::GPT& m, int64_t it) {
   if (ends && m.config().tie_embeddings) {  // an untied head has no copy on the first stage
     groups.push_back({ends, "the pipeline's first and last stage", {}});
     for (size_t i = 0; i < slots.size(); ++i)
-      if (slots[i].name == "transformer.wte.weight") groups.back().slots.push_back(i);
+      if (m.layout().wte() == slots[i].offset) groups.back().slots.push_back(i);
   }
   // Only the tensors some group of several ranks compares are read.
   std::vector<bool> wanted(slots.size(), false);

@@ -32,9 +32,12 @@ void sample(Session& s, int64_t it) {
   const auto logits = [&s](const int32_t* tokens, int64_t T, int64_t pos, float* out) {
     s.last_logits(tokens, T, pos, out);
   };
-  auto out =
-      generate(s.model->config(), s.sequence_multiple(), logits, prompt,
-               {t.sample_tokens, t.temperature, t.top_k, t.seed + static_cast<uint64_t>(it), s.vocab.size(), {}});
+  const SampleOptions o{
+      t.sample_tokens, t.temperature, t.top_k, t.seed + static_cast<uint64_t>(it), s.vocab.size(), {}};
+  // A whole model holding its own parameters samples with a KV cache; other layouts run the context each step.
+  auto out = s.model->decode_supported() && s.model->params()
+                 ? generate(*s.model, prompt, o)
+                 : generate(s.model->config(), s.sequence_multiple(), logits, prompt, o);
   if (s.lead)
     s.progress->print("sample:\n" + s.vocab.decode(std::vector<int32_t>(out.begin() + n_prompt, out.end())) + "\n---");
 }

@@ -1,17 +1,35 @@
 #include "train/loop/sample.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/kv_cache.h"
 
 namespace parallm::train {
 
 std::vector<int32_t> generate(model::GPT& m, std::vector<int32_t> tokens, const SampleOptions& opt) {
-  const auto logits = [&m](const int32_t* t, int64_t T, int64_t pos, float* out) {
-    m.forward(t, nullptr, 1, T, model::StepContext{});  // eval mode: no dropout
-    m.last_logits(out, 1, T, pos);
+  if (!opt.kv_cache || !m.decode_supported()) {
+    const auto logits = [&m](const int32_t* t, int64_t T, int64_t pos, float* out) {
+      m.forward(t, nullptr, 1, T, model::StepContext{});  // eval mode: no dropout
+      m.last_logits(out, 1, T, pos);
+    };
+    return generate(m.config(), m.token_multiple(), logits, std::move(tokens), opt);
+  }
+  model::KvCache cache(m.config(), m.device(), omp_get_max_threads());
+  int64_t prev = 0;  // the last window's length: one more, and it only grew by the new token
+  const auto logits = [&](const int32_t* t, int64_t T, int64_t pos, float* out) {
+    PARALLM_CHECK(pos == T - 1, InternalError, "sample", "cached decoding reads the last position");
+    if (T == prev + 1 && cache.length() == prev) {
+      m.decode(t + prev, 1, cache, out);
+    } else {  // the first window, or one that slid past the block: run it whole
+      cache.clear();
+      m.decode(t, T, cache, out);
+    }
+    prev = T;
   };
   return generate(m.config(), m.token_multiple(), logits, std::move(tokens), opt);
 }
@@ -19,7 +37,7 @@ std::vector<int32_t> generate(model::GPT& m, std::vector<int32_t> tokens, const 
 std::vector<int32_t> generate(const model::GPTConfig& cfg, int64_t token_multiple, const NextLogits& next,
                               std::vector<int32_t> tokens, const SampleOptions& opt) {
   PARALLM_CHECK(!tokens.empty(), ConfigError, "sample", "the prompt is empty (it must hold at least one token)");
-  PARALLM_CHECK(opt.temperature > 0, ConfigError, "sample", "temperature must be > 0, got {}", opt.temperature);
+  PARALLM_CHECK(opt.temperature >= 0, ConfigError, "sample", "temperature must be >= 0, got {}", opt.temperature);
   const int64_t block = cfg.block_size;
   PARALLM_CHECK(opt.vocab_limit >= 0 && opt.vocab_limit <= cfg.vocab_size, ConfigError, "sample",
                 "the vocabulary ({} tokens) is larger than the model's ({})", opt.vocab_limit, cfg.vocab_size);
@@ -45,6 +63,12 @@ std::vector<int32_t> generate(const model::GPTConfig& cfg, int64_t token_multipl
     }
     next(ctx_tokens, Tp, T - 1, all.data());
     std::copy_n(all.begin(), V, logits.begin());  // the padding ids' logits are dropped
+    if (opt.temperature == 0) {                   // greedy: the most likely token
+      const auto best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      tokens.push_back(best);
+      if (opt.on_token) opt.on_token(best);
+      continue;
+    }
     for (auto& l : logits) l /= opt.temperature;
     if (opt.top_k > 0 && opt.top_k < V) {
       for (int64_t v = 0; v < V; ++v) order[v] = {logits[v], static_cast<int32_t>(v)};

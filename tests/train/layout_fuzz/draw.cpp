@@ -134,6 +134,15 @@ Model draw_model(Rng& r, const Layout& a, int n_layer) {
   m.dropout = r.pick(std::vector<double>{0.0, 0.1, 0.1, 0.2});
   m.gelu = r.chance(0.5) ? "tanh" : "exact";
   m.tied = r.chance(0.75);
+  m.arch = r.pick(std::vector<std::string>{"gpt2", "gpt2", "llama", "qwen3"});
+  if (m.arch == "gpt2") return m;
+  std::vector<int> kv;  // KV heads the first layout's tp splits or replicates
+  for (int k = 1; k <= m.n_head; ++k)
+    if (m.n_head % k == 0 && (k % a.tp == 0 || a.tp % k == 0)) kv.push_back(k);
+  m.n_kv_head = r.pick(kv);
+  m.head_dim = r.pick(std::vector<int>{2, 4, 6, 8});
+  m.intermediate = m.n_head * r.in(3, 8);  // tp divides the heads, so it divides this
+  m.rope_scaling = r.chance(0.5);
   return m;
 }
 
@@ -174,6 +183,8 @@ bool valid(const Model& m, const Training& t, const Layout& l, std::string* why)
     return no("world != dp x tp x pp x cp");
   if (l.dp * l.batch != t.global_batch) return no("dp x batch != the global batch");
   if (m.n_head % l.tp != 0) return no("tp does not divide the heads");
+  if (m.arch != "gpt2" && m.n_kv_head % l.tp != 0 && l.tp % m.n_kv_head != 0)
+    return no("tp neither splits nor replicates the KV heads");
   if (l.sp && (l.tp == 1 || m.block_size % l.tp != 0 || l.cp > 1)) return no("sequence parallelism");
   if (l.virt > 1 && l.schedule != "interleaved") return no("pp_virtual without interleaved");
   if (l.pp == 1 && (!l.pp_layers.empty() || l.virt > 1)) return no("pipeline keys without a pipeline");
@@ -261,6 +272,18 @@ std::vector<std::string> layout_keys(const Layout& l) {
 }
 
 std::vector<std::string> model_keys(const Model& m, const Training& t) {
+  std::vector<std::string> k = common_model_keys(m, t);
+  if (m.arch == "gpt2") return k;
+  k.insert(k.end(),
+           {"model.arch=" + m.arch, fmt::format("model.n_kv_head={}", m.n_kv_head),
+            fmt::format("model.head_dim={}", m.head_dim), fmt::format("model.intermediate_size={}", m.intermediate),
+            "model.bias=false", fmt::format("model.attention_bias={}", m.bias ? "true" : "false"),
+            m.rope_scaling ? "model.rope_scaling=llama3" : "model.rope_scaling=none",
+            "model.rope_original_max_position_embeddings=16"});
+  return k;
+}
+
+std::vector<std::string> common_model_keys(const Model& m, const Training& t) {
   return {fmt::format("model.n_layer={}", m.n_layer),
           fmt::format("model.n_head={}", m.n_head),
           fmt::format("model.n_embd={}", m.n_embd),
@@ -303,11 +326,15 @@ std::string describe(const Layout& l) {
 }
 
 std::string describe(const Model& m, const Training& t) {
+  std::string arch = m.arch;
+  if (m.arch != "gpt2")
+    arch +=
+        fmt::format("(KV={} D={} F={}{})", m.n_kv_head, m.head_dim, m.intermediate, m.rope_scaling ? " llama3" : "");
   return fmt::format(
-      "L={} H={} C={} T={} V={} bias={} tied={} dropout={} gelu={} gas={} global_batch={} lr={} wd={} clip={} "
+      "{} L={} H={} C={} T={} V={} bias={} tied={} dropout={} gelu={} gas={} global_batch={} lr={} wd={} clip={} "
       "loss_scale={}",
-      m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, m.bias ? 1 : 0, m.tied ? 1 : 0, m.dropout, m.gelu,
-      t.gas, t.global_batch, t.lr, t.weight_decay, t.grad_clip, t.loss_scale);
+      arch, m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, m.bias ? 1 : 0, m.tied ? 1 : 0, m.dropout,
+      m.gelu, t.gas, t.global_batch, t.lr, t.weight_decay, t.grad_clip, t.loss_scale);
 }
 
 }  // namespace layout_fuzz

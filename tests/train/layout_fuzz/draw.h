@@ -47,6 +47,10 @@ struct Model {
   bool tied = true;  // model.tie_embeddings
   double dropout = 0.1;
   std::string gelu = "tanh";
+  // The Llama family (arch llama or qwen3; bias then means q/k/v biases).
+  std::string arch = "gpt2";
+  int n_kv_head = 0, head_dim = 0, intermediate = 0;
+  bool rope_scaling = false;
 };
 struct Training {
   int gas = 1;           // optimizer.gas
@@ -108,6 +112,8 @@ bool valid(const Model& m, const Training& t, const Layout& l, std::string* why 
 std::vector<std::string> layout_keys(const Layout& l);
 // key=value for the model and the training (without the iteration count and directories).
 std::vector<std::string> model_keys(const Model& m, const Training& t);
+// The keys every family shares (model_keys adds the Llama family's).
+std::vector<std::string> common_model_keys(const Model& m, const Training& t);
 // `keys` with each key=value of `over` replacing the entry of its key (or appended).
 std::vector<std::string> with_overrides(std::vector<std::string> keys, const std::vector<std::string>& over);
 // "W=4 dp=2 tp=2 sp pp=1 ...": a layout in one line.

@@ -166,6 +166,8 @@ struct Coverage {
     if (c.train.gas > 1) ++n["gas>1"];
     if (c.model.bias) ++n["bias"];
     if (!c.model.tied) ++n["untied"];
+    if (c.model.arch != "gpt2") ++n["arch " + c.model.arch];
+    if (c.model.arch != "gpt2" && c.model.n_kv_head < c.model.n_head) ++n["grouped-query"];
     if (c.model.dropout > 0) ++n["dropout>0"];
     if (c.train.grad_clip > 0) ++n["grad_clip"];
     if (c.train.loss_scale != "off") ++n["loss_scale " + c.train.loss_scale];
