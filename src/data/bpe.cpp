@@ -19,6 +19,8 @@ constexpr const char* kBpeWhere = "data.bpe";
 constexpr size_t kShortPiece = 128;  // longer pieces merge through a heap
 constexpr int32_t kNoRank = INT32_MAX;
 
+}  // namespace
+
 // Pieces seen in one call: open addressing from the piece's bytes to where its ids were written.
 class PieceCache {
  public:
@@ -61,8 +63,6 @@ class PieceCache {
   std::vector<Entry> slots_;
   size_t used_ = 0;
 };
-
-}  // namespace
 
 // The merge table: open addressing, 8 bytes a slot (left id, 20 bits; right id, 20 bits; rank, 24 bits), so that
 // Llama 3's 280,147 merges take 4 MB; the merged id of a rank in an array beside (read once per merge made).
