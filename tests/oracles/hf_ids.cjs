@@ -14,15 +14,6 @@ const byteLevel = (prefix, regex) => ({ type: "ByteLevel", add_prefix_space: pre
 const added = (id, content, o) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false,
                                      special: false, ...o });
 const variants = {
-  // Llama 3.1's post-processor (the BOS template) on a tokenizer.json that lacks it.
-  bos: (j) => {
-    j.post_processor = { type: "Sequence", processors: [
-      { type: "ByteLevel", add_prefix_space: true, trim_offsets: false, use_regex: true },
-      { type: "TemplateProcessing", single: [{ SpecialToken: { id: "<|begin_of_text|>", type_id: 0 } },
-                                             { Sequence: { id: "A", type_id: 0 } }],
-        pair: [{ Sequence: { id: "A", type_id: 0 } }, { Sequence: { id: "B", type_id: 1 } }],
-        special_tokens: { "<|begin_of_text|>": { id: "<|begin_of_text|>", ids: [128000], tokens: ["<|begin_of_text|>"] } } }] };
-  },
   // NFC, a prefix space, added tokens with every flag, a template around the text.
   flags: (j) => {
     const n = Math.max(...Object.values(j.model.vocab), ...j.added_tokens.map((a) => a.id)) + 1;

@@ -35,7 +35,7 @@ KV heads repeated when the torch build has it (torch >= 2.0; the peer's best
 setting, reported as ``"flash": 1``), else the explicit softmax(QK^T)V.
 Same init, weight-decay grouping (dim >= 2) and loop as the GPT peer.
 
-Data: ``--data`` is a nanoGPT-style ``train.bin`` (flat uint16 tokens),
+Data: ``--data`` is a nanoGPT-style ``train.bin`` (flat uint16 tokens; uint32 where meta.json beside it says so),
 memory-mapped; without it tokens are uniform random in [0, vocab_size).
 Threads: ``torch.set_num_threads(intra_threads)`` (set before any work);
 inter-op threads are pinned to 1 since the loop has no inter-op parallelism.
@@ -72,7 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--iters", type=int, default=20, help="timed iterations")
     ap.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
     ap.add_argument("--intra_threads", type=int, default=1)
-    ap.add_argument("--data", default=None, help="uint16 token file (nanoGPT train.bin)")
+    ap.add_argument("--data", default=None, help="token file (nanoGPT train.bin; meta.json's dtype beside it)")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -154,11 +154,15 @@ def main(argv=None) -> int:
 
     # ---- data ------------------------------------------------------------
     if args.data:
-        n_file = os.path.getsize(args.data) // 2
+        # uint16 ids (nanoGPT's), or uint32 where the dataset's meta.json beside the file says so
+        meta_path = os.path.join(os.path.dirname(os.path.abspath(args.data)), "meta.json")
+        dtype_name = json.load(open(meta_path)).get("dtype", "uint16") if os.path.exists(meta_path) else "uint16"
+        dtype = {"uint16": np.uint16, "uint32": np.uint32}[dtype_name]
+        n_file = os.path.getsize(args.data) // np.dtype(dtype).itemsize
         if n_file < T + 1:  # one window needs T inputs plus one shifted target
             log(f"data file {args.data} has only {n_file} tokens (< block_size+1)")
             return 2
-        data = np.memmap(args.data, dtype=np.uint16, mode="r", shape=(n_file,))
+        data = np.memmap(args.data, dtype=dtype, mode="r", shape=(n_file,))
         # Cheap sanity check on a prefix (full scan would slow the start).
         head_max = int(data[: min(len(data), 1 << 20)].max())
         if head_max >= args.vocab_size:

@@ -51,9 +51,11 @@ def main() -> int:
 
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
-    train = np.memmap(os.path.join(a.data, "train.bin"), dtype=np.uint16, mode="r")
-    val = np.memmap(os.path.join(a.data, "val.bin"), dtype=np.uint16, mode="r")
-    vocab = json.load(open(os.path.join(a.data, "meta.json")))["vocab_size"]
+    meta = json.load(open(os.path.join(a.data, "meta.json")))
+    dtype = {"uint16": np.uint16, "uint32": np.uint32}[meta.get("dtype", "uint16")]  # uint32 past 65,536 tokens
+    train = np.memmap(os.path.join(a.data, "train.bin"), dtype=dtype, mode="r")
+    val = np.memmap(os.path.join(a.data, "val.bin"), dtype=dtype, mode="r")
+    vocab = meta["vocab_size"]
     model = GPT(GPTConfig(block_size=a.block_size, vocab_size=vocab, n_layer=a.n_layer, n_head=a.n_head,
                           n_embd=a.n_embd, dropout=0.0, bias=False))
     opt = model.configure_optimizers(0.1, a.lr, (0.9, a.beta2))
