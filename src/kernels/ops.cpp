@@ -40,6 +40,12 @@ namespace {
   t.xent_vp_exp_sums = &ns::xent_vp_exp_sums;                       \
   t.xent_vp_losses = &ns::xent_vp_losses;                           \
   t.xent_vp_grad = &ns::xent_vp_grad;                               \
+  t.moe_route_forward = &ns::moe_route_forward;                     \
+  t.moe_route_backward = &ns::moe_route_backward;                   \
+  t.moe_gather = &ns::moe_gather;                                   \
+  t.moe_combine = &ns::moe_combine;                                 \
+  t.moe_combine_backward = &ns::moe_combine_backward;               \
+  t.moe_scatter_add = &ns::moe_scatter_add;                         \
   t.copy_rows = &ns::copy_rows;                                     \
   t.fill = &ns::fill
 

@@ -13,6 +13,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/moe.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/stats.h"
@@ -79,6 +80,15 @@ struct ModelOps {
                                    const float* v, const float* out, const float* lse, const AttnBlock& blk,
                                    AttnDropout drop, float* ws);
   I (*attention_block_workspace_floats)(I B, I NH, I Tq, I Tk, I HS, int nthreads);
+  // Mixture of experts (moe.h): routing from router logits, token movement by expert.
+  void (*moe_route_forward)(float* w, int32_t* ids, float* lse, const A* z, const A* bias, I N, I E, I K, MoeRouting r);
+  void (*moe_route_backward)(A* dz, const float* dw, const A* z, const int32_t* ids, const float* lse, const float* aux,
+                             float z_scale, I N, I E, I K, MoeRouting r);
+  void (*moe_gather)(A* out, const A* in, const int32_t* src, I n, I C);
+  void (*moe_combine)(A* out, const A* y, const int32_t* slot, const float* w, I N, I K, I C);
+  void (*moe_combine_backward)(A* dy, float* dw, const A* dout, const A* y, const int32_t* slot, const float* w, I N,
+                               I K, I C);
+  void (*moe_scatter_add)(A* dx, const A* dxp, const int32_t* slot, I N, I K, I C);
   // dst[r * dld + c] = src[r * sld + c] for r < rows, c < width (elements of A; device memory of the table's device).
   void (*copy_rows)(A* dst, I dld, const A* src, I sld, I width, I rows);
   // x[0, n) = value.

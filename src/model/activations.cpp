@@ -34,7 +34,34 @@ struct Carver {
   int64_t B, T, N, Nl, C, Cl, NH, K, F, KH;
   bool llama, qk_norm;
   const CpLayout& cp;
-  int64_t off = 0, soff = 0;
+  int64_t E = 0, NK = 0, Fe = 0, S = 0;  // MoE: experts, routed rows, expert and shared widths
+  int64_t off = 0, soff = 0, hoff = 0;
+  int64_t host(int64_t n) {
+    const int64_t o = hoff;
+    hoff += (n + 15) / 16 * 16;
+    return o;
+  }
+  LayerActs::Moe moe() {
+    LayerActs::Moe m;
+    m.logits = take(N * E);
+    m.xp = take(NK * C);
+    m.hg = take(NK * Fe);
+    m.hu = take(NK * Fe);
+    m.ha = take(NK * Fe);
+    m.yp = take(NK * C);
+    m.w = stat(NK);
+    m.ids = stat(NK);
+    m.slot = stat(NK);
+    m.src = stat(NK);
+    m.lse = stat(N);
+    m.sums = stat(2 * E + 1);
+    m.h_ids = host(NK);
+    m.h_slot = host(NK);
+    m.h_src = host(NK);
+    m.h_off = host(E + 1);
+    m.h_counts = host(2 * E + 1);
+    return m;
+  }
   int64_t take(int64_t n) {
     const int64_t o = off;
     off += (n + 15) / 16 * 16;
@@ -65,8 +92,10 @@ struct Carver {
     return s;
   }
   // One block's own buffers beside the shared ones.
-  LayerActs block(LayerActs a, Recompute r, bool split_backward) {
+  LayerActs block(LayerActs a, Recompute r, bool split_backward, bool is_moe) {
     const bool sel = r == Recompute::Selective, full = r == Recompute::Full;
+    if (is_moe) a.moe = moe();
+    const int64_t H = is_moe ? S : F;  // the MLP's hidden width (an MoE block's: its shared experts')
     if (!sel && !full) a.ln1 = take(Nl * C);
     if (!llama) a.ln1_mean = stat(Nl);
     a.ln1_rstd = stat(Nl);
@@ -80,14 +109,14 @@ struct Carver {
     if (!sel && !full) a.ln2 = take(Nl * C);
     if (!llama) a.ln2_mean = stat(Nl);
     a.ln2_rstd = stat(Nl);
-    if (!full) a.fch = take(N * F);
-    if (llama && !full) a.up = take(N * F);
-    if (!sel && !full) a.fch_gelu = take(N * F);
+    if (!full) a.fch = take(N * H);
+    if (llama && !full) a.up = take(N * H);
+    if (!sel && !full) a.fch_gelu = take(N * H);
     a.res3 = take(Nl * C);
     if (split_backward) {
       a.d_fcproj = take(N * C);
-      a.d_fc = take(N * F);
-      if (llama) a.d_up = take(N * F);
+      a.d_fc = take(N * H);
+      if (llama) a.d_up = take(N * H);
       a.d_proj = take(N * C);
       a.d_qkv = take(N * (llama ? Cl + 2 * K : 3 * Cl));
     }
@@ -106,6 +135,10 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
   const bool last = chunks.back().end == L;
   const bool lowp = compute == DType::BF16 && !dev.is_cpu();  // CPU bf16 keeps fp32 activations
   Carver k{B, T, N, Nl, C, Cl, NH, w.kv(), w.mlp, w.kv_heads, cfg.llama(), cfg.qk_norm(), cp};
+  k.E = cfg.moe.experts;
+  k.NK = N * cfg.moe.top_k;
+  k.Fe = w.expert;
+  k.S = w.shared;
   ActivationPlan o;
   o.la.assign(static_cast<size_t>(L), LayerActs{});
   const LayerActs shared = k.shared(cfg.recompute);
@@ -114,11 +147,11 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
   for (size_t c = 0; c < chunks.size(); ++c) {
     ChunkActs ch;
     ch.sets = pipe.in_flight.empty() ? 1 : std::max(1, pipe.in_flight[c]);
-    const int64_t a0 = k.off, s0 = k.soff;
+    const int64_t a0 = k.off, s0 = k.soff, h0 = k.hoff;
     ch.input = k.take(Nl * C);
     if (pipe.pipelined()) ch.grad = k.take(Nl * C);
     for (int64_t l = chunks[c].begin; l < chunks[c].end; ++l)
-      o.la[static_cast<size_t>(l)] = k.block(shared, cfg.recompute, pipe.split_backward);
+      o.la[static_cast<size_t>(l)] = k.block(shared, cfg.recompute, pipe.split_backward, cfg.moe_layer(l));
     if (last && c + 1 == chunks.size()) {
       ch.lnf = k.take(Nl * C);
       if (!cfg.llama()) ch.lnf_mean = k.stat(Nl);
@@ -128,8 +161,10 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
     }
     ch.acts_stride = k.off - a0;
     ch.stats_stride = k.soff - s0;
+    ch.host_stride = k.hoff - h0;
     k.off = a0 + ch.sets * ch.acts_stride;
     k.soff = s0 + ch.sets * ch.stats_stride;
+    k.hoff = h0 + ch.sets * ch.host_stride;
     o.chunks.push_back(ch);
   }
   o.stats_fixed = k.soff;
@@ -141,6 +176,11 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
   // Partial norm weight gradients summed over the group: sequence parallel
   // (2C: LayerNorm's weight and bias), and a QK-norm's over this rank's heads (2D).
   if (sp || (cfg.qk_norm() && tp > 1)) o.ln_grad = k.stat(2 * std::max(C, w.D));
+  if (cfg.moe.experts > 0) {
+    o.moe_dw = k.stat(k.NK);
+    o.moe_aux = k.stat(k.E);
+    o.h_logits = k.host(N * k.E);
+  }
   if (w.kv_whole) o.kv_grad = k.stat(2 * cfg.kv_heads() * (w.D * C + w.D));  // the whole k and v weights and biases
   o.acts = k.off;
   o.stats = k.soff;
@@ -156,7 +196,7 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
   o.s_tmp = k.take(Nl * C);
   // The backward's two wide temporaries: the MLP's hidden gradients, and
   // (Llama) attention's input gradient dqkv [N, 3 Cl].
-  const int64_t wide = cfg.llama() ? std::max(w.mlp, 3 * Cl) : 4 * Cl;
+  const int64_t wide = cfg.llama() ? std::max({w.mlp, w.shared, 3 * Cl}) : 4 * Cl;
   o.s_dfch = k.take(N * wide);
   o.s_dfch2 = k.take(N * wide);
   if (cfg.llama()) {
@@ -169,7 +209,15 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
     o.s_gfull = k.take(N * C);
   }
   if (cp.size > 1) o.s_cp = k.take(CpAttention::scratch_elems(cp, B, T, Cl));
+  if (cfg.moe.experts > 0) {
+    o.s_moe_a = k.take(k.NK * C);
+    o.s_moe_b = k.take(k.NK * C);
+    o.s_moe_f = k.take(2 * k.NK * k.Fe);
+    o.s_moe_z = k.take(N * k.E);
+    if (o.s_dx2 < 0) o.s_dx2 = k.take(N * C);
+  }
   o.scratch = k.off;
+  o.host = k.hoff;
   const int64_t es = lowp ? 2 : 4;
   o.sizes.activation_bytes = o.acts * es + o.stats * 4;
   o.sizes.scratch_bytes = o.scratch * es + o.ws * 4;
@@ -186,6 +234,7 @@ Activations::Activations(ActivationPlan plan, Device dev, DType compute)
     scratch_ = DeviceArray<float>(plan_.scratch, MemCategory::Scratch, dev);
   }
   stats_ = DeviceArray<float>(plan_.stats, MemCategory::Activations, dev);
+  host_.assign(static_cast<size_t>(plan_.host), 0.0f);
   ws_ = DeviceArray<float>(plan_.ws, MemCategory::Scratch, dev);
   for (const auto& ch : plan_.chunks) sets_.emplace_back(static_cast<size_t>(ch.sets));
 }
@@ -199,6 +248,7 @@ void Activations::select(int chunk, int set) {
   set_ = set;
   shift_a_ = set * chunk_acts().acts_stride;
   shift_s_ = set * chunk_acts().stats_stride;
+  shift_h_ = set * chunk_acts().host_stride;
 }
 
 void* Activations::message(int64_t off) const {

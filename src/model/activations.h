@@ -40,6 +40,17 @@ struct LayerActs {
   // (fcproj, proj: whole rows; fc (after GELU's backward), qkv: this rank's columns).
   int64_t d_fcproj = -1, d_fc = -1, d_proj = -1, d_qkv = -1;
   int64_t d_up = -1;  // Llama: up's (d_fc: gate's; d_qkv: q | k | v's before RoPE)
+  // An MoE block (moe_layer.h; fch, up, fch_gelu: its shared experts'). The
+  // router's logits [N, E], the permuted rows [NK, C] (N K = N x top_k), the
+  // experts' gate, up and SwiGLU outputs [NK, F] and outputs [NK, C];
+  // statistics: weights, expert ids, slots and sources [NK], lse [N], the
+  // counts' sum over the data group [2E + 1]; on the host the ids, slots,
+  // sources, each expert's first row [E + 1] and the global counts [E].
+  struct Moe {
+    int64_t logits = -1, xp = -1, hg = -1, hu = -1, ha = -1, yp = -1;
+    int64_t w = -1, ids = -1, slot = -1, src = -1, lse = -1, sums = -1;
+    int64_t h_ids = -1, h_slot = -1, h_src = -1, h_off = -1, h_counts = -1;
+  } moe;
 };
 
 // A chunk's own buffers in its activation set 0 (set s is `acts_stride` /
@@ -48,7 +59,7 @@ struct LayerActs {
 // ln_f, the losses and d(ln_f output).
 struct ChunkActs {
   int64_t input = 0, grad = -1, lnf = -1, lnf_mean = -1, lnf_rstd = -1, losses = -1, dlnf = -1;
-  int64_t acts_stride = 0, stats_stride = 0;
+  int64_t acts_stride = 0, stats_stride = 0, host_stride = 0;
   int sets = 1;
 };
 
@@ -71,7 +82,11 @@ struct ActivationPlan {
   // gradient for the column groups' sums; kv_grad (stats): a replicated KV
   // head's weight gradients before their sum over the group.
   int64_t s_qkvr = -1, s_qkn = -1, s_dx2 = -1, kv_grad = -1;
-  int64_t acts = 0, stats = 0, scratch = 0, ws = 0;  // element counts
+  // MoE backward: two [NK, C] and one [2 NK, F] buffer, d(logits) [N, E];
+  // stats: d(weights) [NK] and the auxiliary loss's gradient [E]; a host
+  // copy of the logits (GPU: the balancing loss's value).
+  int64_t s_moe_a = -1, s_moe_b = -1, s_moe_f = -1, s_moe_z = -1, moe_dw = -1, moe_aux = -1, h_logits = -1;
+  int64_t acts = 0, stats = 0, scratch = 0, ws = 0, host = 0;  // element counts
   ActivationBytes sizes;
 
   // Context parallel, T is the local length.
@@ -107,6 +122,16 @@ class Activations {
     return off < 0 ? nullptr : stats_.data() + (off < plan_.stats_fixed ? off + shift_s_ : off);
   }
   float* ws() const { return ws_.data(); }
+  // Host memory of the selected set (MoE routing's bookkeeping), as floats or 32-bit ints.
+  float* host(int64_t off) const { return off < 0 ? nullptr : host_.data() + off + shift_h_; }
+  int32_t* host_i32(int64_t off) const { return reinterpret_cast<int32_t*>(host(off)); }
+  float* host_fixed(int64_t off) const { return off < 0 ? nullptr : host_.data() + off; }
+  // The MoE layers' tally since the last take_moe_tally(): balancing and
+  // z-loss values summed over the training passes and their layers.
+  struct MoeTally {
+    double aux = 0, z = 0;
+  };
+  MoeTally& moe_tally() { return tally_; }
   // The selected chunk's and set's activation set: the input of the selected
   // chunk as a message, in the compute type (void: either type).
   void* message(int64_t off) const;
@@ -133,8 +158,10 @@ class Activations {
   DeviceArray<float> acts_, scratch_;
   DeviceArray<bfloat16> acts_lp_, scratch_lp_;
   DeviceArray<float> stats_, ws_;
+  mutable std::vector<float> host_;
+  MoeTally tally_;
   int chunk_ = 0, set_ = 0;
-  int64_t shift_a_ = 0, shift_s_ = 0;
+  int64_t shift_a_ = 0, shift_s_ = 0, shift_h_ = 0;
   std::vector<std::vector<SetState>> sets_;
 };
 

@@ -58,6 +58,35 @@ void validate_llama(const GPTConfig& c) {
   }
 }
 
+void validate_moe(const GPTConfig& c) {
+  const MoeConfig& m = c.moe;
+  PARALLM_CHECK(m.experts >= 0 && m.experts <= kMaxExperts, ConfigError, "config",
+                "model.moe_experts must be in [0, {}] (0: dense), got {}", kMaxExperts, m.experts);
+  if (m.experts == 0) return;
+  PARALLM_CHECK(c.llama(), ConfigError, "config",
+                "model.moe_experts={}: mixtures of experts are built for model.arch=llama|qwen3 (SwiGLU experts), not "
+                "{}",
+                m.experts, arch_name(c.arch));
+  PARALLM_CHECK(m.top_k >= 1 && m.top_k <= m.experts, ConfigError, "config",
+                "model.moe_top_k={} must be in [1, model.moe_experts={}]: each token chooses that many experts",
+                m.top_k, m.experts);
+  PARALLM_CHECK(m.intermediate >= 0 && m.intermediate <= 16 * kMaxEmbd, ConfigError, "config",
+                "model.moe_intermediate_size must be in [1, {}] (0: model.intermediate_size), got {}", 16 * kMaxEmbd,
+                m.intermediate);
+  PARALLM_CHECK(m.shared >= 0 && m.shared <= m.experts, ConfigError, "config",
+                "model.moe_shared_experts must be in [0, model.moe_experts={}], got {}", m.experts, m.shared);
+  PARALLM_CHECK(std::isfinite(m.routed_scale) && m.routed_scale > 0, ConfigError, "config",
+                "model.moe_routed_scale must be a positive number, got {}", m.routed_scale);
+  PARALLM_CHECK(std::isfinite(m.aux_coef) && m.aux_coef >= 0, ConfigError, "config",
+                "model.moe_aux_coef must be >= 0, got {}", m.aux_coef);
+  PARALLM_CHECK(std::isfinite(m.z_coef) && m.z_coef >= 0, ConfigError, "config",
+                "model.moe_z_coef must be >= 0, got {}", m.z_coef);
+  PARALLM_CHECK(m.first >= 0 && m.first < c.n_layer, ConfigError, "config",
+                "model.moe_first_layer={} must be a layer of the model's {} (0: every layer from the first)", m.first,
+                c.n_layer);
+  PARALLM_CHECK(m.every >= 1, ConfigError, "config", "model.moe_every must be >= 1, got {}", m.every);
+}
+
 void validate_gpt2(const GPTConfig& c) {
   PARALLM_CHECK(c.n_embd % c.n_head == 0, ConfigError, "config",
                 "model.n_embd ({}) must be divisible by model.n_head ({})", c.n_embd, c.n_head);
@@ -129,6 +158,12 @@ void GPTConfig::validate() const {
     validate_llama(*this);
   else
     validate_gpt2(*this);
+  validate_moe(*this);
+}
+
+int64_t GPTConfig::moe_layers() const {
+  if (moe.experts <= 0 || moe.first >= n_layer || moe.every < 1) return 0;
+  return (n_layer - 1 - moe.first) / moe.every + 1;
 }
 
 uint64_t GPTConfig::num_params() const {
@@ -138,10 +173,17 @@ uint64_t GPTConfig::num_params() const {
   if (llama()) {
     // q, k, v, o; gate, up, down; two RMSNorm weights; q/k biases; QK-norm weights.
     const uint64_t A = sat_mul(u(n_head), u(head_size())), K = sat_mul(u(kv_heads()), u(head_size()));
-    block = sat_add(sat_mul(C, sat_add(sat_mul(2, A), sat_mul(2, K))), sat_mul(3, sat_mul(C, u(mlp_width()))));
+    block = sat_mul(C, sat_add(sat_mul(2, A), sat_mul(2, K)));
     block = sat_add(block, sat_add(sat_mul(2, C), attention_bias ? sat_add(A, sat_mul(2, K)) : 0));
     if (qk_norm()) block = sat_add(block, sat_mul(2, u(head_size())));
     n = sat_add(sat_mul(V, C), C);  // the token table, the final norm
+    // The MLPs: dense gate, up, down; MoE the router, its bias, the experts and the shared experts.
+    const uint64_t moe_l = u(moe_layers()), dense_l = L - std::min(L, moe_l), Fe = u(expert_width());
+    n = sat_add(n, sat_mul(dense_l, sat_mul(3, sat_mul(C, u(mlp_width())))));
+    const uint64_t experts = sat_add(u(moe.experts), u(moe.shared));
+    uint64_t moe_mlp = sat_add(sat_mul(u(moe.experts), C), sat_mul(3, sat_mul(experts, sat_mul(C, Fe))));
+    if (moe.bias) moe_mlp = sat_add(moe_mlp, u(moe.experts));
+    n = sat_add(n, sat_mul(moe_l, moe_mlp));
   } else {
     // Per block: qkv 3C^2, proj C^2, fc 4C^2, fc proj 4C^2, two LayerNorm weights; biases 11C.
     block = sat_add(sat_mul(12, sat_mul(C, C)), sat_mul(bias ? 13 : 2, C));
@@ -150,6 +192,15 @@ uint64_t GPTConfig::num_params() const {
   n = sat_add(n, sat_mul(L, block));
   if (!tie_embeddings) n = sat_add(n, sat_mul(V, C));  // lm_head
   return n;
+}
+
+uint64_t GPTConfig::active_params() const {
+  const uint64_t all = num_params();
+  if (moe.experts <= 0) return all;
+  auto u = [](int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(v, 0)); };
+  const uint64_t idle =
+      sat_mul(u(moe_layers()), sat_mul(u(moe.experts - moe.top_k), sat_mul(3, sat_mul(u(n_embd), u(expert_width())))));
+  return all - std::min(all, idle);
 }
 
 std::string GPTConfig::summary() const {
@@ -163,6 +214,12 @@ std::string GPTConfig::summary() const {
                        rope_scaling_name(rope_scaling.kind), rope_scaling.factor, rope_scaling.low_freq_factor,
                        rope_scaling.high_freq_factor, rope_scaling.original);
     if (attention_bias) s += " attention_bias=true";
+    if (moe.experts > 0)
+      s += fmt::format(" moe_experts={} moe_top_k={} moe_intermediate_size={} moe_shared_experts={} moe_score={}{}{}",
+                       moe.experts, moe.top_k, expert_width(), moe.shared,
+                       moe.score == kernels::MoeScore::Softmax ? "softmax" : "sigmoid",
+                       moe.first || moe.every > 1 ? fmt::format(" moe layers {}+{}k", moe.first, moe.every) : "",
+                       moe.bias ? " moe_bias=true" : "");
   } else {
     s += fmt::format(" bias={}", bias);
   }
@@ -185,8 +242,17 @@ BlockWidths block_widths(const GPTConfig& c, int tp, int rank) {
                 "model.intermediate_size={} is not divisible by parallel.tp={}: tensor parallelism splits the MLP's "
                 "hidden columns",
                 c.mlp_width(), tp);
+  const int64_t shared = c.moe.shared * c.expert_width();
+  PARALLM_CHECK(c.moe.experts == 0 || (c.expert_width() % tp == 0), ConfigError, "config",
+                "model.moe_intermediate_size={} is not divisible by parallel.tp={}: tensor parallelism splits each "
+                "expert's hidden columns",
+                c.expert_width(), tp);
   BlockWidths w;
   w.C = c.n_embd;
+  if (c.moe.experts > 0) {
+    w.expert = c.expert_width() / tp;
+    w.shared = shared / tp;
+  }
   w.heads = c.n_head / tp;
   w.D = c.head_size();
   w.mlp = c.mlp_width() / tp;

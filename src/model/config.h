@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/gelu.h"
+#include "kernels/moe.h"
 
 namespace parallm::model {
 
@@ -20,6 +21,7 @@ inline constexpr int64_t kMaxHeads = int64_t{1} << 16;      // model.n_head
 inline constexpr int64_t kMaxEmbd = int64_t{1} << 20;       // model.n_embd
 inline constexpr int64_t kMaxBlockSize = int64_t{1} << 20;  // model.block_size
 inline constexpr int64_t kMaxVocab = INT32_MAX;             // model.vocab_size (token ids are int32)
+inline constexpr int64_t kMaxExperts = 1024;                // model.moe_experts (the routing kernels' bound)
 
 // Activation recomputation (the other half of Megatron's sequence-parallel
 // paper). Attention's probabilities and dropout masks are never stored in any
@@ -48,6 +50,26 @@ struct RopeScaling {
 const char* rope_scaling_name(RopeScaling::Kind k);
 RopeScaling::Kind parse_rope_scaling(const std::string& name, const std::string& key);
 
+// A mixture of experts in place of the MLP of some blocks (Llama family):
+// a router, `experts` SwiGLU experts of width `intermediate` each token uses
+// `top_k` of, optional shared experts every token uses, and the routing's
+// balancing terms (docs/moe.md has the formulas).
+struct MoeConfig {
+  int64_t experts = 0;  // 0: dense (no MoE)
+  int64_t top_k = 2;
+  int64_t intermediate = 0;  // each expert's hidden width (0: intermediate_size)
+  int64_t shared = 0;        // shared experts: one SwiGLU MLP of shared x intermediate
+  kernels::MoeScore score = kernels::MoeScore::Softmax;
+  bool norm_topk = true;  // the chosen experts' weights normalized to sum 1
+  double routed_scale = 1.0;
+  double aux_coef = 0.0;  // the load-balancing loss's coefficient
+  double z_coef = 0.0;    // the router z-loss's coefficient
+  int64_t first = 0;      // the first MoE layer (earlier ones dense) ...
+  int64_t every = 1;      // ... and every `every`-th after it
+  bool bias = false;      // DeepSeek's score-correction bias (selection only)
+  bool operator==(const MoeConfig&) const = default;
+};
+
 struct GPTConfig {
   int64_t n_layer = 6;
   int64_t n_head = 6;
@@ -71,6 +93,11 @@ struct GPTConfig {
   RopeScaling rope_scaling;
   float rms_norm_eps = 1e-5f;
   bool attention_bias = false;  // biases on q, k and v (Qwen2-style)
+  MoeConfig moe;
+
+  bool moe_layer(int64_t l) const { return moe.experts > 0 && l >= moe.first && (l - moe.first) % moe.every == 0; }
+  int64_t moe_layers() const;
+  int64_t expert_width() const { return moe.intermediate > 0 ? moe.intermediate : mlp_width(); }
 
   bool llama() const { return arch != Arch::Gpt2; }
   bool qk_norm() const { return arch == Arch::Qwen3; }
@@ -85,6 +112,8 @@ struct GPTConfig {
   // Parameters (ParamLayout::count()) in closed form, saturating at
   // UINT64_MAX: cheap for any sizes, even ones validate() refuses.
   uint64_t num_params() const;
+  // The parameters a token uses (MoE: top_k of the experts; dense: num_params()).
+  uint64_t active_params() const;
 };
 
 // A block's widths on one rank of a tensor-parallel group of `tp` (whole for
@@ -97,6 +126,8 @@ struct BlockWidths {
   int64_t kv_heads = 0;    // this rank's KV heads (1 where replicated)
   int64_t D = 0;           // head size
   int64_t mlp = 0;         // this rank's MLP hidden columns
+  int64_t expert = 0;      // this rank's hidden columns of each expert (MoE)
+  int64_t shared = 0;      // ... and of the shared experts
   int64_t first_head = 0;  // this rank's first query head
   int64_t first_kv = 0;    // the first KV head it computes
   bool kv_whole = false;   // KV projections replicated (tp > n_kv_head)

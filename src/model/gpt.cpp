@@ -76,6 +76,10 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
   // take their weight operands from it instead of rounding them per product.
   pa_ = ParamAccess(layout_, dev, storage, lowp || (bf16_products_ && storage.params));
 
+  PARALLM_CHECK(cfg.moe.experts == 0 || cfg.recompute == Recompute::None, ConfigError, "config",
+                "model.recompute={} with model.moe_experts={}: recomputing a mixture of experts is not built yet; use "
+                "model.recompute=none",
+                recompute_name(cfg.recompute), cfg.moe.experts);
   PARALLM_CHECK(pipe.in_flight.empty() || pipe.in_flight.size() == layout_.chunks().size(), InternalError, "model",
                 "{} in-flight counts for {} chunks", pipe.in_flight.size(), layout_.chunks().size());
   PARALLM_CHECK(!pipe.split_backward || cfg.recompute == Recompute::None, ConfigError, "config",
@@ -101,7 +105,7 @@ void GPT::build_layers() {
   };
   split.set_buffers(scratch_at(acts_.plan().s_full), scratch_at(acts_.plan().s_gfull));
   const Attention attn{cpa_.get(), w.attn(), w.heads, NH, w.first_head, tp_ ? NH : 0};
-  spec_ = ModelSpec::build(cfg_, layout_, std::move(split), attn);
+  spec_ = ModelSpec::build(cfg_, layout_, std::move(split), attn, data_);
   rope_ = RopeTable(cfg_, dev_);
 }
 
@@ -151,8 +155,37 @@ void GPT::zero_grad() {
   pa_.zero_grads();
 }
 
+void GPT::set_data_group(TensorGroup* data) {
+  data_ = data;
+  build_layers();
+}
+
+Activations::MoeTally GPT::take_moe_tally() {
+  const Activations::MoeTally t = acts_.moe_tally();
+  acts_.moe_tally() = {};
+  return t;
+}
+
+std::vector<int32_t> GPT::expert_choices(int64_t l) {
+  if (!cfg_.moe_layer(l) || !layout_.holds_block(l)) return {};
+  const LayerRange* chunk = nullptr;
+  for (const LayerRange& r : layout_.chunks())
+    if (l >= r.begin && l < r.end) chunk = &r;
+  acts_.select(static_cast<int>(chunk - layout_.chunks().data()), 0);
+  const Activations::SetState& st = acts_.state();
+  std::vector<int32_t> ids(static_cast<size_t>(st.B * st.T * cfg_.moe.top_k));
+  const float* src = acts_.stat(acts_.layer(l).moe.ids);
+  if (dev_.is_cpu())
+    std::memcpy(ids.data(), src, ids.size() * sizeof(int32_t));
+  else
+    gpu::memcpy_d2h(ids.data(), src, ids.size() * sizeof(int32_t));
+  return ids;
+}
+
 double GPT::flops_per_token(int64_t T) const {
-  const double N = static_cast<double>(num_params_nanogpt());
+  // The parameters a token uses (an MoE model's active ones), wpe excluded.
+  const double N =
+      static_cast<double>(num_params_nanogpt()) - static_cast<double>(cfg_.num_params() - cfg_.active_params());
   // The attention scores' and values' products: 12 L A T with A the attention width (n_embd for GPT-2).
   return 6.0 * N + 12.0 * cfg_.n_layer * cfg_.attn_width() * static_cast<double>(T);
 }

@@ -1,9 +1,7 @@
-// The model (GPT-2 or the Llama family): explicit forward and backward passes over the layers of its spec
-// (model_spec.h: embedding, blocks, final norm, head), each owning its communication under tp, sp and cp. A step
-// allocates nothing: parameters through ParamAccess (own buffers or a ZeRO store), activations carved once for the
-// largest (B, T), the batch through BatchIo. The head is fused with the loss (forward leaves d(ln_f output) and the
-// head's weight gradient). CPU or GPU alike: on a GPU params()/grads() are device pointers; tokens, targets, losses and
-// logits stay host arrays.
+// The model (GPT-2 or the Llama family): explicit passes over the layers of its spec (model_spec.h), each owning its
+// communication. A step allocates nothing: parameters through ParamAccess (own buffers or a ZeRO store), activations
+// carved once for the largest (B, T), the batch through BatchIo. The head is fused with the loss. On a GPU
+// params()/grads() are device pointers; tokens, targets, losses and logits stay host arrays.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -33,6 +31,12 @@ class GPT {
   // rank's T/C positions. docs/design.md ("The model as layers") has more.
   GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev = Device::cpu(), GPTStorage storage = {},
       TensorGroup* tp = nullptr, bool sequence_parallel = false, PipelinePart pipe = {}, ContextPart cp = {});
+  // MoE (moe_layer.h): the ranks splitting the micro-batch (data x context parallel; not owned) where the routing
+  // counts are summed; the balancing and z-loss values summed since the last take; layer l's expert choices
+  // [N x top_k] in its chunk's last forward (set 0; empty for a dense or not held layer).
+  void set_data_group(TensorGroup* data);
+  Activations::MoeTally take_moe_tally();
+  std::vector<int32_t> expert_choices(int64_t l);
   // Parameters and gradients through `store` (not owned), group by group; null: own buffers again.
   void set_store(ParamStore* store);
 
@@ -42,12 +46,10 @@ class GPT {
   float* params() const { return pa_.params(); }           // on device()
   float* grads() const { return pa_.grads(); }             // on device()
   void load_params(const float* host) { pa_.load(host); }  // host copies in and out (flat_size() floats)
-  // After anything writes params(): the bf16 copy is redrawn before the next forward.
-  void params_changed() { pa_.changed(); }
+  void params_changed() { pa_.changed(); }                 // after anything writes params(): the bf16 copy is redrawn
   // The bf16 copy an optimizer may keep current as it steps (ParamAccess::current_copy; null: none).
   bfloat16* weight_copy_for_step() const { return pa_.current_copy(); }
-  // Activations' type (fp32 on the CPU even with bf16, which there rounds only the products' operands).
-  DType compute_dtype() const { return compute_; }
+  DType compute_dtype() const { return compute_; }  // activations' (CPU bf16: fp32, bf16 products)
   bool bf16_products() const { return bf16_products_; }
   void store_params(float* host) const { pa_.store(host); }
   void store_grads(float* host) const { pa_.store_grads(host); }
@@ -80,24 +82,21 @@ class GPT {
   void* chunk_grad(int chunk, int set);
   int64_t message_count(int64_t B, int64_t T) const { return B * T / token_multiple() * cfg_.n_embd; }
 
-  // After forward(): logits [B, V] of position `pos` (default: the last, T - 1) of each sequence.
+  // After forward(): logits [B, V] of position `pos` (default T - 1) of each sequence; (with targets) [B*T, V] of all.
   void last_logits(float* out, int64_t B, int64_t T, int64_t pos = -1);
-  // After forward(..., targets, ...): logits [B*T, V] of all positions (tests, small models).
   void all_logits(float* out, int64_t B, int64_t T);
   // With a KV cache (kv_cache.h): one sequence's next n tokens after the cache's positions, theirs added, the
   // logits [V] of the last one written. decode_supported(): the whole model on this rank, fp32 activations.
   bool decode_supported() const;
   void decode(const int32_t* tokens, int64_t n, KvCache& cache, float* logits);
 
-  // FLOPs per token for a training step (nanoGPT's 6N + 12*L*H*Q*T estimate).
-  double flops_per_token(int64_t T) const;
+  double flops_per_token(int64_t T) const;  // a training step's (6N + 12 L H Q T; N: active parameters)
   // What a model of this shape allocates, without building it (`parallm plan`); max_seq: T / cp.size.
   using Buffers = ActivationBytes;
   static Buffers buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
                          DType compute = DType::F32, int tp = 1, bool sequence_parallel = false,
                          const PipelinePart& pipe = {}, const CpLayout& cp = {});
-  // Sequence parallel: the multiple every pass's B*T must be (1 otherwise).
-  int64_t token_multiple() const { return sp_ ? layout_.spec().tp : 1; }
+  int64_t token_multiple() const { return sp_ ? layout_.spec().tp : 1; }  // B*T's multiple (sequence parallel)
   const CpLayout& cp_layout() const { return cpl_; }  // context parallel: the split (size 1 without), ...
   double cp_block_cpu_seconds() const { return cpa_ ? cpa_->block_cpu_seconds() : 0.0; }  // ... the ring's (0)
 
@@ -111,6 +110,7 @@ class GPT {
   const kernels::ModelOps<bfloat16>* kb_ = nullptr;  // bf16 compute only
   bool bf16_products_ = false;                       // CPU bf16: fp32 activations, bf16 products
   TensorGroup* tp_ = nullptr;                        // null: the whole model on this rank
+  TensorGroup* data_ = nullptr;                      // MoE: the ranks splitting the micro-batch
   bool sp_ = false;                                  // sequence parallel (with tp_)
   CpLayout cpl_;                                     // context parallel: this rank's positions
   std::unique_ptr<CpAttention> cpa_;                 // context parallel (cp > 1): the attention exchange

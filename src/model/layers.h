@@ -115,6 +115,10 @@ class TensorSplit {
   A* row_partial_for(A* out) const {
     return sp_ ? grads<A>() : out;
   }
+  // A statistic computed from this rank's columns (a partial sum), summed over the group.
+  void sum_stat(float* x, int64_t n) const {
+    if (tp_) tp_->sum(x, n);
+  }
   template <class A>
   void reduce_rows(A* out, int64_t N) const {
     if (sp_)

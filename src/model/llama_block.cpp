@@ -9,7 +9,8 @@
 
 namespace parallm::model {
 
-LlamaBlock::LlamaBlock(const BlockParams& bp, const GPTConfig& cfg, const BlockWidths& w, const Attention& attn)
+LlamaBlock::LlamaBlock(const BlockParams& bp, const GPTConfig& cfg, const BlockWidths& w, const Attention& attn,
+                       const MoeLayer& moe)
     : bp_(bp),
       H_(w.heads),
       KV_(w.kv_heads),
@@ -36,11 +37,13 @@ LlamaBlock::LlamaBlock(const BlockParams& bp, const GPTConfig& cfg, const BlockW
   L.attn = attn;
   L.proj = {bp.proj_w, -1, A, C};
   L.down = {bp.fcproj_w, -1, F, C};
+  moe_ = moe.active();
+  L.moe = moe;
 }
 
 void LlamaBlock::report_linear(const BlockEnv& e, const StepContext& ctx) const {
-  e.ready(ctx,
-          {bp_.fcproj_w, bp_.fc_w, bp_.up_w, bp_.proj_w, bp_.qkv_w, bp_.qkv_b, bp_.k_w, bp_.k_b, bp_.v_w, bp_.v_b});
+  if (!moe_) e.ready(ctx, {bp_.fcproj_w, bp_.fc_w, bp_.up_w});  // an MoE layer's are final after the input half
+  e.ready(ctx, {bp_.proj_w, bp_.qkv_w, bp_.qkv_b, bp_.k_w, bp_.k_b, bp_.v_w, bp_.v_b});
 }
 
 template <class A>
@@ -85,6 +88,10 @@ void LlamaBlock::forward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64
                  e.acts.scr<A>(e.acts.plan().s_cp));
   L.proj.forward_residual(k, e.split, e.acts.act<A>(a.res2), x, e.acts.act<A>(a.atty), P, tmp, f, stream(kAttnResid));
   L.ln2.forward(k, e.acts.act<A>(a.ln2), nullptr, e.acts.stat(a.ln2_rstd), e.acts.act<A>(a.res2), P, Nl);
+  if (moe_) {
+    L.moe.forward(k, e, l, e.acts.act<A>(a.res3), e.acts.act<A>(a.res2), e.acts.act<A>(a.ln2), P, f, stream(kMlpResid));
+    return;
+  }
   A* const gu[2] = {e.acts.act<A>(a.fch), e.acts.act<A>(a.up)};
   L.gate_up.forward(k, e.split, gu, e.acts.act<A>(a.ln2), P, N);
   k.swiglu_forward(e.acts.act<A>(a.fch_gelu), gu[0], gu[1], N * F);
@@ -163,18 +170,26 @@ void LlamaBlock::backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int6
   };
   if (full && redo) forward(k, e, l, x, P, f);
   // The MLP branch.
-  const A* dmlp = s.keep(a.d_fcproj, L.down.whole_dy(e.split, s.through_dropout(k, dres, kMlpResid), N), N * C);
-  if (sel && redo) k.swiglu_forward(e.acts.act<A>(a.fch_gelu), e.acts.act<A>(a.fch), e.acts.act<A>(a.up), N * F);
-  L.down.backward(k, dbig2, dmlp, e.acts.act<A>(a.fch_gelu), P, G, N);
-  linear_ready({bp_.fcproj_w});
-  A* dgate = split ? e.acts.act<A>(a.d_fc) : dbig1;
-  A* dup = split ? e.acts.act<A>(a.d_up) : dbig2;  // may alias its input, d(SwiGLU output)
-  k.swiglu_backward(dgate, dup, dbig2, e.acts.act<A>(a.fch), e.acts.act<A>(a.up), N * F);
-  if (sel && redo)
-    L.ln2.forward(k, e.acts.act<A>(a.ln2), nullptr, e.acts.stat(a.ln2_rstd), e.acts.act<A>(a.res2), P, Nl);
-  const A* const dgu[2] = {dgate, dup};
-  L.gate_up.backward(k, e.split, dtmp, dgu, e.acts.act<A>(a.ln2), P, G, N, e.acts.scr<A>(e.acts.plan().s_dx2));
-  linear_ready({bp_.fc_w, bp_.up_w});
+  if (moe_) {
+    if (sel && redo)
+      L.ln2.forward(k, e.acts.act<A>(a.ln2), nullptr, e.acts.stat(a.ln2_rstd), e.acts.act<A>(a.res2), P, Nl);
+    L.moe.backward(k, e, l, dtmp, e.split.whole_grad(s.through_dropout(k, dres, kMlpResid), N), e.acts.act<A>(a.ln2), P,
+                   G, f);
+    L.moe.report(e, ctx);
+  } else {
+    const A* dmlp = s.keep(a.d_fcproj, L.down.whole_dy(e.split, s.through_dropout(k, dres, kMlpResid), N), N * C);
+    if (sel && redo) k.swiglu_forward(e.acts.act<A>(a.fch_gelu), e.acts.act<A>(a.fch), e.acts.act<A>(a.up), N * F);
+    L.down.backward(k, dbig2, dmlp, e.acts.act<A>(a.fch_gelu), P, G, N);
+    linear_ready({bp_.fcproj_w});
+    A* dgate = split ? e.acts.act<A>(a.d_fc) : dbig1;
+    A* dup = split ? e.acts.act<A>(a.d_up) : dbig2;  // may alias its input, d(SwiGLU output)
+    k.swiglu_backward(dgate, dup, dbig2, e.acts.act<A>(a.fch), e.acts.act<A>(a.up), N * F);
+    if (sel && redo)
+      L.ln2.forward(k, e.acts.act<A>(a.ln2), nullptr, e.acts.stat(a.ln2_rstd), e.acts.act<A>(a.res2), P, Nl);
+    const A* const dgu[2] = {dgate, dup};
+    L.gate_up.backward(k, e.split, dtmp, dgu, e.acts.act<A>(a.ln2), P, G, N, e.acts.scr<A>(e.acts.plan().s_dx2));
+    linear_ready({bp_.fc_w, bp_.up_w});
+  }
   L.ln2.backward(k, e.split, dres, dtmp, e.acts.act<A>(a.res2), P, G, nullptr, e.acts.stat(a.ln2_rstd), Nl, e.fp32,
                  e.dev, s.ln_stats);
   e.ready(ctx, {bp_.ln2_w});
@@ -197,9 +212,11 @@ void LlamaBlock::weight_backward(const kernels::ModelOps<A>& k, const BlockEnv& 
   const auto& a = e.acts.layer(l);
   const Layers& L = layers_;
   const int64_t N = f.N, Aw = H_ * D_, K = KV_ * D_;
-  L.down.weight_backward(k, e.acts.act<A>(a.d_fcproj), e.acts.act<A>(a.fch_gelu), P, G, N);
-  const A* const dgu[2] = {e.acts.act<A>(a.d_fc), e.acts.act<A>(a.d_up)};
-  L.gate_up.weight_backward(k, e.split, dgu, e.acts.act<A>(a.ln2), P, G, N);
+  if (!moe_) {  // an MoE layer computed its weight gradients in the input half
+    L.down.weight_backward(k, e.acts.act<A>(a.d_fcproj), e.acts.act<A>(a.fch_gelu), P, G, N);
+    const A* const dgu[2] = {e.acts.act<A>(a.d_fc), e.acts.act<A>(a.d_up)};
+    L.gate_up.weight_backward(k, e.split, dgu, e.acts.act<A>(a.ln2), P, G, N);
+  }
   L.proj.weight_backward(k, e.acts.act<A>(a.d_proj), e.acts.act<A>(a.atty), P, G, N);
   const A* d = e.acts.act<A>(a.d_qkv);
   const A* const dy[3] = {d, d + N * Aw, d + N * (Aw + K)};

@@ -2,6 +2,7 @@
 // of layers.h beside GPT-2's (gpt2_block.h), with the same passes:
 //   h   = x + drop(o(attn(rope_pack(qkn(q(n1)), qkn(k(n1)), v(n1)))))   n1 = rmsnorm1(x)
 //   out = h + drop(down(silu(gate(n2)) * up(n2)))                       n2 = rmsnorm2(h)
+// or, in an MoE block, out = h + drop(moe(n2)) (moe_layer.h).
 // q, k and v are column-parallel linears over one gathered input (as are gate
 // and up); RoPE and the grouped-query expansion are one kernel into the
 // attention kernel's qkv; Qwen3's QK-norm is an RMSNorm over each head.
@@ -14,6 +15,7 @@
 #include <cstdint>
 
 #include "model/gpt2_block.h"
+#include "model/moe_layer.h"
 
 namespace parallm::model {
 
@@ -21,7 +23,9 @@ class LlamaBlock {
  public:
   LlamaBlock() = default;
   // Block `bp`'s slots with this rank's widths.
-  LlamaBlock(const BlockParams& bp, const GPTConfig& cfg, const BlockWidths& w, const Attention& attn);
+  // `moe`: the MoE layer in place of the MLP (an inactive one: the dense MLP).
+  LlamaBlock(const BlockParams& bp, const GPTConfig& cfg, const BlockWidths& w, const Attention& attn,
+             const MoeLayer& moe = {});
   template <class A>
   void forward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t l, const A* x, const ParamView<A>& P,
                const PassShape& f) const;
@@ -39,7 +43,9 @@ class LlamaBlock {
     ColumnLinears qkv, gate_up;
     Attention attn;
     RowLinear proj, down;
+    MoeLayer moe;
   };
+  bool moe_ = false;                     // the MLP is a mixture of experts
   BlockParams bp_{};                     // the slots (for the gradient-ready reports)
   int64_t H_ = 0, KV_ = 0, D_ = 0;       // this rank's query heads, KV heads, head size
   bool kv_whole_ = false;                // k and v replicated: their weight gradients summed over the group

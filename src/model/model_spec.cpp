@@ -3,7 +3,8 @@
 
 namespace parallm::model {
 
-ModelSpec ModelSpec::build(const GPTConfig& cfg, const ParamLayout& layout, TensorSplit split, const Attention& attn) {
+ModelSpec ModelSpec::build(const GPTConfig& cfg, const ParamLayout& layout, TensorSplit split, const Attention& attn,
+                           TensorGroup* data) {
   const int64_t C = cfg.n_embd;
   const BlockWidths w = block_widths(cfg, split.size(), split.rank());
   ModelSpec s;
@@ -13,7 +14,8 @@ ModelSpec ModelSpec::build(const GPTConfig& cfg, const ParamLayout& layout, Tens
     if (!layout.holds_block(l)) continue;
     const BlockParams& bp = layout.block(l);
     s.blocks[static_cast<size_t>(l)] =
-        cfg.llama() ? Block(LlamaBlock(bp, cfg, w, attn)) : Block(Gpt2Block(bp, C, w.attn(), attn));
+        cfg.llama() ? Block(LlamaBlock(bp, cfg, w, attn, bp.moe() ? MoeLayer(bp, cfg, w, data) : MoeLayer{}))
+                    : Block(Gpt2Block(bp, C, w.attn(), attn));
   }
   s.lnf = Norm{layout.lnf_w(), layout.lnf_b(), C, cfg.llama(), cfg.rms_norm_eps};
   s.embed = Embedding{layout.wte(), layout.wpe(), C, layout.vocab_rows()};

@@ -50,7 +50,9 @@ struct ModelSpec {
   TensorSplit split;
   // The layers of `cfg`'s family on this rank: slots from the layout, widths
   // from the split; `attn` is this rank's attention layer.
-  static ModelSpec build(const GPTConfig& cfg, const ParamLayout& layout, TensorSplit split, const Attention& attn);
+  // `data`: the ranks splitting the micro-batch (MoE layers' counts; null: this rank alone).
+  static ModelSpec build(const GPTConfig& cfg, const ParamLayout& layout, TensorSplit split, const Attention& attn,
+                         TensorGroup* data = nullptr);
 };
 
 }  // namespace parallm::model

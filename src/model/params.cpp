@@ -210,10 +210,12 @@ size_t ParamLayout::held_blocks() const {
 }
 
 namespace {
-// Slots per block, for each slot's whole-model index (its init stream).
-int slots_per_block(const GPTConfig& c) {
+// Slots of block l, for each slot's whole-model index (its init stream).
+int block_slots(const GPTConfig& c, int64_t l) {
   if (!c.llama()) return c.bias ? 12 : 6;
-  return 9 + (c.attention_bias ? 3 : 0) + (c.qk_norm() ? 2 : 0);
+  const int attn = 6 + (c.attention_bias ? 3 : 0) + (c.qk_norm() ? 2 : 0);
+  if (!c.moe_layer(l)) return attn + 3;
+  return attn + 4 + (c.moe.bias ? 1 : 0) + (c.moe.shared > 0 ? 3 : 0);
 }
 }  // namespace
 
@@ -244,7 +246,7 @@ BlockParams ParamLayout::add_gpt2_block(const GPTConfig& c, const std::string& p
   return b;
 }
 
-BlockParams ParamLayout::add_llama_block(const GPTConfig& c, const std::string& p) {
+BlockParams ParamLayout::add_llama_block(const GPTConfig& c, const std::string& p, bool moe) {
   using I = ParamSlot::Init;
   const int64_t C = c.n_embd, A = c.attn_width(), K = c.kv_heads() * c.head_size(), F = c.mlp_width();
   const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
@@ -271,9 +273,32 @@ BlockParams ParamLayout::add_llama_block(const GPTConfig& c, const std::string& 
   }
   b.proj_w = add_part(p + "self_attn.o_proj.weight", {C, A}, cols, I::Normal, proj_std, true);
   b.ln2_w = add(p + "post_attention_layernorm.weight", {C}, I::Ones, 0.0f, false);
+  if (moe) return add_moe_mlp(c, p, b);
   b.fc_w = add_part(p + "mlp.gate_proj.weight", {F, C}, rows, I::Normal, std, true);
   b.up_w = add_part(p + "mlp.up_proj.weight", {F, C}, rows, I::Normal, std, true);
   b.fcproj_w = add_part(p + "mlp.down_proj.weight", {C, F}, cols, I::Normal, proj_std, true);
+  return b;
+}
+
+BlockParams ParamLayout::add_moe_mlp(const GPTConfig& c, const std::string& p, BlockParams b) {
+  // The router (and its bias) whole on every rank; each expert split like a
+  // dense MLP over tp (gate and up by its output rows, down by its input
+  // columns), the shared experts likewise.
+  using I = ParamSlot::Init;
+  const int64_t C = c.n_embd, E = c.moe.experts, Fe = c.expert_width(), S = c.moe.shared * Fe;
+  const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
+  const Placement rows{0, 1}, expert_rows{0, static_cast<int>(E)}, cols{1, 1};
+  b.router = add(p + "mlp.gate.weight", {E, C}, I::Normal, std, true);
+  if (c.moe.bias) b.router_bias = add(p + "mlp.gate.e_score_correction_bias", {E}, I::Zeros, 0.0f, false);
+  b.ex_gate = add_part(p + "mlp.experts.gate_proj.weight", {E * Fe, C}, expert_rows, I::Normal, std, true);
+  b.ex_up = add_part(p + "mlp.experts.up_proj.weight", {E * Fe, C}, expert_rows, I::Normal, std, true);
+  b.ex_down = add_part(p + "mlp.experts.down_proj.weight", {E * C, Fe}, cols, I::Normal, proj_std, true);
+  b.fc_w = b.up_w = b.fcproj_w = -1;
+  if (S > 0) {
+    b.fc_w = add_part(p + "mlp.shared_experts.gate_proj.weight", {S, C}, rows, I::Normal, std, true);
+    b.up_w = add_part(p + "mlp.shared_experts.up_proj.weight", {S, C}, rows, I::Normal, std, true);
+    b.fcproj_w = add_part(p + "mlp.shared_experts.down_proj.weight", {C, S}, cols, I::Normal, proj_std, true);
+  }
   return b;
 }
 
@@ -300,11 +325,14 @@ ParamLayout::ParamLayout(const GPTConfig& c, ShardSpec spec, StageSpec stage)
   if (first_ && !llama) wpe_ = add("transformer.wpe.weight", {c.block_size, C}, I::Normal, 0.02f, true);
   blocks_.assign(static_cast<size_t>(c.n_layer), BlockParams{});
   block_group_.assign(static_cast<size_t>(c.n_layer), -1);
-  const int per_block = slots_per_block(c), head_slots = llama ? 1 : 2;
+  const int head_slots = llama ? 1 : 2;
+  std::vector<int> slot_base(static_cast<size_t>(c.n_layer) + 1, head_slots);  // each block's first slot index
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    slot_base[static_cast<size_t>(l) + 1] = slot_base[static_cast<size_t>(l)] + block_slots(c, l);
   for (const auto& r : chunks_)
     for (int64_t l = r.begin; l < r.end; ++l) {
-      next_global_ = static_cast<int>(head_slots + l * per_block);
-      const BlockParams b = llama ? add_llama_block(c, "model.layers." + std::to_string(l) + ".")
+      next_global_ = slot_base[static_cast<size_t>(l)];
+      const BlockParams b = llama ? add_llama_block(c, "model.layers." + std::to_string(l) + ".", c.moe_layer(l))
                                   : add_gpt2_block(c, "transformer.h." + std::to_string(l) + ".");
       blocks_[static_cast<size_t>(l)] = b;
       if (groups_.empty() && wte_ >= 0) groups_.push_back({0, b.ln1_w});  // the embeddings
@@ -313,7 +341,7 @@ ParamLayout::ParamLayout(const GPTConfig& c, ShardSpec spec, StageSpec stage)
       groups_.push_back({b.ln1_w, 0});
     }
   if (last_) {
-    next_global_ = static_cast<int>(head_slots + c.n_layer * per_block);
+    next_global_ = slot_base.back();
     lnf_w_ = add(llama ? "model.norm.weight" : "transformer.ln_f.weight", {C}, I::Ones, 0.0f, false);
     if (c.bias) lnf_b_ = add("transformer.ln_f.bias", {C}, I::Zeros, 0.0f, false);
     if (!c.tie_embeddings) lm_head_ = add_part("lm_head.weight", {c.vocab_size, C}, rows, I::Normal, 0.02f, true);

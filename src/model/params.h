@@ -84,6 +84,11 @@ struct ParamSlot {
 struct BlockParams {
   int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
   int64_t k_w = -1, k_b = -1, v_w = -1, v_b = -1, up_w = -1, q_norm = -1, k_norm = -1;
+  // An MoE block (fc_w, up_w, fcproj_w: its shared experts, if any): the
+  // router, its score-correction bias, and the experts' stacked weights
+  // (gate and up [E * Fe, C], down [E * C, Fe]: expert e's rows from e * Fe, e * C).
+  int64_t router = -1, router_bias = -1, ex_gate = -1, ex_up = -1, ex_down = -1;
+  bool moe() const { return router >= 0; }
 };
 
 class ParamLayout {
@@ -179,7 +184,8 @@ class ParamLayout {
   std::vector<Range> groups_;
   // One block's slots: GPT-2's or the Llama family's.
   BlockParams add_gpt2_block(const GPTConfig& c, const std::string& prefix);
-  BlockParams add_llama_block(const GPTConfig& c, const std::string& prefix);
+  BlockParams add_llama_block(const GPTConfig& c, const std::string& prefix, bool moe);
+  BlockParams add_moe_mlp(const GPTConfig& c, const std::string& prefix, BlockParams b);
   // Slots starting in [begin, end), into out[0, end - begin).
   void init_slots(float* out, int64_t begin, int64_t end, uint64_t seed) const;
   std::vector<ParamSlot> slots_;

@@ -106,9 +106,15 @@ std::unique_ptr<model::GPT> ParallelPlan::apply_to_model(const model::GPTConfig&
   tp_ = std::make_unique<TensorParallelGroup>(mesh_.tp(), dev);
   if (cp_enabled()) cp_ = std::make_unique<ContextParallelGroup>(mesh_.cp(), dev);
   if (pp_enabled()) pipe_ = std::make_unique<Pipeline>(pipe, mesh_, fault);
-  return std::make_unique<model::GPT>(cfg, batch, cfg.block_size / dims().cp, dev, storage, tp_.get(),
-                                      config_.sequence_parallel, pipe_ ? pipe_->part() : model::PipelinePart{},
-                                      model::ContextPart{cp_.get(), config_.cp_kind});
+  auto m = std::make_unique<model::GPT>(cfg, batch, cfg.block_size / dims().cp, dev, storage, tp_.get(),
+                                        config_.sequence_parallel, pipe_ ? pipe_->part() : model::PipelinePart{},
+                                        model::ContextPart{cp_.get(), config_.cp_kind});
+  if (cfg.moe.experts > 0 && grad_group().size() > 1) {
+    check_device_group(grad_group(), dev, "model.moe_experts with data parallelism");
+    data_ = std::make_unique<TensorParallelGroup>(grad_group(), dev);
+    m->set_data_group(data_.get());
+  }
+  return m;
 }
 
 float ParallelPlan::forward_loss(model::GPT& m, const int32_t* x, const int32_t* y, int64_t B, int64_t T,

@@ -92,6 +92,7 @@ class ParallelPlan {
   Mesh& mesh_;
   ParallelConfig config_;
   std::unique_ptr<TensorParallelGroup> tp_;
+  std::unique_ptr<TensorParallelGroup> data_;  // MoE: the routing counts' sums over grad_group()
   std::unique_ptr<ContextParallelGroup> cp_;
   std::unique_ptr<Pipeline> pipe_;
 };

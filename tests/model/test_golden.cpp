@@ -52,6 +52,21 @@ model::GPTConfig config_of(const nlohmann::json& c) {
     cfg.rope_scaling.original = r["original_max_position_embeddings"];
   }
   EXPECT_EQ(cfg.qk_norm(), c["qk_norm"].get<bool>());
+  if (c.contains("moe")) {
+    const auto& m = c["moe"];
+    cfg.moe.experts = m["experts"];
+    cfg.moe.top_k = m["top_k"];
+    cfg.moe.intermediate = m["intermediate"];
+    cfg.moe.shared = m["shared"];
+    cfg.moe.score = m["score"] == "sigmoid" ? kernels::MoeScore::Sigmoid : kernels::MoeScore::Softmax;
+    cfg.moe.norm_topk = m["norm_topk"];
+    cfg.moe.routed_scale = m["routed_scale"];
+    cfg.moe.aux_coef = m["aux_coef"];
+    cfg.moe.z_coef = m["z_coef"];
+    cfg.moe.first = m["first"];
+    cfg.moe.every = m["every"];
+    cfg.moe.bias = m["bias"];
+  }
   return cfg;
 }
 
@@ -109,6 +124,17 @@ TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
   float loss = m.forward(g.i32.at("x").data(), g.i32.at("y").data(), B, T, ctx);
   const float want_loss = g.f32.at("loss")[0];
   EXPECT_LE(std::fabs(loss - want_loss) / want_loss, tl) << "loss " << loss << " vs " << want_loss;
+  if (cfg.moe.experts > 0) {  // the routing and the balancing terms' value
+    const auto tally = m.take_moe_tally();
+    const double aux = tally.aux + tally.z, want_aux = g.f32.at("aux_loss")[0];
+    EXPECT_LE(std::fabs(aux - want_aux), (bf16 ? 1e-2 : 1e-5) * std::max(1e-3, want_aux)) << "aux " << aux;
+    for (int64_t l = 0; l < cfg.n_layer; ++l) {
+      if (!cfg.moe_layer(l) || bf16) continue;
+      const auto ids = m.expert_choices(l);
+      const auto& want = g.i32.at("route/" + std::to_string(l));
+      EXPECT_EQ(ids, want) << "expert choices of layer " << l;
+    }
+  }
   std::vector<float> logits(B * T * cfg.vocab_size);
   m.all_logits(logits.data(), B, T);
   const double logits_err = tensor_rel_err(logits.data(), g.f32.at("logits"));

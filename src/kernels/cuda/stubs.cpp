@@ -9,6 +9,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/moe.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/stats.h"
@@ -301,5 +302,29 @@ void abs_stats(AbsStats*, const float*, int64_t) {
 void abs_stats(AbsStats*, const bfloat16*, int64_t) {
   not_built("abs_stats");
 }
+
+#define PARALLM_MOE_STUBS(T)                                                                                           \
+  void moe_route_forward(float*, int32_t*, float*, const T*, const T*, int64_t, int64_t, int64_t, MoeRouting) {        \
+    not_built("moe_route_forward");                                                                                    \
+  }                                                                                                                    \
+  void moe_route_backward(T*, const float*, const T*, const int32_t*, const float*, const float*, float, int64_t,      \
+                          int64_t, int64_t, MoeRouting) {                                                              \
+    not_built("moe_route_backward");                                                                                   \
+  }                                                                                                                    \
+  void moe_gather(T*, const T*, const int32_t*, int64_t, int64_t) {                                                    \
+    not_built("moe_gather");                                                                                           \
+  }                                                                                                                    \
+  void moe_combine(T*, const T*, const int32_t*, const float*, int64_t, int64_t, int64_t) {                            \
+    not_built("moe_combine");                                                                                          \
+  }                                                                                                                    \
+  void moe_combine_backward(T*, float*, const T*, const T*, const int32_t*, const float*, int64_t, int64_t, int64_t) { \
+    not_built("moe_combine_backward");                                                                                 \
+  }                                                                                                                    \
+  void moe_scatter_add(T*, const T*, const int32_t*, int64_t, int64_t, int64_t) {                                      \
+    not_built("moe_scatter_add");                                                                                      \
+  }
+PARALLM_MOE_STUBS(float)
+PARALLM_MOE_STUBS(bfloat16)
+#undef PARALLM_MOE_STUBS
 
 }  // namespace parallm::kernels::cuda

@@ -283,7 +283,17 @@ RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::
                                                      "model.rms_norm_eps",
                                                      "model.attention_bias",
                                                      "model.rope_high_freq_factor",
-                                                     "model.rope_original_max_position_embeddings"};
+                                                     "model.rope_original_max_position_embeddings",
+                                                     "model.moe_experts",
+                                                     "model.moe_top_k",
+                                                     "model.moe_intermediate_size",
+                                                     "model.moe_shared_experts",
+                                                     "model.moe_score",
+                                                     "model.moe_norm_topk",
+                                                     "model.moe_routed_scale",
+                                                     "model.moe_first_layer",
+                                                     "model.moe_every",
+                                                     "model.moe_bias"};
   // Where and how this process runs, not what the run is: always this invocation's.
   static const std::set<std::string> this_run = {
       "train.out_dir",        "train.init_from",   "train.resume_step", "train.eval_only",

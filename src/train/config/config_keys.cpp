@@ -232,6 +232,46 @@ void add_model_keys(KeyTable& t) {
          [](const RunConfig& c) { return nlohmann::json(model::recompute_name(c.model.recompute)); }, std::nullopt}}});
 }
 
+// model.moe_* (mixtures of experts, docs/moe.md)
+void add_moe_keys(KeyTable& t) {
+  t.insert({INT_KEY("model.moe_experts", model.moe.experts, 0, model::kMaxExperts,
+                    "llama/qwen3: routed experts in the MoE layers (0: dense MLPs, no MoE)"),
+            INT_KEY("model.moe_top_k", model.moe.top_k, 1, model::kMaxExperts, "MoE: experts each token is routed to"),
+            INT_KEY("model.moe_intermediate_size", model.moe.intermediate, 0, 16 * model::kMaxEmbd,
+                    "MoE: each expert's SwiGLU hidden width (0: model.intermediate_size)"),
+            INT_KEY("model.moe_shared_experts", model.moe.shared, 0, model::kMaxExperts,
+                    "MoE: shared experts every token uses (DeepSeek's; one SwiGLU MLP of this many experts' width)"),
+            {"model.moe_score",
+             {"string", "MoE: the router's scores: softmax (Mixtral, Qwen3-MoE) | sigmoid (DeepSeek-V3)",
+              [](RunConfig& c, const std::string& k, const std::string& v) {
+                const std::string l = lower(v);
+                if (l == "softmax")
+                  c.model.moe.score = kernels::MoeScore::Softmax;
+                else if (l == "sigmoid")
+                  c.model.moe.score = kernels::MoeScore::Sigmoid;
+                else
+                  throw ConfigError("config", fmt::format("{}: expected softmax or sigmoid, got \"{}\"", k, v));
+              },
+              [](const RunConfig& c) {
+                return nlohmann::json(c.model.moe.score == kernels::MoeScore::Softmax ? "softmax" : "sigmoid");
+              },
+              std::nullopt}},
+            BOOL_KEY("model.moe_norm_topk", model.moe.norm_topk, "MoE: normalize the chosen experts' weights to sum 1"),
+            FLOAT_KEY("model.moe_routed_scale", model.moe.routed_scale, above(0, 1e6),
+                      "MoE: factor on the routed experts' weights (DeepSeek's routed_scaling_factor)"),
+            FLOAT_KEY("model.moe_aux_coef", model.moe.aux_coef, closed(0, 1e6),
+                      "MoE: coefficient of the load-balancing loss, computed over the global micro-batch (0: off)"),
+            FLOAT_KEY("model.moe_z_coef", model.moe.z_coef, closed(0, 1e6),
+                      "MoE: coefficient of the router z-loss (0: off)"),
+            INT_KEY("model.moe_first_layer", model.moe.first, 0, model::kMaxLayers,
+                    "MoE: the first MoE layer (the ones before are dense; DeepSeek's first_k_dense_replace)"),
+            INT_KEY("model.moe_every", model.moe.every, 1, model::kMaxLayers,
+                    "MoE: every k-th layer from model.moe_first_layer is MoE (Qwen's decoder_sparse_step)"),
+            BOOL_KEY("model.moe_bias", model.moe.bias,
+                     "MoE: a score-correction bias per expert used for selection only (DeepSeek-V3's "
+                     "e_score_correction_bias; not trained by gradients)")});
+}
+
 // train.*
 void add_train_keys(KeyTable& t) {
   t.insert({INT_KEY("train.max_iters", train.max_iters, 0, kMaxIters, "last iteration"),
@@ -542,6 +582,7 @@ const KeyTable& keys() {
   static const KeyTable table = [] {
     KeyTable t;
     add_model_keys(t);
+    add_moe_keys(t);
     add_train_keys(t);
     add_train_run_keys(t);
     add_train_check_keys(t);

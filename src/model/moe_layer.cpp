@@ -1,0 +1,282 @@
+// The mixture-of-experts layer's passes (moe_layer.h). Like the blocks, it
+// reads as the one-rank layer: the tensor split's operations (whole rows,
+// partial sums) and the data group's count sum are the only places a layout shows.
+#include "model/moe_layer.h"
+
+#include <array>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/gpu.h"
+#include "kernels/ops.h"
+
+namespace parallm::model {
+
+namespace {
+void to_host(Device dev, void* dst, const void* src, size_t bytes) {
+  if (dst == src) return;
+  if (dev.is_cpu())
+    std::memcpy(dst, src, bytes);
+  else
+    gpu::memcpy_d2h(dst, src, bytes);
+}
+void to_device(Device dev, void* dst, const void* src, size_t bytes) {
+  if (dst == src) return;
+  if (dev.is_cpu())
+    std::memcpy(dst, src, bytes);
+  else
+    gpu::memcpy_h2d(dst, src, bytes);
+}
+float host_float(float x) {
+  return x;
+}
+float host_float(bfloat16 x) {
+  return bf16_to_f32(x.bits);
+}
+int32_t* ints(float* p) {
+  return reinterpret_cast<int32_t*>(p);
+}
+}  // namespace
+
+MoeLayer::MoeLayer(const BlockParams& bp, const GPTConfig& cfg, const BlockWidths& w, TensorGroup* data)
+    : router_(bp.router),
+      bias_(bp.router_bias),
+      gate_(bp.ex_gate),
+      up_(bp.ex_up),
+      down_(bp.ex_down),
+      sgate_(bp.fc_w),
+      sup_(bp.up_w),
+      sdown_(bp.fcproj_w),
+      E_(cfg.moe.experts),
+      K_(cfg.moe.top_k),
+      F_(w.expert),
+      S_(w.shared),
+      C_(w.C),
+      routing_{cfg.moe.score, cfg.moe.norm_topk, static_cast<float>(cfg.moe.routed_scale)},
+      aux_coef_(static_cast<float>(cfg.moe.aux_coef)),
+      z_coef_(static_cast<float>(cfg.moe.z_coef)),
+      data_(data) {}
+
+void MoeLayer::report(const BlockEnv& e, const StepContext& ctx) const {
+  e.ready(ctx, {router_, bias_, gate_, up_, down_, sgate_, sup_, sdown_});
+}
+
+template <class A>
+double MoeLayer::route(const kernels::ModelOps<A>& k, const BlockEnv& e, const LayerActs::Moe& m,
+                       const PassShape& f) const {
+  const bool cpu = e.dev.is_cpu();
+  const int64_t N = f.N, NK = N * K_;
+  // The choices on the host (on the CPU the statistics are host memory).
+  int32_t* ids = cpu ? ints(e.acts.stat(m.ids)) : e.acts.host_i32(m.h_ids);
+  to_host(e.dev, ids, e.acts.stat(m.ids), NK * sizeof(int32_t));
+  int32_t* off = e.acts.host_i32(m.h_off);
+  int32_t* slot = cpu ? ints(e.acts.stat(m.slot)) : e.acts.host_i32(m.h_slot);
+  int32_t* src = cpu ? ints(e.acts.stat(m.src)) : e.acts.host_i32(m.h_src);
+  // Each expert's rows in token order: its first row off[e], token t's choice j at slot[t K + j].
+  std::fill(off, off + E_ + 1, 0);
+  for (int64_t i = 0; i < NK; ++i) ++off[ids[i] + 1];
+  for (int64_t x = 0; x < E_; ++x) off[x + 1] += off[x];
+  std::array<int32_t, kMaxExperts> cursor{};
+  std::copy(off, off + E_, cursor.begin());
+  for (int64_t i = 0; i < NK; ++i) {
+    const int32_t s = cursor[static_cast<size_t>(ids[i])]++;
+    slot[i] = s;
+    src[s] = static_cast<int32_t>(i / K_);
+  }
+  to_device(e.dev, e.acts.stat(m.slot), slot, NK * sizeof(int32_t));
+  to_device(e.dev, e.acts.stat(m.src), src, NK * sizeof(int32_t));
+  // The counts (and for the balancing loss's value the probabilities' sums
+  // and the z-loss's squares), summed over the data group when training.
+  float* sums = e.acts.host(m.h_counts);  // [E counts | E sums of P | sum of lse^2]
+  for (int64_t x = 0; x < E_; ++x) sums[x] = static_cast<float>(off[x + 1] - off[x]);
+  if (!f.ctx->need_grad) return static_cast<double>(N);
+  const A* z = e.acts.act<A>(m.logits);
+  A* zh = cpu ? const_cast<A*>(z) : reinterpret_cast<A*>(e.acts.host_fixed(e.acts.plan().h_logits));
+  to_host(e.dev, zh, z, N * E_ * sizeof(A));
+  std::fill(sums + E_, sums + 2 * E_ + 1, 0.0f);
+  std::vector<double> p(static_cast<size_t>(E_));
+  double lse2 = 0;
+  for (int64_t t = 0; t < N; ++t) {
+    const A* r = zh + t * E_;
+    double mx = host_float(r[0]), s = 0, ps = 0;
+    for (int64_t x = 1; x < E_; ++x) mx = std::max(mx, static_cast<double>(host_float(r[x])));
+    for (int64_t x = 0; x < E_; ++x) s += std::exp(host_float(r[x]) - mx);
+    const double lse = mx + std::log(s);
+    lse2 += lse * lse;
+    for (int64_t x = 0; x < E_; ++x) {
+      const double v = host_float(r[x]);
+      p[static_cast<size_t>(x)] =
+          routing_.score == kernels::MoeScore::Softmax ? std::exp(v - lse) : 1 / (1 + std::exp(-v));
+      ps += p[static_cast<size_t>(x)];
+    }
+    for (int64_t x = 0; x < E_; ++x)
+      sums[E_ + x] += static_cast<float>(routing_.score == kernels::MoeScore::Softmax ? p[static_cast<size_t>(x)]
+                                                                                      : p[static_cast<size_t>(x)] / ps);
+  }
+  sums[2 * E_] = static_cast<float>(lse2);
+  if (data_ && data_->size() > 1) {
+    float* d = e.acts.stat(m.sums);
+    to_device(e.dev, d, sums, (2 * E_ + 1) * sizeof(float));
+    data_->sum(d, 2 * E_ + 1);
+    to_host(e.dev, sums, d, (2 * E_ + 1) * sizeof(float));
+  }
+  double chosen = 0, dot = 0;
+  for (int64_t x = 0; x < E_; ++x) {
+    chosen += sums[x];
+    dot += static_cast<double>(sums[x]) * sums[E_ + x];
+  }
+  const double Ng = chosen / static_cast<double>(K_);
+  Activations::MoeTally& tally = e.acts.moe_tally();
+  tally.aux += aux_coef_ * static_cast<double>(E_) / (static_cast<double>(K_) * Ng * Ng) * dot;
+  tally.z += z_coef_ * sums[2 * E_] / Ng;
+  return Ng;
+}
+
+template <class A>
+void MoeLayer::experts_forward(const kernels::ModelOps<A>& k, const BlockEnv& e, const LayerActs::Moe& m,
+                               const ParamView<A>& P) const {
+  const int32_t* off = e.acts.host_i32(m.h_off);
+  const A* xp = e.acts.act<A>(m.xp);
+  A *hg = e.acts.act<A>(m.hg), *hu = e.acts.act<A>(m.hu), *ha = e.acts.act<A>(m.ha), *yp = e.acts.act<A>(m.yp);
+  // The grouped product: each expert's rows through its own weights (none for an expert without tokens).
+  for (int64_t x = 0; x < E_; ++x) {
+    const int64_t r0 = off[x], n = off[x + 1] - off[x];
+    if (n == 0) continue;
+    k.matmul_forward(hg + r0 * F_, xp + r0 * C_, P.at(gate_) + x * F_ * C_, nullptr, n, C_, F_);
+    k.matmul_forward(hu + r0 * F_, xp + r0 * C_, P.at(up_) + x * F_ * C_, nullptr, n, C_, F_);
+  }
+  const int64_t rows = off[E_];
+  k.swiglu_forward(ha, hg, hu, rows * F_);
+  for (int64_t x = 0; x < E_; ++x) {
+    const int64_t r0 = off[x], n = off[x + 1] - off[x];
+    if (n > 0) k.matmul_forward(yp + r0 * C_, ha + r0 * F_, P.at(down_) + x * C_ * F_, nullptr, n, F_, C_);
+  }
+}
+
+template <class A>
+void MoeLayer::forward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t l, A* y, const A* res, const A* x,
+                       const ParamView<A>& P, const PassShape& f, uint64_t drop_stream) const {
+  const LayerActs& a = e.acts.layer(l);
+  const LayerActs::Moe& m = a.moe;
+  const TensorSplit& s = e.split;
+  const int64_t N = f.N, NK = N * K_;
+  const A* xw = s.whole_rows(x, N);
+  A* z = e.acts.act<A>(m.logits);
+  k.matmul_forward(z, xw, P.at(router_), nullptr, N, C_, E_);
+  k.moe_route_forward(e.acts.stat(m.w), ints(e.acts.stat(m.ids)), e.acts.stat(m.lse), z, P.at(bias_), N, E_, K_,
+                      routing_);
+  route(k, e, m, f);
+  k.moe_gather(e.acts.act<A>(m.xp), xw, ints(e.acts.stat(m.src)), NK, C_);
+  experts_forward(k, e, m, P);
+  A* tmp = e.acts.scr<A>(e.acts.plan().s_tmp);
+  A* part = s.row_partial_for(tmp);
+  k.moe_combine(part, e.acts.act<A>(m.yp), ints(e.acts.stat(m.slot)), e.acts.stat(m.w), N, K_, C_);
+  if (sgate_ >= 0) {  // the shared experts, added to the partial sum
+    A *sg = e.acts.act<A>(a.fch), *su = e.acts.act<A>(a.up), *sa = e.acts.act<A>(a.fch_gelu);
+    A* t2 = e.acts.scr<A>(e.acts.plan().s_dx2);
+    k.matmul_forward(sg, xw, P.at(sgate_), nullptr, N, C_, S_);
+    k.matmul_forward(su, xw, P.at(sup_), nullptr, N, C_, S_);
+    k.swiglu_forward(sa, sg, su, N * S_);
+    k.matmul_forward(t2, sa, P.at(sdown_), nullptr, N, S_, C_);
+    k.residual_forward(part, part, t2, N * C_);
+  }
+  s.reduce_rows(tmp, N);
+  if (f.p > 0) f.dropout_rows(k, false, tmp, tmp, drop_stream);
+  k.residual_forward(y, res, tmp, f.Nl * C_);
+}
+
+template <class A>
+void MoeLayer::experts_backward(const kernels::ModelOps<A>& k, const BlockEnv& e, const LayerActs::Moe& m,
+                                const ParamView<A>& P, const GradView& G, const A* dyp, A* dxp) const {
+  const int32_t* off = e.acts.host_i32(m.h_off);
+  const A *xp = e.acts.act<A>(m.xp), *hg = e.acts.act<A>(m.hg), *hu = e.acts.act<A>(m.hu), *ha = e.acts.act<A>(m.ha);
+  const int64_t rows = off[E_];
+  A* dhg = e.acts.scr<A>(e.acts.plan().s_moe_f);
+  A* dhu = dhg + rows * F_;
+  for (int64_t x = 0; x < E_; ++x) {
+    const int64_t r0 = off[x], n = off[x + 1] - off[x];
+    if (n > 0)
+      k.matmul_backward(dhu + r0 * F_, G.at(down_) + x * C_ * F_, nullptr, dyp + r0 * C_, ha + r0 * F_,
+                        P.at(down_) + x * C_ * F_, n, F_, C_);
+  }
+  k.swiglu_backward(dhg, dhu, dhu, hg, hu, rows * F_);
+  A* dxu = const_cast<A*>(dyp);  // consumed: the up projections' input gradients go there
+  for (int64_t x = 0; x < E_; ++x) {
+    const int64_t r0 = off[x], n = off[x + 1] - off[x];
+    if (n == 0) continue;
+    k.matmul_backward(dxp + r0 * C_, G.at(gate_) + x * F_ * C_, nullptr, dhg + r0 * F_, xp + r0 * C_,
+                      P.at(gate_) + x * F_ * C_, n, C_, F_);
+    k.matmul_backward(dxu + r0 * C_, G.at(up_) + x * F_ * C_, nullptr, dhu + r0 * F_, xp + r0 * C_,
+                      P.at(up_) + x * F_ * C_, n, C_, F_);
+  }
+  k.residual_forward(dxp, dxp, dxu, rows * C_);
+}
+
+template <class A>
+void MoeLayer::backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t l, A* dx, const A* dy, const A* x,
+                        const ParamView<A>& P, const GradView& G, const PassShape& f) const {
+  const LayerActs& a = e.acts.layer(l);
+  const LayerActs::Moe& m = a.moe;
+  const ActivationPlan& plan = e.acts.plan();
+  const TensorSplit& s = e.split;
+  const int64_t N = f.N;
+  const A* xw = s.whole_rows(x, N);
+  A* part = s.partial_for(dx);
+  const int32_t* slot = ints(e.acts.stat(m.slot));
+  // The routed experts: d(weights) (partial sums over the tensor group: summed), the experts, back to the tokens.
+  A* dyp = e.acts.scr<A>(plan.s_moe_a);
+  A* dxp = e.acts.scr<A>(plan.s_moe_b);
+  float* dw = e.acts.stat(plan.moe_dw);
+  k.moe_combine_backward(dyp, dw, dy, e.acts.act<A>(m.yp), slot, e.acts.stat(m.w), N, K_, C_);
+  s.sum_stat(dw, N * K_);
+  // The shared experts' down projection reads dy too: before `part` (which may hold dy) is written.
+  A* dsg = e.acts.scr<A>(plan.s_dfch);
+  A* dsu = e.acts.scr<A>(plan.s_dfch2);
+  if (sgate_ >= 0)
+    k.matmul_backward(dsg, G.at(sdown_), nullptr, dy, e.acts.act<A>(a.fch_gelu), P.at(sdown_), N, S_, C_);
+  experts_backward(k, e, m, P, G, dyp, dxp);
+  k.moe_scatter_add(part, dxp, slot, N, K_, C_);
+  A* t2 = e.acts.scr<A>(plan.s_dx2);
+  if (sgate_ >= 0) {
+    k.swiglu_backward(dsg, dsu, dsg, e.acts.act<A>(a.fch), e.acts.act<A>(a.up), N * S_);
+    k.matmul_backward(t2, G.at(sgate_), nullptr, dsg, xw, P.at(sgate_), N, C_, S_);
+    k.residual_forward(part, part, t2, N * C_);
+    k.matmul_backward(t2, G.at(sup_), nullptr, dsu, xw, P.at(sup_), N, C_, S_);
+    k.residual_forward(part, part, t2, N * C_);
+  }
+  // The router: the balancing loss's gradient per unit of each token's P
+  // (the global counts; DDP's mean over the data group makes it the global
+  // mean's), the z-loss's, and the weights'.
+  const float* sums = e.acts.host(m.h_counts);
+  double chosen = 0;
+  for (int64_t i = 0; i < E_; ++i) chosen += sums[i];
+  const double Ng = chosen / static_cast<double>(K_), scale = f.ctx->loss_scale;
+  float* aux = nullptr;
+  if (aux_coef_ > 0) {
+    aux = e.acts.stat(plan.moe_aux);
+    float* h = e.dev.is_cpu() ? aux : e.acts.host_fixed(plan.h_logits);
+    for (int64_t i = 0; i < E_; ++i)
+      h[i] = static_cast<float>(aux_coef_ * static_cast<double>(E_) * scale / (static_cast<double>(K_) * Ng * N) *
+                                sums[i]);
+    to_device(e.dev, aux, h, E_ * sizeof(float));
+  }
+  const float z_scale = static_cast<float>(z_coef_ * scale / static_cast<double>(N));
+  A* dz = e.acts.scr<A>(plan.s_moe_z);
+  const A* z = e.acts.act<A>(m.logits);
+  k.moe_route_backward(dz, dw, z, ints(e.acts.stat(m.ids)), e.acts.stat(m.lse), aux, z_scale, N, E_, K_, routing_);
+  k.matmul_backward(t2, G.at(router_), nullptr, dz, xw, P.at(router_), N, C_, E_);
+  if (s.rank() == 0) k.residual_forward(part, part, t2, N * C_);  // the same on every rank: added once
+  s.sum_partials(dx, N);
+}
+
+#define PARALLM_MOE(A)                                                                                               \
+  template void MoeLayer::forward<A>(const kernels::ModelOps<A>&, const BlockEnv&, int64_t, A*, const A*, const A*,  \
+                                     const ParamView<A>&, const PassShape&, uint64_t) const;                         \
+  template void MoeLayer::backward<A>(const kernels::ModelOps<A>&, const BlockEnv&, int64_t, A*, const A*, const A*, \
+                                      const ParamView<A>&, const GradView&, const PassShape&) const;
+PARALLM_MOE(float)
+PARALLM_MOE(bfloat16)
+#undef PARALLM_MOE
+
+}  // namespace parallm::model
