@@ -149,6 +149,10 @@ std::string ParallelPlan::sequence_text(int64_t T) const {
                      config_.cp_kind == model::CpKind::Ring ? ", zigzag" : "", T / dims().cp);
 }
 
+void ParallelPlan::sum_over_stages(float* v, int64_t n) const {
+  if (pp_enabled()) mesh_.pp().all_reduce(Tensor::view_of(v, {n}, DType::F32, Device::cpu()));
+}
+
 std::vector<int64_t> ParallelPlan::by_stage(int64_t mine) const {
   if (!pp_enabled()) return {};
   comm::Communicator& pp = mesh_.pp();

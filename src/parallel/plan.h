@@ -74,6 +74,8 @@ class ParallelPlan {
   int64_t sequence_multiple(const model::GPT& m) const;
   // A log line on how sequences of T are split (context parallel), or "".
   std::string sequence_text(int64_t T) const;
+  // v[0, n) summed over the pipeline's stages (collective over the pp group; itself without a pipeline).
+  void sum_over_stages(float* v, int64_t n) const;
   // Every pipeline stage's value of `mine` (collective over the pp group), by stage; empty without a pipeline.
   std::vector<int64_t> by_stage(int64_t mine) const;
   // This rank's share of a checkpoint of the whole layout `whole`

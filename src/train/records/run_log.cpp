@@ -122,6 +122,15 @@ void record_step(const Session& s, int64_t it, float lr, const StepResult& r) {
     rec["pp_idle"] = r.stage_idle;        // per stage: the measured bubble
     rec["pp_cost_ms"] = r.stage_cost_ms;  // per stage: mean ms per F, B, B-input, W
   }
+  std::string moe;
+  if (s.cfg.model.moe.experts > 0) {  // the balancing terms, a micro-batch's mean, every stage's layers
+    const auto t = s.model->take_moe_tally();
+    float v[2] = {static_cast<float>(t.aux / s.cfg.optimizer.gas), static_cast<float>(t.z / s.cfg.optimizer.gas)};
+    s.plan->sum_over_stages(v, 2);
+    rec["moe_aux_loss"] = v[0];
+    rec["moe_z_loss"] = v[1];
+    moe = fmt::format(", moe aux {:.4g} z {:.4g}", v[0], v[1]);
+  }
   const parallel::SyncStats stats = s.sync->stats();
   for (const auto& f : stats.fields)
     rec[f.key] = f.integer ? nlohmann::json(static_cast<int64_t>(f.value)) : nlohmann::json(f.value);
@@ -131,7 +140,7 @@ void record_step(const Session& s, int64_t it, float lr, const StepResult& r) {
     s.progress->print(fmt::format(
         "iter {}: loss {:.4f}, lr {:.2e}, dt {:.1f}ms, dtf {:.1f}ms, dtb {:.1f}ms, tok/s {:.0f}, mfu {:.2f}%{}", it,
         r.loss, lr, r.dt * 1e3, r.dtf * 1e3, r.dtb * 1e3, tok_s, mfu * 100,
-        stats.text + spread + (s.scaler->active() ? fmt::format(", loss scale {:g}", r.scale) : "")));
+        moe + stats.text + spread + (s.scaler->active() ? fmt::format(", loss scale {:g}", r.scale) : "")));
   s.progress->update(it, fmt::format("loss {:.4f} tok/s {:.0f}", r.loss, tok_s));
 }
 
