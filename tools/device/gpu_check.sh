@@ -9,7 +9,8 @@
 # two GPUs; hf: an untied export loaded by transformers; llama: the Llama-3.2-1B
 # shape's MFU against PyTorch compiled with SDPA flash, and a Llama and a Qwen3
 # export loaded by transformers' LlamaForCausalLM / Qwen3ForCausalLM, logits
-# against parallm's); each part has a time
+# against parallm's; moe: bench_moe bf16 and a tiny MoE model trained in fp32
+# and bf16); each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
 # the precisions of baby and gpt2 (default "fp32 bf16"); DET_DTYPE and
 # DET_DROPOUT (default 0.2; 0 takes bf16 attention through the flash kernels)
@@ -136,6 +137,20 @@ logits = m(torch.tensor([[1, 2, 3, 4]])).logits
 assert torch.isfinite(logits).all()
 print("untied export loads in transformers: lm_head.weight bitwise the file's, not wte; logits", tuple(logits.shape))
 PY
+fi
+if want moe; then
+  step "MoE: the experts' grouped product vs dense bf16 (64 experts top-8, width 2048; issue 47's bar 70%)"
+  timeout 120 $W/bin/bench_moe --device cuda -E 64 -K 8 -C 2048 -F 1408 -N 8192 2>&1 | tee $OUT/bench_moe.log
+  timeout 60 $W/bin/bench_moe --device cuda -E 8 -K 2 -C 2048 -F 4096 -N 8192 2>&1 | tee -a $OUT/bench_moe.log
+  for dt in fp32 bf16; do
+    step "MoE: a tiny Mixtral-like model trains on the GPU ($dt)"
+    timeout 120 $W/bin/parallm train model.arch=llama model.n_layer=2 model.n_head=4 model.n_kv_head=2 model.n_embd=64 \
+      model.head_dim=16 model.intermediate_size=96 model.block_size=64 model.batch_size=8 model.moe_experts=8 \
+      model.moe_top_k=2 model.moe_intermediate_size=32 model.moe_aux_coef=0.01 model.moe_z_coef=0.001 \
+      train.device=cuda train.dtype=$dt train.max_iters=50 train.eval_interval=50 train.eval_iters=2 train.sample_tokens=0 \
+      train.progress=false train.out_dir=$W/out/moe_$dt train.overwrite=true data.dir=$W/data/shakespeare_char \
+      2>&1 | tee $OUT/moe_$dt.log | tail -2
+  done
 fi
 if want llama; then
   L1B="model.arch=llama model.n_layer=16 model.n_head=32 model.n_kv_head=8 model.n_embd=2048 model.head_dim=64

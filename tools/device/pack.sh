@@ -11,6 +11,7 @@ B=build-cuda
 rm -rf .devcarry && mkdir -p .devcarry/stage/bin .devcarry/stage/lib .devcarry/stage/data
 cp $B/parallm $B/tests/test_cuda_kernels $B/tests/test_model $B/tests/test_nccl $B/tests/test_collectives .devcarry/stage/bin/
 [ -x $B/bench/bench_gpu_ops ] && cp $B/bench/bench_gpu_ops .devcarry/stage/bin/
+[ -x $B/bench/bench_moe ] && cp $B/bench/bench_moe .devcarry/stage/bin/
 strip -g .devcarry/stage/bin/*
 for lib in $(ldd $B/parallm $B/tests/test_model | awk '/=> \//{print $3}' | sort -u); do
   case "$(basename "$lib")" in
