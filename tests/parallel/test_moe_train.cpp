@@ -1,12 +1,13 @@
 // Mixtures of experts (issue 47) through the trainer under mpirun: every
 // layout of a tiny MoE Llama equals the one-rank run (max relative
-// train-loss difference 1e-5 over 50 steps), dropout 0.1, the balancing and
+// train-loss difference 1e-5 over the first 20 steps, 1e-3 over 50: a token
+// at a near-tie of two experts' scores may route differently once the
+// layouts' rounding has grown, docs/moe.md), dropout 0.1, the balancing and
 // z-losses on, 8 experts top-2, a vocabulary of 65 the degrees do not divide.
 // Two ranks: tp 2 (+ sp: each expert split by columns, the router whole),
 // every pipeline schedule, cp 2, DDP and ZeRO 1-3 (the balancing loss's
 // counts summed over the data group); a shared expert, sigmoid scores and
-// dense first layers. Four ranks: dp 2 x pp 2, dp 2 x cp 2 and (20 steps: a
-// near-tie's routing flip after that, docs/moe.md) dp 2 x tp 2.
+// dense first layers. Four ranks: dp 2 x tp 2, dp 2 x pp 2, dp 2 x cp 2.
 #include <string>
 
 #include "parallel/dist_run.h"
@@ -17,6 +18,8 @@ using test_util::world;
 namespace {
 
 using Layouts = std::vector<std::pair<std::string, std::vector<std::string>>>;
+constexpr int64_t kIters = 49;  // 50 steps
+constexpr size_t kExact = 20;   // compared at the rounding's tolerance
 
 class MoeTest : public test_util::DistRunTest {
  protected:
@@ -33,18 +36,32 @@ class MoeTest : public test_util::DistRunTest {
   train::RunSummary alone(const std::string& out, int64_t batch, int64_t iters, std::vector<std::string> extra = {}) {
     return train::run_training(run(out + std::to_string(world->rank()), batch, iters, std::move(extra)));
   }
+  // The first kExact steps within 1e-5 (every step: the layouts' rounding alone), every step within 1e-3: a
+  // near-tie's routing flip (docs/moe.md) later in the run moves the losses by up to 4e-4 here, a bug by more.
+  static void expect_routed_close(const train::RunSummary& got, const train::RunSummary& want,
+                                  const std::string& what) {
+    ASSERT_EQ(got.train_losses.size(), want.train_losses.size()) << what;
+    const size_t n = std::min<size_t>(kExact, got.train_losses.size());
+    const std::vector<float> a(got.train_losses.begin(), got.train_losses.begin() + n),
+        b(want.train_losses.begin(), want.train_losses.begin() + n);
+    const double first = max_rel_diff(a, b), all = max_rel_diff(got.train_losses, want.train_losses);
+    if (world->rank() == 0)
+      std::printf("%s: max relative train-loss difference %.3g over the first %zu steps, %.3g over %zu\n", what.c_str(),
+                  first, n, all, got.train_losses.size());
+    EXPECT_LT(first, 1e-5) << what;
+    EXPECT_LT(all, 1e-3) << what;
+    EXPECT_NEAR(got.last_val_loss, want.last_val_loss, 1e-3 * want.last_val_loss) << what;
+  }
   void expect_layouts(const std::string& what, const train::RunSummary& one, int64_t batch, int64_t iters,
                       const Layouts& layouts, const std::vector<std::string>& model = {}) {
     for (const auto& [name, keys] : layouts) {
       std::vector<std::string> all = model;
       all.insert(all.end(), keys.begin(), keys.end());
       const auto r = train::run_training(run(what + "_" + name, batch, iters, all), world);
-      expect_close(r, one, 1e-5, what + " " + name + " vs 1 rank");
+      expect_routed_close(r, one, what + " " + name + " vs 1 rank");
     }
   }
 };
-
-constexpr int64_t kIters = 49;  // 50 steps
 
 }  // namespace
 
@@ -75,13 +92,7 @@ TEST_F(MoeTest, SharedExpertSigmoidAndDenseLayersEqualOneRank) {
 TEST_F(MoeTest, FourRankMeshesEqualOneRank) {
   if (world->size() != 4) GTEST_SKIP() << "the layouts are of 4 ranks";
   const auto one_b4 = alone("one_b4", 4, kIters);
-  expect_layouts("moe4", one_b4, 2, kIters, {{"dp2_pp2", {"parallel.pp=2"}}});
-  // dp 2 x tp 2 carries both layouts' rounding (the gradients' all-reduce, the partial sums): by step 21 a
-  // token whose 2nd and 3rd experts' scores are that close swaps them (the gradient norm jumps by 1e-4 while
-  // the losses agree to 2e-7), and from step 35 the losses differ by 1e-5 to 4e-4 (docs/moe.md: routing
-  // flips). The first 20 steps are the rounding's alone.
-  const auto one_b4_short = alone("one_b4_short", 4, 19);
-  expect_layouts("moe4", one_b4_short, 2, 19, {{"dp2_tp2", {"parallel.tp=2"}}});
+  expect_layouts("moe4", one_b4, 2, kIters, {{"dp2_tp2", {"parallel.tp=2"}}, {"dp2_pp2", {"parallel.pp=2"}}});
   const auto one_b2 = alone("one_b2", 2, kIters);
   expect_layouts("moe4", one_b2, 1, kIters, {{"dp2_cp2", {"parallel.cp=2"}}});
 }
