@@ -205,7 +205,9 @@ TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest,
                          ::testing::Combine(::testing::Values("gpt_tiny_bias", "gpt_tiny_nobias", "llama_tiny_mqa",
                                                               "llama_tiny_gqa2_tied", "qwen3_tiny_kv4",
-                                                              "qwen3_tiny_gqa2_tied", "llama_tiny_bias"),
+                                                              "qwen3_tiny_gqa2_tied", "llama_tiny_bias",
+                                                              "moe_qwen3_top2_of8", "moe_mixtral_top1_of4",
+                                                              "moe_top8_of16_shared", "moe_top2_of16_shared2"),
                                             ::testing::Values("cpu", "cpu_bf16", "cuda", "cuda_bf16")),
                          [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
 
