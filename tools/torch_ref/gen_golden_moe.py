@@ -30,7 +30,10 @@ training: it is not given to the optimizer).
 Routing must not sit on a knife's edge: for every case the script asserts
 that the smallest gap between the k-th and (k+1)-th largest ``score + b``
 over all tokens and MoE layers, at the first forward and at every training
-step, exceeds ``MIN_MARGIN`` (1e-5), and prints it.
+step, exceeds ``MIN_MARGIN`` (1e-5), as do the gaps inside the first
+forward's top-k (the stored order), and prints them.  ``--search-seeds N``
+writes nothing and lists, per case, the seeds 1..N with the largest
+smallest margin (how the cases' seeds were picked).
 
 ``--noise-floor`` also redoes every case in float64 from the same fp32
 inputs, checks that it routes every token the same way, and prints the fp32
