@@ -51,7 +51,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_golden import BlobWriter  # noqa: E402
-from gen_golden_llama import (BETA1, BETA2, BLOCK, EPS, GRAD_CLIP, LR, SEED,  # noqa: E402
+from gen_golden_llama import (BETA1, BETA2, BLOCK, EPS, GRAD_CLIP, LR,  # noqa: E402
                               TRAIN_STEPS, WEIGHT_DECAY, blob_tensor, load)
 from gpt_ref import configure_optimizers  # noqa: E402
 from llama_ref import LlamaConfig, rope_cos_sin_half  # noqa: E402
