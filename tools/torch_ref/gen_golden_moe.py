@@ -30,7 +30,10 @@ training: it is not given to the optimizer).
 Routing must not sit on a knife's edge: for every case the script asserts
 that the smallest gap between the k-th and (k+1)-th largest ``score + b``
 over all tokens and MoE layers, at the first forward and at every training
-step, exceeds ``MIN_MARGIN`` (1e-5), and prints it.
+step, exceeds ``MIN_MARGIN`` (1e-5), as do the gaps inside the first
+forward's top-k (the stored order), and prints them.  ``--search-seeds N``
+writes nothing and lists, per case, the seeds 1..N with the largest
+smallest margin (how the cases' seeds were picked).
 
 ``--noise-floor`` also redoes every case in float64 from the same fp32
 inputs, checks that it routes every token the same way, and prints the fp32
@@ -48,7 +51,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_golden import BlobWriter  # noqa: E402
-from gen_golden_llama import (BETA1, BETA2, BLOCK, EPS, GRAD_CLIP, LR, SEED,  # noqa: E402
+from gen_golden_llama import (BETA1, BETA2, BLOCK, EPS, GRAD_CLIP, LR,  # noqa: E402
                               TRAIN_STEPS, WEIGHT_DECAY, blob_tensor, load)
 from gpt_ref import configure_optimizers  # noqa: E402
 from llama_ref import LlamaConfig, rope_cos_sin_half  # noqa: E402

@@ -10,8 +10,9 @@ Megatron-style training with a load-balancing and a z-loss).  Used by
 ``gen_golden_moe.py`` (golden files for the C++ tests) and ``moe_hf_dir.py``
 (Hugging Face Qwen3-MoE / Mixtral directories and their logits).
 
-Layer l is MoE iff ``l >= first and (l - first) % every == 0``; the other
-layers keep llama_ref's dense MLP (``intermediate_size`` wide).
+Layer l is MoE iff ``l >= first and (l - first) % every == 0`` (or, when
+``MoeConfig.layers`` is set, iff l is in it); the other layers keep
+llama_ref's dense MLP (``intermediate_size`` wide).
 
 MoE MLP of one layer, x = the post-attention RMSNorm output flattened to
 rows t = 1..N (N = batch * seq of the micro-batch), hidden C, E experts,
@@ -92,6 +93,9 @@ class MoeConfig:
     first: int = 0
     every: int = 1
     bias: bool = False  # e_score_correction_bias used for the selection only
+    # Explicit MoE layer indices, overriding first / every (HF configs'
+    # mlp_only_layers can name any set); None: use first / every.
+    layers: Optional[tuple] = None
 
     def __post_init__(self) -> None:
         assert self.score in ("softmax", "sigmoid"), self.score
@@ -99,6 +103,8 @@ class MoeConfig:
         assert self.first >= 0 and self.every >= 1 and self.shared >= 0
 
     def is_moe(self, layer: int) -> bool:
+        if self.layers is not None:
+            return layer in self.layers
         return layer >= self.first and (layer - self.first) % self.every == 0
 
     def as_dict(self) -> dict:
