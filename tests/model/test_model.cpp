@@ -352,3 +352,60 @@ TEST(GPT, TheLlamaFamilysCountsEqualItsLayout) {
   EXPECT_EQ(m.num_params_nanogpt(), 2 * per_layer + 50 * 32 + 32);
   EXPECT_DOUBLE_EQ(m.flops_per_token(8), 6.0 * static_cast<double>(m.num_params_nanogpt()) + 12.0 * 2 * 64 * 8);
 }
+
+// An MoE model's closed-form count (num_params) is the layout's, at every tp
+// split of its experts; the active count leaves out the experts a token does not use.
+TEST(MoeCounts, ClosedFormMatchesTheLayoutAndActiveLeavesOutIdleExperts) {
+  for (int64_t shared : {0, 2})
+    for (bool bias : {false, true})
+      for (int64_t first : {0, 1}) {
+        model::GPTConfig c;
+        c.arch = model::Arch::Llama;
+        c.n_layer = 4;
+        c.n_head = 4;
+        c.n_kv_head = 2;
+        c.n_embd = 32;
+        c.head_dim = 8;
+        c.intermediate_size = 48;
+        c.vocab_size = 61;
+        c.moe = {
+            .experts = 6, .top_k = 2, .intermediate = 20, .shared = shared, .first = first, .every = 2, .bias = bias};
+        c.validate();
+        EXPECT_EQ(static_cast<uint64_t>(model::ParamLayout(c).count()), c.num_params());
+        const uint64_t idle = static_cast<uint64_t>(c.moe_layers() * (6 - 2) * 3 * 32 * 20);
+        EXPECT_EQ(c.active_params(), c.num_params() - idle);
+        EXPECT_EQ(c.moe_layers(), first == 0 ? 2 : 2);  // layers 0, 2 or 1, 3
+        uint64_t parts = 0;
+        for (int r = 0; r < 2; ++r) parts += static_cast<uint64_t>(model::ParamLayout(c, {2, r}).count());
+        // The replicated slots (norms, router, bias) twice, the split ones once.
+        uint64_t replicated = static_cast<uint64_t>(c.n_layer * 2 * 32 + 32);
+        replicated += static_cast<uint64_t>(c.moe_layers() * (6 * 32 + (bias ? 6 : 0)));
+        EXPECT_EQ(parts, c.num_params() + replicated);
+      }
+}
+
+// Bad MoE configurations: each refused naming its key.
+TEST(MoeCounts, BadConfigsNameTheirKey) {
+  auto refused = [](auto edit, const char* key) {
+    model::GPTConfig c;
+    c.arch = model::Arch::Llama;
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_embd = 32;
+    c.moe.experts = 4;
+    edit(c);
+    try {
+      c.validate();
+      model::block_widths(c, 2);
+      ADD_FAILURE() << key << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  };
+  refused([](model::GPTConfig& c) { c.moe.top_k = 5; }, "model.moe_top_k");
+  refused([](model::GPTConfig& c) { c.moe.experts = 2000; }, "model.moe_experts");
+  refused([](model::GPTConfig& c) { c.arch = model::Arch::Gpt2; }, "model.moe_experts");
+  refused([](model::GPTConfig& c) { c.moe.first = 2; }, "model.moe_first_layer");
+  refused([](model::GPTConfig& c) { c.moe.shared = 5; }, "model.moe_shared_experts");
+  refused([](model::GPTConfig& c) { c.moe.intermediate = 21; }, "model.moe_intermediate_size");
+}

@@ -64,6 +64,10 @@ void log_run(const Session& s) {
   const int n = s.world.size();
   log::info("parallm train: {} | {} threads", cfg.model.summary(), num_threads());
   log::info("number of parameters: {:.2f}M", static_cast<double>(s.model->num_params_nanogpt()) / 1e6);
+  if (cfg.model.moe.experts > 0)
+    log::info("active parameters per token: {:.2f}M of {:.2f}M (MoE: {} of {} experts)",
+              static_cast<double>(cfg.model.active_params()) / 1e6, static_cast<double>(cfg.model.num_params()) / 1e6,
+              cfg.model.moe.top_k, cfg.model.moe.experts);
   log::info(
       "world: {} rank{} ({} backend), mesh {}, global batch {} = micro batch {} x {} data-parallel rank{} x "
       "gas {}",
