@@ -9,10 +9,12 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "core/fileio.h"
 #include "hf/hf_files.h"
+#include "hf/hf_moe.h"
 #include "hf/safetensors.h"
 
 namespace parallm::hf {
@@ -61,8 +63,8 @@ Weights open_weights(const std::string& dir) {
 }
 
 // Slot s's whole tensor (global_shape) from the file; the token tables may have fewer rows (zero padding).
-std::vector<float> whole_slot(const SafetensorsReader& f, const StTensor& t, const model::ParamSlot& s,
-                              const model::GPTConfig& cfg) {
+std::vector<float> whole_tensor(const SafetensorsReader& f, const StTensor& t, const model::ParamSlot& s,
+                                const model::GPTConfig& cfg) {
   const std::vector<int64_t> g(s.global_shape.begin(), s.global_shape.end());
   const bool table = s.name == "model.embed_tokens.weight" || s.name == "lm_head.weight";
   std::vector<int64_t> want = g;
@@ -75,6 +77,31 @@ std::vector<float> whole_slot(const SafetensorsReader& f, const StTensor& t, con
   std::vector<float> out(static_cast<size_t>(shape_numel(s.global_shape)), 0.0f);
   f.read(t, out.data());  // a shorter token table fills its first rows
   check_finite(out.data(), t.numel(), f.path(), t.name);
+  return out;
+}
+
+// Slot s's whole tensor from its file tensors (hf_moe.h: one, or one per expert).
+std::vector<float> whole_slot(const Weights& w, const std::string& dir, const model::ParamSlot& s,
+                              const model::GPTConfig& cfg) {
+  const std::vector<HfPiece> pieces = hf_pieces(cfg, s);
+  auto find = [&](const std::string& name) {
+    const auto it = w.tensors.find(name);
+    PARALLM_CHECK(it != w.tensors.end(), IoError, kWhere, "{} has no tensor \"{}\" (the model, {}, needs it)", dir,
+                  name, cfg.summary());
+    return it->second;
+  };
+  if (pieces.size() == 1 && pieces[0].name == s.name) {
+    const auto [f, t] = find(s.name);
+    return whole_tensor(*f, *t, s, cfg);
+  }
+  std::vector<float> out(static_cast<size_t>(shape_numel(s.global_shape)), 0.0f);
+  for (const HfPiece& p : pieces) {
+    const auto [f, t] = find(p.name);
+    PARALLM_CHECK(t->shape == p.shape, IoError, kWhere, "{}: tensor \"{}\" has shape {}, but the model ({}) needs {}",
+                  f->path(), p.name, shape_text(t->shape), cfg.summary(), shape_text(p.shape));
+    f->read(*t, out.data() + p.offset);
+    check_finite(out.data() + p.offset, t->numel(), f->path(), p.name);
+  }
   return out;
 }
 
@@ -118,17 +145,17 @@ bool is_llama_family(const std::string& dir) {
   const fs::path p = fs::path(dir) / "config.json";
   if (!fs::exists(p)) return false;
   const std::string t = type_of(read_json_object(p.string()));
-  return t == "llama" || t == "qwen2" || t == "qwen3";
+  return t == "llama" || t == "qwen2" || t == "qwen3" || is_moe_type(t);
 }
 
 model::GPTConfig hf_llama_config(const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
   const nlohmann::json j = read_json_object(path);
   const std::string type = type_of(j);
-  PARALLM_CHECK(type == "llama" || type == "qwen2" || type == "qwen3", IoError, kWhere,
-                "{}: model_type \"{}\": parallm reads gpt2, llama, qwen2 and qwen3", path, type);
+  PARALLM_CHECK(type == "llama" || type == "qwen2" || type == "qwen3" || is_moe_type(type), IoError, kWhere,
+                "{}: model_type \"{}\": parallm reads gpt2, llama, qwen2, qwen3, qwen3_moe and mixtral", path, type);
   model::GPTConfig c;
-  c.arch = type == "qwen3" ? model::Arch::Qwen3 : model::Arch::Llama;
+  c.arch = type == "qwen3" || type == "qwen3_moe" ? model::Arch::Qwen3 : model::Arch::Llama;
   c.n_layer = positive(j, path, "num_hidden_layers");
   c.n_head = positive(j, path, "num_attention_heads");
   c.n_embd = positive(j, path, "hidden_size");
@@ -153,6 +180,7 @@ model::GPTConfig hf_llama_config(const std::string& dir) {
                 "Qwen2's (q, k and v)",
                 path, type);
   read_rope_scaling(j, path, c);
+  if (is_moe_type(type)) read_moe_config(j, path, type, c);
   try {
     c.validate();
   } catch (const ConfigError& e) {
@@ -165,21 +193,19 @@ std::vector<float> load_hf_llama(const std::string& dir, const model::GPTConfig&
                                  const model::ParamLayout& layout) {
   const Weights w = open_weights(dir);
   const model::ParamLayout whole(cfg);
+  std::set<std::string> names;
+  for (const auto& s : whole.slots())
+    for (const HfPiece& p : hf_pieces(cfg, s)) names.insert(p.name);
   for (const auto& [name, ft] : w.tensors) {
     if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;  // a buffer some files carry
     if (name == "lm_head.weight" && cfg.tie_embeddings) continue;         // checked below
-    bool known = false;
-    for (const auto& s : whole.slots()) known = known || s.name == name;
-    PARALLM_CHECK(known, IoError, kWhere, "{}: tensor \"{}\" is not a weight of the model ({})", ft.first->path(), name,
-                  cfg.summary());
+    PARALLM_CHECK(names.count(name), IoError, kWhere, "{}: tensor \"{}\" is not a weight of the model ({})",
+                  ft.first->path(), name, cfg.summary());
   }
   std::vector<float> out(static_cast<size_t>(layout.total()), 0.0f);
   for (int s = 0; s < static_cast<int>(layout.slots().size()); ++s) {
     const model::ParamSlot& slot = layout.slots()[static_cast<size_t>(s)];
-    const auto it = w.tensors.find(slot.name);
-    PARALLM_CHECK(it != w.tensors.end(), IoError, kWhere, "{} has no tensor \"{}\" (the model, {}, needs it)", dir,
-                  slot.name, cfg.summary());
-    const auto g = whole_slot(*it->second.first, *it->second.second, slot, cfg);
+    const auto g = whole_slot(w, dir, whole.find(slot.name), cfg);
     layout.slice(s, g.data(), out.data() + slot.offset);
   }
   const auto head = w.tensors.find("lm_head.weight");
@@ -212,19 +238,19 @@ void export_hf_llama(const std::string& dir, const model::GPTConfig& cfg, const 
   std::vector<std::vector<StWrite>> shards(1);
   int64_t in_shard = 0, total = 0;
   const int64_t es = o.bf16 ? 2 : 4;
-  for (const auto& s : layout.slots()) {
-    std::vector<int64_t> shape(s.shape.begin(), s.shape.end());
-    if (s.name == "model.embed_tokens.weight" || s.name == "lm_head.weight") shape[0] = vocab_rows;
-    int64_t bytes = es;
-    for (int64_t d : shape) bytes *= d;
-    if (in_shard > 0 && in_shard + bytes > o.shard_bytes) {
-      shards.emplace_back();
-      in_shard = 0;
+  for (const auto& s : layout.slots())
+    for (HfPiece p : hf_pieces(cfg, s)) {
+      if (s.name == "model.embed_tokens.weight" || s.name == "lm_head.weight") p.shape[0] = vocab_rows;
+      int64_t bytes = es;
+      for (int64_t d : p.shape) bytes *= d;
+      if (in_shard > 0 && in_shard + bytes > o.shard_bytes) {
+        shards.emplace_back();
+        in_shard = 0;
+      }
+      shards.back().push_back({p.name, p.shape, params + s.offset + p.offset, o.bf16});
+      in_shard += bytes;
+      total += bytes;
     }
-    shards.back().push_back({s.name, shape, params + s.offset, o.bf16});
-    in_shard += bytes;
-    total += bytes;
-  }
   const size_t n = shards.size();
   nlohmann::ordered_json map = nlohmann::ordered_json::object();
   for (size_t i = 0; i < n; ++i) {
@@ -270,6 +296,7 @@ void export_hf_llama(const std::string& dir, const model::GPTConfig& cfg, const 
                          {"high_freq_factor", cfg.rope_scaling.high_freq_factor},
                          {"original_max_position_embeddings", cfg.rope_scaling.original}};
   if (qwen2) c.erase("attention_bias");  // Qwen2's q, k, v biases are its architecture's
+  if (cfg.moe.experts > 0) write_moe_config(c, cfg);
   const std::string text = c.dump(2) + "\n";
   write_file_atomic((fs::path(dir) / "config.json").string(), {{text.data(), text.size()}});
 }

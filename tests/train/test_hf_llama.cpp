@@ -61,7 +61,7 @@ std::vector<float> whole_params(const model::GPTConfig& cfg, uint64_t seed) {
 }  // namespace
 
 TEST(HfLlama, TheReferenceScriptsDirectoriesLoadAndGiveItsLogits) {
-  for (const char* name : {"hf_llama_tiny", "hf_qwen3_tiny"}) {
+  for (const char* name : {"hf_llama_tiny", "hf_qwen3_tiny", "hf_qwen3_moe_tiny", "hf_mixtral_tiny"}) {
     const std::string dir = golden(name);
     const model::GPTConfig cfg = hf::hf_config(dir);
     ASSERT_TRUE(cfg.llama()) << name;
@@ -195,5 +195,53 @@ TEST(HfLlama, BadDirectoriesAreRefusedNamingTheKey) {
     FAIL() << "a GPT-2 directory read as a Llama";
   } catch (const IoError& err) {
     EXPECT_TRUE(has(err.what(), "is not a weight of the model")) << err.what();
+  }
+}
+
+// Qwen3-MoE and Mixtral exports (one tensor per expert) read back bitwise at
+// tp 1 and 2 and a pipeline stage, config.json round-trips, and what their
+// config.json cannot say (shared experts, sigmoid scores, dense layers in
+// Mixtral) is refused naming the key.
+TEST(HfLlama, MoeExportsReadBackBitwise) {
+  for (auto arch : {model::Arch::Qwen3, model::Arch::Llama}) {
+    model::GPTConfig cfg = tiny(arch, false, false);
+    cfg.n_layer = 3;
+    cfg.rope_scaling = {};
+    cfg.moe = {.experts = 4, .top_k = 2, .intermediate = 12, .aux_coef = 0.01};
+    if (arch == model::Arch::Qwen3) cfg.moe.every = 2;           // layers 0 and 2 (mlp_only_layers [1])
+    if (arch == model::Arch::Llama) cfg.intermediate_size = 12;  // Mixtral's intermediate_size: the experts' width
+    const model::ParamLayout whole(cfg);
+    const auto params = whole_params(cfg, 9);
+    const fs::path dir = scratch(std::string("moe_") + model::arch_name(arch));
+    hf::export_hf_llama(dir.string(), cfg, whole, params.data(), cfg.vocab_size, {false, 20000});
+    const model::GPTConfig back = hf::hf_config(dir.string());
+    EXPECT_EQ(back.summary(), cfg.summary());
+    EXPECT_EQ(back.moe, cfg.moe);
+    for (const auto& [tp, stage] : {std::pair{model::ShardSpec{1, 0}, model::StageSpec{}},
+                                    {model::ShardSpec{2, 1}, model::StageSpec{}},
+                                    {model::ShardSpec{2, 0}, model::StageSpec{{{1, 3}}}}}) {
+      const model::ParamLayout layout(cfg, tp, stage);
+      const auto got = hf::load_hf(dir.string(), cfg, layout);
+      std::vector<float> want(static_cast<size_t>(layout.total()), 0.0f);
+      for (int s = 0; s < static_cast<int>(layout.slots().size()); ++s) {
+        const auto& slot = layout.slots()[static_cast<size_t>(s)];
+        layout.slice(s, params.data() + whole.find(slot.name).offset, want.data() + slot.offset);
+      }
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << model::arch_name(arch) << " tp " << tp.tp;
+    }
+    model::GPTConfig shared = cfg;
+    shared.moe.shared = 1;
+    const model::ParamLayout ws(shared);
+    const auto ps = whole_params(shared, 9);
+    EXPECT_THROW(
+        {
+          try {
+            hf::export_hf_llama(scratch("moe_shared").string(), shared, ws, ps.data(), shared.vocab_size, {});
+          } catch (const ConfigError& e) {
+            EXPECT_NE(std::string(e.what()).find("model.moe_shared_experts"), std::string::npos) << e.what();
+            throw;
+          }
+        },
+        ConfigError);
   }
 }
