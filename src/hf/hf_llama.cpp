@@ -63,7 +63,7 @@ Weights open_weights(const std::string& dir) {
 }
 
 // Slot s's whole tensor (global_shape) from the file; the token tables may have fewer rows (zero padding).
-std::vector<float> whole_tensor(const SafetensorsReader& f, const StTensor& t, const model::ParamSlot& s,
+std::vector<float> llama_tensor(const SafetensorsReader& f, const StTensor& t, const model::ParamSlot& s,
                                 const model::GPTConfig& cfg) {
   const std::vector<int64_t> g(s.global_shape.begin(), s.global_shape.end());
   const bool table = s.name == "model.embed_tokens.weight" || s.name == "lm_head.weight";
@@ -92,7 +92,7 @@ std::vector<float> whole_slot(const Weights& w, const std::string& dir, const mo
   };
   if (pieces.size() == 1 && pieces[0].name == s.name) {
     const auto [f, t] = find(s.name);
-    return whole_tensor(*f, *t, s, cfg);
+    return llama_tensor(*f, *t, s, cfg);
   }
   std::vector<float> out(static_cast<size_t>(shape_numel(s.global_shape)), 0.0f);
   for (const HfPiece& p : pieces) {
