@@ -213,6 +213,31 @@ bool valid(const Model& m, const Training& t, const Layout& l, std::string* why)
   return true;
 }
 
+namespace {
+// Half the Llama-family cases become mixtures of experts, drawn from a stream of their own (every other draw of
+// a case stays as it was); their layouts then run without recompute and the deterministic reduction (MoE takes
+// neither yet), which keeps them valid.
+void draw_moe(uint64_t seed, Case& c) {
+  Model& m = c.model;
+  Rng r(seed ^ 0x6D6F652D64726177ull);  // "moe-draw"
+  if (m.arch == "gpt2" || !r.chance(0.5)) return;
+  for (Layout* l : {&c.first, &c.resumed}) {
+    l->recompute = "none";
+    l->deterministic = false;
+    l->shards = 0;
+  }
+  m.moe_experts = r.pick(std::vector<int>{2, 3, 4, 8});
+  m.moe_top_k = r.in(1, std::min(m.moe_experts, 3));
+  m.moe_intermediate = m.n_head * r.in(1, 4);  // tp divides the heads, so it divides this
+  m.moe_shared = r.pick(std::vector<int>{0, 0, 1});
+  m.moe_score = r.chance(0.5) ? "softmax" : "sigmoid";
+  m.moe_aux = r.pick(std::vector<double>{0.0, 0.01});
+  m.moe_z = r.pick(std::vector<double>{0.0, 0.001});
+  m.moe_first = m.n_layer > 1 ? r.in(0, 1) : 0;
+  m.moe_every = r.in(1, 2);
+}
+}  // namespace
+
 Case draw_case(uint64_t seed) {
   Rng r(seed ^ 0x6C61796F75742D66ull);  // "layout-f": case seeds 0, 1, 2 are not SplitMix's own first states
   Case c;
@@ -245,6 +270,7 @@ Case draw_case(uint64_t seed) {
     worlds.erase(worlds.begin() + static_cast<std::ptrdiff_t>(w));
   }
   c.invalid = draw_invalid(r, c);
+  draw_moe(seed, c);
   return c;
 }
 
@@ -280,6 +306,13 @@ std::vector<std::string> model_keys(const Model& m, const Training& t) {
             "model.bias=false", fmt::format("model.attention_bias={}", m.bias ? "true" : "false"),
             m.rope_scaling ? "model.rope_scaling=llama3" : "model.rope_scaling=none",
             "model.rope_original_max_position_embeddings=16"});
+  if (m.moe_experts == 0) return k;
+  k.insert(k.end(),
+           {fmt::format("model.moe_experts={}", m.moe_experts), fmt::format("model.moe_top_k={}", m.moe_top_k),
+            fmt::format("model.moe_intermediate_size={}", m.moe_intermediate),
+            fmt::format("model.moe_shared_experts={}", m.moe_shared), "model.moe_score=" + m.moe_score,
+            fmt::format("model.moe_aux_coef={}", m.moe_aux), fmt::format("model.moe_z_coef={}", m.moe_z),
+            fmt::format("model.moe_first_layer={}", m.moe_first), fmt::format("model.moe_every={}", m.moe_every)});
   return k;
 }
 
@@ -330,6 +363,9 @@ std::string describe(const Model& m, const Training& t) {
   if (m.arch != "gpt2")
     arch +=
         fmt::format("(KV={} D={} F={}{})", m.n_kv_head, m.head_dim, m.intermediate, m.rope_scaling ? " llama3" : "");
+  if (m.moe_experts > 0)
+    arch += fmt::format(" moe(E={} k={} Fe={} shared={} {} aux={} z={} layers {}+{}k)", m.moe_experts, m.moe_top_k,
+                        m.moe_intermediate, m.moe_shared, m.moe_score, m.moe_aux, m.moe_z, m.moe_first, m.moe_every);
   return fmt::format(
       "{} L={} H={} C={} T={} V={} bias={} tied={} dropout={} gelu={} gas={} global_batch={} lr={} wd={} clip={} "
       "loss_scale={}",

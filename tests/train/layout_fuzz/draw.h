@@ -51,6 +51,10 @@ struct Model {
   std::string arch = "gpt2";
   int n_kv_head = 0, head_dim = 0, intermediate = 0;
   bool rope_scaling = false;
+  // A mixture of experts (Llama family; 0 experts: dense), drawn apart (draw_moe) where both layouts take it.
+  int moe_experts = 0, moe_top_k = 1, moe_intermediate = 0, moe_shared = 0, moe_first = 0, moe_every = 1;
+  std::string moe_score = "softmax";
+  double moe_aux = 0, moe_z = 0;
 };
 struct Training {
   int gas = 1;           // optimizer.gas

@@ -168,6 +168,7 @@ struct Coverage {
     if (!c.model.tied) ++n["untied"];
     if (c.model.arch != "gpt2") ++n["arch " + c.model.arch];
     if (c.model.arch != "gpt2" && c.model.n_kv_head < c.model.n_head) ++n["grouped-query"];
+    if (c.model.moe_experts > 0) ++n["mixture of experts"];
     if (c.model.dropout > 0) ++n["dropout>0"];
     if (c.train.grad_clip > 0) ++n["grad_clip"];
     if (c.train.loss_scale != "off") ++n["loss_scale " + c.train.loss_scale];
