@@ -97,8 +97,8 @@ model::GPTConfig hf_gpt2_config(const std::string& dir) {
     throw IoError(kHfWhere, fmt::format("{} has no {}", path, *keys.begin()));
   };
   const std::string type = j.value("model_type", "gpt2");
-  PARALLM_CHECK(type == "gpt2", IoError, kHfWhere, "{}: model_type \"{}\": parallm reads gpt2, llama, qwen2 and qwen3",
-                path, type);
+  PARALLM_CHECK(type == "gpt2", IoError, kHfWhere,
+                "{}: model_type \"{}\": parallm reads gpt2, llama, qwen2, qwen3, qwen3_moe and mixtral", path, type);
   model::GPTConfig c;
   c.n_layer = size({"n_layer"});
   c.n_head = size({"n_head"});

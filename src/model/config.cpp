@@ -85,6 +85,10 @@ void validate_moe(const GPTConfig& c) {
                 "model.moe_first_layer={} must be a layer of the model's {} (0: every layer from the first)", m.first,
                 c.n_layer);
   PARALLM_CHECK(m.every >= 1, ConfigError, "config", "model.moe_every must be >= 1, got {}", m.every);
+  PARALLM_CHECK(c.recompute == Recompute::None, ConfigError, "config",
+                "model.recompute={} with model.moe_experts={}: recomputing a mixture of experts is not built yet; use "
+                "model.recompute=none",
+                recompute_name(c.recompute), m.experts);
 }
 
 void validate_gpt2(const GPTConfig& c) {

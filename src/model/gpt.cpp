@@ -76,10 +76,6 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
   // take their weight operands from it instead of rounding them per product.
   pa_ = ParamAccess(layout_, dev, storage, lowp || (bf16_products_ && storage.params));
 
-  PARALLM_CHECK(cfg.moe.experts == 0 || cfg.recompute == Recompute::None, ConfigError, "config",
-                "model.recompute={} with model.moe_experts={}: recomputing a mixture of experts is not built yet; use "
-                "model.recompute=none",
-                recompute_name(cfg.recompute), cfg.moe.experts);
   PARALLM_CHECK(pipe.in_flight.empty() || pipe.in_flight.size() == layout_.chunks().size(), InternalError, "model",
                 "{} in-flight counts for {} chunks", pipe.in_flight.size(), layout_.chunks().size());
   PARALLM_CHECK(!pipe.split_backward || cfg.recompute == Recompute::None, ConfigError, "config",
