@@ -9,8 +9,9 @@
 # two GPUs; hf: an untied export loaded by transformers; llama: the Llama-3.2-1B
 # shape's MFU against PyTorch compiled with SDPA flash, and a Llama and a Qwen3
 # export loaded by transformers' LlamaForCausalLM / Qwen3ForCausalLM, logits
-# against parallm's; moe: bench_moe bf16 and a tiny MoE model trained in fp32
-# and bf16); each part has a time
+# against parallm's; moe: bench_moe bf16, a tiny MoE model trained in fp32
+# and bf16, and transformers' Qwen3MoeForCausalLM / MixtralForCausalLM loading
+# parallm's MoE exports, logits against parallm's); each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
 # the precisions of baby and gpt2 (default "fp32 bf16"); DET_DTYPE and
 # DET_DROPOUT (default 0.2; 0 takes bf16 attention through the flash kernels)
@@ -150,6 +151,32 @@ if want moe; then
       train.device=cuda train.dtype=$dt train.max_iters=50 train.eval_interval=50 train.eval_iters=2 train.sample_tokens=0 \
       train.progress=false train.out_dir=$W/out/moe_$dt train.overwrite=true data.dir=$W/data/shakespeare_char \
       2>&1 | tee $OUT/moe_$dt.log | tail -2
+  done
+  for arch in qwen3 llama; do  # Qwen3MoeForCausalLM and MixtralForCausalLM
+    step "transformers loads parallm's MoE export ($arch), logits against parallm's"
+    M=$W/out/moe_hf_$arch
+    timeout 120 $W/bin/parallm train model.arch=$arch model.n_layer=2 model.n_head=4 model.n_kv_head=2 \
+      model.n_embd=64 model.head_dim=16 model.intermediate_size=32 model.block_size=64 model.batch_size=4 \
+      model.moe_experts=4 model.moe_top_k=2 model.moe_intermediate_size=32 model.tie_embeddings=false \
+      train.max_iters=20 train.eval_interval=20 train.eval_iters=1 train.sample_tokens=0 train.progress=false \
+      train.out_dir=$M train.overwrite=true data.dir=$W/data/shakespeare_char | tail -1
+    $W/bin/parallm export --ckpt $M --out ${M}_hf --overwrite | tail -1
+    $W/bin/parallm sample --ckpt hf:${M}_hf --data $W/data/shakespeare_char --prompt "ROMEO: what light" \
+      --logits $M/logits.bin
+    timeout 120 python3 - "${M}_hf" "$M/logits.bin" "$W/data/shakespeare_char/meta.json" <<'PY' 2>&1 | tee $OUT/hf_moe_$arch.log | tail -3
+import json, sys, numpy as np, torch
+from transformers import AutoModelForCausalLM
+d, logits_file, meta = sys.argv[1:4]
+itos = json.load(open(meta))["itos"]
+ids = [itos.index(c) for c in "ROMEO: what light"]
+m = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
+with torch.no_grad():
+    ref = m(torch.tensor([ids])).logits[0].numpy()
+ours = np.fromfile(logits_file, dtype=np.float32).reshape(len(ids), -1)[:, : ref.shape[1]]
+rel = float(np.abs(ours - ref).max() / np.abs(ref).max())
+print(f"{type(m).__name__} from {d}: logits within {rel:.2e} of parallm's (max |logit| {np.abs(ref).max():.3f})")
+assert rel <= 1e-5, rel
+PY
   done
 fi
 if want llama; then

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 #include <stdexcept>
 #include <utility>
@@ -225,6 +226,17 @@ void draw_moe(uint64_t seed, Case& c) {
     l->recompute = "none";
     l->deterministic = false;
     l->shards = 0;
+  }
+  // The invalid draw's layout likewise, unless its broken rule is about those keys.
+  Invalid& v = c.invalid;
+  const auto names = [&](const std::string& key) {
+    return std::find(v.names.begin(), v.names.end(), key) != v.names.end();
+  };
+  for (std::string& k : v.keys) {
+    if (k.rfind("model.recompute=", 0) == 0 && !names("model.recompute")) k = "model.recompute=none";
+    if (k.rfind("ddp.shards=", 0) == 0 && !names("ddp.shards")) k = "ddp.shards=0";
+    if (k.rfind("ddp.deterministic=", 0) == 0 && !names("ddp.deterministic") && !names("ddp.shards"))
+      k = "ddp.deterministic=false";
   }
   m.moe_experts = r.pick(std::vector<int>{2, 3, 4, 8});
   m.moe_top_k = r.in(1, std::min(m.moe_experts, 3));
