@@ -34,6 +34,24 @@ echo "cuDNN from $CUDNN_DIR, NVRTC from $NVRTC_DIR, NCCL from $NCCL_DIR"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 ldd $W/bin/parallm | grep "not found" && exit 1
 step() { echo "=== $*"; }
+# transformers loads an exported directory ($1) and its logits of "ROMEO: what light" are parallm's ($2, from
+# `parallm sample --logits`; $3: the dataset's meta.json) within 1e-5; the log goes to $4.
+hf_logits_check() {
+  timeout 120 python3 - "$1" "$2" "$3" <<'PY' 2>&1 | tee "$4" | tail -3
+import json, sys, numpy as np, torch
+from transformers import AutoModelForCausalLM
+d, logits_file, meta = sys.argv[1:4]
+itos = json.load(open(meta))["itos"]
+ids = [itos.index(c) for c in "ROMEO: what light"]
+m = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
+with torch.no_grad():
+    ref = m(torch.tensor([ids])).logits[0].numpy()
+ours = np.fromfile(logits_file, dtype=np.float32).reshape(len(ids), -1)[:, : ref.shape[1]]
+rel = float(np.abs(ours - ref).max() / np.abs(ref).max())
+print(f"{type(m).__name__} from {d}: logits within {rel:.2e} of parallm's (max |logit| {np.abs(ref).max():.3f})")
+assert rel <= 1e-5, rel
+PY
+}
 : "${GPT2_B:=16}" "${GPT2_ITERS:=12}" "${BABY_ITERS:=2000}" "${DTYPES:=fp32 bf16}"
 PARTS=" ${*:-tests gpt2 peer} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
@@ -163,20 +181,7 @@ if want moe; then
     $W/bin/parallm export --ckpt $M --out ${M}_hf --overwrite | tail -1
     $W/bin/parallm sample --ckpt hf:${M}_hf --data $W/data/shakespeare_char --prompt "ROMEO: what light" \
       --logits $M/logits.bin
-    timeout 120 python3 - "${M}_hf" "$M/logits.bin" "$W/data/shakespeare_char/meta.json" <<'PY' 2>&1 | tee $OUT/hf_moe_$arch.log | tail -3
-import json, sys, numpy as np, torch
-from transformers import AutoModelForCausalLM
-d, logits_file, meta = sys.argv[1:4]
-itos = json.load(open(meta))["itos"]
-ids = [itos.index(c) for c in "ROMEO: what light"]
-m = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
-with torch.no_grad():
-    ref = m(torch.tensor([ids])).logits[0].numpy()
-ours = np.fromfile(logits_file, dtype=np.float32).reshape(len(ids), -1)[:, : ref.shape[1]]
-rel = float(np.abs(ours - ref).max() / np.abs(ref).max())
-print(f"{type(m).__name__} from {d}: logits within {rel:.2e} of parallm's (max |logit| {np.abs(ref).max():.3f})")
-assert rel <= 1e-5, rel
-PY
+    hf_logits_check "${M}_hf" "$M/logits.bin" "$W/data/shakespeare_char/meta.json" $OUT/hf_moe_$arch.log
   done
 fi
 if want llama; then
@@ -205,20 +210,8 @@ if want llama; then
     ./bin/parallm export --ckpt $W/out/$arch --out $W/out/${arch}_hf --overwrite --max-shard-size 1 | tail -1
     ./bin/parallm sample --ckpt hf:$W/out/${arch}_hf --data $W/data/shakespeare_char --prompt "ROMEO: what light" \
       --logits $W/out/${arch}_logits.bin
-    timeout 120 python3 - "$W/out/${arch}_hf" "$W/out/${arch}_logits.bin" "$W/data/shakespeare_char/meta.json" <<'PY' 2>&1 | tee $OUT/hf_$arch.log | tail -3
-import json, sys, numpy as np, torch
-from transformers import AutoModelForCausalLM
-d, logits_file, meta = sys.argv[1:4]
-itos = json.load(open(meta))["itos"]
-ids = [itos.index(c) for c in "ROMEO: what light"]
-m = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
-with torch.no_grad():
-    ref = m(torch.tensor([ids])).logits[0].numpy()
-ours = np.fromfile(logits_file, dtype=np.float32).reshape(len(ids), -1)[:, : ref.shape[1]]
-rel = float(np.abs(ours - ref).max() / np.abs(ref).max())
-print(f"{type(m).__name__} from {d}: logits within {rel:.2e} of parallm's (max |logit| {np.abs(ref).max():.3f})")
-assert rel <= 1e-5, rel
-PY
+    hf_logits_check "$W/out/${arch}_hf" "$W/out/${arch}_logits.bin" "$W/data/shakespeare_char/meta.json" \
+      $OUT/hf_$arch.log
   done
 fi
 cd "$OLDPWD"

@@ -263,37 +263,42 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
   return c;
 }
 
+const std::set<std::string>& architecture_keys() {
+  static const std::set<std::string> keys = {"model.n_layer",
+                                             "model.n_head",
+                                             "model.n_embd",
+                                             "model.block_size",
+                                             "model.bias",
+                                             "model.vocab_size",
+                                             "model.gelu",
+                                             "model.tie_embeddings",
+                                             "model.arch",
+                                             "model.n_kv_head",
+                                             "model.head_dim",
+                                             "model.intermediate_size",
+                                             "model.rope_theta",
+                                             "model.rope_scaling",
+                                             "model.rope_factor",
+                                             "model.rope_low_freq_factor",
+                                             "model.rms_norm_eps",
+                                             "model.attention_bias",
+                                             "model.rope_high_freq_factor",
+                                             "model.rope_original_max_position_embeddings",
+                                             "model.moe_experts",
+                                             "model.moe_top_k",
+                                             "model.moe_intermediate_size",
+                                             "model.moe_shared_experts",
+                                             "model.moe_score",
+                                             "model.moe_norm_topk",
+                                             "model.moe_routed_scale",
+                                             "model.moe_first_layer",
+                                             "model.moe_every",
+                                             "model.moe_bias"};
+  return keys;
+}
+
 RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::string>* changed) const {
-  static const std::set<std::string> architecture = {"model.n_layer",
-                                                     "model.n_head",
-                                                     "model.n_embd",
-                                                     "model.block_size",
-                                                     "model.bias",
-                                                     "model.vocab_size",
-                                                     "model.gelu",
-                                                     "model.tie_embeddings",
-                                                     "model.arch",
-                                                     "model.n_kv_head",
-                                                     "model.head_dim",
-                                                     "model.intermediate_size",
-                                                     "model.rope_theta",
-                                                     "model.rope_scaling",
-                                                     "model.rope_factor",
-                                                     "model.rope_low_freq_factor",
-                                                     "model.rms_norm_eps",
-                                                     "model.attention_bias",
-                                                     "model.rope_high_freq_factor",
-                                                     "model.rope_original_max_position_embeddings",
-                                                     "model.moe_experts",
-                                                     "model.moe_top_k",
-                                                     "model.moe_intermediate_size",
-                                                     "model.moe_shared_experts",
-                                                     "model.moe_score",
-                                                     "model.moe_norm_topk",
-                                                     "model.moe_routed_scale",
-                                                     "model.moe_first_layer",
-                                                     "model.moe_every",
-                                                     "model.moe_bias"};
+  const std::set<std::string>& architecture = architecture_keys();
   // Where and how this process runs, not what the run is: always this invocation's.
   static const std::set<std::string> this_run = {
       "train.out_dir",        "train.init_from",   "train.resume_step", "train.eval_only",

@@ -119,6 +119,9 @@ using DdpSection = parallel::DdpConfig;
 using ZeroSection = parallel::ZeroConfig;
 using ParallelSection = parallel::ParallelConfig;
 
+// The keys that describe the model's architecture (a resumed run or a Hugging Face directory keeps them).
+const std::set<std::string>& architecture_keys();
+
 struct RunConfig {
   model::GPTConfig model;  // vocab_size comes from the dataset unless set explicitly
   bool vocab_size_set = false;

@@ -54,36 +54,13 @@ void take_hf_llama(RunConfig& cfg) {
   file.model.dropout = cfg.model.dropout;
   file.model.recompute = cfg.model.recompute;
   const nlohmann::json mine = cfg.to_json(), theirs = file.to_json();
-  for (const char* k : {"model.arch",
-                        "model.n_layer",
-                        "model.n_head",
-                        "model.n_embd",
-                        "model.n_kv_head",
-                        "model.head_dim",
-                        "model.intermediate_size",
-                        "model.rope_theta",
-                        "model.rope_scaling",
-                        "model.rope_factor",
-                        "model.rope_low_freq_factor",
-                        "model.rope_high_freq_factor",
-                        "model.rope_original_max_position_embeddings",
-                        "model.rms_norm_eps",
-                        "model.attention_bias",
-                        "model.tie_embeddings",
-                        "model.bias",
-                        "model.moe_experts",
-                        "model.moe_top_k",
-                        "model.moe_intermediate_size",
-                        "model.moe_shared_experts",
-                        "model.moe_score",
-                        "model.moe_norm_topk",
-                        "model.moe_routed_scale",
-                        "model.moe_first_layer",
-                        "model.moe_every",
-                        "model.moe_bias"})
+  // Every architecture key but the ones a directory's model may change (block_size, vocab_size) and GPT-2's gelu.
+  for (const std::string& k : architecture_keys()) {
+    if (k == "model.block_size" || k == "model.vocab_size" || k == "model.gelu") continue;
     PARALLM_CHECK(!cfg.given(k) || mine[k] == theirs[k], ConfigError, "config",
                   "{}={}, but train.init_from=hf:{} holds a model with {}={}: leave {} out", k, mine[k].dump(), dir, k,
                   theirs[k].dump(), k);
+  }
   const int64_t block = cfg.given("model.block_size") ? cfg.model.block_size : file.model.block_size;
   PARALLM_CHECK(block <= file.model.block_size, ConfigError, "config",
                 "model.block_size={} is longer than hf:{}'s {} positions (max_position_embeddings)", block, dir,
