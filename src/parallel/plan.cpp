@@ -66,10 +66,11 @@ void check_layout(const ParallelConfig& p, const model::GPTConfig& m) {
                 p.tp, m.block_size);
   check_pipeline(p, m);
   check_context(p, m);
-  PARALLM_CHECK(p.ddp.shards == 0 || m.moe.experts == 0, ConfigError, "config",
-                "ddp.shards={} with model.moe_experts={}: one rank's shards run as separate passes, and the balancing "
-                "loss counts a pass's tokens, not the micro-batch's; leave ddp.shards at 0 (one per data-parallel rank)",
-                p.ddp.shards, m.moe.experts);
+  PARALLM_CHECK(
+      p.ddp.shards == 0 || m.moe.experts == 0, ConfigError, "config",
+      "ddp.shards={} with model.moe_experts={}: one rank's shards run as separate passes, and the balancing "
+      "loss counts a pass's tokens, not the micro-batch's; leave ddp.shards at 0 (one per data-parallel rank)",
+      p.ddp.shards, m.moe.experts);
   PARALLM_CHECK(p.ddp.shards == 0 || p.ddp.deterministic, ConfigError, "config",
                 "ddp.shards={} only applies with ddp.deterministic=true", p.ddp.shards);
   PARALLM_CHECK(p.zero.offload == Offload::None || p.zero.stage > 0, ConfigError, "config",
