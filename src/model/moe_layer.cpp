@@ -95,7 +95,10 @@ double MoeLayer::route(const kernels::ModelOps<A>& k, const BlockEnv& e, const L
   A* zh = cpu ? const_cast<A*>(z) : reinterpret_cast<A*>(e.acts.host_fixed(e.acts.plan().h_logits));
   to_host(e.dev, zh, z, N * E_ * sizeof(A));
   std::fill(sums + E_, sums + 2 * E_ + 1, 0.0f);
-  std::vector<double> p(static_cast<size_t>(E_));
+  // Each token's balancing probabilities P (softmax; sigmoid scores over their sum), recomputed in the
+  // second pass rather than kept: nothing is allocated per pass.
+  const bool softmax = routing_.score == kernels::MoeScore::Softmax;
+  auto score = [&](double v, double lse) { return softmax ? std::exp(v - lse) : 1 / (1 + std::exp(-v)); };
   double lse2 = 0;
   for (int64_t t = 0; t < N; ++t) {
     const A* r = zh + t * E_;
@@ -104,15 +107,10 @@ double MoeLayer::route(const kernels::ModelOps<A>& k, const BlockEnv& e, const L
     for (int64_t x = 0; x < E_; ++x) s += std::exp(host_float(r[x]) - mx);
     const double lse = mx + std::log(s);
     lse2 += lse * lse;
-    for (int64_t x = 0; x < E_; ++x) {
-      const double v = host_float(r[x]);
-      p[static_cast<size_t>(x)] =
-          routing_.score == kernels::MoeScore::Softmax ? std::exp(v - lse) : 1 / (1 + std::exp(-v));
-      ps += p[static_cast<size_t>(x)];
-    }
+    if (!softmax)
+      for (int64_t x = 0; x < E_; ++x) ps += score(host_float(r[x]), lse);
     for (int64_t x = 0; x < E_; ++x)
-      sums[E_ + x] += static_cast<float>(routing_.score == kernels::MoeScore::Softmax ? p[static_cast<size_t>(x)]
-                                                                                      : p[static_cast<size_t>(x)] / ps);
+      sums[E_ + x] += static_cast<float>(softmax ? score(host_float(r[x]), lse) : score(host_float(r[x]), lse) / ps);
   }
   sums[2 * E_] = static_cast<float>(lse2);
   if (data_ && data_->size() > 1) {
