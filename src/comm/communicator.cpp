@@ -41,6 +41,8 @@ const char* op_kind_name(OpKind k) {
       return "reduce_scatter";
     case OpKind::AllToAll:
       return "all_to_all";
+    case OpKind::AllToAllV:
+      return "all_to_all_v";
     case OpKind::Barrier:
       return "barrier";
     case OpKind::Split:

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -39,6 +40,7 @@ enum class OpKind : uint8_t {
   Scatter,
   ReduceScatter,
   AllToAll,
+  AllToAllV,
   Barrier,
   Split,
   Send,
@@ -58,8 +60,11 @@ constexpr int kOpKinds = static_cast<int>(OpKind::SendRecv) + 1;
 //   all_gather, gather                          the whole gathered tensor (out; the total count off the root)
 //   scatter                                     the whole tensor scattered (root's in; the count elsewhere)
 //   reduce_scatter, all_to_all                  the input (every rank's in, whole)
+//   all_to_all_v                                what this rank sends (the sum of its send_counts)
 //   barrier, split                              0 (calls only)
-// So every rank of a group counts the same numbers for its collectives. Only
+// So every rank of a group counts the same numbers for its collectives, but
+// for all_to_all_v, whose payload differs from rank to rank (the group's sum
+// over ranks is the exchange's whole volume). Only
 // the operations issued through this interface count: not a backend's own
 // messages (the signature check, diagnosis) nor native_loop(). Counting is a
 // relaxed atomic add per operation (no allocation, no lock); a reading taken
@@ -139,6 +144,19 @@ class Communicator {
   // Block j (numel / size elements) of `in` goes to rank j; block i of `out`
   // comes from rank i. numel must divide by the group size.
   virtual WorkPtr all_to_all_async(Tensor in, Tensor out) = 0;
+  // Variable-count all-to-all: `in` holds, in rank order, send_counts[j]
+  // elements for rank j (contiguous, in.numel() >= the sum of send_counts);
+  // `out` receives recv_counts[i] elements from rank i in rank order
+  // (out.numel() >= the sum of recv_counts; elements past it are left as they
+  // were). Counts may be zero (an empty message still takes part: no hang).
+  // send_counts.size() == recv_counts.size() == size(). Every rank's
+  // send_counts[j] must equal rank j's recv_counts[this rank]: with check_ops
+  // on, a disagreement is a CommError on every rank naming the ranks and
+  // counts (the ranks exchange their counts after the signature check: two
+  // more small messages per peer pair and a flag reduction); with check_ops
+  // off, what happens is the library's.
+  virtual WorkPtr all_to_all_v_async(Tensor in, std::vector<int64_t> send_counts, Tensor out,
+                                     std::vector<int64_t> recv_counts) = 0;
   virtual WorkPtr barrier_async() = 0;
   // Point to point (not collectives: they may be in flight together).
   virtual WorkPtr send_async(Tensor t, int peer, int tag = 0) = 0;
@@ -177,6 +195,10 @@ class Communicator {
   void all_to_all(Tensor in, Tensor out) {
     Blocking b(this);
     all_to_all_async(std::move(in), std::move(out))->wait();
+  }
+  void all_to_all_v(Tensor in, std::vector<int64_t> send_counts, Tensor out, std::vector<int64_t> recv_counts) {
+    Blocking b(this);
+    all_to_all_v_async(std::move(in), std::move(send_counts), std::move(out), std::move(recv_counts))->wait();
   }
   void barrier() {
     Blocking b(this);
@@ -219,7 +241,8 @@ bool nccl_built();
 // reductions) on this group, with no communication thread and no checks.
 // Operands as for the async forms (all_gather/reduce_scatter/all_to_all need
 // counts that divide by the group size). Returns this rank's seconds. Throws
-// CommError for backends without a library underneath (self).
+// CommError for backends without a library underneath (self), and for kinds
+// it has no loop for (all_to_all_v among them: its counts have no place here).
 double native_loop(Communicator& c, OpKind kind, Tensor in, Tensor out, int iters);
 
 // The MPI library parallm was built with (MPI_Get_library_version, first

@@ -120,9 +120,31 @@ std::string Op::describe() const {
     case OpKind::Gather:
     case OpKind::Scatter:
       return s + fmt::format(" ({} x {}, root {})", count, dtype_name(dtype()), root);
+    case OpKind::AllToAllV: {  // a signature (another rank's call) has no counts
+      if (send_counts.empty()) return s + fmt::format(" ({})", dtype_name(dtype()));
+      int64_t received = 0;
+      for (int64_t c : recv_counts) received += c;
+      return s + fmt::format(" ({} sent, {} received x {})", count, received, dtype_name(dtype()));
+    }
     default:
       return s + fmt::format(" ({} x {})", count, dtype_name(dtype()));
   }
+}
+
+std::string all_to_all_v_disagreement(const int64_t* rows, int n, int max_pairs) {
+  std::string s;
+  int found = 0;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      const int64_t sends = rows[static_cast<size_t>(2 * i) * n + j];
+      const int64_t expects = rows[static_cast<size_t>(2 * j + 1) * n + i];
+      if (sends == expects) continue;
+      if (found++ < max_pairs)
+        s += fmt::format("{}rank {} sends {} element{} to rank {}, which expects {} from it", s.empty() ? "" : "; ", i,
+                         sends, sends == 1 ? "" : "s", j, expects);
+    }
+  if (found > max_pairs) s += fmt::format("; and {} more pair{}", found - max_pairs, found - max_pairs == 1 ? "" : "s");
+  return s;
 }
 
 // ---- QueuedComm: validation on the caller's thread ----
@@ -338,8 +360,9 @@ void QueuedComm::check_avg(ReduceOp rop, DType t, const char* what) const {
 }
 
 void QueuedComm::check_same_dtype(const Tensor& in, const Tensor& out, const char* what) const {
-  PARALLM_CHECK(in.dtype() == out.dtype(), ShapeError, fmt::format("comm.{}", what), "input is {} but output is {}",
-                dtype_name(in.dtype()), dtype_name(out.dtype()));
+  PARALLM_CHECK(in.dtype() == out.dtype(), ShapeError, fmt::format("comm.{}", what),
+                "input is {} but output is {} (rank {}/{} of group {})", dtype_name(in.dtype()),
+                dtype_name(out.dtype()), rank_, size_, name_);
 }
 
 void QueuedComm::check_tag(int tag, const char* what) const {
@@ -410,6 +433,39 @@ WorkPtr QueuedComm::all_to_all_async(Tensor in, Tensor out) {
                 n, size_, rank_, size_, name_);
   check_same_dtype(in, out, "all_to_all");
   return issue(OpKind::AllToAll, n, std::move(in), std::move(out));
+}
+
+int64_t QueuedComm::check_counts_v(const std::vector<int64_t>& counts, const Tensor& t, const char* which,
+                                   const char* tensor) const {
+  PARALLM_CHECK(static_cast<int64_t>(counts.size()) == size_, ShapeError, "comm.all_to_all_v",
+                "{} has {} entries, expected one per rank: {} (rank {}/{} of group {})", which, counts.size(), size_,
+                rank_, size_, name_);
+  int64_t sum = 0;
+  for (int j = 0; j < size_; ++j) {
+    const int64_t c = counts[j];
+    PARALLM_CHECK(c >= 0, ShapeError, "comm.all_to_all_v",
+                  "{}[{}] is {}: counts cannot be negative (rank {}/{} of group {})", which, j, c, rank_, size_, name_);
+    PARALLM_CHECK(c <= t.numel() - sum, ShapeError, "comm.all_to_all_v",
+                  "{} add up to more than the {} elements of the {} ({}[{}] is {} after {}) (rank {}/{} of group {})",
+                  which, t.numel(), tensor, which, j, c, sum, rank_, size_, name_);
+    sum += c;
+  }
+  return sum;
+}
+
+WorkPtr QueuedComm::all_to_all_v_async(Tensor in, std::vector<int64_t> send_counts, Tensor out,
+                                       std::vector<int64_t> recv_counts) {
+  const int64_t sent = check_counts_v(send_counts, in, "send_counts", "input");
+  check_counts_v(recv_counts, out, "recv_counts", "output");
+  check_same_dtype(in, out, "all_to_all_v");
+  Op op;
+  op.kind = OpKind::AllToAllV;
+  op.count = sent;  // what this rank sends: its OpCounts payload
+  op.a = std::move(in);
+  op.b = std::move(out);
+  op.send_counts = std::move(send_counts);
+  op.recv_counts = std::move(recv_counts);
+  return submit(std::move(op));
 }
 
 WorkPtr QueuedComm::barrier_async() {

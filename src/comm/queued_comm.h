@@ -94,7 +94,8 @@ struct Op {
   ReduceOp rop = ReduceOp::Sum;
   int root = 0;       // root, or the peer of send/recv
   int tag = 0;        // send/recv
-  int64_t count = 0;  // total element count the op is about
+  int64_t count = 0;  // total element count the op is about (all_to_all_v: this rank's sent elements)
+  std::vector<int64_t> send_counts, recv_counts;  // all_to_all_v: one per rank of the group
   int color = 0, key = 0;
   std::string name;                            // split: name of the new group
   std::unique_ptr<Communicator>* split_out{};  // split: where the result goes
@@ -107,6 +108,12 @@ struct Op {
   // "all_reduce #12 (1024 x fp32, sum)"
   std::string describe() const;
 };
+
+// all_to_all_v's counts on every rank of a group of `n`, in rank order: rank
+// r's send_counts, then its recv_counts (2n each). The pairs that disagree,
+// "rank 0 sends 3 elements to rank 1, which expects 2 from it", joined by
+// "; " (the first `max_pairs`, then how many more); "" when all agree.
+std::string all_to_all_v_disagreement(const int64_t* rows, int n, int max_pairs = 8);
 
 // An operation the backend has started; poll() returns true once it is done
 // and throws (CommError) if it failed.
@@ -135,6 +142,8 @@ class QueuedComm : public Communicator {
   WorkPtr scatter_async(Tensor in, Tensor out, int root, int64_t count = -1) override;
   WorkPtr reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) override;
   WorkPtr all_to_all_async(Tensor in, Tensor out) override;
+  WorkPtr all_to_all_v_async(Tensor in, std::vector<int64_t> send_counts, Tensor out,
+                             std::vector<int64_t> recv_counts) override;
   WorkPtr barrier_async() override;
   WorkPtr send_async(Tensor t, int peer, int tag = 0) override;
   WorkPtr recv_async(Tensor t, int peer, int tag = 0) override;
@@ -189,6 +198,9 @@ class QueuedComm : public Communicator {
   void check_avg(ReduceOp rop, DType t, const char* what) const;
   void check_same_dtype(const Tensor& in, const Tensor& out, const char* what) const;
   void check_tag(int tag, const char* what) const;
+  // all_to_all_v: one count per rank, none negative, their sum within `t`; returns the sum.
+  int64_t check_counts_v(const std::vector<int64_t>& counts, const Tensor& t, const char* which,
+                         const char* tensor) const;
   int64_t rooted_count(int64_t count, int root, const char* what) const;
 
   int rank_, size_;

@@ -34,6 +34,16 @@ class SelfComm : public QueuedComm {
       case OpKind::AllToAll:
         if (op.a.nbytes() > 0 && op.a.raw() != op.b.raw()) std::memmove(op.b.raw(), op.a.raw(), op.a.nbytes());
         break;
+      case OpKind::AllToAllV: {
+        // The one rank sends to itself: both counts must agree (checked whatever check_ops says:
+        // there is no library here, and a larger send would write past what `out` was promised).
+        const int64_t rows[2] = {op.send_counts[0], op.recv_counts[0]};
+        const std::string bad = all_to_all_v_disagreement(rows, 1);
+        if (!bad.empty()) throw CommError("comm.all_to_all_v", error_text(op, "all_to_all_v counts disagree: " + bad));
+        const size_t bytes = static_cast<size_t>(op.count) * dtype_size(op.dtype());
+        if (bytes > 0 && op.a.raw() != op.b.raw()) std::memmove(op.b.raw(), op.a.raw(), bytes);
+        break;
+      }
       case OpKind::Split:
         *op.split_out = op.color < 0 ? nullptr : std::make_unique<SelfComm>(op.name, options());
         break;
