@@ -11,7 +11,11 @@
 // 1-16 MiB all-reduce after it (`parallm bench comm`, 2 ranks). A data phase
 // that still hangs (a peer dies mid-transfer) is caught by the waiter's
 // watchdog. On disagreement the ranks all-gather their signatures and every
-// rank reports who called what. Point-to-point operations stay nonblocking.
+// rank reports who called what. An all_to_all_v's signature leaves out its
+// count (what a rank sends differs per rank); once the signatures agree the
+// ranks compare each pair's counts by blocking collectives on the control
+// communicator (check_counts_v), so a disagreement is an error on every rank.
+// Point-to-point operations stay nonblocking.
 // Each group also has a control communicator (a duplicate) that carries the
 // signatures and on which a rank whose operation timed out asks every peer
 // what it is doing; peers answer from their communication thread while idle
@@ -119,6 +123,8 @@ class CollPending : public Pending {
   void start_real();
   int start_reduce();              // MPI_Reduce (start_real() for a reduce)
   void set_shards(int64_t total);  // counts_ and displs_: the shard_of partition of `total`
+  void set_counts_v();             // all_to_all_v: counts_/displs_ to send, rcounts_/rdispls_ to receive
+  void check_counts_v();           // all_to_all_v after the signature check: every pair's counts agree
   void finish_real();
   [[noreturn]] void report_mismatch();
   int icount(int64_t n) const;
@@ -133,7 +139,7 @@ class CollPending : public Pending {
   int dist_ = 1;  // dissemination distance of the round in flight
   int64_t sig_[2 * kSigFields] = {}, got_[2 * kSigFields] = {}, mine_[kSigFields] = {};
   std::vector<int64_t> all_sigs_;
-  std::vector<int> counts_, displs_;
+  std::vector<int> counts_, displs_, rcounts_, rdispls_;
   std::vector<float> tin_, tout_;  // fp32 staging of bf16 reductions
   std::vector<char> scratch_;      // a reduce's copy of the root's input, or the others' receive buffer
 };
@@ -289,7 +295,7 @@ CollPending::CollPending(MpiComm& c, Op& op) : c_(c), op_(op) {
   const DType dt = op.dtype();
   mine_[0] = static_cast<int64_t>(op.seq);
   mine_[1] = static_cast<int64_t>(op.kind);
-  mine_[2] = op.count;
+  mine_[2] = op.kind == OpKind::AllToAllV ? 0 : op.count;  // all_to_all_v: counts differ per rank (check_counts_v)
   mine_[3] = has_dtype ? static_cast<int64_t>(dt) : 0;
   mine_[4] = rooted ? op.root : 0;
   mine_[5] = reducing ? static_cast<int64_t>(op.rop) : 0;
@@ -357,6 +363,7 @@ bool CollPending::poll() {
     bool agree = true;
     for (int i = 0; i < kSigFields; ++i) agree &= sig_[i] == -sig_[kSigFields + i];
     if (agree) {
+      if (op_.kind == OpKind::AllToAllV) check_counts_v();
       start_real();  // blocking: the data has moved when it returns
       if (state_ != kDone) finish_real();
       state_ = kDone;
@@ -393,6 +400,71 @@ void CollPending::set_shards(int64_t total) {
     counts_[r] = icount(s.count);
     displs_[r] = icount(s.offset);
   }
+}
+
+// Whether MPI's int counts and displacements hold `counts` laid out one after another.
+bool fits_int(const std::vector<int64_t>& counts) {
+  int64_t offset = 0;
+  for (int64_t c : counts) {
+    if (c > INT_MAX || offset > INT_MAX) return false;
+    offset += c;
+  }
+  return true;
+}
+
+void CollPending::set_counts_v() {
+  const int n = c_.size();
+  counts_.resize(n);
+  displs_.resize(n);
+  rcounts_.resize(n);
+  rdispls_.resize(n);
+  int64_t so = 0, ro = 0;
+  for (int j = 0; j < n; ++j) {
+    counts_[j] = icount(op_.send_counts[j]);
+    displs_[j] = icount(so);
+    so += op_.send_counts[j];
+    rcounts_[j] = icount(op_.recv_counts[j]);
+    rdispls_[j] = icount(ro);
+    ro += op_.recv_counts[j];
+  }
+}
+
+// Every rank is in this all_to_all_v (the signatures agreed), so blocking
+// collectives on the control communicator are safe: each rank tells each
+// peer what it sends it and expects from it, the verdicts are combined, and
+// on a disagreement (or counts beyond MPI's int on some rank) every rank
+// gathers all the counts and names the pairs, so all fail alike.
+void CollPending::check_counts_v() {
+  const int n = c_.size();
+  const std::vector<int64_t>& send = op_.send_counts;
+  const std::vector<int64_t>& recv = op_.recv_counts;
+  std::vector<int64_t> mine(2 * static_cast<size_t>(n)), theirs(2 * static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) {
+    mine[2 * j] = send[j];
+    mine[2 * j + 1] = recv[j];
+  }
+  op_check(MPI_Alltoall(mine.data(), 2, MPI_INT64_T, theirs.data(), 2, MPI_INT64_T, c_.ctrl()), c_, op_,
+           "exchanging the counts");
+  int64_t bad = fits_int(send) && fits_int(recv) ? 0 : 1;
+  for (int j = 0; j < n; ++j) bad |= theirs[2 * j] != recv[j] || theirs[2 * j + 1] != send[j] ? 1 : 0;
+  op_check(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT64_T, MPI_MAX, c_.ctrl()), c_, op_, "comparing the counts");
+  if (!bad) return;
+  std::vector<int64_t> row(send), rows(2 * static_cast<size_t>(n) * n);
+  row.insert(row.end(), recv.begin(), recv.end());
+  op_check(MPI_Allgather(row.data(), 2 * n, MPI_INT64_T, rows.data(), 2 * n, MPI_INT64_T, c_.ctrl()), c_, op_,
+           "gathering the counts");
+  const std::string pairs = all_to_all_v_disagreement(rows.data(), n);
+  if (!pairs.empty()) throw CommError("comm.all_to_all_v", c_.err(op_, "all_to_all_v counts disagree: " + pairs));
+  std::vector<int> big;
+  for (int r = 0; r < n; ++r) {
+    const int64_t* p = &rows[2 * static_cast<size_t>(n) * r];
+    if (!fits_int(std::vector<int64_t>(p, p + n)) || !fits_int(std::vector<int64_t>(p + n, p + 2 * n)))
+      big.push_back(r);
+  }
+  throw ShapeError("comm.all_to_all_v",
+                   c_.err(op_, fmt::format("the counts of {} exceed MPI's int counts and displacements (more than {} "
+                                           "elements to send or receive); split the exchange",
+                                           rank_list(big), INT_MAX)));
 }
 
 int CollPending::start_reduce() {
@@ -477,6 +549,16 @@ void CollPending::start_real() {
       rc = MPI_Alltoall(op_.a.raw(), icount(op_.count / n), mpi_type(dt), op_.b.raw(), icount(op_.count / n),
                         mpi_type(dt), comm);
       break;
+    case OpKind::AllToAllV: {
+      set_counts_v();
+      // An empty tensor may have no storage: MPI gets a valid address all the same.
+      static char none;
+      void* in = op_.a.numel() ? op_.a.raw() : &none;
+      void* out = op_.b.numel() ? op_.b.raw() : &none;
+      rc = MPI_Alltoallv(in, counts_.data(), displs_.data(), mpi_type(dt), out, rcounts_.data(), rdispls_.data(),
+                         mpi_type(dt), comm);
+      break;
+    }
     case OpKind::Barrier:
       rc = MPI_Barrier(comm);
       break;
