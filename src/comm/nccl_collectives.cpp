@@ -9,11 +9,13 @@
 // - Counts that do not divide by the group: all_gather and reduce_scatter use
 //   NCCL's ring collectives when they do, and otherwise one broadcast or
 //   reduce per rank in one NCCL group (the shard_of partition). gather,
-//   scatter and all_to_all are grouped point-to-point calls.
+//   scatter, all_to_all and all_to_all_v are grouped point-to-point calls
+//   (all_to_all_v: one send and one receive per peer with a non-zero count).
 // - The signature check. With an MPI control plane (and comm.check_ops) the
 //   ranks compare each collective's signature over MPI before it goes to
 //   NCCL, so a skipped or mismatched collective is an error, not a hang
-//   inside NCCL.
+//   inside NCCL. An all_to_all_v then also compares each pair's counts over
+//   MPI (check_counts).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -71,8 +73,9 @@ void signature(const Op& op, bool widen, int32_t* s) {
                       op.kind == OpKind::Scatter;
   s[0] = static_cast<int32_t>(op.seq & 0x7fffffff);
   s[1] = static_cast<int32_t>(op.kind);
-  s[2] = static_cast<int32_t>(op.count >> 31);
-  s[3] = static_cast<int32_t>(op.count & 0x7fffffff);
+  const int64_t count = op.kind == OpKind::AllToAllV ? 0 : op.count;  // differs per rank: check_counts
+  s[2] = static_cast<int32_t>(count >> 31);
+  s[3] = static_cast<int32_t>(count & 0x7fffffff);
   s[4] = (has_dtype ? static_cast<int32_t>(op.dtype()) : 0) | (widen ? 0x100 : 0);
   s[5] = rooted ? op.root : 0;
   s[6] = reducing(op.kind) ? static_cast<int32_t>(op.rop) : 0;
@@ -107,6 +110,7 @@ class NcclPending : public Pending {
   void enqueue_gather();
   void enqueue_scatter();
   void enqueue_all_to_all();
+  void enqueue_all_to_all_v();
   void copy_back();
   bool finished() const { return done_ && cudaEventQuery(done_) == cudaSuccess; }
   std::string where() const { return fmt::format("comm.{}", op_kind_name(op_.kind)); }
@@ -229,6 +233,9 @@ void NcclPending::enqueue() {
     case OpKind::AllToAll:
       enqueue_all_to_all();
       break;
+    case OpKind::AllToAllV:
+      enqueue_all_to_all_v();
+      break;
     case OpKind::Barrier:
       ok(ncclAllReduce(c_.barrier_buf(), c_.barrier_buf(), 1, ncclFloat32, ncclSum, comm, st), "ncclAllReduce");
       break;
@@ -346,12 +353,42 @@ void NcclPending::enqueue_all_to_all() {
   group.end();
 }
 
+void NcclPending::enqueue_all_to_all_v() {
+  const int n = c_.size(), me = c_.rank();
+  cudaStream_t st = c_.stream();
+  ncclComm_t comm = c_.comm();
+  const std::vector<int64_t>& send = op_.send_counts;
+  const std::vector<int64_t>& recv = op_.recv_counts;
+  // This rank's own part is a local copy: without the ranks' check (no MPI, or
+  // check_ops off) its counts are still compared, so `out` is never overrun.
+  if (send[me] != recv[me])
+    throw CommError(where(), c_.err(op_, fmt::format("all_to_all_v counts disagree: rank {} sends {} element{} to "
+                                                     "rank {}, which expects {} from it",
+                                                     me, send[me], send[me] == 1 ? "" : "s", me, recv[me])));
+  void* in = operand(op_.a, true);
+  void* out = operand(op_.b, false);
+  std::vector<int64_t> sdispl(n), rdispl(n);
+  for (int j = 1; j < n; ++j) {
+    sdispl[j] = sdispl[j - 1] + send[j - 1];
+    rdispl[j] = rdispl[j - 1] + recv[j - 1];
+  }
+  d2d(at(out, rdispl[me]), at(in, sdispl[me]), send[me]);
+  GroupGuard group(ok_);
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    if (send[r]) ok(ncclSend(at(in, sdispl[r]), static_cast<size_t>(send[r]), type_, r, comm, st), "ncclSend");
+    if (recv[r]) ok(ncclRecv(at(out, rdispl[r]), static_cast<size_t>(recv[r]), type_, r, comm, st), "ncclRecv");
+  }
+  group.end();
+}
+
 bool NcclPending::poll() {
   if (check_) {
     if (!check_->test()) return false;  // rethrows a failure of the control plane
     check_.reset();
     is_.check.reset();
     c_.check_agreement(op_);  // throws on a mismatch
+    if (op_.kind == OpKind::AllToAllV) c_.check_counts(op_);
     enqueue_now();
   }
   const cudaError_t e = cudaEventQuery(done_);
@@ -375,20 +412,25 @@ void NcclPending::copy_back() {
       op_.kind == OpKind::AllReduce || (op_.kind == OpKind::Reduce && root) || (op_.kind == OpKind::Broadcast && !root);
   const bool b_out = op_.kind == OpKind::AllGather || op_.kind == OpKind::ReduceScatter ||
                      (op_.kind == OpKind::Gather && root) || op_.kind == OpKind::Scatter ||
-                     op_.kind == OpKind::AllToAll;
+                     op_.kind == OpKind::AllToAll || op_.kind == OpKind::AllToAllV;
+  // all_to_all_v's output past what it receives is left as it was.
+  int64_t received = 0;
+  for (int64_t c : op_.recv_counts) received += c;
   const std::string where = fmt::format("comm.{}", op_kind_name(op_.kind));
   for (auto [t, dev] : {std::pair<Tensor*, gpu::DeviceBuffer*>{a_out ? &op_.a : nullptr, &is_.sa},
                         std::pair<Tensor*, gpu::DeviceBuffer*>{b_out ? &op_.b : nullptr, &is_.sb}}) {
     if (!t || !dev->data()) continue;
     const bool widen = is_.wire.widen;
-    std::vector<char> wide(widen ? dev->bytes() : 0);
+    const int64_t n = op_.kind == OpKind::AllToAllV ? received : t->numel();
+    const size_t bytes = static_cast<size_t>(n) * is_.wire.esize;
+    if (!bytes) continue;
+    std::vector<char> wide(widen ? bytes : 0);
     void* dst = widen ? static_cast<void*>(wide.data()) : t->raw();
-    cuda_ok(cudaMemcpyAsync(dst, dev->data(), dev->bytes(), cudaMemcpyDeviceToHost, c_.copy_stream()), where,
+    cuda_ok(cudaMemcpyAsync(dst, dev->data(), bytes, cudaMemcpyDeviceToHost, c_.copy_stream()), where,
             c_.err(op_, "copying the result to the host"));
     cuda_ok(cudaStreamSynchronize(c_.copy_stream()), where, c_.err(op_, "copying the result to the host"));
     if (!widen) continue;
     auto* out = static_cast<uint16_t*>(t->raw());
-    const int64_t n = t->numel();
     if (t->dtype() == DType::BF16) {
       const auto* f = reinterpret_cast<const float*>(wide.data());
       for (int64_t k = 0; k < n; ++k) out[k] = f32_to_bf16(f[k]);
@@ -433,6 +475,43 @@ void NcclComm::check_agreement(const Op& op) {
                          fmt::join(ranks, ","), what);
   throw CommError(fmt::format("comm.{}", op_kind_name(op.kind)),
                   error_text(op, "collective mismatch (a rank skipped or reordered a collective): " + s_all));
+}
+
+// After the signatures agreed (every rank is in this all_to_all_v): each rank
+// tells each peer what it sends it and expects from it over the control
+// plane, the verdicts are combined, and on a disagreement every rank gathers
+// all the counts and names the pairs. Counts travel as two int32 halves.
+void NcclComm::check_counts(const Op& op) {
+  const int n = size();
+  auto put = [](int64_t v, int32_t* p) {
+    p[0] = static_cast<int32_t>(v >> 31);
+    p[1] = static_cast<int32_t>(v & 0x7fffffff);
+  };
+  auto get = [](const int32_t* p) { return (static_cast<int64_t>(p[0]) << 31) | p[1]; };
+  Tensor mine = Tensor::empty({4 * n}, DType::I32), theirs = Tensor::empty({4 * n}, DType::I32);
+  for (int j = 0; j < n; ++j) {
+    put(op.send_counts[j], mine.data<int32_t>() + 4 * j);
+    put(op.recv_counts[j], mine.data<int32_t>() + 4 * j + 2);
+  }
+  ctrl_->all_to_all(mine, theirs);
+  Tensor bad = Tensor::empty({1}, DType::I32);
+  bad.data<int32_t>()[0] = 0;
+  for (int j = 0; j < n; ++j) {
+    const int32_t* p = theirs.data<int32_t>() + 4 * j;
+    if (get(p) != op.recv_counts[j] || get(p + 2) != op.send_counts[j]) bad.data<int32_t>()[0] = 1;
+  }
+  ctrl_->all_reduce(bad, ReduceOp::Max);
+  if (!bad.data<int32_t>()[0]) return;
+  Tensor row = Tensor::empty({4 * n}, DType::I32), all = Tensor::empty({4 * n * n}, DType::I32);
+  for (int j = 0; j < n; ++j) {
+    put(op.send_counts[j], row.data<int32_t>() + 2 * j);
+    put(op.recv_counts[j], row.data<int32_t>() + 2 * (n + j));
+  }
+  ctrl_->all_gather(row, all);
+  std::vector<int64_t> rows(2 * static_cast<size_t>(n) * n);
+  for (size_t k = 0; k < rows.size(); ++k) rows[k] = get(all.data<int32_t>() + 2 * k);
+  throw CommError("comm.all_to_all_v",
+                  error_text(op, "all_to_all_v counts disagree: " + all_to_all_v_disagreement(rows.data(), n)));
 }
 
 // The control plane's own timeout comes moments later and says what the peers are doing.

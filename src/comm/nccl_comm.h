@@ -128,6 +128,8 @@ class NcclComm : public QueuedComm {
   WorkPtr post_signature(const Op& op);
   // After the check: every rank's signature of this collective must match.
   void check_agreement(const Op& op);
+  // all_to_all_v, after check_agreement: every pair of ranks agrees on its counts.
+  void check_counts(const Op& op);
 
   // ---- lanes (communication thread only; nccl_p2p.cpp) ----
   Communicator& ctrl() const { return *ctrl_; }
