@@ -1,6 +1,7 @@
 // Every collective against a serial reference, run on 1..5 ranks through
 // mpirun (see tests/CMakeLists.txt): counts 0, 1 and not divisible by the
-// group size, each dtype, sub-groups, asynchronous handles, argument errors.
+// group size, each dtype, sub-groups, asynchronous handles, argument errors;
+// all_to_all_v with uneven and empty counts, and counts the ranks disagree on.
 // Each rank can compute every rank's input, so each checks its own result.
 // With the nccl backend (CUDA builds) the same tests move host tensors
 // through NCCL's staging.
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -202,6 +204,178 @@ TEST(Collectives, AllToAllMovesBlocksAndRejectsUnevenCounts) {
       EXPECT_NE(std::string(e.what()).find("not divisible by " + std::to_string(n)), std::string::npos) << e.what();
     }
   }
+}
+
+namespace {
+
+// all_to_all_v's test pattern: element e of what rank i sends rank j, exact in every dtype.
+double a2av_value(int i, int j, int64_t e, DType t) {
+  if (t == DType::BF16) return static_cast<double>((i * 37 + j * 11 + e * 3) % 255 - 127);
+  if (t == DType::U16) return static_cast<double>((i * 37 + j * 11 + e * 3) % 60000);
+  return static_cast<double>(i * 100000 + j * 1000 + e % 1000) * (e % 2 ? -1 : 1);
+}
+
+// Runs all_to_all_v with rank i sending count(i, j) elements to rank j on `c`, and checks
+// every received element, and that the tails of `in` and `out` past the counts are untouched.
+void check_all_to_all_v(Communicator& c, DType t, const std::function<int64_t(int, int)>& count, bool async,
+                        const std::string& what) {
+  const int n = c.size(), me = c.rank();
+  std::vector<int64_t> send(n), recv(n);
+  int64_t sent = 0, received = 0;
+  for (int j = 0; j < n; ++j) {
+    send[j] = count(me, j);
+    recv[j] = count(j, me);
+    sent += send[j];
+    received += recv[j];
+  }
+  const int64_t spare = 3;  // the tensors may be larger than the counts need
+  const double sentinel = t == DType::U16 ? 77 : -77;
+  Tensor in = make(t, sent + spare), out = make(t, received + spare);
+  int64_t k = 0;
+  for (int j = 0; j < n; ++j)
+    for (int64_t e = 0; e < send[j]; ++e) set(in, k++, a2av_value(me, j, e, t));
+  for (int64_t e = 0; e < spare; ++e) set(in, sent + e, sentinel);
+  for (int64_t e = 0; e < received + spare; ++e) set(out, e, sentinel);
+  if (async) {
+    auto w = c.all_to_all_v_async(in, send, out, recv);
+    w->wait();
+    EXPECT_TRUE(w->test());
+  } else {
+    c.all_to_all_v(in, send, out, recv);
+  }
+  k = 0;
+  for (int i = 0; i < n; ++i)
+    for (int64_t e = 0; e < recv[i]; ++e, ++k)
+      ASSERT_EQ(get(out, k), a2av_value(i, me, e, t))
+          << what << " " << dtype_name(t) << ": element " << e << " from rank " << i << " on rank " << me;
+  for (int64_t e = 0; e < spare; ++e) {
+    ASSERT_EQ(get(out, received + e), sentinel) << what << ": the output's tail was written";
+    ASSERT_EQ(get(in, sent + e), sentinel) << what << ": the input's tail changed";
+  }
+}
+
+}  // namespace
+
+TEST(Collectives, AllToAllVUnevenCountsWithZeros) {
+  const int n = world->size();
+  struct Pattern {
+    const char* name;
+    std::function<int64_t(int, int)> count;
+  };
+  const std::vector<Pattern> patterns = {
+      // Uneven, with zeros scattered; rank 0 sends nothing to anyone and rank n - 1 receives nothing
+      // (with one rank both: the whole exchange is empty).
+      {"uneven", [n](int i, int j) { return i == 0 || j == n - 1 ? int64_t{0} : int64_t{(i * 3 + j * 5) % 4}; }},
+      {"all ones but one", [](int i, int j) { return int64_t{i == 1 && j == 0 ? 0 : 1 + (i + 2 * j) % 3}; }},
+      {"all empty", [](int, int) { return int64_t{0}; }},
+      // Large enough for the libraries' rendezvous protocols, and different per direction.
+      {"large", [](int i, int j) { return int64_t{40000 + 1000 * i - 300 * j}; }},
+  };
+  for (DType t : kTypes)
+    for (const Pattern& p : patterns)
+      for (bool async : {false, true}) check_all_to_all_v(*world, t, p.count, async, p.name);
+  // In a sub-group (ranks reordered) as expert parallelism would use it.
+  auto sub = world->split(0, -world->rank(), "a2av-reversed");
+  ASSERT_TRUE(sub);
+  check_all_to_all_v(*sub, DType::F32, patterns[0].count, false, "sub-group");
+}
+
+TEST(Collectives, AllToAllVBadCountsAreShapeErrors) {
+  const int n = world->size(), me = world->rank();
+  const OpCounts before = world->counts();
+  Tensor in = make(DType::F32, 2 * n), out = make(DType::F32, 2 * n);
+  const std::vector<int64_t> twos(n, 2);
+  auto expect_shape_error = [&](const Tensor& a, std::vector<int64_t> s, const Tensor& b, std::vector<int64_t> r,
+                                const std::string& text) {
+    try {
+      world->all_to_all_v(a, std::move(s), b, std::move(r));
+      ADD_FAILURE() << "expected an error: " << text;
+    } catch (const ShapeError& e) {
+      EXPECT_NE(std::string(e.what()).find("[comm.all_to_all_v]"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(me) + "/" + std::to_string(n)), std::string::npos)
+          << e.what();
+    }
+  };
+  std::vector<int64_t> more(n + 1, 0), fewer(n > 1 ? n - 1 : 0, 0);
+  expect_shape_error(in, more, out, twos, "send_counts has " + std::to_string(n + 1) + " entries");
+  expect_shape_error(in, twos, out, fewer, "recv_counts has " + std::to_string(fewer.size()) + " entries");
+  std::vector<int64_t> negative = twos;
+  negative[n - 1] = -1;
+  expect_shape_error(in, negative, out, twos, "send_counts[" + std::to_string(n - 1) + "] is -1");
+  expect_shape_error(in, twos, out, negative, "recv_counts[" + std::to_string(n - 1) + "] is -1");
+  std::vector<int64_t> too_many = twos;
+  too_many[0] = 3;
+  expect_shape_error(in, too_many, out, twos, "send_counts add up to more than the " + std::to_string(2 * n));
+  expect_shape_error(in, twos, out, too_many, "recv_counts add up to more than the " + std::to_string(2 * n));
+  expect_shape_error(in, twos, make(DType::I32, 2 * n), twos, "input is fp32 but output is int32");
+  // A rejected call counts nothing, and the group still works.
+  EXPECT_EQ(world->counts(), before);
+  world->all_to_all_v(in, twos, out, twos);
+}
+
+TEST(Collectives, AllToAllVDisagreeingCountsAreErrorsOnEveryRank) {
+  const int n = world->size(), me = world->rank();
+  ASSERT_TRUE(world->options().check_ops);
+  // A group of its own: the error breaks it, the world goes on.
+  auto g = world->split(0, me, "a2av-mismatch");
+  ASSERT_TRUE(g);
+  const int peer = 1 % n;
+  std::vector<int64_t> send(n, 2), recv(n, 2);
+  if (me == 0) send[peer] = 3;  // rank `peer` expects 2
+  Tensor in = make(DType::BF16, 3 * n), out = make(DType::BF16, 3 * n);
+  try {
+    g->all_to_all_v(in, send, out, recv);
+    FAIL() << "expected an error";
+  } catch (const CommError& e) {
+    const std::string want =
+        "all_to_all_v counts disagree: rank 0 sends 3 elements to rank " + std::to_string(peer) + ", which expects 2";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+  if (g->backend() != "self") {  // broken: later operations fail at once (self runs each on its own)
+    EXPECT_THROW(g->barrier(), CommError);
+  }
+  if (n > 1) {
+    // A rank calling something else is the signature check's mismatch, as for any collective.
+    auto h = world->split(0, me, "a2av-skip");
+    ASSERT_TRUE(h);
+    Tensor a = make(DType::F32, 2 * n), b = make(DType::F32, 2 * n);
+    try {
+      if (me == n - 1)
+        h->all_to_all(a, b);
+      else
+        h->all_to_all_v(a, std::vector<int64_t>(n, 2), b, std::vector<int64_t>(n, 2));
+      FAIL() << "expected an error";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("collective mismatch"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(n - 1) + " called all_to_all #1"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  world->barrier();
+}
+
+TEST(Collectives, AllToAllVCountsWhatThisRankSends) {
+  const int n = world->size(), me = world->rank();
+  auto g = world->split(0, me, "a2av-counted");
+  ASSERT_TRUE(g);
+  auto count = [](int i, int j) { return int64_t{i + 2 * j}; };
+  int64_t sent = 0;
+  for (int j = 0; j < n; ++j) sent += count(me, j);
+  check_all_to_all_v(*g, DType::BF16, count, false, "counted");
+  check_all_to_all_v(*g, DType::I32, count, true, "counted");
+  // Rejected: counts nothing.
+  EXPECT_THROW(g->all_to_all_v(make(DType::F32, 1), std::vector<int64_t>(n, 2), make(DType::F32, 2 * n),
+                               std::vector<int64_t>(n, 2)),
+               ShapeError);
+  // Each rank counts its own sent bytes (bf16, then int32): they differ from rank to rank.
+  const OpCounts got = g->counts();
+  EXPECT_EQ(got.calls_of(OpKind::AllToAllV), 2);
+  EXPECT_EQ(got.bytes_of(OpKind::AllToAllV), 2 * sent + 4 * sent);
+  EXPECT_EQ(got.total_calls(), 2);
+  EXPECT_NE(got.text().find("all_to_all_v 2 calls " + std::to_string(6 * sent) + " B"), std::string::npos)
+      << got.text();
 }
 
 TEST(Collectives, Bf16SumsAccumulateInFp32) {
