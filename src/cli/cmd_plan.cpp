@@ -44,13 +44,17 @@ std::string mesh_text(const parallel::MeshDims& d) {
   std::string axes = fmt::format("dp {}", d.dp);
   for (const auto& [name, v] : {std::pair{"tp", d.tp}, std::pair{"pp", d.pp}, std::pair{"cp", d.cp}})
     if (v > 1) axes += fmt::format(" x {} {}", name, v);
+  if (d.ep > 1) axes += fmt::format(", ep {} inside dp x cp", d.ep);
   return fmt::format("{} rank{}{}", n, n > 1 ? "s" : "", n > 1 ? " (" + axes + ")" : "");
 }
 
 // The job's `world` ranks (0: the layout's smallest job) arranged as train
 // arranges them: a layout train refuses is refused here too.
 parallel::MeshDims job_dims(const train::RunConfig& cfg, int world) {
-  const int64_t smallest = std::max<int64_t>(cfg.parallel.dp, 1) * cfg.parallel.tp * cfg.parallel.pp * cfg.parallel.cp;
+  int64_t dp = std::max<int64_t>(cfg.parallel.dp, 1);
+  if (cfg.parallel.dp == 0)  // the fewest data-parallel ranks expert parallelism divides
+    while ((dp * cfg.parallel.cp) % cfg.parallel.ep != 0) ++dp;
+  const int64_t smallest = dp * cfg.parallel.tp * cfg.parallel.pp * cfg.parallel.cp;
   return parallel::resolve_mesh_dims(cfg.mesh_dims(), world > 0 ? world : static_cast<int>(smallest), 0, true);
 }
 

@@ -14,6 +14,7 @@ namespace parallm::kernels {
 #define PARALLM_ELEMENTWISE_DECLS                                                                           \
   void residual_forward(float* out, const float* a, const float* b, int64_t n); /* out = a + b */           \
   void add_inplace(float* acc, const float* x, int64_t n);                      /* acc += x */              \
+  void scale_inplace(float* x, int64_t n, float s);                             /* x *= s */                \
   void bias_forward(float* out, const float* bias, int64_t N, int64_t C);       /* out[i, :] += bias */     \
   void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t stream,    \
                        uint64_t base);                                                                      \

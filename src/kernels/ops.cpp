@@ -59,6 +59,7 @@ namespace {
     t.attention_block_workspace_floats = &ns::attention_block_workspace_floats; \
     t.classifier_workspace_floats = &ns::classifier_workspace_floats;           \
     t.add_inplace = &ns::add_inplace;                                           \
+    t.scale_inplace = &ns::scale_inplace;                                       \
     t.adamw_runs = &ns::adamw_runs;                                             \
     t.sum_squares = &ns::sum_squares;                                           \
     return t;                                                                   \

@@ -98,6 +98,7 @@ struct ModelOps {
 // Everything of one device in fp32: the model's kernels and the optimizer's.
 struct Ops : ModelOps<float> {
   decltype(&cpu::add_inplace) add_inplace;
+  decltype(&cpu::scale_inplace) scale_inplace;
   decltype(&cpu::adamw_runs) adamw_runs;
   decltype(&cpu::sum_squares) sum_squares;
 };

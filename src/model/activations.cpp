@@ -35,6 +35,7 @@ struct Carver {
   bool llama, qk_norm;
   const CpLayout& cp;
   int64_t E = 0, NK = 0, Fe = 0, S = 0;  // MoE: experts, routed rows, expert and shared widths
+  int64_t R = 0;                         // MoE: the rows a rank's experts may receive (ep x NK)
   int64_t off = 0, soff = 0, hoff = 0;
   int64_t host(int64_t n) {
     const int64_t o = hoff;
@@ -45,9 +46,10 @@ struct Carver {
     LayerActs::Moe m;
     m.logits = take(N * E);
     m.xp = take(NK * C);
-    m.hg = take(NK * Fe);
-    m.hu = take(NK * Fe);
-    m.ha = take(NK * Fe);
+    m.xe = R > NK ? take(R * C) : m.xp;
+    m.hg = take(R * Fe);
+    m.hu = take(R * Fe);
+    m.ha = take(R * Fe);
     m.yp = take(NK * C);
     m.w = stat(NK);
     m.ids = stat(NK);
@@ -60,6 +62,7 @@ struct Carver {
     m.h_src = host(NK);
     m.h_off = host(E + 1);
     m.h_counts = host(2 * E + 1);
+    if (R > NK) m.h_recv = host(E);
     return m;
   }
   int64_t take(int64_t n) {
@@ -127,7 +130,7 @@ struct Carver {
 }  // namespace
 
 ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute,
-                                     int tp, bool sp, const PipelinePart& pipe, const CpLayout& cp) {
+                                     int tp, bool sp, const PipelinePart& pipe, const CpLayout& cp, int ep) {
   const int64_t N = B * T, C = cfg.n_embd, L = cfg.n_layer, Nl = sp ? N / tp : N;
   const BlockWidths w = block_widths(cfg, tp);
   const int64_t Cl = w.attn(), NH = w.heads, vn = (cfg.vocab_size + tp - 1) / tp;
@@ -137,6 +140,7 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
   Carver k{B, T, N, Nl, C, Cl, NH, w.kv(), w.mlp, w.kv_heads, cfg.llama(), cfg.qk_norm(), cp};
   k.E = cfg.moe.experts;
   k.NK = N * cfg.moe.top_k;
+  k.R = k.NK * ep;  // dropless: every rank of the group may send all its rows to one rank
   k.Fe = w.expert;
   k.S = w.shared;
   ActivationPlan o;
@@ -180,6 +184,11 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
     o.moe_dw = k.stat(k.NK);
     o.moe_aux = k.stat(k.E);
     o.h_logits = k.host(N * k.E);
+    if (ep > 1) {
+      o.moe_perm = k.stat(2 * k.R);
+      o.moe_counts = k.stat(2 * k.E);
+      o.h_perm = k.host(2 * k.R);
+    }
   }
   if (w.kv_whole) o.kv_grad = k.stat(2 * cfg.kv_heads() * (w.D * C + w.D));  // the whole k and v weights and biases
   o.acts = k.off;
@@ -210,9 +219,9 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
   }
   if (cp.size > 1) o.s_cp = k.take(CpAttention::scratch_elems(cp, B, T, Cl));
   if (cfg.moe.experts > 0) {
-    o.s_moe_a = k.take(k.NK * C);
-    o.s_moe_b = k.take(k.NK * C);
-    o.s_moe_f = k.take(2 * k.NK * k.Fe);
+    o.s_moe_a = k.take(k.R * C);
+    o.s_moe_b = k.take(k.R * C);
+    o.s_moe_f = k.take(2 * k.R * k.Fe);
     o.s_moe_z = k.take(N * k.E);
     if (o.s_dx2 < 0) o.s_dx2 = k.take(N * C);
   }

@@ -46,10 +46,14 @@ struct LayerActs {
   // statistics: weights, expert ids, slots and sources [NK], lse [N], the
   // counts' sum over the data group [2E + 1]; on the host the ids, slots,
   // sources, each expert's first row [E + 1] and the global counts [E].
+  // Expert parallel (ep > 1), the experts run over the rows they receive
+  // (R = ep x NK at most, expert-major: xe, hg, hu, ha), and the host keeps
+  // the counts received [E] (source rank i's rows for local expert x at
+  // i El + x). Without it xe is xp.
   struct Moe {
-    int64_t logits = -1, xp = -1, hg = -1, hu = -1, ha = -1, yp = -1;
+    int64_t logits = -1, xp = -1, xe = -1, hg = -1, hu = -1, ha = -1, yp = -1;
     int64_t w = -1, ids = -1, slot = -1, src = -1, lse = -1, sums = -1;
-    int64_t h_ids = -1, h_slot = -1, h_src = -1, h_off = -1, h_counts = -1;
+    int64_t h_ids = -1, h_slot = -1, h_src = -1, h_off = -1, h_counts = -1, h_recv = -1;
   } moe;
 };
 
@@ -82,16 +86,19 @@ struct ActivationPlan {
   // gradient for the column groups' sums; kv_grad (stats): a replicated KV
   // head's weight gradients before their sum over the group.
   int64_t s_qkvr = -1, s_qkn = -1, s_dx2 = -1, kv_grad = -1;
-  // MoE backward: two [NK, C] and one [2 NK, F] buffer, d(logits) [N, E];
+  // MoE backward: two [R, C] and one [2 R, F] buffer, d(logits) [N, E];
   // stats: d(weights) [NK] and the auxiliary loss's gradient [E]; a host
-  // copy of the logits (GPU: the balancing loss's value).
+  // copy of the logits (GPU: the balancing loss's value). Expert parallel:
+  // the exchange's reorderings [2 R] (stats, as int32) and their host copy,
+  // and the counts sent [E] (stats).
   int64_t s_moe_a = -1, s_moe_b = -1, s_moe_f = -1, s_moe_z = -1, moe_dw = -1, moe_aux = -1, h_logits = -1;
+  int64_t moe_perm = -1, h_perm = -1, moe_counts = -1;
   int64_t acts = 0, stats = 0, scratch = 0, ws = 0, host = 0;  // element counts
   ActivationBytes sizes;
 
   // Context parallel, T is the local length.
   static ActivationPlan carve(const GPTConfig& cfg, int64_t B, int64_t T, Device dev, int threads, DType compute,
-                              int tp, bool sp, const PipelinePart& pipe, const CpLayout& cp);
+                              int tp, bool sp, const PipelinePart& pipe, const CpLayout& cp, int ep = 1);
 };
 
 class Activations {

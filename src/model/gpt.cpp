@@ -27,21 +27,25 @@
 namespace parallm::model {
 
 namespace {
-ShardSpec shard_spec(const TensorGroup* tp) {
-  return tp ? ShardSpec{tp->size(), tp->rank()} : ShardSpec{};
+ShardSpec shard_spec(const TensorGroup* tp, const ExpertPart& experts) {
+  ShardSpec s = tp ? ShardSpec{tp->size(), tp->rank()} : ShardSpec{};
+  s.ep = experts.ep_size();
+  s.ep_rank = experts.ep_rank();
+  return s;
 }
 }  // namespace
 
 GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, GPTStorage storage, TensorGroup* tp,
-         bool sequence_parallel, PipelinePart pipe, ContextPart cp)
+         bool sequence_parallel, PipelinePart pipe, ContextPart cp, ExpertPart experts)
     : cfg_(cfg),
-      layout_((cfg.validate(), cfg), shard_spec(tp), pipe.stage),
+      layout_((cfg.validate(), cfg), shard_spec(tp, experts), pipe.stage),
       max_B_(max_batch),
       max_T_(max_seq),
       dev_(dev),
       compute_(storage.compute),
       k_(&kernels::ops_for(dev)),
       tp_(tp && tp->size() > 1 ? tp : nullptr),
+      experts_(experts),
       sp_(sequence_parallel && tp_),
       cpl_(cp.layout()) {
   if (cpl_.size > 1) {
@@ -86,7 +90,7 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
                 "a split backward keeps its messages in a pipeline stage's buffers");
   pipe_ = std::move(pipe);
   acts_ = Activations(ActivationPlan::carve(cfg, max_B_, max_T_, dev, omp_get_max_threads(), compute_,
-                                            layout_.spec().tp, sp_, pipe_, cpl_),
+                                            layout_.spec().tp, sp_, pipe_, cpl_, layout_.spec().ep),
                       dev, compute_);
   io_ = BatchIo(dev, max_B_ * max_T_, acts_.max_sets());
   build_layers();
@@ -101,14 +105,15 @@ void GPT::build_layers() {
   };
   split.set_buffers(scratch_at(acts_.plan().s_full), scratch_at(acts_.plan().s_gfull));
   const Attention attn{cpa_.get(), w.attn(), w.heads, NH, w.first_head, tp_ ? NH : 0};
-  spec_ = ModelSpec::build(cfg_, layout_, std::move(split), attn, data_);
+  spec_ = ModelSpec::build(cfg_, layout_, std::move(split), attn, experts_);
   rope_ = RopeTable(cfg_, dev_);
 }
 
 GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
-                          DType compute, int tp, bool sequence_parallel, const PipelinePart& pipe, const CpLayout& cp) {
+                          DType compute, int tp, bool sequence_parallel, const PipelinePart& pipe, const CpLayout& cp,
+                          int ep) {
   return ActivationPlan::carve(cfg, max_batch, max_seq, dev, threads, compute, tp, sequence_parallel && tp > 1, pipe,
-                               cp)
+                               cp, ep)
       .sizes;
 }
 
@@ -149,11 +154,6 @@ void GPT::init_weights(uint64_t seed) {
 void GPT::zero_grad() {
   PARALLM_PROFILE("zero_grad");
   pa_.zero_grads();
-}
-
-void GPT::set_data_group(TensorGroup* data) {
-  data_ = data;
-  build_layers();
 }
 
 Activations::MoeTally GPT::take_moe_tally() {

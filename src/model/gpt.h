@@ -29,12 +29,13 @@ class GPT {
   // parameter (ParamLayout's table), Megatron's split; `sequence_parallel`:
   // B*T/tp residual rows. `pipe`: one stage. `cp`: T and max_seq are this
   // rank's T/C positions. docs/design.md ("The model as layers") has more.
+  // `experts`: the MoE layers' groups (moe_layer.h): the ranks splitting the micro-batch, where the routing counts
+  // are summed, and the expert-parallel group, over which the experts are split (the layout's ShardSpec).
   GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev = Device::cpu(), GPTStorage storage = {},
-      TensorGroup* tp = nullptr, bool sequence_parallel = false, PipelinePart pipe = {}, ContextPart cp = {});
-  // MoE (moe_layer.h): the ranks splitting the micro-batch (data x context parallel; not owned) where the routing
-  // counts are summed; the balancing and z-loss values summed since the last take; layer l's expert choices
+      TensorGroup* tp = nullptr, bool sequence_parallel = false, PipelinePart pipe = {}, ContextPart cp = {},
+      ExpertPart experts = {});
+  // MoE (moe_layer.h): the balancing and z-loss values summed since the last take; layer l's expert choices
   // [N x top_k] in its chunk's last forward (set 0; empty for a dense or not held layer).
-  void set_data_group(TensorGroup* data);
   Activations::MoeTally take_moe_tally();
   std::vector<int32_t> expert_choices(int64_t l);
   // Parameters and gradients through `store` (not owned), group by group; null: own buffers again.
@@ -95,7 +96,7 @@ class GPT {
   using Buffers = ActivationBytes;
   static Buffers buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,
                          DType compute = DType::F32, int tp = 1, bool sequence_parallel = false,
-                         const PipelinePart& pipe = {}, const CpLayout& cp = {});
+                         const PipelinePart& pipe = {}, const CpLayout& cp = {}, int ep = 1);
   int64_t token_multiple() const { return sp_ ? layout_.spec().tp : 1; }  // B*T's multiple (sequence parallel)
   const CpLayout& cp_layout() const { return cpl_; }  // context parallel: the split (size 1 without), ...
   double cp_block_cpu_seconds() const { return cpa_ ? cpa_->block_cpu_seconds() : 0.0; }  // ... the ring's (0)
@@ -110,7 +111,7 @@ class GPT {
   const kernels::ModelOps<bfloat16>* kb_ = nullptr;  // bf16 compute only
   bool bf16_products_ = false;                       // CPU bf16: fp32 activations, bf16 products
   TensorGroup* tp_ = nullptr;                        // null: the whole model on this rank
-  TensorGroup* data_ = nullptr;                      // MoE: the ranks splitting the micro-batch
+  ExpertPart experts_;                               // MoE: the data and expert-parallel groups
   bool sp_ = false;                                  // sequence parallel (with tp_)
   CpLayout cpl_;                                     // context parallel: this rank's positions
   std::unique_ptr<CpAttention> cpa_;                 // context parallel (cp > 1): the attention exchange

@@ -4,7 +4,7 @@
 namespace parallm::model {
 
 ModelSpec ModelSpec::build(const GPTConfig& cfg, const ParamLayout& layout, TensorSplit split, const Attention& attn,
-                           TensorGroup* data) {
+                           ExpertPart experts) {
   const int64_t C = cfg.n_embd;
   const BlockWidths w = block_widths(cfg, split.size(), split.rank());
   ModelSpec s;
@@ -14,7 +14,7 @@ ModelSpec ModelSpec::build(const GPTConfig& cfg, const ParamLayout& layout, Tens
     if (!layout.holds_block(l)) continue;
     const BlockParams& bp = layout.block(l);
     s.blocks[static_cast<size_t>(l)] =
-        cfg.llama() ? Block(LlamaBlock(bp, cfg, w, attn, bp.moe() ? MoeLayer(bp, cfg, w, data) : MoeLayer{}))
+        cfg.llama() ? Block(LlamaBlock(bp, cfg, w, attn, bp.moe() ? MoeLayer(bp, cfg, w, experts) : MoeLayer{}))
                     : Block(Gpt2Block(bp, C, w.attn(), attn));
   }
   s.lnf = Norm{layout.lnf_w(), layout.lnf_b(), C, cfg.llama(), cfg.rms_norm_eps};

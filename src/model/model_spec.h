@@ -50,9 +50,9 @@ struct ModelSpec {
   TensorSplit split;
   // The layers of `cfg`'s family on this rank: slots from the layout, widths
   // from the split; `attn` is this rank's attention layer.
-  // `data`: the ranks splitting the micro-batch (MoE layers' counts; null: this rank alone).
+  // `experts`: the MoE layers' groups (moe_layer.h; none: this rank alone).
   static ModelSpec build(const GPTConfig& cfg, const ParamLayout& layout, TensorSplit split, const Attention& attn,
-                         TensorGroup* data = nullptr);
+                         ExpertPart experts = {});
 };
 
 }  // namespace parallm::model

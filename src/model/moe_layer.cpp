@@ -39,7 +39,7 @@ int32_t* ints(float* p) {
 }
 }  // namespace
 
-MoeLayer::MoeLayer(const BlockParams& bp, const GPTConfig& cfg, const BlockWidths& w, TensorGroup* data)
+MoeLayer::MoeLayer(const BlockParams& bp, const GPTConfig& cfg, const BlockWidths& w, ExpertPart groups)
     : router_(bp.router),
       bias_(bp.router_bias),
       gate_(bp.ex_gate),
@@ -56,7 +56,9 @@ MoeLayer::MoeLayer(const BlockParams& bp, const GPTConfig& cfg, const BlockWidth
       routing_{cfg.moe.score, cfg.moe.norm_topk, static_cast<float>(cfg.moe.routed_scale)},
       aux_coef_(static_cast<float>(cfg.moe.aux_coef)),
       z_coef_(static_cast<float>(cfg.moe.z_coef)),
-      data_(data) {}
+      data_(groups.data),
+      ep_(groups.ep_size() > 1 ? groups.ep : nullptr),
+      El_(cfg.moe.experts / groups.ep_size()) {}
 
 void MoeLayer::report(const BlockEnv& e, const StepContext& ctx) const {
   e.ready(ctx, {router_, bias_, gate_, up_, down_, sgate_, sup_, sdown_});
@@ -133,23 +135,84 @@ double MoeLayer::route(const kernels::ModelOps<A>& k, const BlockEnv& e, const L
 
 template <class A>
 void MoeLayer::experts_forward(const kernels::ModelOps<A>& k, const BlockEnv& e, const LayerActs::Moe& m,
-                               const ParamView<A>& P) const {
-  const int32_t* off = e.acts.host_i32(m.h_off);
-  const A* xp = e.acts.act<A>(m.xp);
-  A *hg = e.acts.act<A>(m.hg), *hu = e.acts.act<A>(m.hu), *ha = e.acts.act<A>(m.ha), *yp = e.acts.act<A>(m.yp);
+                               const ParamView<A>& P, const int32_t* off, A* ye) const {
+  const A* xe = e.acts.act<A>(m.xe);
+  A *hg = e.acts.act<A>(m.hg), *hu = e.acts.act<A>(m.hu), *ha = e.acts.act<A>(m.ha);
   // The grouped product: each expert's rows through its own weights (none for an expert without tokens).
-  for (int64_t x = 0; x < E_; ++x) {
+  for (int64_t x = 0; x < El_; ++x) {
     const int64_t r0 = off[x], n = off[x + 1] - off[x];
     if (n == 0) continue;
-    k.matmul_forward(hg + r0 * F_, xp + r0 * C_, P.at(gate_) + x * F_ * C_, nullptr, n, C_, F_);
-    k.matmul_forward(hu + r0 * F_, xp + r0 * C_, P.at(up_) + x * F_ * C_, nullptr, n, C_, F_);
+    k.matmul_forward(hg + r0 * F_, xe + r0 * C_, P.at(gate_) + x * F_ * C_, nullptr, n, C_, F_);
+    k.matmul_forward(hu + r0 * F_, xe + r0 * C_, P.at(up_) + x * F_ * C_, nullptr, n, C_, F_);
   }
-  const int64_t rows = off[E_];
+  const int64_t rows = off[El_];
   k.swiglu_forward(ha, hg, hu, rows * F_);
-  for (int64_t x = 0; x < E_; ++x) {
+  for (int64_t x = 0; x < El_; ++x) {
     const int64_t r0 = off[x], n = off[x + 1] - off[x];
-    if (n > 0) k.matmul_forward(yp + r0 * C_, ha + r0 * F_, P.at(down_) + x * C_ * F_, nullptr, n, F_, C_);
+    if (n > 0) k.matmul_forward(ye + r0 * C_, ha + r0 * F_, P.at(down_) + x * C_ * F_, nullptr, n, F_, C_);
   }
+}
+
+template <class A>
+MoeLayer::Exchange MoeLayer::exchange(const BlockEnv& e, const LayerActs::Moe& m, bool forward, int64_t width) const {
+  const ActivationPlan& plan = e.acts.plan();
+  const int64_t P = ep_->size();
+  const int32_t* off = e.acts.host_i32(m.h_off);  // this rank's rows by expert (all E)
+  int32_t* got = e.acts.host_i32(m.h_recv);       // [i El + x]: source i's rows for local expert x
+  if (forward) {  // the counts: expert x's rows to the rank holding x, on the device for the group
+    int32_t* d = ints(e.acts.stat(plan.moe_counts));
+    int32_t* h = e.acts.host_i32(m.h_recv);  // staged through the received counts' own host buffer
+    for (int64_t x = 0; x < E_; ++x) h[x] = off[x + 1] - off[x];
+    to_device(e.dev, d, h, E_ * sizeof(int32_t));
+    ep_->all_to_all(d, d + E_, El_);
+    to_host(e.dev, got, d + E_, E_ * sizeof(int32_t));
+  }
+  Exchange x{};
+  for (int64_t j = 0; j < P; ++j) {
+    x.send[j] = static_cast<int64_t>(off[(j + 1) * El_] - off[j * El_]) * width;
+    int64_t r = 0;
+    for (int64_t y = 0; y < El_; ++y) r += got[j * El_ + y];
+    x.recv[j] = r * width;
+  }
+  // Expert order: expert y's rows from source 0, then 1, ...; source order: source i's rows for its experts in turn.
+  x.off[0] = 0;
+  for (int64_t y = 0; y < El_; ++y) {
+    int32_t n = 0;
+    for (int64_t i = 0; i < P; ++i) n += got[i * El_ + y];
+    x.off[y + 1] = x.off[y] + n;
+  }
+  const int32_t rows = x.off[El_];
+  int32_t* to_expert = reinterpret_cast<int32_t*>(e.acts.host_fixed(plan.h_perm));
+  int32_t* to_source = to_expert + rows;
+  std::array<int32_t, kMaxExperts> at{};  // the next expert-order row of each local expert
+  std::copy(x.off, x.off + El_, at.begin());
+  int32_t q = 0;  // the source-order row
+  for (int64_t i = 0; i < P; ++i)
+    for (int64_t y = 0; y < El_; ++y)
+      for (int32_t c = 0; c < got[i * El_ + y]; ++c, ++q) {
+        const int32_t r = at[static_cast<size_t>(y)]++;
+        to_expert[r] = q;
+        to_source[q] = r;
+      }
+  int32_t* d = ints(e.acts.stat(plan.moe_perm));
+  to_device(e.dev, d, to_expert, 2 * static_cast<size_t>(rows) * sizeof(int32_t));
+  x.to_expert = d;
+  x.to_source = d + rows;
+  return x;
+}
+
+template <class A>
+void MoeLayer::dispatch(const kernels::ModelOps<A>& k, const Exchange& x, const A* in, A* tmp, A* out,
+                        int64_t width) const {
+  ep_->all_to_all_v(in, x.send, tmp, x.recv);
+  k.moe_gather(out, tmp, x.to_expert, x.off[El_], width);
+}
+
+template <class A>
+void MoeLayer::undispatch(const kernels::ModelOps<A>& k, const Exchange& x, const A* in, A* tmp, A* out,
+                          int64_t width) const {
+  k.moe_gather(tmp, in, x.to_source, x.off[El_], width);
+  ep_->all_to_all_v(tmp, x.recv, out, x.send);
 }
 
 template <class A>
@@ -165,8 +228,17 @@ void MoeLayer::forward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t
   k.moe_route_forward(e.acts.stat(m.w), ints(e.acts.stat(m.ids)), e.acts.stat(m.lse), z, P.at(bias_), N, E_, K_,
                       routing_);
   route(k, e, m, f);
-  k.moe_gather(e.acts.act<A>(m.xp), xw, ints(e.acts.stat(m.src)), NK, C_);
-  experts_forward(k, e, m, P);
+  A* xp = e.acts.act<A>(m.xp);
+  k.moe_gather(xp, xw, ints(e.acts.stat(m.src)), NK, C_);
+  if (ep_) {  // to the experts' ranks and back (the rows received and their outputs in the backward's scratch)
+    const Exchange ex = exchange<A>(e, m, true, C_);
+    A *ta = e.acts.scr<A>(e.acts.plan().s_moe_a), *tb = e.acts.scr<A>(e.acts.plan().s_moe_b);
+    dispatch(k, ex, xp, ta, e.acts.act<A>(m.xe), C_);
+    experts_forward(k, e, m, P, ex.off, tb);
+    undispatch(k, ex, tb, ta, e.acts.act<A>(m.yp), C_);
+  } else {
+    experts_forward(k, e, m, P, e.acts.host_i32(m.h_off), e.acts.act<A>(m.yp));
+  }
   A* tmp = e.acts.scr<A>(e.acts.plan().s_tmp);
   A* part = s.row_partial_for(tmp);
   k.moe_combine(part, e.acts.act<A>(m.yp), ints(e.acts.stat(m.slot)), e.acts.stat(m.w), N, K_, C_);
@@ -186,13 +258,13 @@ void MoeLayer::forward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t
 
 template <class A>
 void MoeLayer::experts_backward(const kernels::ModelOps<A>& k, const BlockEnv& e, const LayerActs::Moe& m,
-                                const ParamView<A>& P, const GradView& G, const A* dyp, A* dxp) const {
-  const int32_t* off = e.acts.host_i32(m.h_off);
-  const A *xp = e.acts.act<A>(m.xp), *hg = e.acts.act<A>(m.hg), *hu = e.acts.act<A>(m.hu), *ha = e.acts.act<A>(m.ha);
-  const int64_t rows = off[E_];
+                                const ParamView<A>& P, const GradView& G, const int32_t* off, const A* dyp,
+                                A* dxp) const {
+  const A *xe = e.acts.act<A>(m.xe), *hg = e.acts.act<A>(m.hg), *hu = e.acts.act<A>(m.hu), *ha = e.acts.act<A>(m.ha);
+  const int64_t rows = off[El_];
   A* dhg = e.acts.scr<A>(e.acts.plan().s_moe_f);
   A* dhu = dhg + rows * F_;
-  for (int64_t x = 0; x < E_; ++x) {
+  for (int64_t x = 0; x < El_; ++x) {
     const int64_t r0 = off[x], n = off[x + 1] - off[x];
     if (n > 0)
       k.matmul_backward(dhu + r0 * F_, G.at(down_) + x * C_ * F_, nullptr, dyp + r0 * C_, ha + r0 * F_,
@@ -200,12 +272,12 @@ void MoeLayer::experts_backward(const kernels::ModelOps<A>& k, const BlockEnv& e
   }
   k.swiglu_backward(dhg, dhu, dhu, hg, hu, rows * F_);
   A* dxu = const_cast<A*>(dyp);  // consumed: the up projections' input gradients go there
-  for (int64_t x = 0; x < E_; ++x) {
+  for (int64_t x = 0; x < El_; ++x) {
     const int64_t r0 = off[x], n = off[x + 1] - off[x];
     if (n == 0) continue;
-    k.matmul_backward(dxp + r0 * C_, G.at(gate_) + x * F_ * C_, nullptr, dhg + r0 * F_, xp + r0 * C_,
+    k.matmul_backward(dxp + r0 * C_, G.at(gate_) + x * F_ * C_, nullptr, dhg + r0 * F_, xe + r0 * C_,
                       P.at(gate_) + x * F_ * C_, n, C_, F_);
-    k.matmul_backward(dxu + r0 * C_, G.at(up_) + x * F_ * C_, nullptr, dhu + r0 * F_, xp + r0 * C_,
+    k.matmul_backward(dxu + r0 * C_, G.at(up_) + x * F_ * C_, nullptr, dhu + r0 * F_, xe + r0 * C_,
                       P.at(up_) + x * F_ * C_, n, C_, F_);
   }
   k.residual_forward(dxp, dxp, dxu, rows * C_);
@@ -233,7 +305,14 @@ void MoeLayer::backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_
   A* dsu = e.acts.scr<A>(plan.s_dfch2);
   if (sgate_ >= 0)
     k.matmul_backward(dsg, G.at(sdown_), nullptr, dy, e.acts.act<A>(a.fch_gelu), P.at(sdown_), N, S_, C_);
-  experts_backward(k, e, m, P, G, dyp, dxp);
+  if (ep_) {  // the outputs' gradients to the experts' ranks, the inputs' back (dyp's buffer reused in between)
+    const Exchange ex = exchange<A>(e, m, false, C_);
+    dispatch(k, ex, dyp, dxp, dyp, C_);
+    experts_backward(k, e, m, P, G, ex.off, dyp, dxp);
+    undispatch(k, ex, dxp, dyp, dxp, C_);
+  } else {
+    experts_backward(k, e, m, P, G, e.acts.host_i32(m.h_off), dyp, dxp);
+  }
   k.moe_scatter_add(part, dxp, slot, N, K_, C_);
   A* t2 = e.acts.scr<A>(plan.s_dx2);
   if (sgate_ >= 0) {

@@ -19,6 +19,14 @@
 // output is a partial sum reduced like a row-parallel linear's, and the
 // input gradient the sum of every rank's part, to which the router's (the
 // same on every rank) is added once.
+//
+// Expert parallelism (docs/moe.md): the experts are split over the ep group
+// (each rank its E / ep consecutive experts), and each rank's permuted rows
+// go to the ranks holding their experts by two all-to-alls, the per-expert
+// counts, then the rows (in expert order, so each rank's share is one
+// stretch); the receiver runs its experts over the rows it got in expert
+// order, and the outputs return the same way. Every rank takes part in both
+// exchanges in every pass, with empty messages where it has no rows.
 #pragma once
 #include <cstdint>
 
@@ -29,12 +37,21 @@
 
 namespace parallm::model {
 
+// The groups an MoE layer communicates over (not owned; null: this rank
+// alone): the ranks the micro-batch's tokens are split over (data x context
+// parallel), where the routing counts are summed, and the expert-parallel
+// group inside them, over which the experts are split.
+struct ExpertPart {
+  TensorGroup* data = nullptr;
+  TensorGroup* ep = nullptr;
+  int ep_size() const { return ep ? ep->size() : 1; }
+  int ep_rank() const { return ep ? ep->rank() : 0; }
+};
+
 class MoeLayer {
  public:
   MoeLayer() = default;
-  // `data`: the ranks the micro-batch's tokens are split over (data x
-  // context parallel; not owned, null: this rank alone), where the counts are summed.
-  MoeLayer(const BlockParams& bp, const GPTConfig& cfg, const BlockWidths& w, TensorGroup* data);
+  MoeLayer(const BlockParams& bp, const GPTConfig& cfg, const BlockWidths& w, ExpertPart groups);
   bool active() const { return router_ >= 0; }
   // y = res + dropout(moe(x)) over this rank's rows; x: the MLP's input (this rank's rows).
   template <class A>
@@ -55,16 +72,36 @@ class MoeLayer {
   kernels::MoeRouting routing_;
   float aux_coef_ = 0, z_coef_ = 0;
   TensorGroup* data_ = nullptr;
+  TensorGroup* ep_ = nullptr;  // null: every expert here
+  int64_t El_ = 0;             // the experts on this rank (E / ep)
   // The permutation of this pass's choices (host), and the counts summed
   // over the data group where training: returns the global token count.
   template <class A>
   double route(const kernels::ModelOps<A>& k, const BlockEnv& e, const LayerActs::Moe& m, const PassShape& f) const;
+  // This rank's experts over their rows xe (expert order, each expert's first row at off[x]), into ye.
   template <class A>
-  void experts_forward(const kernels::ModelOps<A>& k, const BlockEnv& e, const LayerActs::Moe& m,
-                       const ParamView<A>& P) const;
+  void experts_forward(const kernels::ModelOps<A>& k, const BlockEnv& e, const LayerActs::Moe& m, const ParamView<A>& P,
+                       const int32_t* off, A* ye) const;
   template <class A>
   void experts_backward(const kernels::ModelOps<A>& k, const BlockEnv& e, const LayerActs::Moe& m,
-                        const ParamView<A>& P, const GradView& G, const A* dyp, A* dxp) const;
+                        const ParamView<A>& P, const GradView& G, const int32_t* off, const A* dyp, A* dxp) const;
+  // Expert parallel: the counts exchange (forward: fills the layer's counts
+  // received), the rows' offsets by local expert, and the reorderings of the
+  // rows received between source-rank order and expert order (on the device).
+  struct Exchange {
+    int64_t send[kMaxExperts], recv[kMaxExperts];  // elements per rank of the group
+    int32_t off[kMaxExperts + 1];                  // the local experts' first rows, in expert order
+    const int32_t *to_expert, *to_source;          // device: row r of one order is row idx[r] of the other
+  };
+  template <class A>
+  Exchange exchange(const BlockEnv& e, const LayerActs::Moe& m, bool forward, int64_t width) const;
+  // out (rows of `width` in expert order) from this rank's permuted rows in:
+  // sent to their experts' ranks, received in source order into tmp, reordered.
+  template <class A>
+  void dispatch(const kernels::ModelOps<A>& k, const Exchange& x, const A* in, A* tmp, A* out, int64_t width) const;
+  // The way back: rows in expert order to their senders, into out (this rank's permuted rows).
+  template <class A>
+  void undispatch(const kernels::ModelOps<A>& k, const Exchange& x, const A* in, A* tmp, A* out, int64_t width) const;
 };
 
 }  // namespace parallm::model

@@ -58,21 +58,23 @@ struct AxisMap {
   }
 };
 
+// The split of the slot's block (the whole tensor, or this rank's experts) over tp.
 AxisMap axis_map(const ParamSlot& s, ShardSpec spec) {
   const int a = s.placement.axis;
-  return {s.global_shape[a], s.shape[a] * spec.tp, s.shape[a], s.placement.parts, spec.rank};
+  return {s.block_shape[a], s.shape[a] * spec.tp, s.shape[a], s.placement.parts, spec.rank};
 }
 }  // namespace
 
 void ParamLayout::slice(int i, const float* global, float* local) const {
   const ParamSlot& s = slots_[i];
+  global += s.block_offset;
   if (!s.placement.sharded()) {
     std::copy(global, global + s.numel, local);
     return;
   }
   const AxisMap m = axis_map(s, spec_);
   const int64_t rows = s.shape[0], cols = s.shape.size() > 1 ? s.shape[1] : 1;
-  const int64_t gcols = s.global_shape.size() > 1 ? s.global_shape[1] : 1;
+  const int64_t gcols = s.block_shape.size() > 1 ? s.block_shape[1] : 1;
   if (s.placement.axis == 0) {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t g = m(r);
@@ -89,6 +91,7 @@ void ParamLayout::slice(int i, const float* global, float* local) const {
 
 void ParamLayout::place(int i, const float* local, float* global, int rank) const {
   const ParamSlot& s = slots_[i];
+  global += s.block_offset;
   if (!s.placement.sharded()) {
     std::copy(local, local + s.numel, global);
     return;
@@ -96,7 +99,7 @@ void ParamLayout::place(int i, const float* local, float* global, int rank) cons
   PARALLM_CHECK(rank < spec_.tp, InternalError, "model.params", "rank {} is outside a group of {}", rank, spec_.tp);
   const AxisMap m = axis_map(s, rank < 0 ? spec_ : ShardSpec{spec_.tp, rank});
   const int64_t rows = s.shape[0], cols = s.shape.size() > 1 ? s.shape[1] : 1;
-  const int64_t gcols = s.global_shape.size() > 1 ? s.global_shape[1] : 1;
+  const int64_t gcols = s.block_shape.size() > 1 ? s.block_shape[1] : 1;
   if (s.placement.axis == 0) {
     for (int64_t r = 0; r < rows; ++r)
       if (const int64_t g = m(r); g >= 0) std::copy(local + r * cols, local + (r + 1) * cols, global + g * gcols);
@@ -124,26 +127,27 @@ std::vector<ParamLayout::WholeRun> ParamLayout::whole_runs(int i, int64_t a, int
     }
     out.push_back({l, w, n});
   };
+  const int64_t base = s.block_offset;  // the block's first element in the whole tensor
   if (!s.placement.sharded()) {
-    push(a, a, b - a);
+    push(a, base + a, b - a);
     return out;
   }
   const AxisMap m = axis_map(s, spec_);
   const int64_t cols = s.shape.size() > 1 ? s.shape[1] : 1;
-  const int64_t gcols = s.global_shape.size() > 1 ? s.global_shape[1] : 1;
+  const int64_t gcols = s.block_shape.size() > 1 ? s.block_shape[1] : 1;
   for (int64_t r = a / cols; r * cols < b; ++r) {
     const int64_t c0 = std::max(a - r * cols, int64_t{0}), c1 = std::min(b - r * cols, cols);
     if (s.placement.axis == 0) {  // a local row is a whole row
       const int64_t g = m(r);
-      push(r * cols + c0, g < 0 ? -1 : g * gcols + c0, c1 - c0);
+      push(r * cols + c0, g < 0 ? -1 : base + g * gcols + c0, c1 - c0);
       continue;
     }
     // Split columns: within each of the `parts` blocks a run of consecutive whole columns, then padding.
     const int64_t piece = cols / s.placement.parts;
     for (int64_t c = c0; c < c1;) {
       const int64_t end = std::min(c1, (c / piece + 1) * piece), g = m(c);
-      const int64_t real = g < 0 ? 0 : std::min(end - c, s.global_shape[1] - g);
-      push(r * cols + c, r * gcols + g, real);
+      const int64_t real = g < 0 ? 0 : std::min(end - c, s.block_shape[1] - g);
+      push(r * cols + c, base + r * gcols + g, real);
       push(r * cols + c + real, -1, end - c - real);
       c = end;
     }
@@ -153,9 +157,18 @@ std::vector<ParamLayout::WholeRun> ParamLayout::whole_runs(int i, int64_t a, int
 
 int64_t ParamLayout::add_part(const std::string& name, Shape global, Placement placement, ParamSlot::Init init,
                               float std, bool decay) {
-  if (!placement.sharded() || spec_.tp == 1) return add(name, std::move(global), init, std, decay);
-  Shape local = global;
-  const int64_t len = global[placement.axis], unit = placement.parts * spec_.tp;
+  const bool ep = placement.experts && spec_.ep > 1;
+  if (!ep && (!placement.sharded() || spec_.tp == 1)) return add(name, std::move(global), init, std, decay);
+  // The block this rank's part is cut from: the whole tensor, or its experts' rows.
+  Shape block = global;
+  int64_t block_offset = 0;
+  if (ep) {
+    block[0] = global[0] / spec_.ep;
+    block_offset = spec_.ep_rank * shape_numel(block);
+    if (placement.axis == 0) placement.parts /= spec_.ep;
+  }
+  Shape local = block;
+  const int64_t len = block[placement.axis], unit = placement.parts * spec_.tp;
   PARALLM_CHECK((placement.axis == 0 && placement.parts == 1) || len % unit == 0, InternalError, "model.params",
                 "{}: only a single-part split of rows may be padded ({} over {} parts x tp {})", name, len,
                 placement.parts, spec_.tp);
@@ -163,6 +176,9 @@ int64_t ParamLayout::add_part(const std::string& name, Shape global, Placement p
   const int64_t off = add(name, local, init, std, decay);
   ParamSlot& s = slots_.back();
   s.global_shape = std::move(global);
+  s.block_shape = std::move(block);
+  s.block_offset = block_offset;
+  s.expert_split = ep;
   s.placement = placement;
   const int64_t padding = local[placement.axis] * spec_.tp - len;
   if (padding > 0) {  // only the last ranks' parts reach into the padding
@@ -176,6 +192,7 @@ int64_t ParamLayout::add(const std::string& name, Shape shape, ParamSlot::Init i
   ParamSlot s;
   s.name = name;
   s.global_shape = shape;
+  s.block_shape = shape;
   s.shape = std::move(shape);
   s.numel = shape_numel(s.shape);
   s.offset = total_;
@@ -287,12 +304,12 @@ BlockParams ParamLayout::add_moe_mlp(const GPTConfig& c, const std::string& p, B
   using I = ParamSlot::Init;
   const int64_t C = c.n_embd, E = c.moe.experts, Fe = c.expert_width(), S = c.moe.shared * Fe;
   const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
-  const Placement rows{0, 1}, expert_rows{0, static_cast<int>(E)}, cols{1, 1};
+  const Placement rows{0, 1}, expert_rows{0, static_cast<int>(E), true}, expert_cols{1, 1, true}, cols{1, 1};
   b.router = add(p + "mlp.gate.weight", {E, C}, I::Normal, std, true);
   if (c.moe.bias) b.router_bias = add(p + "mlp.gate.e_score_correction_bias", {E}, I::Zeros, 0.0f, false);
   b.ex_gate = add_part(p + "mlp.experts.gate_proj.weight", {E * Fe, C}, expert_rows, I::Normal, std, true);
   b.ex_up = add_part(p + "mlp.experts.up_proj.weight", {E * Fe, C}, expert_rows, I::Normal, std, true);
-  b.ex_down = add_part(p + "mlp.experts.down_proj.weight", {E * C, Fe}, cols, I::Normal, proj_std, true);
+  b.ex_down = add_part(p + "mlp.experts.down_proj.weight", {E * C, Fe}, expert_cols, I::Normal, proj_std, true);
   b.fc_w = b.up_w = b.fcproj_w = -1;
   if (S > 0) {
     b.fc_w = add_part(p + "mlp.shared_experts.gate_proj.weight", {S, C}, rows, I::Normal, std, true);
@@ -307,6 +324,10 @@ ParamLayout::ParamLayout(const GPTConfig& c, ShardSpec spec, StageSpec stage)
   using I = ParamSlot::Init;
   PARALLM_CHECK(spec.tp >= 1 && spec.rank >= 0 && spec.rank < spec.tp, ConfigError, "model.params",
                 "tensor-parallel rank {} is outside a group of {}", spec.rank, spec.tp);
+  PARALLM_CHECK(spec.ep >= 1 && spec.ep_rank >= 0 && spec.ep_rank < spec.ep &&
+                    (spec.ep == 1 || (c.moe.experts > 0 && c.moe.experts % spec.ep == 0)),
+                ConfigError, "model.params", "expert-parallel rank {} of {} for model.moe_experts={}", spec.ep_rank,
+                spec.ep, c.moe.experts);
   block_widths(c, spec.tp, spec.rank);  // ConfigError where the heads or widths do not split
   first_ = chunks_.front().begin == 0;
   last_ = chunks_.back().end == c.n_layer;

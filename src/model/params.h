@@ -39,13 +39,19 @@ using UpdateRun = kernels::AdamWRun;
 struct Placement {
   int axis = -1;  // -1: replicated (every rank holds the whole tensor); else the axis split over the group
   int parts = 1;  // the axis is `parts` equal blocks, each split over the group (c_attn's q | k | v)
+  // The experts' stacked weights: rows are the experts' equal blocks, which
+  // expert parallelism splits over the ep group (each rank's consecutive
+  // experts: its block of the whole tensor) before the tp split applies.
+  bool experts = false;
   bool sharded() const { return axis >= 0; }
 };
 
-// This rank's place in its tensor-parallel group.
+// This rank's place in its tensor-parallel group, and in its expert-parallel group.
 struct ShardSpec {
   int tp = 1;    // the group's size
   int rank = 0;  // this rank's index in it
+  int ep = 1;    // the expert-parallel group's size
+  int ep_rank = 0;
 };
 
 // This rank's part of a pipeline: the layer ranges [begin, end) of its
@@ -64,7 +70,15 @@ struct ParamSlot {
   std::string name;  // nanoGPT state_dict name, e.g. transformer.h.0.attn.c_attn.weight
   Shape shape;       // this rank's part (the whole tensor when replicated or tp = 1)
   Shape global_shape;
-  Placement placement;
+  Placement placement;  // with expert parallelism: parts counts this rank's experts
+  // The block of the whole tensor this rank's part is cut from: the whole
+  // tensor, or (expert parallel) this rank's experts' rows, from element
+  // `block_offset` of the whole tensor (row-major, so the block is contiguous).
+  Shape block_shape;
+  int64_t block_offset = 0;
+  // Held by this rank of the ep group alone (its experts): gradients are
+  // reduced over the expert-data group, the norm and a checkpoint sum over ep.
+  bool expert_split = false;
   int64_t offset = 0;  // in elements, into the flat buffer (64-byte aligned)
   int64_t numel = 0;
   bool decay = false;    // AdamW weight decay applies (2-D tensors, as nanoGPT)
@@ -113,7 +127,9 @@ class ParamLayout {
   bool first_stage() const { return first_; }
   bool last_stage() const { return last_; }
   // The whole model on one rank: no tensor and no pipeline split.
-  bool whole() const { return spec_.tp == 1 && first_ && last_ && n_layer_ == static_cast<int64_t>(held_blocks()); }
+  bool whole() const {
+    return spec_.tp == 1 && spec_.ep == 1 && first_ && last_ && n_layer_ == static_cast<int64_t>(held_blocks());
+  }
   bool holds_block(int64_t l) const { return l >= 0 && l < n_layer_ && block_group_[l] >= 0; }
   size_t held_blocks() const;
   // The token table's rows on this rank: [v0, v0 + rows) of the vocabulary

@@ -37,6 +37,13 @@ class TensorGroup {
   // out[0, n) = the sum over ranks of their in[rank * n, (rank + 1) * n).
   virtual void reduce_scatter(const float* in, float* out, int64_t n) = 0;
   virtual void reduce_scatter(const bfloat16* in, bfloat16* out, int64_t n) = 0;
+  // Expert parallelism's exchanges. out[r * n, (r + 1) * n) = rank r's
+  // in[rank * n, (rank + 1) * n): the per-expert counts.
+  virtual void all_to_all(const int32_t* in, int32_t* out, int64_t n) = 0;
+  // send[j] elements of `in` (in rank order) to rank j; recv[i] elements from
+  // rank i into `out` (in rank order). Empty messages take part like the others.
+  virtual void all_to_all_v(const float* in, const int64_t* send, float* out, const int64_t* recv) = 0;
+  virtual void all_to_all_v(const bfloat16* in, const int64_t* send, bfloat16* out, const int64_t* recv) = 0;
 };
 
 // The forward half of `reduce`: the partial sums of a row-parallel linear

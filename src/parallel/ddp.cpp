@@ -4,11 +4,12 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "kernels/ops.h"
 
 namespace parallm::parallel {
 
 DataParallel::DataParallel(comm::Communicator& comm, const model::ParamLayout& layout, float* grads, DdpOptions opt)
-    : comm_(comm), grads_(grads) {
+    : comm_(comm), experts_(opt.experts), dev_(opt.dev), grads_(grads) {
   PARALLM_CHECK(opt.bucket_mb > 0, ConfigError, "config", "ddp.bucket_mb must be positive, got {}", opt.bucket_mb);
   const auto cap = static_cast<int64_t>(opt.bucket_mb * 1024 * 1024 / sizeof(float));
   const int64_t first_cap = std::min<int64_t>(cap, 1024 * 1024 / sizeof(float));
@@ -18,8 +19,9 @@ DataParallel::DataParallel(comm::Communicator& comm, const model::ParamLayout& l
   for (int u = 0; u < n; ++u) {
     const auto r = layout.unit(u);
     const int64_t limit = buckets_.size() == 1 ? first_cap : cap;
-    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= limit)
-      buckets_.push_back({r.begin, r.end, 0, 0, {}, nullptr});
+    const bool expert = experts_ && layout.slots()[static_cast<size_t>(u)].expert_split;
+    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= limit || buckets_.back().experts != expert)
+      buckets_.push_back({r.begin, r.end, 0, 0, expert, {}, nullptr});
     Bucket& b = buckets_.back();
     b.end = r.end;
     ++b.units;
@@ -42,7 +44,9 @@ void DataParallel::ready(int unit) {
                 "unit {} out of range", unit);
   Bucket& b = buckets_[bucket_of_unit_[unit]];
   PARALLM_CHECK(b.left > 0, InternalError, "ddp", "unit {} reported twice in one step", unit);
-  if (--b.left == 0) b.work = comm_.all_reduce_async(b.view, comm::ReduceOp::Avg);
+  if (--b.left == 0)
+    b.work = b.experts ? experts_->all_reduce_async(b.view, comm::ReduceOp::Sum)
+                       : comm_.all_reduce_async(b.view, comm::ReduceOp::Avg);
 }
 
 void DataParallel::finish() {
@@ -54,6 +58,8 @@ void DataParallel::finish() {
     b.work->wait();
     stats_.comm_s += b.work->seconds();
     stats_.bytes += (b.end - b.begin) * static_cast<int64_t>(sizeof(float));
+    if (b.experts)  // the sum over the expert-data group, divided by the data group's size (above)
+      kernels::ops_for(dev_).scale_inplace(grads_ + b.begin, b.end - b.begin, 1.0f / static_cast<float>(comm_.size()));
     b.work.reset();
     b.left = b.units;
   }

@@ -11,18 +11,27 @@
 // down; a complete bucket's all-reduce (average) is issued at once on the
 // communicator's thread, overlapping the rest of backward. finish() waits for
 // the buckets and records how much communication time was not hidden.
+//
+// Expert parallelism: the experts' slots (held by one rank of each ep group)
+// form buckets of their own, summed over the expert-data group (the ranks
+// holding the same experts) and divided by the data group's size: each
+// expert's gradient already sums the tokens every rank of the ep group sent
+// it, so this is the data group's mean, as for every other parameter.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/device.h"
 #include "model/params.h"
 
 namespace parallm::parallel {
 
 struct DdpOptions {
   double bucket_mb = 25.0;
+  comm::Communicator* experts = nullptr;  // expert parallel: the expert-data group (null: no expert slots apart)
+  Device dev = Device::cpu();             // where the gradients live (the experts' division)
 };
 
 // Per optimizer step: total time the all-reduces ran on the comm thread, and
@@ -50,12 +59,15 @@ class DataParallel {
   struct Bucket {
     int64_t begin = 0, end = 0;
     int units = 0, left = 0;
-    Tensor view;  // grads[begin, end), made once
+    bool experts = false;  // expert slots: summed over the expert-data group
+    Tensor view;           // grads[begin, end), made once
     comm::WorkPtr work;
   };
   void ready(int unit);
 
   comm::Communicator& comm_;
+  comm::Communicator* experts_;
+  Device dev_;
   float* grads_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_unit_;

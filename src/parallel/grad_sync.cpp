@@ -25,13 +25,33 @@ namespace {
 // table: the parts' squares are summed over the group, a replicated
 // parameter's counted once (tp rank 0's, so every rank gets the same bits even
 // if replicated gradients ever differed across the group), a tied copy not at all.
+// With expert parallelism the group spans the ep group too (tp x pp x ep):
+// each rank's experts count, every other parameter on ep rank 0 alone.
 double model_sum_squares(const model::GPT& m, Device dev, GroupSum* model_sum) {
   const auto& k = kernels::ops_for(dev);
   if (!model_sum) return k.sum_squares(m.grads(), m.flat_size());
-  double split = 0, whole = 0;
+  double experts = 0, split = 0, whole = 0;
   for (const auto& s : m.layout().slots())
-    if (!s.tied_copy) (s.placement.sharded() ? split : whole) += k.sum_squares(m.grads() + s.offset, s.numel);
-  return (*model_sum)(split + (m.layout().spec().rank == 0 ? whole : 0.0));
+    if (!s.tied_copy)
+      (s.expert_split          ? experts
+       : s.placement.sharded() ? split
+                               : whole) += k.sum_squares(m.grads() + s.offset, s.numel);
+  const model::ShardSpec& spec = m.layout().spec();
+  return (*model_sum)(experts + (spec.ep_rank == 0 ? split + (spec.rank == 0 ? whole : 0.0) : 0.0));
+}
+
+// Replicas' parameters made the same across the data group: the experts'
+// over the expert-data group (`experts`, expert parallel), the rest over `dp`.
+void broadcast_layout(comm::Communicator& dp, comm::Communicator* experts, const model::GPT& m, float* x) {
+  if (!experts) return broadcast_floats(dp, x, m.flat_size());
+  const auto& slots = m.layout().slots();
+  for (size_t i = 0; i < slots.size();) {  // runs of slots of one kind
+    size_t j = i;
+    while (j < slots.size() && slots[j].expert_split == slots[i].expert_split) ++j;
+    const int64_t end = j < slots.size() ? slots[j].offset : m.flat_size();
+    broadcast_floats(slots[i].expert_split ? *experts : dp, x + slots[i].offset, end - slots[i].offset);
+    i = j;
+  }
 }
 
 // The global norm of a whole replica's gradient; replicas each compute
@@ -53,8 +73,9 @@ float replica_mean_loss(GroupMean& mean, const std::vector<float>& local, int64_
 // Every rank holds the whole model: what replicas share.
 class ReplicaSync : public GradSync {
  public:
-  ReplicaSync(comm::Communicator& dp, model::GPT& m, Device dev, comm::Communicator* tp)
-      : dp_(dp), m_(m), dev_(dev), mean_(dp), all_(dp) {
+  ReplicaSync(comm::Communicator& dp, model::GPT& m, Device dev, comm::Communicator* tp,
+              comm::Communicator* experts = nullptr)
+      : dp_(dp), experts_(experts), m_(m), dev_(dev), mean_(dp), all_(dp) {
     if (tp && tp->size() > 1) tp_sum_ = std::make_unique<GroupSum>(*tp);
   }
   float mean_loss(const std::vector<float>& local, int64_t batches) override {
@@ -72,14 +93,17 @@ class ReplicaSync : public GradSync {
     params_loaded();
   }
   void params_loaded() override {
-    broadcast_floats(dp_, m_.params(), m_.flat_size());  // identical replicas, whatever each rank did
+    broadcast_layout(dp_, experts_, m_, m_.params());  // identical replicas, whatever each rank did
     m_.params_changed();
   }
+  bool reads_checkpoint() const override { return experts_ ? experts_->rank() == 0 : dp_.rank() == 0; }
+  void spread(float* x) override { broadcast_layout(dp_, experts_, m_, x); }
   HeldState held() const override { return {}; }
   const float* params_to_save(Array<float>&) const override { return m_.params(); }
 
  protected:
   comm::Communicator& dp_;
+  comm::Communicator* experts_;  // expert parallel: the expert-data group
   model::GPT& m_;
   Device dev_;
   GroupMean mean_;
@@ -90,10 +114,11 @@ class ReplicaSync : public GradSync {
 // DDP: gradients averaged by bucketed all-reduces during backward (nothing on one rank).
 class DdpSync : public ReplicaSync {
  public:
-  DdpSync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt, comm::Communicator* tp)
-      : ReplicaSync(dp, m, dev, tp), bucket_mb_(opt.bucket_mb) {
+  DdpSync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt, comm::Communicator* tp,
+          comm::Communicator* experts)
+      : ReplicaSync(dp, m, dev, tp, experts), bucket_mb_(opt.bucket_mb) {
     if (dp.size() > 1) {
-      ddp_ = std::make_unique<DataParallel>(dp, m.layout(), m.grads(), DdpOptions{opt.bucket_mb});
+      ddp_ = std::make_unique<DataParallel>(dp, m.layout(), m.grads(), DdpOptions{opt.bucket_mb, experts, dev});
       hook_ = ddp_->hook();
     }
   }
@@ -293,10 +318,13 @@ GradSyncOptions resolve_grad_sync(GradSyncOptions o, int dp_size) {
 }
 
 std::unique_ptr<GradSync> make_grad_sync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt,
-                                         comm::Communicator* tp) {
+                                         comm::Communicator* tp, comm::Communicator* experts) {
+  const bool ep = m.layout().spec().ep > 1;
+  PARALLM_CHECK(!ep || (experts && opt.zero_stage == 0 && !opt.deterministic), ConfigError, "config",
+                "expert parallelism runs with DDP (zero.stage=0, ddp.deterministic=false) for now");
   if (opt.zero_stage > 0) return std::make_unique<ZeroSync>(dp, m, dev, opt, tp);
   if (opt.deterministic) return std::make_unique<DeterministicSync>(dp, m, dev, opt, tp);
-  return std::make_unique<DdpSync>(dp, m, dev, opt, tp);
+  return std::make_unique<DdpSync>(dp, m, dev, opt, tp, ep ? experts : nullptr);
 }
 
 model::GPTStorage model_storage(const GradSyncOptions& opt, DType compute) {

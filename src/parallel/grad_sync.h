@@ -116,6 +116,12 @@ class GradSync {
   // checkpoint: each rank ends with what it holds of them.
   virtual void init_params(uint64_t seed) = 0;
   virtual void params_loaded() = 0;
+  // Not sharded: whether this rank reads a checkpoint (the first replica's
+  // ranks: with expert parallelism, each rank of the first ep group its
+  // experts), and the same spread for a buffer of the whole layout `x` (an
+  // optimizer moment) as params_loaded does for the parameters (collective).
+  virtual bool reads_checkpoint() const { return true; }
+  virtual void spread(float* x) {}
   virtual HeldState held() const = 0;
   // Sharded stage 1-2 save: this rank's parameter pieces, copied into `out`
   // (shard-sized); stage 3 returns its shard. Not sharded: the model's parameters.
@@ -144,8 +150,11 @@ GradSyncOptions resolve_grad_sync(GradSyncOptions opt, int dp_size);
 // holding one whole model between them (tensor x pipeline parallel: the
 // gradient norm sums over them, counting a replicated parameter once and a
 // tied copy not at all; ZeRO shards each rank's part over `dp`), or nullptr.
+// Expert parallel, `tp` is the tensor x pipeline x expert-parallel group and
+// `experts` the expert-data group, over which the experts' gradients are
+// reduced (DDP only for now: ConfigError otherwise).
 std::unique_ptr<GradSync> make_grad_sync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt,
-                                         comm::Communicator* tp = nullptr);
+                                         comm::Communicator* tp = nullptr, comm::Communicator* experts = nullptr);
 
 // Storage the model keeps itself under `opt` (ZeRO stage 2 drops the
 // gradient buffer, stage 3 the parameters too).

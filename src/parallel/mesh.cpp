@@ -12,6 +12,7 @@ MeshDims resolve_mesh_dims(MeshDims d, int world_size, int ranks_per_node, bool 
   check_axis(d.tp, "parallel.tp");
   check_axis(d.pp, "parallel.pp");
   check_axis(d.cp, "parallel.cp");
+  check_axis(d.ep, "parallel.ep");
   const int64_t model = int64_t{d.tp} * d.pp * d.cp;  // ranks per data-parallel replica
   if (d.dp == 0) {
     PARALLM_CHECK(world_size % model == 0, ConfigError, "config",
@@ -25,6 +26,11 @@ MeshDims resolve_mesh_dims(MeshDims d, int world_size, int ranks_per_node, bool 
                 "parallel.dp={} x parallel.tp={} x parallel.pp={} x parallel.cp={} = {} ranks, but the job has {}: "
                 "the degrees must multiply to the world size (leave parallel.dp unset to derive it)",
                 d.dp, d.tp, d.pp, d.cp, d.dp * model, world_size);
+  PARALLM_CHECK(
+      (int64_t{d.dp} * d.cp) % d.ep == 0, ConfigError, "config",
+      "parallel.ep={} does not divide the {} data x context parallel ranks (parallel.dp={} x parallel.cp={}): "
+      "expert parallelism splits those ranks into groups of parallel.ep",
+      d.ep, d.dp * d.cp, d.dp, d.cp);
   if (ranks_per_node > 0 && d.tp > 1 && (d.tp > ranks_per_node || ranks_per_node % d.tp != 0)) {
     PARALLM_CHECK(tp_across_nodes, ConfigError, "config",
                   "parallel.tp={} does not fit the {} ranks of a node: tensor parallelism exchanges activations in "
@@ -50,6 +56,12 @@ Mesh::Mesh(comm::Communicator& world, MeshDims dims, int ranks_per_node, bool tp
   pp_ = group(d.pp, (c.dp * d.cp + c.cp) * d.tp + c.tp, c.pp, "pp");
   dp_cp_ = group(d.dp * d.cp, c.pp * d.tp + c.tp, c.dp * d.cp + c.cp, "dp_cp");
   tp_pp_ = group(d.tp * d.pp, c.dp * d.cp + c.cp, c.pp * d.tp + c.tp, "tp_pp");
+  if (d.ep > 1) {  // i: the index in the dp x cp group; ep groups are consecutive indices
+    const int i = c.dp * d.cp + c.cp, line = c.pp * d.tp + c.tp, groups = d.dp * d.cp / d.ep;
+    ep_ = group(d.ep, line * groups + i / d.ep, i % d.ep, "ep");
+    edp_ = group(groups, line * d.ep + i % d.ep, i / d.ep, "edp");
+    model_ = group(d.tp * d.pp * d.ep, i / d.ep, (c.pp * d.ep + i % d.ep) * d.tp + c.tp, "model");  // world order
+  }
   if (d.pp > 1) {  // every rank takes part in the split; the middle stages are left out
     const bool end = first_stage() || last_stage();
     ends_ = group(2, end ? (c.dp * d.cp + c.cp) * d.tp + c.tp : -1, c.pp, "ends");
@@ -118,7 +130,8 @@ int Mesh::pp_next() const {
 }
 
 std::string Mesh::summary() const {
-  return fmt::format("dp={} tp={} pp={} cp={}", dims_.dp, dims_.tp, dims_.pp, dims_.cp);
+  return fmt::format("dp={} tp={} pp={} cp={}{}", dims_.dp, dims_.tp, dims_.pp, dims_.cp,
+                     dims_.ep > 1 ? fmt::format(" ep={}", dims_.ep) : "");
 }
 
 }  // namespace parallm::parallel

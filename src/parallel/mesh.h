@@ -11,7 +11,13 @@
 // dp x cp (the ranks holding the same model shard: gradient reduction), tp x
 // pp (the ranks holding one whole model between them: the gradient norm, a
 // checkpoint's assembly) and the pipeline's two ends (the first and last
-// stage, which both hold the tied token table). Each
+// stage, which both hold the tied token table). Expert parallelism (ep, as
+// Megatron places it) splits the dp x cp ranks of each (tp, pp) line: their
+// index i = dp_i * cp + cp_i gives the ep group (ep consecutive indices,
+// which exchange tokens and hold one set of experts between them: ep rank
+// i % ep), the expert-data group (the same i % ep: the ranks holding the same
+// experts, whose gradients they reduce) and the model group (tp x pp x ep:
+// one whole model between them, with experts). Each
 // group orders its ranks by their coordinate along its axes. A group that
 // spans the world is the world communicator itself (data parallelism alone
 // runs exactly as before the mesh existed); a group of one rank is a local
@@ -31,6 +37,7 @@ struct MeshDims {
   int tp = 1;
   int pp = 1;
   int cp = 1;
+  int ep = 1;  // expert parallel: inside the dp x cp ranks (not an axis of its own; it must divide dp * cp)
   bool operator==(const MeshDims&) const = default;
 };
 
@@ -57,7 +64,14 @@ class Mesh {
   comm::Communicator& pp() const { return get(pp_); }
   comm::Communicator& cp() const { return get(cp_); }
   comm::Communicator& dp_cp() const { return get(dp_cp_); }  // same model shard: gradients are reduced here
-  comm::Communicator& tp_pp() const { return get(tp_pp_); }  // one whole model between them
+  comm::Communicator& tp_pp() const { return get(tp_pp_); }  // one whole model between them (without ep)
+  // Expert parallelism (groups of one rank when ep = 1): the ranks exchanging
+  // tokens, those holding the same experts, and tp x pp x ep (one whole model
+  // with every expert between them: a checkpoint's assembly, the gradient norm).
+  comm::Communicator& ep() const { return get(ep_); }
+  comm::Communicator& edp() const { return get(edp_); }
+  comm::Communicator& model() const { return dims_.ep > 1 ? get(model_) : tp_pp(); }
+  int ep_rank() const { return (me_.dp * dims_.cp + me_.cp) % dims_.ep; }
   // The first and last pipeline stage of this rank's (dp, cp, tp) line, the
   // first as rank 0 (a group of one without a pipeline); nullptr on a middle stage.
   comm::Communicator* ends() const { return first_stage() || last_stage() ? &get(ends_) : nullptr; }
@@ -82,7 +96,7 @@ class Mesh {
   // world when it spans it, or (one rank) nothing until first used.
   Group group(int size, int color, int key, const std::string& name);
   comm::Communicator& get(Group& g) const;  // makes a one-rank group (a local self communicator) on first use
-  mutable Group dp_, tp_, pp_, cp_, dp_cp_, tp_pp_, ends_;
+  mutable Group dp_, tp_, pp_, cp_, dp_cp_, tp_pp_, ends_, ep_, edp_, model_;
   mutable std::vector<std::unique_ptr<comm::Communicator>> owned_;
 };
 
@@ -92,7 +106,8 @@ MeshCoord mesh_coord(const MeshDims& dims, int rank);
 std::string coord_text(const MeshDims& dims, const MeshCoord& c);
 
 // The dims with dp filled in, checked against a world of `world_size` ranks
-// (ConfigError naming the sizes otherwise); no communication.
+// (ConfigError naming the sizes otherwise, and an ep that does not divide
+// dp x cp); no communication.
 MeshDims resolve_mesh_dims(MeshDims dims, int world_size, int ranks_per_node = 0, bool tp_across_nodes = false);
 
 }  // namespace parallm::parallel

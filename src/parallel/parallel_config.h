@@ -33,6 +33,7 @@ struct ZeroConfig {
 struct ParallelConfig {
   int64_t dp = 0;  // 0: the world size / (tp x pp x cp)
   int64_t tp = 1, pp = 1, cp = 1;
+  int64_t ep = 1;  // expert parallel: each MoE layer's experts split over groups of ep of the dp x cp ranks
   bool tp_across_nodes = false;
   bool sequence_parallel = false;  // Megatron SP inside the tp group
   PipeKind pp_schedule = PipeKind::OneFOneB;
@@ -50,5 +51,6 @@ struct ParallelConfig {
 void check_layout(const ParallelConfig& p, const model::GPTConfig& m);
 void check_pipeline(const ParallelConfig& p, const model::GPTConfig& m);
 void check_context(const ParallelConfig& p, const model::GPTConfig& m);
+void check_experts(const ParallelConfig& p, const model::GPTConfig& m);
 
 }  // namespace parallm::parallel

@@ -51,6 +51,27 @@ void check_context(const ParallelConfig& p, const model::GPTConfig& m) {
                 p.cp);
 }
 
+// Expert parallelism against the model and the data-parallel strategies.
+void check_experts(const ParallelConfig& p, const model::GPTConfig& m) {
+  if (p.ep == 1) return;
+  PARALLM_CHECK(m.moe.experts > 0, ConfigError, "config",
+                "parallel.ep={} splits the experts of mixture-of-experts layers, but the model has none "
+                "(model.moe_experts=0)",
+                p.ep);
+  PARALLM_CHECK(m.moe.experts % p.ep == 0, ConfigError, "config",
+                "parallel.ep={} does not divide model.moe_experts={}: every rank of an expert-parallel group holds "
+                "the same number of experts",
+                p.ep, m.moe.experts);
+  PARALLM_CHECK(p.zero.stage == 0, ConfigError, "config",
+                "zero.stage={} with parallel.ep={}: ZeRO's shards of the experts' state are not built yet; use "
+                "zero.stage=0 with expert parallelism",
+                p.zero.stage, p.ep);
+  PARALLM_CHECK(!p.ddp.deterministic, ConfigError, "config",
+                "ddp.deterministic=true with parallel.ep={}: the deterministic reduction is for replicas of the whole "
+                "model; drop ddp.deterministic",
+                p.ep);
+}
+
 // The axes of the mesh against each other and the model.
 void check_layout(const ParallelConfig& p, const model::GPTConfig& m) {
   PARALLM_CHECK(m.n_head % p.tp == 0, ConfigError, "config",
@@ -66,6 +87,7 @@ void check_layout(const ParallelConfig& p, const model::GPTConfig& m) {
                 p.tp, m.block_size);
   check_pipeline(p, m);
   check_context(p, m);
+  check_experts(p, m);
   PARALLM_CHECK(
       p.ddp.shards == 0 || m.moe.experts == 0, ConfigError, "config",
       "ddp.shards={} with model.moe_experts={}: one rank's shards run as separate passes, and the balancing "
@@ -111,15 +133,15 @@ std::unique_ptr<model::GPT> ParallelPlan::apply_to_model(const model::GPTConfig&
   tp_ = std::make_unique<TensorParallelGroup>(mesh_.tp(), dev);
   if (cp_enabled()) cp_ = std::make_unique<ContextParallelGroup>(mesh_.cp(), dev);
   if (pp_enabled()) pipe_ = std::make_unique<Pipeline>(pipe, mesh_, fault);
-  auto m = std::make_unique<model::GPT>(cfg, batch, cfg.block_size / dims().cp, dev, storage, tp_.get(),
-                                        config_.sequence_parallel, pipe_ ? pipe_->part() : model::PipelinePart{},
-                                        model::ContextPart{cp_.get(), config_.cp_kind});
-  if (cfg.moe.experts > 0 && grad_group().size() > 1) {
+  if (cfg.moe.experts > 0 && grad_group().size() > 1) {  // MoE: the routing counts' group, the experts' split
     check_device_group(grad_group(), dev, "model.moe_experts with data parallelism");
     data_ = std::make_unique<TensorParallelGroup>(grad_group(), dev);
-    m->set_data_group(data_.get());
+    if (ep_enabled()) ep_ = std::make_unique<TensorParallelGroup>(mesh_.ep(), dev);
   }
-  return m;
+  return std::make_unique<model::GPT>(cfg, batch, cfg.block_size / dims().cp, dev, storage, tp_.get(),
+                                      config_.sequence_parallel, pipe_ ? pipe_->part() : model::PipelinePart{},
+                                      model::ContextPart{cp_.get(), config_.cp_kind},
+                                      model::ExpertPart{data_.get(), ep_.get()});
 }
 
 float ParallelPlan::forward_loss(model::GPT& m, const int32_t* x, const int32_t* y, int64_t B, int64_t T,
@@ -172,9 +194,9 @@ std::vector<int64_t> ParallelPlan::by_stage(int64_t mine) const {
 CheckpointShare ParallelPlan::checkpoint_share(const model::ParamLayout& part, const model::ParamLayout& whole,
                                                const std::function<StateBuffers()>& local, GradSync& sync) const {
   comm::Communicator& dp = grad_group();
-  if (!sync.held().sharded) {  // replicated: the model-parallel group of dp rank 0 holds it
-    const bool writes = dp.rank() == 0;
-    return gathered_whole(mesh_.tp_pp(), writes, part, whole, writes ? local() : StateBuffers{});
+  if (!sync.held().sharded) {  // replicated: the model-parallel group (with its experts) of the first replica holds it
+    const bool writes = sync.reads_checkpoint();
+    return gathered_whole(mesh_.model(), writes, part, whole, writes ? local() : StateBuffers{});
   }
   if (pp_enabled()) return zero_stage_whole(dp, mesh_.tp_pp(), sync, part, whole, local());
   if (tp_enabled()) return zero_tp_groups(dp, mesh_.tp(), sync, part, whole, local());

@@ -42,6 +42,7 @@ class ParallelPlan {
   bool sp_enabled() const { return tp_enabled() && config_.sequence_parallel; }
   bool pp_enabled() const { return dims().pp > 1; }
   bool cp_enabled() const { return dims().cp > 1; }
+  bool ep_enabled() const { return dims().ep > 1; }
   // The ranks whose gradients are averaged, and over which the data is split
   // by samples: the data-parallel group, with context parallelism the
   // data-parallel x context-parallel one (cp ranks hold parts of the same
@@ -95,6 +96,7 @@ class ParallelPlan {
   ParallelConfig config_;
   std::unique_ptr<TensorParallelGroup> tp_;
   std::unique_ptr<TensorParallelGroup> data_;  // MoE: the routing counts' sums over grad_group()
+  std::unique_ptr<TensorParallelGroup> ep_;    // MoE: the experts' split and the tokens' exchange
   std::unique_ptr<ContextParallelGroup> cp_;
   std::unique_ptr<Pipeline> pipe_;
 };

@@ -1,5 +1,6 @@
 // Tensor parallelism's group for the model: model::TensorGroup (the blocking
-// collectives Megatron's layers need) over the mesh's tp communicator.
+// collectives Megatron's layers need) over the mesh's tp communicator (and,
+// the same class, over the data and expert-parallel groups an MoE layer uses).
 //
 // The model (model/gpt.h) holds this rank's part of each parameter, as the
 // layout's sharding table says, and calls the group where Megatron's layers
@@ -28,6 +29,9 @@ class TensorParallelGroup final : public model::TensorGroup {
   void gather(const bfloat16* in, bfloat16* out, int64_t n) override;
   void reduce_scatter(const float* in, float* out, int64_t n) override;
   void reduce_scatter(const bfloat16* in, bfloat16* out, int64_t n) override;
+  void all_to_all(const int32_t* in, int32_t* out, int64_t n) override;
+  void all_to_all_v(const float* in, const int64_t* send, float* out, const int64_t* recv) override;
+  void all_to_all_v(const bfloat16* in, const int64_t* send, bfloat16* out, const int64_t* recv) override;
   comm::Communicator& comm() const { return c_; }
 
  private:

@@ -14,12 +14,15 @@ void gather_whole(comm::Communicator& tp, const model::ParamLayout& part, const 
                 "a layout for tp={} gathered over a group of {}", part.spec().tp, tp.size());
   // This rank's elements in the whole tensor's order: runs (whole offset,
   // count) and their values. Replicated slots come from tp rank 0 alone, the
-  // tied table from the stage that owns it; every element from one rank.
+  // tied table from the stage that owns it, every slot but the experts' from
+  // ep rank 0 (expert parallel: the group spans ep); every element from one rank.
   std::vector<int64_t> runs;
   std::vector<float> vals;
+  const model::ShardSpec& spec = part.spec();
   for (int s = 0; s < part.num_units(); ++s) {
     const model::ParamSlot& ps = part.slots()[s];
-    if (ps.tied_copy || (!ps.placement.sharded() && part.spec().rank != 0)) continue;
+    if (ps.tied_copy || (!ps.expert_split && spec.ep_rank != 0) || (!ps.placement.sharded() && spec.rank != 0))
+      continue;
     const int64_t base = whole.slots()[static_cast<size_t>(ps.global_index)].offset;
     for (const auto& r : part.whole_runs(s, 0, ps.numel)) {
       if (r.whole < 0) continue;  // padding rows

@@ -237,7 +237,8 @@ void build_model(Session& s, const parallel::GradSyncOptions& so) {
   s.model = s.plan->apply_to_model(cfg.model, s.batch(), s.dev, parallel::model_storage(so, cfg.compute_dtype()),
                                    parallel::PipelineConfig::of(cfg.parallel, cfg.optimizer.gas, cfg.model.n_layer),
                                    s.faults.stop);
-  s.sync = parallel::make_grad_sync(s.dp(), *s.model, s.dev, so, &s.mesh->tp_pp());
+  s.sync = parallel::make_grad_sync(s.dp(), *s.model, s.dev, so, &s.mesh->model(),
+                                    s.plan->ep_enabled() ? &s.mesh->edp() : nullptr);
   const OptimizerSection& o = cfg.optimizer;
   const optim::AdamWConfig acfg{o.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay};
   const parallel::UpdateTarget u = s.sync->update();

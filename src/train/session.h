@@ -115,9 +115,13 @@ struct Session : RunSetup, RunRecords {
   std::vector<float> losses;               // the current step's (or evaluation's) pass losses, in order
 
   // Whether this rank runs the samples: rank 0, with the ranks of its model's
-  // tensor- and context-parallel groups (data-parallel index 0), or every
-  // rank when the sync gathers parameters collectively.
-  bool samples() const { return lead || mesh->coord().dp == 0 || sync->collective_sampling(); }
+  // tensor- and context-parallel groups (data-parallel index 0) and of its
+  // expert-parallel groups (the first expert-data replica), or every rank when
+  // the sync gathers parameters collectively.
+  bool samples() const {
+    return lead || mesh->coord().dp == 0 || (mesh->dims().ep > 1 && mesh->edp().rank() == 0) ||
+           sync->collective_sampling();
+  }
   // The loss of one batch forward only (every pipeline stage takes part; every rank gets it).
   float forward_loss(const int32_t* x, const int32_t* y, int64_t B, int64_t T, const model::StepContext& ctx) {
     return plan->forward_loss(*model, x, y, B, T, ctx);

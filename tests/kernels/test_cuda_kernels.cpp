@@ -326,6 +326,11 @@ TEST_F(Cuda, ElementwiseAndDropoutMatchReferenceExactly) {
   kc::add_inplace(gacc.p(), gb.p(), n);
   kc::dropout_forward(gdrop.p(), ga.p(), n, 0.3f, 9, 4, 1000);
   kc::dropout_backward(gddrop.p(), gb.p(), n, 0.3f, 9, 4, 1000);
+  std::vector<float> scaled = a;
+  kr::scale_inplace(scaled.data(), n, 0.37f);
+  Dev<float> gscaled(a);
+  kc::scale_inplace(gscaled.p(), n, 0.37f);
+  EXPECT_EQ(gscaled.back(), scaled);
   EXPECT_EQ(gsum.back(), sum);
   EXPECT_EQ(gacc.back(), acc);
   EXPECT_EQ(gdrop.back(), drop) << "dropout masks differ from the CPU's";

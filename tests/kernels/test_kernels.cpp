@@ -174,13 +174,19 @@ TEST(Embedding, MatchesReference) {
   expect_close(p2, p1, 1e-6, 1e-3, "dwpe");
 }
 
-TEST(Elementwise, ResidualAndDropoutMatchReference) {
+TEST(Elementwise, ResidualScaleAndDropoutMatchReference) {
   const int64_t n = 10007;
   auto a = randv(n, 60), b = randv(n, 61);
   std::vector<float> o1(n), o2(n);
   ref::residual_forward(o1.data(), a.data(), b.data(), n);
   cpu::residual_forward(o2.data(), a.data(), b.data(), n);
   EXPECT_EQ(o1, o2);
+  o1 = a;
+  o2 = a;
+  ref::scale_inplace(o1.data(), n, 0.37f);
+  cpu::scale_inplace(o2.data(), n, 0.37f);
+  EXPECT_EQ(o1, o2);
+  EXPECT_EQ(o2[5], a[5] * 0.37f);
   ref::dropout_forward(o1.data(), a.data(), n, 0.25f, 3, 4, 0);
   cpu::dropout_forward(o2.data(), a.data(), n, 0.25f, 3, 4, 0);
   EXPECT_EQ(o1, o2);

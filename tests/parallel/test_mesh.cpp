@@ -97,6 +97,44 @@ TEST(Mesh, EveryFactorisationMakesTheDocumentedGroups) {
   }
 }
 
+// Expert parallelism inside dp x cp: for every factorisation and every ep dividing dp x cp, the ep group is ep
+// consecutive indices i = dp_i cp + cp_i of this (tp, pp) line, the expert-data group the indices with the same
+// i % ep, and the model group tp x pp x ep (world order, rank 0 the first stage's tp 0 of ep rank 0).
+TEST(Mesh, EveryExpertParallelDegreeMakesItsThreeGroups) {
+  for (MeshDims d : factorisations(world->size()))
+    for (int ep = 2; ep <= d.dp * d.cp; ++ep) {
+      if ((d.dp * d.cp) % ep != 0) continue;
+      d.ep = ep;
+      const std::string what = fmt::format("dp={} tp={} pp={} cp={} ep={}", d.dp, d.tp, d.pp, d.cp, ep);
+      parallel::Mesh m(*world, d);
+      const MeshCoord c = m.coord();
+      const int i = c.dp * d.cp + c.cp, cp = d.cp, tp = d.tp, pp = d.pp;
+      auto at_index = [&, cp](int j) {
+        MeshCoord o = c;
+        o.dp = j / cp;
+        o.cp = j % cp;
+        return m.rank_of(o);
+      };
+      EXPECT_EQ(m.ep_rank(), i % ep) << what;
+      expect_group(
+          m.ep(), ep, i % ep, [&](int k) { return at_index(i / ep * ep + k); }, what + " ep");
+      expect_group(
+          m.edp(), d.dp * d.cp / ep, i / ep, [&](int k) { return at_index(k * ep + i % ep); }, what + " edp");
+      expect_group(
+          m.model(), tp * pp * ep, (c.pp * ep + i % ep) * tp + c.tp,
+          [&](int k) {
+            MeshCoord o = c;
+            const int j = i / ep * ep + k / tp % ep;
+            o.tp = k % tp;
+            o.pp = k / (tp * ep);
+            o.dp = j / cp;
+            o.cp = j % cp;
+            return m.rank_of(o);
+          },
+          what + " model");
+    }
+}
+
 TEST(Mesh, DpIsDerivedFromTheOtherDegrees) {
   const auto d = parallel::resolve_mesh_dims({0, 2, 2, 1}, 8);
   EXPECT_EQ(d.dp, 2);
@@ -121,6 +159,10 @@ TEST(Mesh, LayoutsThatDoNotFitTheWorldAreRefusedByName) {
   EXPECT_NE(error({0, 4, 1, 1}, 8, 2).find("parallel.tp=4 does not fit the 2 ranks of a node"), std::string::npos);
   EXPECT_EQ(error({0, 4, 1, 1}, 8, 2, true), "");  // allowed when asked for (with a warning)
   EXPECT_EQ(error({0, 2, 1, 1}, 8, 4), "");
+  EXPECT_NE(error({0, 1, 1, 2, 3}, 8).find("parallel.ep=3 does not divide the 8 data x context parallel ranks"),
+            std::string::npos);
+  EXPECT_NE(error({0, 1, 1, 1, 0}, 8).find("parallel.ep=0: every parallel degree"), std::string::npos);
+  EXPECT_EQ(error({0, 2, 1, 2, 2}, 8), "");
 }
 
 }  // namespace

@@ -40,6 +40,11 @@ void add_inplace(float* acc, const float* x, int64_t n) {
   residual_forward(acc, acc, x, n);
 }
 
+void scale_inplace(float* x, int64_t n, float s) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
 void bias_forward(float* out, const float* bias, int64_t N, int64_t C) {
   PARALLM_PROFILE("bias_forward");
 #pragma omp parallel for schedule(static)

@@ -249,6 +249,9 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
 void add_inplace(float* acc, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
 }
+void scale_inplace(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
 void bias_forward(float* out, const float* bias, int64_t N, int64_t C) {
   for (int64_t i = 0; i < N; ++i)
     for (int64_t c = 0; c < C; ++c) out[i * C + c] += bias[c];

@@ -40,6 +40,11 @@ __global__ void add_kernel(float* acc, const float* x, int64_t n) {
     acc[i] += x[i];
 }
 
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    x[i] *= s;
+}
+
 template <class T>
 __global__ void dropout_kernel(T* out, const T* inp, int64_t n, float p, uint64_t seed, uint64_t rng_stream,
                                uint64_t base) {
@@ -101,6 +106,12 @@ void add_inplace(float* acc, const float* x, int64_t n) {
   if (n <= 0) return;
   add_kernel<<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(acc, x, n);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.add_inplace");
+}
+
+void scale_inplace(float* x, int64_t n, float s) {
+  if (n <= 0) return;
+  scale_kernel<<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(x, n, s);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.scale_inplace");
 }
 
 void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, uint64_t rng_stream,

@@ -143,6 +143,9 @@ void residual_forward(float*, const float*, const float*, int64_t) {
 void add_inplace(float*, const float*, int64_t) {
   not_built("add_inplace");
 }
+void scale_inplace(float*, int64_t, float) {
+  not_built("scale_inplace");
+}
 void bias_forward(float*, const float*, int64_t, int64_t) {
   not_built("bias_forward");
 }

@@ -105,10 +105,11 @@ void restore_state(Session& s) {
   } else {
     // The group's rank 0 reads (verified above; a tensor-parallel rank its
     // part of the whole model); the group follows it.
-    if (dp.rank() == 0) s.st = load_checkpoint(checkpoint_of(s.ck_meta), *s.model, s.opt.get(), /*verify=*/false);
-    // Every rank continues from rank 0's weights (params_loaded), optimizer state and step.
-    parallel::broadcast_floats(dp, s.opt->m(), s.opt->size());
-    parallel::broadcast_floats(dp, s.opt->v(), s.opt->size());
+    if (s.sync->reads_checkpoint())
+      s.st = load_checkpoint(checkpoint_of(s.ck_meta), *s.model, s.opt.get(), /*verify=*/false);
+    // Every rank continues from the first replica's weights (params_loaded), optimizer state and step.
+    s.sync->spread(s.opt->m());
+    s.sync->spread(s.opt->v());
   }
   broadcast_scalars(dp, s.st, *s.opt);
   broadcast_guard_state(dp, s.st);

@@ -248,7 +248,7 @@ optim::LossScaleConfig RunConfig::loss_scale_config() const {
 
 parallel::MeshDims RunConfig::mesh_dims() const {
   return {static_cast<int>(parallel.dp), static_cast<int>(parallel.tp), static_cast<int>(parallel.pp),
-          static_cast<int>(parallel.cp)};
+          static_cast<int>(parallel.cp), static_cast<int>(parallel.ep)};
 }
 
 nlohmann::json RunConfig::to_json() const {
@@ -321,8 +321,8 @@ RunConfig RunConfig::resumed_from(const nlohmann::json& saved, std::vector<std::
 
 const std::vector<std::string>& RunConfig::layout_keys() {
   static const std::vector<std::string> k = {
-      "parallel.tp", "parallel.pp",      "parallel.pp_schedule",     "parallel.pp_virtual",       "parallel.pp_layers",
-      "parallel.cp", "parallel.cp_kind", "parallel.tp_across_nodes", "parallel.sequence_parallel"};
+      "parallel.tp", "parallel.pp",      "parallel.pp_schedule",     "parallel.pp_virtual",        "parallel.pp_layers",
+      "parallel.cp", "parallel.cp_kind", "parallel.tp_across_nodes", "parallel.sequence_parallel", "parallel.ep"};
   return k;
 }
 

@@ -503,6 +503,9 @@ void add_parallel_keys(KeyTable& t) {
        INT_KEY("parallel.pp", parallel.pp, 1, kMaxRanks, "pipeline-parallel degree (stages)"),
        INT_KEY("parallel.cp", parallel.cp, 1, kMaxRanks,
                "context-parallel degree: each sequence split over this many ranks (parallel.cp_kind says how)"),
+       INT_KEY("parallel.ep", parallel.ep, 1, kMaxRanks,
+               "expert-parallel degree: each MoE layer's experts split over groups of this many of the dp x cp ranks, "
+               "which exchange tokens by all-to-alls (it divides dp x cp and model.moe_experts)"),
        {"parallel.cp_kind",
         {"string",
          "ring | ulysses: context parallelism's attention: K/V blocks passed around a ring (zigzag split, any "

@@ -133,10 +133,10 @@ std::string nothing_left(const RunConfig& cfg, int64_t ckpt_iter) {
 
 namespace {
 
-// "dp 2 x tp 2 x pp 2 x cp 2", the axes above 1 after dp.
-std::string dims_text(int64_t dp, int64_t tp, int64_t pp, int64_t cp) {
+// "dp 2 x tp 2 x pp 2 x cp 2 x ep 2", the axes above 1 after dp.
+std::string dims_text(int64_t dp, int64_t tp, int64_t pp, int64_t cp, int64_t ep) {
   std::string t = fmt::format("dp {}", dp);
-  for (const auto& [name, v] : {std::pair{"tp", tp}, std::pair{"pp", pp}, std::pair{"cp", cp}})
+  for (const auto& [name, v] : {std::pair{"tp", tp}, std::pair{"pp", pp}, std::pair{"cp", cp}, std::pair{"ep", ep}})
     if (v > 1) t += fmt::format(" x {} {}", name, v);
   return t;
 }
@@ -144,10 +144,10 @@ std::string dims_text(int64_t dp, int64_t tp, int64_t pp, int64_t cp) {
 // A layout record's degrees and world: "dp 1 x tp 2 on 2 ranks".
 std::string record_text(const nlohmann::json& r) {
   const int64_t n = r["world"].get<int64_t>();
-  return fmt::format(
-      "{} on {} rank{}",
-      dims_text(r["dp"].get<int64_t>(), r["tp"].get<int64_t>(), r["pp"].get<int64_t>(), r["cp"].get<int64_t>()), n,
-      n == 1 ? "" : "s");
+  return fmt::format("{} on {} rank{}",
+                     dims_text(r["dp"].get<int64_t>(), r["tp"].get<int64_t>(), r["pp"].get<int64_t>(),
+                               r["cp"].get<int64_t>(), r.value("ep", int64_t{1})),
+                     n, n == 1 ? "" : "s");
 }
 
 }  // namespace
@@ -158,6 +158,7 @@ nlohmann::json layout_record(const RunConfig& cfg, const parallel::MeshDims& d) 
           {"tp", d.tp},
           {"pp", d.pp},
           {"cp", d.cp},
+          {"ep", d.ep},
           {"sequences", d.dp * cfg.train.batch_size * cfg.optimizer.gas}};
 }
 
@@ -191,7 +192,7 @@ LayoutNote fit_resumed_layout(RunConfig& cfg, const RunConfig& asked, const nloh
   }
   const nlohmann::json now = layout_record(cfg, d);
   if (!saved.is_object() && note.empty()) return {};
-  const std::string now_text = dims_text(d.dp, d.tp, d.pp, d.cp);
+  const std::string now_text = dims_text(d.dp, d.tp, d.pp, d.cp, d.ep);
   bool warn = !note.empty();
   if (!note.empty())
     note += fmt::format("; resuming as {} (give the parallel.* keys to choose the layout)", now_text);

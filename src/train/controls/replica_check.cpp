@@ -69,9 +69,16 @@ void ReplicaCheck::check(const model::GPT& m, int64_t it) {
   std::vector<Group> groups{{&mesh_.tp(), "tensor-parallel ranks", {}}};
   for (size_t i = 0; i < slots.size(); ++i)
     if (!slots[i].placement.sharded() && !slots[i].tied_copy) groups.back().slots.push_back(i);
-  if (whole_model_) {
+  if (whole_model_) {  // expert parallel: each expert over the ranks holding it, the rest over every replica
+    const bool ep = mesh_.dims().ep > 1;
     groups.push_back({&replicas_, "data-parallel replicas", {}});
-    for (size_t i = 0; i < slots.size(); ++i) groups.back().slots.push_back(i);
+    for (size_t i = 0; i < slots.size(); ++i)
+      if (!ep || !slots[i].expert_split) groups.back().slots.push_back(i);
+    if (ep) {
+      groups.push_back({&mesh_.edp(), "expert-data-parallel replicas", {}});
+      for (size_t i = 0; i < slots.size(); ++i)
+        if (slots[i].expert_split) groups.back().slots.push_back(i);
+    }
   }
   comm::Communicator* ends = mesh_.ends();
   if (ends && m.config().tie_embeddings) {  // an untied head has no copy on the first stage

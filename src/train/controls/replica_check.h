@@ -4,6 +4,8 @@
 //   tensor-parallel ranks  each replicated tensor (norms, row-parallel biases);
 //   data x context ranks   every tensor, where each rank holds the whole
 //                          model (no ZeRO, or stages 1-2 after their gather);
+//                          expert parallel, the experts over the expert-data
+//                          ranks (those holding the same experts);
 //   the pipeline's ends    the tied token table (the first stage's embedding,
 //                          the last stage's head).
 // A difference names the tensor, the group and the world ranks whose copies

@@ -103,6 +103,7 @@ RunSummary train_loop(Session& s) {
     const StepResult r = optimizer_step(s, *schedule, it, lr);
     record_step(s, it, lr, r);
     sum.train_losses.push_back(r.loss);
+    sum.grad_norms.push_back(r.norm);
     if (it > sum.first_iter) {  // the first step's time includes warming up
       tok_s_acc += static_cast<double>(s.tokens_per_iter) / r.dt;
       ++tok_s_n;

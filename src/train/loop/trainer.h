@@ -23,6 +23,7 @@ struct RunSummary {
   int64_t first_iter = 0;
   int64_t last_iter = 0;
   std::vector<float> train_losses;  // per optimizer step, in order
+  std::vector<double> grad_norms;   // per optimizer step, this rank's global gradient norm (unscaled)
   float last_val_loss = 0;
   float best_val_loss = 0;
   double mean_tokens_per_s = 0;     // over the timed steps (first step excluded)

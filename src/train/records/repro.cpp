@@ -62,7 +62,7 @@ nlohmann::json layout_json(const Session& s) {
           {"nodes", topo.nodes.size()},
           {"backend", s.world.backend()},
           {"device", s.dev.str()},
-          {"mesh", {{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}}},
+          {"mesh", {{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}, {"ep", d.ep}}},
           {"ranks", ranks}};
 }
 

@@ -247,6 +247,14 @@ void draw_moe(uint64_t seed, Case& c) {
   m.moe_z = r.pick(std::vector<double>{0.0, 0.001});
   m.moe_first = m.n_layer > 1 ? r.in(0, 1) : 0;
   m.moe_every = r.in(1, 2);
+  // Expert parallelism, where a layout runs DDP: any degree dividing both dp x cp and the experts.
+  for (Layout* l : {&c.first, &c.resumed}) {
+    if (l->zero != 0) continue;
+    std::vector<int> eps;
+    for (int e = 2; e <= l->dp * l->cp; ++e)
+      if ((l->dp * l->cp) % e == 0 && m.moe_experts % e == 0) eps.push_back(e);
+    if (!eps.empty() && r.chance(0.6)) l->ep = r.pick(eps);
+  }
 }
 }  // namespace
 
@@ -306,7 +314,8 @@ std::vector<std::string> layout_keys(const Layout& l) {
           fmt::format("ddp.shards={}", l.shards),
           fmt::format("ddp.bucket_mb={}", l.bucket_mb),
           fmt::format("model.batch_size={}", l.batch),
-          "model.recompute=" + l.recompute};
+          "model.recompute=" + l.recompute,
+          fmt::format("parallel.ep={}", l.ep)};
 }
 
 std::vector<std::string> model_keys(const Model& m, const Training& t) {
@@ -367,6 +376,7 @@ std::string describe(const Layout& l) {
   if (l.deterministic) s += fmt::format(" det(shards {})", l.shards);
   if (l.recompute != "none") s += " recompute=" + l.recompute;
   s += fmt::format(" bucket={} B={}", l.bucket_mb, l.batch);
+  if (l.ep > 1) s += fmt::format(" ep={}", l.ep);
   return s;
 }
 

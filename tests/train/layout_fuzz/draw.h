@@ -83,6 +83,7 @@ struct Layout {
   std::string recompute = "none";
   double bucket_mb = 25;
   int batch = 4;  // model.batch_size (per dp rank)
+  int ep = 1;     // expert parallel (MoE models, DDP: inside dp x cp)
 };
 
 // An invalid draw: the keys given, the ranks launched, and a key the error must name.

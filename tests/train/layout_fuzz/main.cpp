@@ -149,6 +149,7 @@ struct Coverage {
   void add(const Layout& l) {
     ++n[fmt::format("W={}", l.world)];
     if (l.dp > 1) ++n["dp>1"];
+    if (l.ep > 1) ++n["ep>1"];
     if (l.tp > 1) ++n["tp>1"];
     if (l.sp) ++n["sequence_parallel"];
     if (l.pp > 1) ++n["pp " + l.schedule];
