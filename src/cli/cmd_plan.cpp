@@ -85,6 +85,7 @@ train::PlanInput plan_input(const train::RunConfig& cfg, const PlanOptions& o, c
   in.dtype = o.dtype;
   in.world = dims.dp;
   in.tp = static_cast<int>(cfg.parallel.tp);
+  in.ep = static_cast<int>(cfg.parallel.ep);
   in.sequence_parallel = cfg.parallel.sequence_parallel;
   in.cp = model::CpLayout{static_cast<int>(cfg.parallel.cp), 0, cfg.parallel.cp_kind};
   PARALLM_CHECK(o.stage < cfg.parallel.pp, ConfigError, "cli.plan",
@@ -124,10 +125,18 @@ std::string plan_subject(train::RunConfig& cfg, train::PlanInput& in, const Plan
   }
   cfg.model.validate();  // again, with the dataset's vocabulary
   in.model = cfg.model;
-  in.params = static_cast<double>(model::ParamLayout(cfg.model, {in.tp, 0}, in.pipe.stage).count());
-  return fmt::format("{} | {:.2f}M parameters{} | micro batch {} x {} | {} thread{}{}{}{}", cfg.model.summary(),
-                     in.params / 1e6, in.tp > 1 || in.pipe.pipelined() ? " on this rank" : "", in.micro_batch,
-                     in.seq_len, in.threads, in.threads > 1 ? "s" : "",
+  in.params = static_cast<double>(model::ParamLayout(cfg.model, {in.tp, 0, in.ep, 0}, in.pipe.stage).count());
+  const std::string moe =  // a mixture of experts: the whole model's total and active parameters, and ep
+      cfg.model.moe.experts == 0
+          ? ""
+          : fmt::format(
+                " (of {:.2f}M in all, {:.2f}M active per token{})", static_cast<double>(cfg.model.num_params()) / 1e6,
+                static_cast<double>(cfg.model.active_params()) / 1e6,
+                in.ep > 1 ? fmt::format("; ep {}: {} experts a rank", in.ep, cfg.model.moe.experts / in.ep) : "");
+  const bool part = in.tp > 1 || in.ep > 1 || in.pipe.pipelined();
+  return fmt::format("{} | {:.2f}M parameters{}{} | micro batch {} x {} | {} thread{}{}{}{}", cfg.model.summary(),
+                     in.params / 1e6, part ? " on this rank" : "", moe, in.micro_batch, in.seq_len, in.threads,
+                     in.threads > 1 ? "s" : "",
                      in.tp > 1 ? fmt::format(" | tp {}{}", in.tp, in.sequence_parallel ? " + sp" : "") : "",
                      in.cp.size > 1 ? fmt::format(" | cp {} {}: {} positions a rank", in.cp.size,
                                                   model::cp_kind_name(in.cp.kind), in.seq_len / in.cp.size)

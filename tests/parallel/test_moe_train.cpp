@@ -8,6 +8,7 @@
 // every pipeline schedule, cp 2, DDP and ZeRO 1-3 (the balancing loss's
 // counts summed over the data group); a shared expert, sigmoid scores and
 // dense first layers. Four ranks: dp 2 x tp 2, dp 2 x pp 2, dp 2 x cp 2.
+#include <filesystem>
 #include <string>
 
 #include "parallel/dist_run.h"
@@ -115,6 +116,31 @@ TEST_F(MoeTest, FourRankMeshesEqualOneRank) {
   expect_layouts("moe4", one_b4, 2, kIters, {{"dp2_tp2", {"parallel.tp=2"}}, {"dp2_pp2", {"parallel.pp=2"}}});
   const auto one_b2 = alone("one_b2", 2, kIters);
   expect_layouts("moe4", one_b2, 1, kIters, {{"dp2_cp2", {"parallel.cp=2"}}});
+}
+
+// A checkpoint of ep 2 (each rank writing its experts' blocks through the model group) resumed by one rank,
+// which gives no layout key: the checkpoint's ep does not fit one rank, so it resumes as dp 1 and says so.
+TEST_F(MoeTest, AnExpertParallelCheckpointResumesAtOneRank) {
+  if (world->size() != 2) GTEST_SKIP() << "ep 2";
+  const std::vector<std::string> every6 = {"train.eval_interval=6", "optimizer.lr_decay_iters=12"};
+  const auto full = alone("ep_full", 4, 12, every6);
+  std::vector<std::string> ep = every6;
+  ep.push_back("parallel.ep=2");
+  train::run_training(run("ep_part", 2, 6, ep), world);
+  world->barrier();
+  const auto mine = root_ / ("ep_alone" + std::to_string(world->rank()));
+  std::filesystem::create_directories(mine);
+  std::filesystem::copy(root_ / "ep_part" / "ckpt", mine / "ckpt", std::filesystem::copy_options::recursive);
+  world->barrier();
+  std::vector<std::string> resume = every6;
+  resume.push_back("train.init_from=resume");
+  const auto resumed = train::run_training(run("ep_alone" + std::to_string(world->rank()), 4, 12, resume));
+  ASSERT_EQ(resumed.first_iter, 6);
+  ASSERT_EQ(resumed.train_losses.size(), 7u);
+  const std::vector<float> tail(full.train_losses.begin() + 6, full.train_losses.end());
+  const double d = max_rel_diff(resumed.train_losses, tail);
+  if (world->rank() == 0) std::printf("moe ep 2 checkpoint resumed by 1 rank: max relative difference %.3g\n", d);
+  EXPECT_LT(d, 1e-5);
 }
 
 // Expert parallelism (the experts split over ep ranks of the data x context group, tokens exchanged by

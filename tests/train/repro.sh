@@ -46,7 +46,7 @@ b = r["build"]
 check(b["git_revision"] and b["git_revision"] == want_rev, "git revision %r, the source's is %r" % (b["git_revision"], want_rev))
 check(isinstance(b["git_dirty"], bool) and b["build_type"] and b["compiler"] and "-Wall" in b["cxx_flags"], "build %s" % b)
 lay = r["layout"]
-check(lay["world_size"] == 2 and lay["mesh"] == {"dp": 2, "tp": 1, "pp": 1, "cp": 1}, "layout %s" % lay)
+check(lay["world_size"] == 2 and lay["mesh"] == {"dp": 2, "tp": 1, "pp": 1, "cp": 1, "ep": 1}, "layout %s" % lay)
 check([x["rank"] for x in lay["ranks"]] == [0, 1] and [x["dp"] for x in lay["ranks"]] == [0, 1], "ranks %s" % lay["ranks"])
 check([x["host"] for x in lay["ranks"]] == [host, host] and [x["local_rank"] for x in lay["ranks"]] == [0, 1],
       "hosts %s (this host %s)" % (lay["ranks"], host))

@@ -40,7 +40,9 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
     // The quick rules: the state only (no shape, or bf16: the seeds' 18 B/param mixed-precision rule,
     // which is the GPU's layout; CPU bf16 keeps fp32 state, i.e. plan it as fp32, plus a 2 B/param
     // bf16 weight copy and bf16 scratch).
-    const double n = in.model ? static_cast<double>(model::ParamLayout(*in.model, {in.tp, 0}).count()) : in.params;
+    const double n =
+        in.model ? static_cast<double>(model::ParamLayout(*in.model, model::ShardSpec{in.tp, 0, in.ep, 0}).count())
+                 : in.params;
     const PlanBytes q = state_per_param(in.dtype, stage, in.world);
     b.params = n * q.params;
     b.grads = n * q.grads;
@@ -56,7 +58,8 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
     return b;
   }
   // fp32 with a shape: the model's and ZeRO's own sizing, in bytes.
-  const model::ParamLayout layout(*in.model, {in.tp, 0}, in.pipe.stage);  // every tp rank's parts: the same shapes
+  const model::ParamLayout layout(*in.model, model::ShardSpec{in.tp, 0, in.ep, 0},
+                                  in.pipe.stage);  // every tp rank's parts: the same shapes
   const auto total = static_cast<double>(layout.total());
   parallel::Offload off = in.offload;
   if (stage == 0 || (off == parallel::Offload::Params && stage < 3)) off = parallel::Offload::None;
@@ -70,7 +73,7 @@ PlanBytes plan_memory(const PlanInput& in, int stage) {
   b.offloaded += f * static_cast<double>(z.offloaded);
   b.comm = f * static_cast<double>(z.comm);
   const auto buf = model::GPT::buffers(*in.model, in.micro_batch, in.seq_len / in.cp.size, Device::cpu(), in.threads,
-                                       DType::F32, in.tp, in.sequence_parallel, in.pipe, in.cp);
+                                       DType::F32, in.tp, in.sequence_parallel, in.pipe, in.cp, in.ep);
   b.activations = static_cast<double>(buf.activation_bytes);
   b.scratch = static_cast<double>(buf.scratch_bytes);
   b.exact = true;

@@ -30,6 +30,7 @@ struct PlanInput {
   std::string dtype = "fp32";             // fp32 | bf16 (mixed-precision AdamW)
   int world = 1;                          // data-parallel ranks
   int tp = 1;                             // tensor-parallel degree (each rank holds 1/tp of the split layers)
+  int ep = 1;                             // expert-parallel degree (each rank holds 1/ep of the experts)
   bool sequence_parallel = false;         // Megatron SP: the residual stream's activations / tp too
   model::PipelinePart pipe;               // pipeline parallel: the planned rank's stage (Pipeline::stage_part)
   int prefetch = 1;                       // ZeRO stage 3 blocks gathered ahead
