@@ -134,9 +134,12 @@ class Activations {
   int32_t* host_i32(int64_t off) const { return reinterpret_cast<int32_t*>(host(off)); }
   float* host_fixed(int64_t off) const { return off < 0 ? nullptr : host_.data() + off; }
   // The MoE layers' tally since the last take_moe_tally(): balancing and
-  // z-loss values summed over the training passes and their layers.
+  // z-loss values summed over the training passes and their layers, and the
+  // tokens each expert got (choices, summed over the data group) by layer:
+  // tokens[l E + e] (every layer's row, zero for a dense or not held one).
   struct MoeTally {
     double aux = 0, z = 0;
+    std::vector<double> tokens;
   };
   MoeTally& moe_tally() { return tally_; }
   // The selected chunk's and set's activation set: the input of the selected

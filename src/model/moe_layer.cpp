@@ -65,7 +65,7 @@ void MoeLayer::report(const BlockEnv& e, const StepContext& ctx) const {
 }
 
 template <class A>
-double MoeLayer::route(const kernels::ModelOps<A>& k, const BlockEnv& e, const LayerActs::Moe& m,
+double MoeLayer::route(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t l, const LayerActs::Moe& m,
                        const PassShape& f) const {
   const bool cpu = e.dev.is_cpu();
   const int64_t N = f.N, NK = N * K_;
@@ -128,6 +128,8 @@ double MoeLayer::route(const kernels::ModelOps<A>& k, const BlockEnv& e, const L
   }
   const double Ng = chosen / static_cast<double>(K_);
   Activations::MoeTally& tally = e.acts.moe_tally();
+  if (tally.tokens.empty()) tally.tokens.assign(static_cast<size_t>(e.acts.plan().la.size() * E_), 0.0);
+  for (int64_t x = 0; x < E_; ++x) tally.tokens[static_cast<size_t>(l * E_ + x)] += sums[x];
   tally.aux += aux_coef_ * static_cast<double>(E_) / (static_cast<double>(K_) * Ng * Ng) * dot;
   tally.z += z_coef_ * sums[2 * E_] / Ng;
   return Ng;
@@ -227,7 +229,7 @@ void MoeLayer::forward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t
   k.matmul_forward(z, xw, P.at(router_), nullptr, N, C_, E_);
   k.moe_route_forward(e.acts.stat(m.w), ints(e.acts.stat(m.ids)), e.acts.stat(m.lse), z, P.at(bias_), N, E_, K_,
                       routing_);
-  route(k, e, m, f);
+  route(k, e, l, m, f);
   A* xp = e.acts.act<A>(m.xp);
   k.moe_gather(xp, xw, ints(e.acts.stat(m.src)), NK, C_);
   if (ep_) {  // to the experts' ranks and back (the rows received and their outputs in the backward's scratch)

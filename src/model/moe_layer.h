@@ -75,9 +75,10 @@ class MoeLayer {
   TensorGroup* ep_ = nullptr;  // null: every expert here
   int64_t El_ = 0;             // the experts on this rank (E / ep)
   // The permutation of this pass's choices (host), and the counts summed
-  // over the data group where training: returns the global token count.
+  // over the data group where training (into the tally's layer l): returns the global token count.
   template <class A>
-  double route(const kernels::ModelOps<A>& k, const BlockEnv& e, const LayerActs::Moe& m, const PassShape& f) const;
+  double route(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t l, const LayerActs::Moe& m,
+               const PassShape& f) const;
   // This rank's experts over their rows xe (expert order, each expert's first row at off[x]), into ye.
   template <class A>
   void experts_forward(const kernels::ModelOps<A>& k, const BlockEnv& e, const LayerActs::Moe& m, const ParamView<A>& P,

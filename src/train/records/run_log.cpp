@@ -1,6 +1,8 @@
 #include "train/records/run_log.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "core/gpu.h"
 #include "core/log.h"
@@ -56,6 +58,38 @@ void log_precision(const Session& s) {
     log::info("loss scaling: static {:g}", scaler.state().scale);
 }
 
+}  // namespace
+
+namespace {
+// An MoE model's step: the balancing terms (a micro-batch's mean) and the
+// tokens each expert got in each MoE layer (the step's choices over the
+// global batch), every stage's layers; the imbalance is the largest layer's
+// max / mean. Returns the log line's part.
+std::string moe_record(const Session& s, nlohmann::json& rec) {
+  const model::GPTConfig& m = s.cfg.model;
+  const auto t = s.model->take_moe_tally();
+  const auto gas = static_cast<double>(s.cfg.optimizer.gas);
+  std::vector<float> v = {static_cast<float>(t.aux / gas), static_cast<float>(t.z / gas)};
+  v.insert(v.end(), t.tokens.begin(), t.tokens.end());
+  s.plan->sum_over_stages(v.data(), static_cast<int64_t>(v.size()));
+  rec["moe_aux_loss"] = v[0];
+  rec["moe_z_loss"] = v[1];
+  nlohmann::json layers = nlohmann::json::array();
+  double imbalance = 0;
+  for (int64_t l = 0; l < m.n_layer; ++l) {
+    if (!m.moe_layer(l)) continue;
+    const float* c = v.data() + 2 + l * m.moe.experts;
+    std::vector<int64_t> counts(c, c + m.moe.experts);
+    const double total = std::accumulate(counts.begin(), counts.end(), 0.0);
+    if (total > 0)
+      imbalance = std::max(imbalance, static_cast<double>(*std::max_element(counts.begin(), counts.end())) *
+                                          static_cast<double>(m.moe.experts) / total);
+    layers.push_back(std::move(counts));
+  }
+  rec["moe_tokens"] = std::move(layers);
+  rec["moe_imbalance"] = imbalance;
+  return fmt::format(", moe aux {:.4g} z {:.4g} imbalance {:.2f}", v[0], v[1], imbalance);
+}
 }  // namespace
 
 void log_run(const Session& s) {
@@ -127,14 +161,7 @@ void record_step(const Session& s, int64_t it, float lr, const StepResult& r) {
     rec["pp_cost_ms"] = r.stage_cost_ms;  // per stage: mean ms per F, B, B-input, W
   }
   std::string moe;
-  if (s.cfg.model.moe.experts > 0) {  // the balancing terms, a micro-batch's mean, every stage's layers
-    const auto t = s.model->take_moe_tally();
-    float v[2] = {static_cast<float>(t.aux / s.cfg.optimizer.gas), static_cast<float>(t.z / s.cfg.optimizer.gas)};
-    s.plan->sum_over_stages(v, 2);
-    rec["moe_aux_loss"] = v[0];
-    rec["moe_z_loss"] = v[1];
-    moe = fmt::format(", moe aux {:.4g} z {:.4g}", v[0], v[1]);
-  }
+  if (s.cfg.model.moe.experts > 0) moe = moe_record(s, rec);
   const parallel::SyncStats stats = s.sync->stats();
   for (const auto& f : stats.fields)
     rec[f.key] = f.integer ? nlohmann::json(static_cast<int64_t>(f.value)) : nlohmann::json(f.value);
