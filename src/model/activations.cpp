@@ -56,12 +56,12 @@ struct Carver {
     m.slot = stat(NK);
     m.src = stat(NK);
     m.lse = stat(N);
-    m.sums = stat(2 * E + 1);
+    m.sums = stat(2 * E + 2);
     m.h_ids = host(NK);
     m.h_slot = host(NK);
     m.h_src = host(NK);
     m.h_off = host(E + 1);
-    m.h_counts = host(2 * E + 1);
+    m.h_counts = host(2 * E + 2);
     if (R > NK) m.h_recv = host(E);
     return m;
   }

@@ -44,7 +44,7 @@ struct LayerActs {
   // router's logits [N, E], the permuted rows [NK, C] (N K = N x top_k), the
   // experts' gate, up and SwiGLU outputs [NK, F] and outputs [NK, C];
   // statistics: weights, expert ids, slots and sources [NK], lse [N], the
-  // counts' sum over the data group [2E + 1]; on the host the ids, slots,
+  // counts' sum over the data group [2E + 2]; on the host the ids, slots,
   // sources, each expert's first row [E + 1] and the global counts [E].
   // Expert parallel (ep > 1), the experts run over the rows they receive
   // (R = ep x NK at most, expert-major: xe, hg, hu, ha), and the host keeps
@@ -139,6 +139,7 @@ class Activations {
   // tokens[l E + e] (every layer's row, zero for a dense or not held one).
   struct MoeTally {
     double aux = 0, z = 0;
+    double dropped = 0;  // choices the capacity dropped (summed over the data group)
     std::vector<double> tokens;
   };
   MoeTally& moe_tally() { return tally_; }

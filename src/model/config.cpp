@@ -85,6 +85,8 @@ void validate_moe(const GPTConfig& c) {
                 "model.moe_first_layer={} must be a layer of the model's {} (0: every layer from the first)", m.first,
                 c.n_layer);
   PARALLM_CHECK(m.every >= 1, ConfigError, "config", "model.moe_every must be >= 1, got {}", m.every);
+  PARALLM_CHECK(std::isfinite(m.capacity) && m.capacity >= 0, ConfigError, "config",
+                "model.moe_capacity_factor must be >= 0 (0: dropless), got {}", m.capacity);
   PARALLM_CHECK(c.recompute == Recompute::None, ConfigError, "config",
                 "model.recompute={} with model.moe_experts={}: recomputing a mixture of experts is not built yet; use "
                 "model.recompute=none",
@@ -223,7 +225,8 @@ std::string GPTConfig::summary() const {
                        moe.experts, moe.top_k, expert_width(), moe.shared,
                        moe.score == kernels::MoeScore::Softmax ? "softmax" : "sigmoid",
                        moe.first || moe.every > 1 ? fmt::format(" moe layers {}+{}k", moe.first, moe.every) : "",
-                       moe.bias ? " moe_bias=true" : "");
+                       moe.bias ? " moe_bias=true" : "") +
+           (moe.capacity > 0 ? fmt::format(" moe_capacity_factor={}", moe.capacity) : "");
   } else {
     s += fmt::format(" bias={}", bias);
   }

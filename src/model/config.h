@@ -67,6 +67,10 @@ struct MoeConfig {
   int64_t first = 0;      // the first MoE layer (earlier ones dense) ...
   int64_t every = 1;      // ... and every `every`-th after it
   bool bias = false;      // DeepSeek's score-correction bias (selection only)
+  // Capacity factor (0: dropless): in a training pass each expert takes at
+  // most ceil(capacity T K / E) choices of each sequence, in position order;
+  // the rest are dropped (they add nothing; the residual carries the token).
+  double capacity = 0.0;
   bool operator==(const MoeConfig&) const = default;
 };
 

@@ -54,6 +54,7 @@ MoeLayer::MoeLayer(const BlockParams& bp, const GPTConfig& cfg, const BlockWidth
       S_(w.shared),
       C_(w.C),
       routing_{cfg.moe.score, cfg.moe.norm_topk, static_cast<float>(cfg.moe.routed_scale)},
+      capacity_(cfg.moe.capacity),
       aux_coef_(static_cast<float>(cfg.moe.aux_coef)),
       z_coef_(static_cast<float>(cfg.moe.z_coef)),
       data_(groups.data),
@@ -75,28 +76,19 @@ double MoeLayer::route(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t
   int32_t* off = e.acts.host_i32(m.h_off);
   int32_t* slot = cpu ? ints(e.acts.stat(m.slot)) : e.acts.host_i32(m.h_slot);
   int32_t* src = cpu ? ints(e.acts.stat(m.src)) : e.acts.host_i32(m.h_src);
-  // Each expert's rows in token order: its first row off[e], token t's choice j at slot[t K + j].
-  std::fill(off, off + E_ + 1, 0);
-  for (int64_t i = 0; i < NK; ++i) ++off[ids[i] + 1];
-  for (int64_t x = 0; x < E_; ++x) off[x + 1] += off[x];
-  std::array<int32_t, kMaxExperts> cursor{};
-  std::copy(off, off + E_, cursor.begin());
-  for (int64_t i = 0; i < NK; ++i) {
-    const int32_t s = cursor[static_cast<size_t>(ids[i])]++;
-    slot[i] = s;
-    src[s] = static_cast<int32_t>(i / K_);
-  }
+  // The counts (and for the balancing loss's value the probabilities' sums,
+  // the z-loss's squares and the dropped choices), summed over the data group when training.
+  float* sums = e.acts.host(m.h_counts);  // [E counts | E sums of P | sum of lse^2 | dropped]
+  const bool drop = capacity_ > 0 && f.ctx->train;
+  const int32_t rows = permute(ids, N, f.T, drop, off, slot, src, sums);
   to_device(e.dev, e.acts.stat(m.slot), slot, NK * sizeof(int32_t));
-  to_device(e.dev, e.acts.stat(m.src), src, NK * sizeof(int32_t));
-  // The counts (and for the balancing loss's value the probabilities' sums
-  // and the z-loss's squares), summed over the data group when training.
-  float* sums = e.acts.host(m.h_counts);  // [E counts | E sums of P | sum of lse^2]
-  for (int64_t x = 0; x < E_; ++x) sums[x] = static_cast<float>(off[x + 1] - off[x]);
+  to_device(e.dev, e.acts.stat(m.src), src, rows * sizeof(int32_t));
   if (!f.ctx->need_grad) return static_cast<double>(N);
   const A* z = e.acts.act<A>(m.logits);
   A* zh = cpu ? const_cast<A*>(z) : reinterpret_cast<A*>(e.acts.host_fixed(e.acts.plan().h_logits));
   to_host(e.dev, zh, z, N * E_ * sizeof(A));
   std::fill(sums + E_, sums + 2 * E_ + 1, 0.0f);
+  sums[2 * E_ + 1] = static_cast<float>(NK - rows);
   // Each token's balancing probabilities P (softmax; sigmoid scores over their sum), recomputed in the
   // second pass rather than kept: nothing is allocated per pass.
   const bool softmax = routing_.score == kernels::MoeScore::Softmax;
@@ -117,9 +109,9 @@ double MoeLayer::route(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t
   sums[2 * E_] = static_cast<float>(lse2);
   if (data_ && data_->size() > 1) {
     float* d = e.acts.stat(m.sums);
-    to_device(e.dev, d, sums, (2 * E_ + 1) * sizeof(float));
-    data_->sum(d, 2 * E_ + 1);
-    to_host(e.dev, sums, d, (2 * E_ + 1) * sizeof(float));
+    to_device(e.dev, d, sums, (2 * E_ + 2) * sizeof(float));
+    data_->sum(d, 2 * E_ + 2);
+    to_host(e.dev, sums, d, (2 * E_ + 2) * sizeof(float));
   }
   double chosen = 0, dot = 0;
   for (int64_t x = 0; x < E_; ++x) {
@@ -132,7 +124,40 @@ double MoeLayer::route(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t
   for (int64_t x = 0; x < E_; ++x) tally.tokens[static_cast<size_t>(l * E_ + x)] += sums[x];
   tally.aux += aux_coef_ * static_cast<double>(E_) / (static_cast<double>(K_) * Ng * Ng) * dot;
   tally.z += z_coef_ * sums[2 * E_] / Ng;
+  tally.dropped += sums[2 * E_ + 1];
   return Ng;
+}
+
+int32_t MoeLayer::permute(const int32_t* ids, int64_t N, int64_t T, bool drop, int32_t* off, int32_t* slot,
+                          int32_t* src, float* counts) const {
+  const int64_t NK = N * K_;
+  // Which choices each expert takes: all (dropless), or in each sequence of T
+  // rows the first `cap` in position order (choices of one token in order).
+  const int64_t cap =
+      drop ? static_cast<int64_t>(std::ceil(capacity_ * static_cast<double>(T * K_) / static_cast<double>(E_))) : NK;
+  std::fill(off, off + E_ + 1, 0);
+  std::fill(counts, counts + E_, 0.0f);
+  std::array<int32_t, kMaxExperts> taken{};
+  for (int64_t i = 0; i < NK; ++i) {
+    if (drop && i % (T * K_) == 0) taken.fill(0);  // a new sequence
+    const auto x = static_cast<size_t>(ids[i]);
+    counts[x] += 1;
+    const bool keep = taken[x] < cap;
+    taken[x] += keep ? 1 : 0;
+    slot[i] = keep ? 0 : -1;
+    off[x + 1] += keep ? 1 : 0;
+  }
+  for (int64_t x = 0; x < E_; ++x) off[x + 1] += off[x];
+  // Each expert's kept rows in token order: its first row off[e], token t's choice j at slot[t K + j].
+  std::array<int32_t, kMaxExperts> cursor{};
+  std::copy(off, off + E_, cursor.begin());
+  for (int64_t i = 0; i < NK; ++i) {
+    if (slot[i] < 0) continue;
+    const int32_t s = cursor[static_cast<size_t>(ids[i])]++;
+    slot[i] = s;
+    src[s] = static_cast<int32_t>(i / K_);
+  }
+  return off[E_];
 }
 
 template <class A>
@@ -223,7 +248,7 @@ void MoeLayer::forward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t
   const LayerActs& a = e.acts.layer(l);
   const LayerActs::Moe& m = a.moe;
   const TensorSplit& s = e.split;
-  const int64_t N = f.N, NK = N * K_;
+  const int64_t N = f.N;
   const A* xw = s.whole_rows(x, N);
   A* z = e.acts.act<A>(m.logits);
   k.matmul_forward(z, xw, P.at(router_), nullptr, N, C_, E_);
@@ -231,7 +256,7 @@ void MoeLayer::forward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t
                       routing_);
   route(k, e, l, m, f);
   A* xp = e.acts.act<A>(m.xp);
-  k.moe_gather(xp, xw, ints(e.acts.stat(m.src)), NK, C_);
+  k.moe_gather(xp, xw, ints(e.acts.stat(m.src)), e.acts.host_i32(m.h_off)[E_], C_);  // the kept choices
   if (ep_) {  // to the experts' ranks and back (the rows received and their outputs in the backward's scratch)
     const Exchange ex = exchange<A>(e, m, true, C_);
     A *ta = e.acts.scr<A>(e.acts.plan().s_moe_a), *tb = e.acts.scr<A>(e.acts.plan().s_moe_b);

@@ -70,6 +70,7 @@ class MoeLayer {
   int64_t sgate_ = -1, sup_ = -1, sdown_ = -1;                         // the shared experts' (-1: none)
   int64_t E_ = 0, K_ = 0, F_ = 0, S_ = 0, C_ = 0;  // experts, top-k, this rank's expert and shared widths
   kernels::MoeRouting routing_;
+  double capacity_ = 0;  // model.moe_capacity_factor (0: dropless)
   float aux_coef_ = 0, z_coef_ = 0;
   TensorGroup* data_ = nullptr;
   TensorGroup* ep_ = nullptr;  // null: every expert here
@@ -86,6 +87,10 @@ class MoeLayer {
   template <class A>
   void experts_backward(const kernels::ModelOps<A>& k, const BlockEnv& e, const LayerActs::Moe& m,
                         const ParamView<A>& P, const GradView& G, const int32_t* off, const A* dyp, A* dxp) const;
+  // Choices into expert order (off, slot: -1 dropped, src), every choice counted per expert into counts; with
+  // `drop`, each sequence of T rows keeps at most the capacity's choices per expert. Returns the kept rows.
+  int32_t permute(const int32_t* ids, int64_t N, int64_t T, bool drop, int32_t* off, int32_t* slot, int32_t* src,
+                  float* counts) const;
   // Expert parallel: the counts exchange (forward: fills the layer's counts
   // received), the rows' offsets by local expert, and the reorderings of the
   // rows received between source-rank order and expert order (on the device).

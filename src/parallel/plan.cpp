@@ -41,6 +41,11 @@ void check_pipeline(const ParallelConfig& p, const model::GPTConfig& m) {
 void check_context(const ParallelConfig& p, const model::GPTConfig& m) {
   model::check_cp_layout(p.cp_kind, static_cast<int>(p.cp), m.block_size, m.n_head, static_cast<int>(p.tp));
   if (p.cp == 1) return;
+  PARALLM_CHECK(
+      m.moe.experts == 0 || m.moe.capacity == 0, ConfigError, "config",
+      "model.moe_capacity_factor={} with parallel.cp={}: a sequence's capacity counts its positions in order, "
+      "which context parallelism splits over ranks (not built yet); use model.moe_capacity_factor=0",
+      m.moe.capacity, p.cp);
   PARALLM_CHECK(!p.sequence_parallel, ConfigError, "config",
                 "parallel.sequence_parallel=true with parallel.cp={}: both split the sequence (sequence parallelism "
                 "inside the tp group, context parallelism across the cp group); use one of them",

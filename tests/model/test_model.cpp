@@ -408,4 +408,52 @@ TEST(MoeCounts, BadConfigsNameTheirKey) {
   refused([](model::GPTConfig& c) { c.moe.first = 2; }, "model.moe_first_layer");
   refused([](model::GPTConfig& c) { c.moe.shared = 5; }, "model.moe_shared_experts");
   refused([](model::GPTConfig& c) { c.moe.intermediate = 21; }, "model.moe_intermediate_size");
+  refused([](model::GPTConfig& c) { c.moe.capacity = -1; }, "model.moe_capacity_factor");
+}
+
+// The capacity factor's drop rule: a selection bias makes expert 0 every token's first choice, so with
+// capacity c each sequence of T keeps ceil(c T K / E) of expert 0's T choices, in position order, and drops the
+// rest; an evaluation pass (not training) drops nothing; and a capacity that fits every choice changes no bit.
+TEST(MoeCapacity, EachSequenceKeepsTheFirstChoicesUpToTheCapacity) {
+  model::GPTConfig c;
+  c.arch = model::Arch::Llama;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = 32;
+  c.intermediate_size = 48;
+  c.block_size = 12;
+  c.vocab_size = 50;
+  c.moe = {.experts = 4, .top_k = 2, .intermediate = 16, .first = 1, .bias = true};
+  const int64_t B = 3, T = 12;
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<int32_t>((i * 7 + 3) % 50);
+    y[i] = static_cast<int32_t>((i * 5 + 1) % 50);
+  }
+  auto losses = [&](double capacity, bool train, double* dropped) {
+    c.moe.capacity = capacity;
+    model::GPT m(c, B, T);
+    m.init_weights(7);
+    m.param("model.layers.1.mlp.gate.e_score_correction_bias").data<float>()[0] = 1e4f;
+    m.params_changed();
+    model::StepContext ctx;
+    ctx.train = ctx.need_grad = train;
+    const float loss = m.forward(x.data(), y.data(), B, T, ctx);
+    *dropped = m.take_moe_tally().dropped;
+    return loss;
+  };
+  double dropped = 0;
+  const float dropless = losses(0, true, &dropped);
+  EXPECT_EQ(dropped, 0);
+  // capacity 1: ceil(1 x 12 x 2 / 4) = 6 of expert 0's 12 choices per sequence kept; the second choices spread
+  // over experts 1-3 (12 choices, at most 6 each: none dropped there when they are spread, so count exactly).
+  const float one = losses(1.0, true, &dropped);
+  EXPECT_GE(dropped, B * (T - 6));
+  EXPECT_NE(one, dropless);
+  losses(0.5, true, &dropped);  // 3 of each sequence's expert-0 choices
+  EXPECT_GE(dropped, B * (T - 3));
+  EXPECT_EQ(losses(2.0, false, &dropped), losses(0, false, &dropped));  // evaluation: dropless
+  EXPECT_EQ(losses(4.0, true, &dropped), dropless);                     // ceil(4 x 24 / 4) = 24 >= T: nothing to drop
+  EXPECT_EQ(dropped, 0);
 }

@@ -63,7 +63,7 @@ model::GPTConfig config() {
 //   backward: 2 all_to_all_v: the outputs' gradients out, the inputs' back
 //             (N K C e + R C e).
 // A training forward also sums the routing counts over the data group, here
-// the same communicator: 1 all_reduce of 2E + 1 floats. At P = 1 nothing is
+// the same communicator: 1 all_reduce of 2E + 2 floats. At P = 1 nothing is
 // exchanged (and the data group's sum is skipped: one rank).
 enum class Pass { Forward, Backward, Evaluation };
 
@@ -77,7 +77,7 @@ OpCounts ep_counts(Pass pass, int P, const std::vector<int64_t>& received, int64
   };
   for (int64_t r : received) {  // one MoE layer each
     if (pass != Pass::Backward) add(OpKind::AllToAll, 1, 4 * kE);
-    if (pass == Pass::Forward) add(OpKind::AllReduce, 1, (2 * kE + 1) * 4);
+    if (pass == Pass::Forward) add(OpKind::AllReduce, 1, (2 * kE + 2) * 4);
     add(OpKind::AllToAllV, 2, nkc + r * kC * e);
   }
   return c;

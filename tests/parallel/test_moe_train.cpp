@@ -44,13 +44,14 @@ class MoeTest : public test_util::DistRunTest {
   Ref reference(const std::string& out, int64_t batch, int64_t iters, std::vector<std::string> extra = {}) {
     return {alone(out, batch, iters, std::move(extra)), root_ / (out + std::to_string(world->rank()))};
   }
-  // Each step's tokens per expert by layer (the records' moe_tokens), from a run's metrics.jsonl.
+  // Each step's tokens per expert by layer and dropped choices (the records' moe_tokens, moe_dropped; -1 when
+  // dropless), from a run's metrics.jsonl.
   static std::vector<nlohmann::json> expert_tokens(const std::filesystem::path& dir) {
     std::vector<nlohmann::json> out;
     std::ifstream in(dir / "metrics.jsonl");
     for (std::string line; std::getline(in, line);) {
       const nlohmann::json r = nlohmann::json::parse(line);
-      if (r.value("kind", "") == "train") out.push_back(r.at("moe_tokens"));
+      if (r.value("kind", "") == "train") out.push_back({r.at("moe_tokens"), r.value("moe_dropped", int64_t{-1})});
     }
     return out;
   }
@@ -141,6 +142,26 @@ TEST_F(MoeTest, EveryTwoRankLayoutEqualsOneRank) {
   const auto one_b4 = reference("one_b4", 4, kIters);  // the global batch of 2 data-parallel ranks
   expect_layouts("moe", one_b4, 2, kIters,
                  {{"ddp", {}}, {"zero1", {"zero.stage=1"}}, {"zero3", {"zero.stage=3"}}, {"ep2", {"parallel.ep=2"}}});
+}
+
+// A capacity factor of 1 (each expert takes at most ceil(T K / E) = 8 choices of a sequence of 32 in a training pass):
+// the same choices dropped in every layout, step by step (the records' moe_dropped, compared with the tokens per
+// expert), and the losses one rank's.
+TEST_F(MoeTest, CapacityDropsTheSameChoicesInEveryLayout) {
+  if (world->size() != 2) GTEST_SKIP() << "the layouts are of 2 ranks";
+  const std::vector<std::string> cf = {"model.moe_capacity_factor=1"};
+  const auto one = reference("cf_one", 2, kIters, cf);
+  if (world->rank() == 0) {
+    const auto steps = expert_tokens(one.dir);
+    ASSERT_FALSE(steps.empty());
+    EXPECT_GT(steps[0][1].get<int64_t>(), 0) << "capacity 1 dropped nothing at step 0";
+    std::printf("capacity 1: %lld of the 768 choices dropped at step 0 (2 x 2 sequences of 32, top-2, 3 layers)\n",
+                static_cast<long long>(steps[0][1].get<int64_t>()));
+  }
+  expect_layouts("cf", one, 2, kIters,
+                 {{"tp2_sp", {"parallel.tp=2", "parallel.sequence_parallel=true"}}, {"pp2", {"parallel.pp=2"}}}, cf);
+  const auto one_b4 = reference("cf_one_b4", 4, kIters, cf);
+  expect_layouts("cf", one_b4, 2, kIters, {{"ddp", {}}, {"ep2", {"parallel.ep=2"}}}, cf);
 }
 
 TEST_F(MoeTest, SharedExpertSigmoidAndDenseLayersEqualOneRank) {

@@ -269,7 +269,10 @@ void add_moe_keys(KeyTable& t) {
                     "MoE: every k-th layer from model.moe_first_layer is MoE (Qwen's decoder_sparse_step)"),
             BOOL_KEY("model.moe_bias", model.moe.bias,
                      "MoE: a score-correction bias per expert used for selection only (DeepSeek-V3's "
-                     "e_score_correction_bias; not trained by gradients)")});
+                     "e_score_correction_bias; not trained by gradients)"),
+            FLOAT_KEY("model.moe_capacity_factor", model.moe.capacity, closed(0, 1000),
+                      "MoE: each expert takes at most ceil(factor x T x top_k / experts) choices of a sequence in a "
+                      "training pass, in position order, the rest dropped (0: dropless)")});
 }
 
 // train.*

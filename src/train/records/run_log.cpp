@@ -69,7 +69,8 @@ std::string moe_record(const Session& s, nlohmann::json& rec) {
   const model::GPTConfig& m = s.cfg.model;
   const auto t = s.model->take_moe_tally();
   const auto gas = static_cast<double>(s.cfg.optimizer.gas);
-  std::vector<float> v = {static_cast<float>(t.aux / gas), static_cast<float>(t.z / gas)};
+  std::vector<float> v = {static_cast<float>(t.aux / gas), static_cast<float>(t.z / gas),
+                          static_cast<float>(t.dropped)};
   v.insert(v.end(), t.tokens.begin(), t.tokens.end());
   s.plan->sum_over_stages(v.data(), static_cast<int64_t>(v.size()));
   rec["moe_aux_loss"] = v[0];
@@ -78,7 +79,7 @@ std::string moe_record(const Session& s, nlohmann::json& rec) {
   double imbalance = 0;
   for (int64_t l = 0; l < m.n_layer; ++l) {
     if (!m.moe_layer(l)) continue;
-    const float* c = v.data() + 2 + l * m.moe.experts;
+    const float* c = v.data() + 3 + l * m.moe.experts;
     std::vector<int64_t> counts(c, c + m.moe.experts);
     const double total = std::accumulate(counts.begin(), counts.end(), 0.0);
     if (total > 0)
@@ -88,7 +89,9 @@ std::string moe_record(const Session& s, nlohmann::json& rec) {
   }
   rec["moe_tokens"] = std::move(layers);
   rec["moe_imbalance"] = imbalance;
-  return fmt::format(", moe aux {:.4g} z {:.4g} imbalance {:.2f}", v[0], v[1], imbalance);
+  if (m.moe.capacity > 0) rec["moe_dropped"] = static_cast<int64_t>(v[2]);  // choices, every layer and micro-batch
+  return fmt::format(", moe aux {:.4g} z {:.4g} imbalance {:.2f}{}", v[0], v[1], imbalance,
+                     m.moe.capacity > 0 ? fmt::format(" dropped {}", static_cast<int64_t>(v[2])) : "");
 }
 }  // namespace
 

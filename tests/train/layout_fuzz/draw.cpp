@@ -247,6 +247,12 @@ void draw_moe(uint64_t seed, Case& c) {
   m.moe_z = r.pick(std::vector<double>{0.0, 0.001});
   m.moe_first = m.n_layer > 1 ? r.in(0, 1) : 0;
   m.moe_every = r.in(1, 2);
+  // A capacity factor where no layout of the case (the invalid draw's included) splits sequences over cp.
+  const bool cp_anywhere =
+      c.first.cp > 1 || c.resumed.cp > 1 || std::any_of(v.keys.begin(), v.keys.end(), [](const std::string& k) {
+        return k.rfind("parallel.cp=", 0) == 0 && k != "parallel.cp=1";
+      });
+  if (!cp_anywhere && r.chance(0.3)) m.moe_capacity = r.pick(std::vector<double>{1.0, 1.5});
   // Expert parallelism, where a layout runs DDP: any degree dividing both dp x cp and the experts.
   for (Layout* l : {&c.first, &c.resumed}) {
     if (l->zero != 0) continue;
@@ -333,7 +339,8 @@ std::vector<std::string> model_keys(const Model& m, const Training& t) {
             fmt::format("model.moe_intermediate_size={}", m.moe_intermediate),
             fmt::format("model.moe_shared_experts={}", m.moe_shared), "model.moe_score=" + m.moe_score,
             fmt::format("model.moe_aux_coef={}", m.moe_aux), fmt::format("model.moe_z_coef={}", m.moe_z),
-            fmt::format("model.moe_first_layer={}", m.moe_first), fmt::format("model.moe_every={}", m.moe_every)});
+            fmt::format("model.moe_first_layer={}", m.moe_first), fmt::format("model.moe_every={}", m.moe_every),
+            fmt::format("model.moe_capacity_factor={}", m.moe_capacity)});
   return k;
 }
 
@@ -386,8 +393,9 @@ std::string describe(const Model& m, const Training& t) {
     arch +=
         fmt::format("(KV={} D={} F={}{})", m.n_kv_head, m.head_dim, m.intermediate, m.rope_scaling ? " llama3" : "");
   if (m.moe_experts > 0)
-    arch += fmt::format(" moe(E={} k={} Fe={} shared={} {} aux={} z={} layers {}+{}k)", m.moe_experts, m.moe_top_k,
-                        m.moe_intermediate, m.moe_shared, m.moe_score, m.moe_aux, m.moe_z, m.moe_first, m.moe_every);
+    arch += fmt::format(" moe(E={} k={} Fe={} shared={} {} aux={} z={} layers {}+{}k{})", m.moe_experts, m.moe_top_k,
+                        m.moe_intermediate, m.moe_shared, m.moe_score, m.moe_aux, m.moe_z, m.moe_first, m.moe_every,
+                        m.moe_capacity > 0 ? fmt::format(" capacity {}", m.moe_capacity) : "");
   return fmt::format(
       "{} L={} H={} C={} T={} V={} bias={} tied={} dropout={} gelu={} gas={} global_batch={} lr={} wd={} clip={} "
       "loss_scale={}",

@@ -55,6 +55,7 @@ struct Model {
   int moe_experts = 0, moe_top_k = 1, moe_intermediate = 0, moe_shared = 0, moe_first = 0, moe_every = 1;
   std::string moe_score = "softmax";
   double moe_aux = 0, moe_z = 0;
+  double moe_capacity = 0;  // 0: dropless (a capacity only where neither layout splits sequences over cp)
 };
 struct Training {
   int gas = 1;           // optimizer.gas
