@@ -87,6 +87,12 @@ void validate_moe(const GPTConfig& c) {
   PARALLM_CHECK(m.every >= 1, ConfigError, "config", "model.moe_every must be >= 1, got {}", m.every);
   PARALLM_CHECK(std::isfinite(m.capacity) && m.capacity >= 0, ConfigError, "config",
                 "model.moe_capacity_factor must be >= 0 (0: dropless), got {}", m.capacity);
+  PARALLM_CHECK(std::isfinite(m.bias_rate) && m.bias_rate >= 0, ConfigError, "config",
+                "model.moe_bias_update_rate must be >= 0 (0: the bias stays), got {}", m.bias_rate);
+  PARALLM_CHECK(m.bias_rate == 0 || m.bias, ConfigError, "config",
+                "model.moe_bias_update_rate={} moves the experts' selection bias, which model.moe_bias=false leaves "
+                "out; set model.moe_bias=true",
+                m.bias_rate);
   PARALLM_CHECK(c.recompute == Recompute::None, ConfigError, "config",
                 "model.recompute={} with model.moe_experts={}: recomputing a mixture of experts is not built yet; use "
                 "model.recompute=none",
@@ -226,7 +232,8 @@ std::string GPTConfig::summary() const {
                        moe.score == kernels::MoeScore::Softmax ? "softmax" : "sigmoid",
                        moe.first || moe.every > 1 ? fmt::format(" moe layers {}+{}k", moe.first, moe.every) : "",
                        moe.bias ? " moe_bias=true" : "") +
-           (moe.capacity > 0 ? fmt::format(" moe_capacity_factor={}", moe.capacity) : "");
+           (moe.capacity > 0 ? fmt::format(" moe_capacity_factor={}", moe.capacity) : "") +
+           (moe.bias_rate > 0 ? fmt::format(" moe_bias_update_rate={}", moe.bias_rate) : "");
   } else {
     s += fmt::format(" bias={}", bias);
   }

@@ -71,6 +71,10 @@ struct MoeConfig {
   // most ceil(capacity T K / E) choices of each sequence, in position order;
   // the rest are dropped (they add nothing; the residual carries the token).
   double capacity = 0.0;
+  // DeepSeek-V3's auxiliary-loss-free balancing (with `bias`): after each
+  // optimizer step every expert's selection bias moves by this rate toward
+  // balance, +rate below the layer's mean load, -rate above it (0: fixed).
+  double bias_rate = 0.0;
   bool operator==(const MoeConfig&) const = default;
 };
 

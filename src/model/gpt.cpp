@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <type_traits>
 #include <utility>
 
@@ -163,6 +164,31 @@ Activations::MoeTally GPT::take_moe_tally() {
   std::fill(mine.tokens.begin(), mine.tokens.end(), 0.0);  // kept: no allocation per step
   if (t.tokens.empty()) t.tokens.assign(static_cast<size_t>(cfg_.n_layer * cfg_.moe.experts), 0.0);
   return t;
+}
+
+void GPT::balance_expert_bias() {
+  const int64_t E = cfg_.moe.experts;
+  const std::vector<double>& tokens = acts_.moe_tally().tokens;
+  if (cfg_.moe.bias_rate == 0 || tokens.empty()) return;
+  PARALLM_CHECK(pa_.params(), InternalError, "gpt.balance_expert_bias", "the parameters live in a store (sharded)");
+  std::vector<float> b(static_cast<size_t>(E));
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    if (!cfg_.moe_layer(l) || !layout_.holds_block(l)) continue;
+    const double* n = tokens.data() + l * E;
+    const double mean = std::accumulate(n, n + E, 0.0) / static_cast<double>(E);
+    float* p = pa_.params() + layout_.block(l).router_bias;
+    if (dev_.is_cpu())
+      std::copy(p, p + E, b.begin());
+    else
+      gpu::memcpy_d2h(b.data(), p, E * sizeof(float));
+    for (int64_t e = 0; e < E; ++e)  // +rate below the mean load, -rate above it
+      b[e] += static_cast<float>(n[e] < mean ? cfg_.moe.bias_rate : n[e] > mean ? -cfg_.moe.bias_rate : 0.0);
+    if (dev_.is_cpu())
+      std::copy(b.begin(), b.end(), p);
+    else
+      gpu::memcpy_h2d(p, b.data(), E * sizeof(float));
+  }
+  params_changed();
 }
 
 std::vector<int32_t> GPT::expert_choices(int64_t l) {

@@ -37,6 +37,9 @@ class GPT {
   // MoE (moe_layer.h): the balancing and z-loss values summed since the last take; layer l's expert choices
   // [N x top_k] in its chunk's last forward (set 0; empty for a dense or not held layer).
   Activations::MoeTally take_moe_tally();
+  // model.moe_bias_update_rate: each held MoE layer's selection bias moved toward balance by the tally's tokens
+  // per expert (this step's, over the global batch; before take_moe_tally), the same on every rank.
+  void balance_expert_bias();
   std::vector<int32_t> expert_choices(int64_t l);
   // Parameters and gradients through `store` (not owned), group by group; null: own buffers again.
   void set_store(ParamStore* store);

@@ -58,6 +58,11 @@ void check_context(const ParallelConfig& p, const model::GPTConfig& m) {
 
 // Expert parallelism against the model and the data-parallel strategies.
 void check_experts(const ParallelConfig& p, const model::GPTConfig& m) {
+  PARALLM_CHECK(m.moe.bias_rate == 0 || (p.zero.stage < 3 && p.zero.offload == Offload::None), ConfigError, "config",
+                "model.moe_bias_update_rate={} with zero.stage={} zero.offload={}: the bias is moved in the model's "
+                "parameters, which sharded parameters and an offloaded master copy do not hold; use zero.stage<=2 "
+                "without offload",
+                m.moe.bias_rate, p.zero.stage, offload_name(p.zero.offload));
   if (p.ep == 1) return;
   PARALLM_CHECK(m.moe.experts > 0, ConfigError, "config",
                 "parallel.ep={} splits the experts of mixture-of-experts layers, but the model has none "

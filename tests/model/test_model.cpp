@@ -411,6 +411,43 @@ TEST(MoeCounts, BadConfigsNameTheirKey) {
   refused([](model::GPTConfig& c) { c.moe.capacity = -1; }, "model.moe_capacity_factor");
 }
 
+// DeepSeek's auxiliary-loss-free balancing: after a training pass, each expert's selection bias moves by the
+// rate, up for an expert below its layer's mean load and down above it (expert 0, chosen by every token through
+// a large bias, goes down; the dense layer 0 has none); nothing moves without the rate.
+TEST(MoeBiasUpdate, TheBiasMovesTowardBalanceByTheRate) {
+  model::GPTConfig c;
+  c.arch = model::Arch::Llama;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = 32;
+  c.intermediate_size = 48;
+  c.block_size = 8;
+  c.vocab_size = 50;
+  c.moe = {.experts = 4, .top_k = 1, .intermediate = 16, .first = 1, .bias = true, .bias_rate = 0.01};
+  c.validate();
+  model::GPT m(c, 2, 8);
+  m.init_weights(3);
+  float* b = m.param("model.layers.1.mlp.gate.e_score_correction_bias").data<float>();
+  b[0] = 100.0f;  // every token's choice: expert 0 (load 16, the others 0; mean 4)
+  m.params_changed();
+  std::vector<int32_t> x(16), y(16);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = y[i] = static_cast<int32_t>(i * 3 % 50);
+  model::StepContext ctx;
+  ctx.train = ctx.need_grad = true;
+  m.forward(x.data(), y.data(), 2, 8, ctx);
+  m.balance_expert_bias();
+  EXPECT_FLOAT_EQ(b[0], 100.0f - 0.01f);
+  for (int e = 1; e < 4; ++e) EXPECT_FLOAT_EQ(b[e], 0.01f) << e;
+  const auto t = m.take_moe_tally();
+  EXPECT_EQ(t.tokens[4], 16);  // layer 1's expert 0: every token
+  m.balance_expert_bias();     // the tally was taken: nothing counted, nothing moves
+  EXPECT_FLOAT_EQ(b[0], 100.0f - 0.01f);
+  model::GPTConfig no_bias = c;
+  no_bias.moe.bias = false;
+  EXPECT_THROW(no_bias.validate(), ConfigError);  // the rate needs the bias
+}
+
 // The capacity factor's drop rule: a selection bias makes expert 0 every token's first choice, so with
 // capacity c each sequence of T keeps ceil(c T K / E) of expert 0's T choices, in position order, and drops the
 // rest; an evaluation pass (not training) drops nothing; and a capacity that fits every choice changes no bit.

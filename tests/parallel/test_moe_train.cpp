@@ -164,6 +164,18 @@ TEST_F(MoeTest, CapacityDropsTheSameChoicesInEveryLayout) {
   expect_layouts("cf", one_b4, 2, kIters, {{"ddp", {}}, {"ep2", {"parallel.ep=2"}}}, cf);
 }
 
+// DeepSeek's auxiliary-loss-free balancing (the selection bias moved by 0.01 toward balance after every step, from
+// the step's global tokens per expert): every layout moves it alike, so the routing and the losses stay one rank's.
+TEST_F(MoeTest, BiasUpdatesMoveAlikeInEveryLayout) {
+  if (world->size() != 2) GTEST_SKIP() << "the layouts are of 2 ranks";
+  const std::vector<std::string> bu = {"model.moe_bias=true", "model.moe_bias_update_rate=0.01",
+                                       "model.moe_aux_coef=0"};
+  const auto one = reference("bu_one", 2, kIters, bu);
+  expect_layouts("bu", one, 2, kIters, {{"tp2", {"parallel.tp=2"}}, {"pp2", {"parallel.pp=2"}}}, bu);
+  const auto one_b4 = reference("bu_one_b4", 4, kIters, bu);
+  expect_layouts("bu", one_b4, 2, kIters, {{"zero1", {"zero.stage=1"}}, {"ep2", {"parallel.ep=2"}}}, bu);
+}
+
 TEST_F(MoeTest, SharedExpertSigmoidAndDenseLayersEqualOneRank) {
   if (world->size() != 2) GTEST_SKIP() << "the layouts are of 2 ranks";
   const std::vector<std::string> ds = {"model.moe_shared_experts=1", "model.moe_score=sigmoid",

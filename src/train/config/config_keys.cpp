@@ -272,7 +272,10 @@ void add_moe_keys(KeyTable& t) {
                      "e_score_correction_bias; not trained by gradients)"),
             FLOAT_KEY("model.moe_capacity_factor", model.moe.capacity, closed(0, 1000),
                       "MoE: each expert takes at most ceil(factor x T x top_k / experts) choices of a sequence in a "
-                      "training pass, in position order, the rest dropped (0: dropless)")});
+                      "training pass, in position order, the rest dropped (0: dropless)"),
+            FLOAT_KEY("model.moe_bias_update_rate", model.moe.bias_rate, closed(0, 1),
+                      "MoE: DeepSeek-V3's auxiliary-loss-free balancing: after each step every expert's selection "
+                      "bias moves by this rate toward balance (needs model.moe_bias=true; 0: the bias stays)")});
 }
 
 // train.*

@@ -185,6 +185,7 @@ void update(Session& s, int64_t it, float lr, double norm, StepResult& r) {
   const parallel::UpdateTarget u = s.sync->update();
   s.opt->step(u.params, u.grads, lr, optim::clip_factor(r.norm, s.cfg.optimizer.grad_clip) / r.scale, u.weight_copy);
   s.sync->updated(u.weight_copy != nullptr);
+  s.model->balance_expert_bias();  // model.moe_bias_update_rate (nothing otherwise)
 }
 
 }  // namespace

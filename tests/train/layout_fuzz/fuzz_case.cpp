@@ -16,6 +16,13 @@
 // where |g| ~ eps a rounding of 1e-10 in g moves it by 1e-2 lr (measured:
 // 8.5e-7 in a zero-initialised bias of norm 0.015 at lr 1e-3, dp 2 against
 // one rank, while every loss agreed within 1.2e-7).
+// Mixtures of experts: a token whose top-k scores tie within rounding may
+// choose another expert than in the reference once the layouts' rounding
+// has grown (docs/moe.md, "Routing flips"), a discontinuity no rounding bar
+// absorbs. The records' tokens per expert show it: from the first step whose
+// counts differ from one rank's, the steps and evaluations are held to
+// kFlipTol and the parameters to kFlipParamTol, and the case says where it
+// flipped. Counts that differ at step 0 (the same weights everywhere) fail.
 #include "train/layout_fuzz/fuzz_case.h"
 
 #include <fmt/format.h>
@@ -69,10 +76,13 @@ Layout one_rank(const Case& c) {
   return l;
 }
 
+constexpr double kFlipTol = 1e-3, kFlipParamTol = 0.5;
+
 struct Check {
   bool ok = true;
   std::string first;  // the first mismatch
   double loss = 0, grad = 0, params = 0;
+  long flip = -1;         // MoE: the first step whose tokens per expert differ from one rank's (-1: none)
   std::string params_at;  // where the largest parameter difference is
   void fail(const std::string& s) {
     if (ok) first = s;
@@ -93,6 +103,15 @@ void compare_steps(const std::map<long, StepRecord>& got, const std::map<long, S
           fmt::format("{}: step {} has no train record in {}", leg, s, g == got.end() ? "the run" : "the reference"));
       return;
     }
+    if (g->second.moe_tokens != w->second.moe_tokens) {
+      if (s == 0)
+        k.fail(
+            fmt::format("{}: step 0: the tokens per expert {} differ from one rank's {} (the same weights: a "
+                        "routing bug)",
+                        leg, g->second.moe_tokens, w->second.moe_tokens));
+      if (k.flip < 0) k.flip = s;
+    }
+    if (k.flip >= 0 && s >= k.flip) tol = std::max(tol, kFlipTol);
     const double dl = rel(g->second.loss, w->second.loss), dg = rel(g->second.grad_norm, w->second.grad_norm);
     k.loss = std::max(k.loss, dl);
     k.grad = std::max(k.grad, dg);
@@ -115,15 +134,16 @@ void compare_evals(const std::map<long, StepRecord>& got, const std::map<long, S
       k.fail(fmt::format("{}: the reference has no evaluation at step {}", leg, s));
       continue;
     }
+    const double bar = k.flip >= 0 && s >= k.flip ? std::max(tol, kFlipTol) : tol;
     for (const auto& [what, a, b] :
          {std::tuple{"train", g.loss, w->second.loss}, std::tuple{"val", g.val_loss, w->second.val_loss}}) {
       const double d = rel(a, b);
       k.loss = std::max(k.loss, d);
-      if (!(d <= tol))
+      if (!(d <= bar))
         k.fail(
             fmt::format("{}: evaluation at step {}: {} loss {:.9g}, one rank {:.9g} (relative difference {:.3g} > "
                         "{:.0e})",
-                        leg, s, what, a, b, d, tol));
+                        leg, s, what, a, b, d, bar));
     }
   }
 }
@@ -143,6 +163,7 @@ std::pair<long, long> free_elements(const Params::Tensor& t) {
 }
 
 void compare_params(const Params& got, const Params& want, double lr, double tol, const std::string& leg, Check& k) {
+  if (k.flip >= 0) tol = std::max(tol, kFlipParamTol);
   if (got.flat.size() != want.flat.size() || got.tensors.size() != want.tensors.size()) {
     k.fail(fmt::format("{}: the checkpoint holds {} parameters in {} tensors, one rank's {} in {}", leg,
                        got.flat.size(), got.tensors.size(), want.flat.size(), want.tensors.size()));
@@ -372,7 +393,7 @@ Outcome Fuzzer::run_case(const Case& c) {
     run.k.fail(std::string("reading a run's results failed: ") + e.what());
   }
   const Check& k = run.k;
-  Outcome o{k.ok, "", k.loss, k.grad, k.params, k.params_at, 0};
+  Outcome o{k.ok, "", k.loss, k.grad, k.params, k.params_at, 0, k.flip};
   o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!k.ok) {
     o.report = fmt::format(

@@ -31,6 +31,7 @@ struct Outcome {
   double loss = 0, grad = 0, params = 0;  // the largest relative differences seen
   std::string params_at;                  // the tensor of the largest parameter difference
   double seconds = 0;
+  long flip = -1;  // MoE: the first step whose tokens per expert differ from one rank's (-1: none)
 };
 
 class Fuzzer {

@@ -251,9 +251,11 @@ int main(int argc, char** argv) {
       failures.push_back(seed);
       std::printf("%s", o.report.c_str());
     } else if (!a.quiet) {
-      std::printf("case %llu ok %.1f s: %s -> %s | loss %.2g grad %.2g params %.2g\n",
-                  static_cast<unsigned long long>(seed), o.seconds, describe(c.first).c_str(),
-                  describe(c.resumed).c_str(), o.loss, o.grad, o.params);
+      std::printf(
+          "case %llu ok %.1f s: %s -> %s | loss %.2g grad %.2g params %.2g%s\n", static_cast<unsigned long long>(seed),
+          o.seconds, describe(c.first).c_str(), describe(c.resumed).c_str(), o.loss, o.grad, o.params,
+          o.flip >= 0 ? fmt::format(" | MoE routing flip at step {} (compared at 1e-3 from there)", o.flip).c_str()
+                      : "");
     }
     std::fflush(stdout);
   }

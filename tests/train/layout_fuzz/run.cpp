@@ -117,6 +117,7 @@ std::map<long, StepRecord> read_steps(const std::string& out_dir, const std::str
     s.loss = j.at("loss").get<double>();
     if (j.contains("grad_norm")) s.grad_norm = j["grad_norm"].get<double>();
     if (j.contains("val_loss")) s.val_loss = j["val_loss"].get<double>();
+    if (j.contains("moe_tokens")) s.moe_tokens = j["moe_tokens"].dump();
     steps[j.at("step").get<long>()] = s;
   }
   return steps;
