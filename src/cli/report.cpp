@@ -287,6 +287,13 @@ std::string run_report_html(const std::vector<std::string>& dirs) {
   body += plot(runs, "MFU (model FLOPs utilization)", {"train/mfu"});
   body += plot(runs, "gradient norm", {"train/grad_norm"});
   body += plot(runs, "step time of the slowest and fastest rank (ms)", {"train/step_ms_max", "train/step_ms_min"});
+  const bool moe = std::any_of(runs.begin(), runs.end(), [](const auto& r) {
+    return !r.train.empty() && r.train.front().contains("moe_imbalance");
+  });
+  if (moe) {  // mixtures of experts (docs/moe.md): how evenly the experts are used, and the balancing terms
+    body += plot(runs, "MoE: tokens per expert, max / mean (the worst layer)", {"train/moe_imbalance"});
+    body += plot(runs, "MoE: balancing loss and router z-loss", {"train/moe_aux_loss", "train/moe_z_loss"});
+  }
   body += memory_chart(runs);
   body += "</div>\n";
   const char* css =
