@@ -65,6 +65,27 @@ struct Carver {
     if (R > NK) m.h_recv = host(E);
     return m;
   }
+  // An MoE model's buffers outside the layers (none for a dense one): the statistics and host copies its
+  // backward and (expert parallel: R > NK) its exchange use, then its scratch.
+  void moe_fixed(ActivationPlan& o) {
+    if (E == 0) return;
+    o.moe_dw = stat(NK);
+    o.moe_aux = stat(E);
+    o.h_logits = host(N * E);
+    if (R > NK) {
+      o.moe_perm = stat(2 * R);
+      o.moe_counts = stat(2 * E);
+      o.h_perm = host(2 * R);
+    }
+  }
+  void moe_scratch(ActivationPlan& o) {
+    if (E == 0) return;
+    o.s_moe_a = take(R * C);
+    o.s_moe_b = take(R * C);
+    o.s_moe_f = take(2 * R * Fe);
+    o.s_moe_z = take(N * E);
+    if (o.s_dx2 < 0) o.s_dx2 = take(N * C);
+  }
   int64_t take(int64_t n) {
     const int64_t o = off;
     off += (n + 15) / 16 * 16;
@@ -180,16 +201,7 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
   // Partial norm weight gradients summed over the group: sequence parallel
   // (2C: LayerNorm's weight and bias), and a QK-norm's over this rank's heads (2D).
   if (sp || (cfg.qk_norm() && tp > 1)) o.ln_grad = k.stat(2 * std::max(C, w.D));
-  if (cfg.moe.experts > 0) {
-    o.moe_dw = k.stat(k.NK);
-    o.moe_aux = k.stat(k.E);
-    o.h_logits = k.host(N * k.E);
-    if (ep > 1) {
-      o.moe_perm = k.stat(2 * k.R);
-      o.moe_counts = k.stat(2 * k.E);
-      o.h_perm = k.host(2 * k.R);
-    }
-  }
+  k.moe_fixed(o);
   if (w.kv_whole) o.kv_grad = k.stat(2 * cfg.kv_heads() * (w.D * C + w.D));  // the whole k and v weights and biases
   o.acts = k.off;
   o.stats = k.soff;
@@ -218,13 +230,7 @@ ActivationPlan ActivationPlan::carve(const GPTConfig& cfg, int64_t B, int64_t T,
     o.s_gfull = k.take(N * C);
   }
   if (cp.size > 1) o.s_cp = k.take(CpAttention::scratch_elems(cp, B, T, Cl));
-  if (cfg.moe.experts > 0) {
-    o.s_moe_a = k.take(k.R * C);
-    o.s_moe_b = k.take(k.R * C);
-    o.s_moe_f = k.take(2 * k.R * k.Fe);
-    o.s_moe_z = k.take(N * k.E);
-    if (o.s_dx2 < 0) o.s_dx2 = k.take(N * C);
-  }
+  k.moe_scratch(o);
   o.scratch = k.off;
   o.host = k.hoff;
   const int64_t es = lowp ? 2 : 4;

@@ -171,22 +171,17 @@ void GPT::balance_expert_bias() {
   const std::vector<double>& tokens = acts_.moe_tally().tokens;
   if (cfg_.moe.bias_rate == 0 || tokens.empty()) return;
   PARALLM_CHECK(pa_.params(), InternalError, "gpt.balance_expert_bias", "the parameters live in a store (sharded)");
-  std::vector<float> b(static_cast<size_t>(E));
+  float staged[kMaxExperts];  // a GPU's bias on the host (no allocation per step)
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     if (!cfg_.moe_layer(l) || !layout_.holds_block(l)) continue;
     const double* n = tokens.data() + l * E;
     const double mean = std::accumulate(n, n + E, 0.0) / static_cast<double>(E);
     float* p = pa_.params() + layout_.block(l).router_bias;
-    if (dev_.is_cpu())
-      std::copy(p, p + E, b.begin());
-    else
-      gpu::memcpy_d2h(b.data(), p, E * sizeof(float));
+    float* b = dev_.is_cpu() ? p : staged;
+    if (b != p) gpu::memcpy_d2h(b, p, E * sizeof(float));
     for (int64_t e = 0; e < E; ++e)  // +rate below the mean load, -rate above it
       b[e] += static_cast<float>(n[e] < mean ? cfg_.moe.bias_rate : n[e] > mean ? -cfg_.moe.bias_rate : 0.0);
-    if (dev_.is_cpu())
-      std::copy(b.begin(), b.end(), p);
-    else
-      gpu::memcpy_h2d(p, b.data(), E * sizeof(float));
+    if (b != p) gpu::memcpy_h2d(p, b, E * sizeof(float));
   }
   params_changed();
 }

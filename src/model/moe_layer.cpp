@@ -180,26 +180,24 @@ void MoeLayer::experts_forward(const kernels::ModelOps<A>& k, const BlockEnv& e,
   }
 }
 
-template <class A>
-MoeLayer::Exchange MoeLayer::exchange(const BlockEnv& e, const LayerActs::Moe& m, bool forward, int64_t width) const {
+MoeLayer::Exchange MoeLayer::exchange(const BlockEnv& e, const LayerActs::Moe& m, bool forward) const {
   const ActivationPlan& plan = e.acts.plan();
   const int64_t P = ep_->size();
   const int32_t* off = e.acts.host_i32(m.h_off);  // this rank's rows by expert (all E)
   int32_t* got = e.acts.host_i32(m.h_recv);       // [i El + x]: source i's rows for local expert x
   if (forward) {  // the counts: expert x's rows to the rank holding x, on the device for the group
     int32_t* d = ints(e.acts.stat(plan.moe_counts));
-    int32_t* h = e.acts.host_i32(m.h_recv);  // staged through the received counts' own host buffer
-    for (int64_t x = 0; x < E_; ++x) h[x] = off[x + 1] - off[x];
-    to_device(e.dev, d, h, E_ * sizeof(int32_t));
+    for (int64_t x = 0; x < E_; ++x) got[x] = off[x + 1] - off[x];  // staged through the counts received' buffer
+    to_device(e.dev, d, got, E_ * sizeof(int32_t));
     ep_->all_to_all(d, d + E_, El_);
     to_host(e.dev, got, d + E_, E_ * sizeof(int32_t));
   }
   Exchange x{};
   for (int64_t j = 0; j < P; ++j) {
-    x.send[j] = static_cast<int64_t>(off[(j + 1) * El_] - off[j * El_]) * width;
+    x.send[j] = static_cast<int64_t>(off[(j + 1) * El_] - off[j * El_]) * C_;
     int64_t r = 0;
     for (int64_t y = 0; y < El_; ++y) r += got[j * El_ + y];
-    x.recv[j] = r * width;
+    x.recv[j] = r * C_;
   }
   // Expert order: expert y's rows from source 0, then 1, ...; source order: source i's rows for its experts in turn.
   x.off[0] = 0;
@@ -229,16 +227,14 @@ MoeLayer::Exchange MoeLayer::exchange(const BlockEnv& e, const LayerActs::Moe& m
 }
 
 template <class A>
-void MoeLayer::dispatch(const kernels::ModelOps<A>& k, const Exchange& x, const A* in, A* tmp, A* out,
-                        int64_t width) const {
+void MoeLayer::dispatch(const kernels::ModelOps<A>& k, const Exchange& x, const A* in, A* tmp, A* out) const {
   ep_->all_to_all_v(in, x.send, tmp, x.recv);
-  k.moe_gather(out, tmp, x.to_expert, x.off[El_], width);
+  k.moe_gather(out, tmp, x.to_expert, x.off[El_], C_);
 }
 
 template <class A>
-void MoeLayer::undispatch(const kernels::ModelOps<A>& k, const Exchange& x, const A* in, A* tmp, A* out,
-                          int64_t width) const {
-  k.moe_gather(tmp, in, x.to_source, x.off[El_], width);
+void MoeLayer::undispatch(const kernels::ModelOps<A>& k, const Exchange& x, const A* in, A* tmp, A* out) const {
+  k.moe_gather(tmp, in, x.to_source, x.off[El_], C_);
   ep_->all_to_all_v(tmp, x.recv, out, x.send);
 }
 
@@ -258,11 +254,11 @@ void MoeLayer::forward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t
   A* xp = e.acts.act<A>(m.xp);
   k.moe_gather(xp, xw, ints(e.acts.stat(m.src)), e.acts.host_i32(m.h_off)[E_], C_);  // the kept choices
   if (ep_) {  // to the experts' ranks and back (the rows received and their outputs in the backward's scratch)
-    const Exchange ex = exchange<A>(e, m, true, C_);
+    const Exchange ex = exchange(e, m, true);
     A *ta = e.acts.scr<A>(e.acts.plan().s_moe_a), *tb = e.acts.scr<A>(e.acts.plan().s_moe_b);
-    dispatch(k, ex, xp, ta, e.acts.act<A>(m.xe), C_);
+    dispatch(k, ex, xp, ta, e.acts.act<A>(m.xe));
     experts_forward(k, e, m, P, ex.off, tb);
-    undispatch(k, ex, tb, ta, e.acts.act<A>(m.yp), C_);
+    undispatch(k, ex, tb, ta, e.acts.act<A>(m.yp));
   } else {
     experts_forward(k, e, m, P, e.acts.host_i32(m.h_off), e.acts.act<A>(m.yp));
   }
@@ -333,10 +329,10 @@ void MoeLayer::backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_
   if (sgate_ >= 0)
     k.matmul_backward(dsg, G.at(sdown_), nullptr, dy, e.acts.act<A>(a.fch_gelu), P.at(sdown_), N, S_, C_);
   if (ep_) {  // the outputs' gradients to the experts' ranks, the inputs' back (dyp's buffer reused in between)
-    const Exchange ex = exchange<A>(e, m, false, C_);
-    dispatch(k, ex, dyp, dxp, dyp, C_);
+    const Exchange ex = exchange(e, m, false);
+    dispatch(k, ex, dyp, dxp, dyp);
     experts_backward(k, e, m, P, G, ex.off, dyp, dxp);
-    undispatch(k, ex, dxp, dyp, dxp, C_);
+    undispatch(k, ex, dxp, dyp, dxp);
   } else {
     experts_backward(k, e, m, P, G, e.acts.host_i32(m.h_off), dyp, dxp);
   }

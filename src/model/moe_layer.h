@@ -92,22 +92,23 @@ class MoeLayer {
   int32_t permute(const int32_t* ids, int64_t N, int64_t T, bool drop, int32_t* off, int32_t* slot, int32_t* src,
                   float* counts) const;
   // Expert parallel: the counts exchange (forward: fills the layer's counts
-  // received), the rows' offsets by local expert, and the reorderings of the
-  // rows received between source-rank order and expert order (on the device).
+  // received; backward reuses them), the rows' offsets by local expert, and
+  // the reorderings of the rows received between source-rank order and
+  // expert order (on the device; recomputed in backward, as one buffer serves
+  // every layer). Messages are rows of C.
   struct Exchange {
     int64_t send[kMaxExperts], recv[kMaxExperts];  // elements per rank of the group
     int32_t off[kMaxExperts + 1];                  // the local experts' first rows, in expert order
     const int32_t *to_expert, *to_source;          // device: row r of one order is row idx[r] of the other
   };
+  Exchange exchange(const BlockEnv& e, const LayerActs::Moe& m, bool forward) const;
+  // out (in expert order) from this rank's permuted rows in: sent to their
+  // experts' ranks, received in source order into tmp, reordered.
   template <class A>
-  Exchange exchange(const BlockEnv& e, const LayerActs::Moe& m, bool forward, int64_t width) const;
-  // out (rows of `width` in expert order) from this rank's permuted rows in:
-  // sent to their experts' ranks, received in source order into tmp, reordered.
-  template <class A>
-  void dispatch(const kernels::ModelOps<A>& k, const Exchange& x, const A* in, A* tmp, A* out, int64_t width) const;
+  void dispatch(const kernels::ModelOps<A>& k, const Exchange& x, const A* in, A* tmp, A* out) const;
   // The way back: rows in expert order to their senders, into out (this rank's permuted rows).
   template <class A>
-  void undispatch(const kernels::ModelOps<A>& k, const Exchange& x, const A* in, A* tmp, A* out, int64_t width) const;
+  void undispatch(const kernels::ModelOps<A>& k, const Exchange& x, const A* in, A* tmp, A* out) const;
 };
 
 }  // namespace parallm::model

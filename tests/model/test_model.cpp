@@ -411,10 +411,9 @@ TEST(MoeCounts, BadConfigsNameTheirKey) {
   refused([](model::GPTConfig& c) { c.moe.capacity = -1; }, "model.moe_capacity_factor");
 }
 
-// DeepSeek's auxiliary-loss-free balancing: after a training pass, each expert's selection bias moves by the
-// rate, up for an expert below its layer's mean load and down above it (expert 0, chosen by every token through
-// a large bias, goes down; the dense layer 0 has none); nothing moves without the rate.
-TEST(MoeBiasUpdate, TheBiasMovesTowardBalanceByTheRate) {
+namespace {
+// A two-layer Llama of 32 channels (4 heads in 2 KV groups, SwiGLU 48, vocabulary 50) with `moe`.
+model::GPTConfig tiny_moe(int64_t block_size, model::MoeConfig moe) {
   model::GPTConfig c;
   c.arch = model::Arch::Llama;
   c.n_layer = 2;
@@ -422,9 +421,19 @@ TEST(MoeBiasUpdate, TheBiasMovesTowardBalanceByTheRate) {
   c.n_kv_head = 2;
   c.n_embd = 32;
   c.intermediate_size = 48;
-  c.block_size = 8;
+  c.block_size = block_size;
   c.vocab_size = 50;
-  c.moe = {.experts = 4, .top_k = 1, .intermediate = 16, .first = 1, .bias = true, .bias_rate = 0.01};
+  c.moe = moe;
+  return c;
+}
+}  // namespace
+
+// DeepSeek's auxiliary-loss-free balancing: after a training pass, each expert's selection bias moves by the
+// rate, up for an expert below its layer's mean load and down above it (expert 0, chosen by every token through
+// a large bias, goes down; the dense layer 0 has none); nothing moves without the rate.
+TEST(MoeBiasUpdate, TheBiasMovesTowardBalanceByTheRate) {
+  model::GPTConfig c =
+      tiny_moe(8, {.experts = 4, .top_k = 1, .intermediate = 16, .first = 1, .bias = true, .bias_rate = 0.01});
   c.validate();
   model::GPT m(c, 2, 8);
   m.init_weights(3);
@@ -452,16 +461,7 @@ TEST(MoeBiasUpdate, TheBiasMovesTowardBalanceByTheRate) {
 // capacity c each sequence of T keeps ceil(c T K / E) of expert 0's T choices, in position order, and drops the
 // rest; an evaluation pass (not training) drops nothing; and a capacity that fits every choice changes no bit.
 TEST(MoeCapacity, EachSequenceKeepsTheFirstChoicesUpToTheCapacity) {
-  model::GPTConfig c;
-  c.arch = model::Arch::Llama;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.n_embd = 32;
-  c.intermediate_size = 48;
-  c.block_size = 12;
-  c.vocab_size = 50;
-  c.moe = {.experts = 4, .top_k = 2, .intermediate = 16, .first = 1, .bias = true};
+  model::GPTConfig c = tiny_moe(12, {.experts = 4, .top_k = 2, .intermediate = 16, .first = 1, .bias = true});
   const int64_t B = 3, T = 12;
   std::vector<int32_t> x(B * T), y(B * T);
   for (size_t i = 0; i < x.size(); ++i) {

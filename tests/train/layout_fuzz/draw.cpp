@@ -253,6 +253,13 @@ void draw_moe(uint64_t seed, Case& c) {
         return k.rfind("parallel.cp=", 0) == 0 && k != "parallel.cp=1";
       });
   if (!cp_anywhere && r.chance(0.3)) m.moe_capacity = r.pick(std::vector<double>{1.0, 1.5});
+  // DeepSeek's bias update where no layout (the invalid draw's included) keeps its parameters sharded or offloaded.
+  const auto stored = [](const Layout& l) { return l.zero == 3 || l.offload != "none"; };
+  const bool sharded_anywhere =
+      stored(c.first) || stored(c.resumed) || std::any_of(v.keys.begin(), v.keys.end(), [](const std::string& k) {
+        return k == "zero.stage=3" || (k.rfind("zero.offload=", 0) == 0 && k != "zero.offload=none");
+      });
+  if (!sharded_anywhere && r.chance(0.3)) m.moe_bias_rate = 0.01;
   // Expert parallelism, where a layout runs DDP: any degree dividing both dp x cp and the experts.
   for (Layout* l : {&c.first, &c.resumed}) {
     if (l->zero != 0) continue;
@@ -340,7 +347,9 @@ std::vector<std::string> model_keys(const Model& m, const Training& t) {
             fmt::format("model.moe_shared_experts={}", m.moe_shared), "model.moe_score=" + m.moe_score,
             fmt::format("model.moe_aux_coef={}", m.moe_aux), fmt::format("model.moe_z_coef={}", m.moe_z),
             fmt::format("model.moe_first_layer={}", m.moe_first), fmt::format("model.moe_every={}", m.moe_every),
-            fmt::format("model.moe_capacity_factor={}", m.moe_capacity)});
+            fmt::format("model.moe_capacity_factor={}", m.moe_capacity),
+            fmt::format("model.moe_bias={}", m.moe_bias_rate > 0 ? "true" : "false"),
+            fmt::format("model.moe_bias_update_rate={}", m.moe_bias_rate)});
   return k;
 }
 
@@ -395,7 +404,8 @@ std::string describe(const Model& m, const Training& t) {
   if (m.moe_experts > 0)
     arch += fmt::format(" moe(E={} k={} Fe={} shared={} {} aux={} z={} layers {}+{}k{})", m.moe_experts, m.moe_top_k,
                         m.moe_intermediate, m.moe_shared, m.moe_score, m.moe_aux, m.moe_z, m.moe_first, m.moe_every,
-                        m.moe_capacity > 0 ? fmt::format(" capacity {}", m.moe_capacity) : "");
+                        (m.moe_capacity > 0 ? fmt::format(" capacity {}", m.moe_capacity) : "") +
+                            (m.moe_bias_rate > 0 ? fmt::format(" bias update {}", m.moe_bias_rate) : ""));
   return fmt::format(
       "{} L={} H={} C={} T={} V={} bias={} tied={} dropout={} gelu={} gas={} global_batch={} lr={} wd={} clip={} "
       "loss_scale={}",

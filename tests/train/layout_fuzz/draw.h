@@ -55,7 +55,8 @@ struct Model {
   int moe_experts = 0, moe_top_k = 1, moe_intermediate = 0, moe_shared = 0, moe_first = 0, moe_every = 1;
   std::string moe_score = "softmax";
   double moe_aux = 0, moe_z = 0;
-  double moe_capacity = 0;  // 0: dropless (a capacity only where neither layout splits sequences over cp)
+  double moe_capacity = 0;   // 0: dropless (a capacity only where neither layout splits sequences over cp)
+  double moe_bias_rate = 0;  // > 0: the selection bias on and moved each step (no ZeRO 3 or offload anywhere)
 };
 struct Training {
   int gas = 1;           // optimizer.gas
