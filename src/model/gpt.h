@@ -25,12 +25,10 @@ namespace parallm::model {
 
 class GPT {
  public:
-  // `tp` (not owned; null: the whole model): this rank's part of each
-  // parameter (ParamLayout's table), Megatron's split; `sequence_parallel`:
-  // B*T/tp residual rows. `pipe`: one stage. `cp`: T and max_seq are this
-  // rank's T/C positions. docs/design.md ("The model as layers") has more.
-  // `experts`: the MoE layers' groups (moe_layer.h): the ranks splitting the micro-batch, where the routing counts
-  // are summed, and the expert-parallel group, over which the experts are split (the layout's ShardSpec).
+  // `tp` (not owned; null: the whole model): this rank's part of each parameter (ParamLayout's table), Megatron's
+  // split; `sequence_parallel`: B*T/tp residual rows. `pipe`: one stage. `cp`: T and max_seq are this rank's T/C
+  // positions. `experts`: the MoE layers' groups (moe_layer.h): the ranks splitting the micro-batch (routing counts
+  // summed there) and the expert-parallel group splitting the experts. docs/design.md ("The model as layers").
   GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev = Device::cpu(), GPTStorage storage = {},
       TensorGroup* tp = nullptr, bool sequence_parallel = false, PipelinePart pipe = {}, ContextPart cp = {},
       ExpertPart experts = {});
@@ -51,9 +49,8 @@ class GPT {
   float* grads() const { return pa_.grads(); }             // on device()
   void load_params(const float* host) { pa_.load(host); }  // host copies in and out (flat_size() floats)
   void params_changed() { pa_.changed(); }                 // after anything writes params(): the bf16 copy is redrawn
-  // The bf16 copy an optimizer may keep current as it steps (ParamAccess::current_copy; null: none).
-  bfloat16* weight_copy_for_step() const { return pa_.current_copy(); }
-  DType compute_dtype() const { return compute_; }  // activations' (CPU bf16: fp32, bf16 products)
+  bfloat16* weight_copy_for_step() const { return pa_.current_copy(); }  // the bf16 copy a step keeps (null: none)
+  DType compute_dtype() const { return compute_; }                       // activations' (CPU bf16: fp32, bf16 products)
   bool bf16_products() const { return bf16_products_; }
   void store_params(float* host) const { pa_.store(host); }
   void store_grads(float* host) const { pa_.store_grads(host); }
@@ -86,12 +83,11 @@ class GPT {
   void* chunk_grad(int chunk, int set);
   int64_t message_count(int64_t B, int64_t T) const { return B * T / token_multiple() * cfg_.n_embd; }
 
-  // After forward(): logits [B, V] of position `pos` (default T - 1) of each sequence; (with targets) [B*T, V] of all.
+  // After forward(): logits [B, V] of position `pos` (default T - 1) of each sequence; [B*T, V] of all (targets).
   void last_logits(float* out, int64_t B, int64_t T, int64_t pos = -1);
   void all_logits(float* out, int64_t B, int64_t T);
-  // With a KV cache (kv_cache.h): one sequence's next n tokens after the cache's positions, theirs added, the
-  // logits [V] of the last one written. decode_supported(): the whole model on this rank, fp32 activations.
-  bool decode_supported() const;
+  // KV cache (kv_cache.h): one sequence's next n tokens, theirs added, the last one's logits [V] written.
+  bool decode_supported() const;  // the whole model on this rank, fp32 activations
   void decode(const int32_t* tokens, int64_t n, KvCache& cache, float* logits);
 
   double flops_per_token(int64_t T) const;  // a training step's (6N + 12 L H Q T; N: active parameters)
