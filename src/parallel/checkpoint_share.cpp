@@ -110,16 +110,23 @@ CheckpointShare zero_tp_groups(comm::Communicator& dp, comm::Communicator& tp, G
 }
 
 CheckpointShare zero_stage_whole(comm::Communicator& dp, comm::Communicator& model_group, GradSync& sync,
-                                 const model::ParamLayout& part, const model::ParamLayout& whole, StateBuffers local) {
-  PARALLM_CHECK(!part.whole(), InternalError, "checkpoint.save", "a pipeline stage's layout is a part");
-  const bool root = dp.rank() == 0;
-  std::vector<float> wm(root ? static_cast<size_t>(part.total()) : 0), wv(wm.size());
+                                 const model::ParamLayout& part, const model::ParamLayout& whole, StateBuffers local,
+                                 int ep) {
+  PARALLM_CHECK(!part.whole(), InternalError, "checkpoint.save", "a pipeline stage's or ep rank's layout is a part");
+  // The first ep group's ranks (dp rank 0 alone without ep) each get their part whole: the dense pieces on dp
+  // rank 0, every rank's experts on it.
+  const bool root = dp.rank() < ep;
+  const HeldState h = sync.held();
+  const size_t n = root ? static_cast<size_t>(part.total()) : 0;
+  std::vector<float> wm(n), wv(n), wp(h.param_shard ? n : 0);
   for (int g = 0; g < part.num_groups(); ++g) {
     const int64_t at = part.group(g).begin;
     sync.gather_group(local.m, g, root ? wm.data() + at : nullptr, 0);
     sync.gather_group(local.v, g, root ? wv.data() + at : nullptr, 0);
+    if (h.param_shard) sync.gather_group(h.param_shard, g, root ? wp.data() + at : nullptr, 0);  // stage 3
   }
-  return gathered_whole(model_group, root, part, whole, StateBuffers{local.params, wm.data(), wv.data()});
+  const float* params = h.param_shard ? wp.data() : local.params;
+  return gathered_whole(model_group, root, part, whole, StateBuffers{params, wm.data(), wv.data()});
 }
 
 }  // namespace parallm::parallel

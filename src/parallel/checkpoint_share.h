@@ -83,10 +83,13 @@ CheckpointShare zero_shards(comm::Communicator& dp, GradSync& sync, const model:
 // group's writer;
 CheckpointShare zero_tp_groups(comm::Communicator& dp, comm::Communicator& tp, GradSync& sync,
                                const model::ParamLayout& part, const model::ParamLayout& whole, StateBuffers local);
-// a pipeline stage's (ZeRO-1, replicated parameters): the moments gathered
-// whole on dp rank 0 first, then the model over `model_group` (tensor x
-// pipeline) as gathered_whole.
+// a pipeline stage's (ZeRO-1, replicated parameters) or an expert-parallel
+// rank's (`ep` > 1, any stage): the moments (stage 3: and the parameters)
+// gathered whole on dp rank 0 first (expert parallel: each rank of the first
+// ep group its experts' too), then the model over `model_group` (tensor x
+// pipeline x ep) as gathered_whole. The writer holds its part whole three times.
 CheckpointShare zero_stage_whole(comm::Communicator& dp, comm::Communicator& model_group, GradSync& sync,
-                                 const model::ParamLayout& part, const model::ParamLayout& whole, StateBuffers local);
+                                 const model::ParamLayout& part, const model::ParamLayout& whole, StateBuffers local,
+                                 int ep = 1);
 
 }  // namespace parallm::parallel

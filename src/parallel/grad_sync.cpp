@@ -192,12 +192,14 @@ class DeterministicSync : public ReplicaSync {
 // gradients (2) and of the parameters (3).
 class ZeroSync : public GradSync {
  public:
-  ZeroSync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt, comm::Communicator* tp)
+  ZeroSync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt, comm::Communicator* tp,
+           comm::Communicator* experts)
       : dp_(dp),
+        experts_(experts),
         m_(m),
         dev_(dev),
         opt_(opt),
-        zero_(dp, m.layout(), opt.zero_stage, m.params(), m.grads(), opt.zero_prefetch, opt.offload, tp),
+        zero_(dp, m.layout(), opt.zero_stage, m.params(), m.grads(), opt.zero_prefetch, opt.offload, tp, experts),
         mean_(dp) {
     if (opt.zero_stage >= 2) m.set_store(&zero_);
   }
@@ -247,7 +249,7 @@ class ZeroSync : public GradSync {
     params_loaded();
   }
   void params_loaded() override {
-    if (opt_.zero_stage < 3) broadcast_floats(dp_, m_.params(), m_.flat_size());
+    if (opt_.zero_stage < 3) broadcast_layout(dp_, experts_, m_, m_.params());
     zero_.params_changed();  // the master copy (offload) and the windows follow
     m_.params_changed();
   }
@@ -292,6 +294,7 @@ class ZeroSync : public GradSync {
 
  private:
   comm::Communicator& dp_;
+  comm::Communicator* experts_;  // expert parallel: the expert-data group
   model::GPT& m_;
   Device dev_;
   GradSyncOptions opt_;
@@ -320,9 +323,9 @@ GradSyncOptions resolve_grad_sync(GradSyncOptions o, int dp_size) {
 std::unique_ptr<GradSync> make_grad_sync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt,
                                          comm::Communicator* tp, comm::Communicator* experts) {
   const bool ep = m.layout().spec().ep > 1;
-  PARALLM_CHECK(!ep || (experts && opt.zero_stage == 0 && !opt.deterministic), ConfigError, "config",
-                "expert parallelism runs with DDP (zero.stage=0, ddp.deterministic=false) for now");
-  if (opt.zero_stage > 0) return std::make_unique<ZeroSync>(dp, m, dev, opt, tp);
+  PARALLM_CHECK(!ep || (experts && !opt.deterministic), ConfigError, "config",
+                "expert parallelism runs with DDP or ZeRO (ddp.deterministic=false) for now");
+  if (opt.zero_stage > 0) return std::make_unique<ZeroSync>(dp, m, dev, opt, tp, ep ? experts : nullptr);
   if (opt.deterministic) return std::make_unique<DeterministicSync>(dp, m, dev, opt, tp);
   return std::make_unique<DdpSync>(dp, m, dev, opt, tp, ep ? experts : nullptr);
 }

@@ -152,7 +152,7 @@ GradSyncOptions resolve_grad_sync(GradSyncOptions opt, int dp_size);
 // tied copy not at all; ZeRO shards each rank's part over `dp`), or nullptr.
 // Expert parallel, `tp` is the tensor x pipeline x expert-parallel group and
 // `experts` the expert-data group, over which the experts' gradients are
-// reduced (DDP only for now: ConfigError otherwise).
+// reduced (DDP) or their state sharded (ZeRO); not the deterministic reduction (ConfigError).
 std::unique_ptr<GradSync> make_grad_sync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt,
                                          comm::Communicator* tp = nullptr, comm::Communicator* experts = nullptr);
 

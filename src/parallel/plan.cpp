@@ -72,10 +72,6 @@ void check_experts(const ParallelConfig& p, const model::GPTConfig& m) {
                 "parallel.ep={} does not divide model.moe_experts={}: every rank of an expert-parallel group holds "
                 "the same number of experts",
                 p.ep, m.moe.experts);
-  PARALLM_CHECK(p.zero.stage == 0, ConfigError, "config",
-                "zero.stage={} with parallel.ep={}: ZeRO's shards of the experts' state are not built yet; use "
-                "zero.stage=0 with expert parallelism",
-                p.zero.stage, p.ep);
   PARALLM_CHECK(!p.ddp.deterministic, ConfigError, "config",
                 "ddp.deterministic=true with parallel.ep={}: the deterministic reduction is for replicas of the whole "
                 "model; drop ddp.deterministic",
@@ -208,7 +204,8 @@ CheckpointShare ParallelPlan::checkpoint_share(const model::ParamLayout& part, c
     const bool writes = sync.reads_checkpoint();
     return gathered_whole(mesh_.model(), writes, part, whole, writes ? local() : StateBuffers{});
   }
-  if (pp_enabled()) return zero_stage_whole(dp, mesh_.tp_pp(), sync, part, whole, local());
+  // A pipeline stage, or expert parallel (the experts' pieces over the expert-data group): whole on the first ep group.
+  if (pp_enabled() || ep_enabled()) return zero_stage_whole(dp, mesh_.model(), sync, part, whole, local(), dims().ep);
   if (tp_enabled()) return zero_tp_groups(dp, mesh_.tp(), sync, part, whole, local());
   return zero_shards(dp, sync, part, local());
 }

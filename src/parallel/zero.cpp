@@ -26,9 +26,40 @@ const char* offload_name(Offload o) {
   return o == Offload::None ? "none" : o == Offload::Optimizer ? "optimizer" : "params";
 }
 
+double Zero::Pending::wait() {
+  double s = 0;
+  for (auto& w : works) {
+    w->wait();
+    s += w->seconds();
+  }
+  works.clear();
+  return s;
+}
+
+std::vector<Zero::Seg> Zero::segments_of(const model::ParamLayout& layout, int g) {
+  const model::ParamLayout::Range r = layout.group(g);
+  std::vector<Seg> out{{r.begin, 0, false, {}, 0}};
+  if (layout.spec().ep > 1)
+    for (const auto& s : layout.slots()) {  // cut where the slots' kind changes (padding stays behind)
+      if (s.offset < r.begin || s.offset >= r.end || s.expert_split == out.back().experts) continue;
+      if (s.offset == out.back().begin)
+        out.back().experts = s.expert_split;
+      else
+        out.push_back({s.offset, 0, s.expert_split, {}, 0});
+    }
+  for (size_t i = 0; i < out.size(); ++i) out[i].len = (i + 1 < out.size() ? out[i + 1].begin : r.end) - out[i].begin;
+  return out;
+}
+
+int64_t Zero::group_count(int g) const {
+  const Seg& last = segs_[static_cast<size_t>(end_seg(g)) - 1];
+  return last.local + last.piece.count - group_local(g);
+}
+
 Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads,
-           int prefetch, Offload offload, comm::Communicator* tp)
+           int prefetch, Offload offload, comm::Communicator* tp, comm::Communicator* experts)
     : comm_(comm),
+      experts_(experts),
       layout_(layout),
       stage_(stage),
       params_(params),
@@ -43,62 +74,86 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
   PARALLM_CHECK(layout.num_groups() > 0, InternalError, "zero", "the layout has no groups to shard");
   PARALLM_CHECK((stage >= 3 || params) && (stage >= 2 || grads), InternalError, "zero",
                 "stage {} needs the model's full buffers", stage);
-  const int n = comm.size(), me = comm.rank();
+  const int ep = layout.spec().ep, n = comm.size(), me = comm.rank();
+  PARALLM_CHECK(
+      ep == 1 || (experts && experts->size() * ep == n && experts->rank() == me / ep && tp && tp->size() % ep == 0),
+      InternalError, "zero", "an expert-parallel layout (ep {}) needs the expert-data group of {} ranks", ep, n / ep);
+  if (ep == 1) experts_ = nullptr;
   for (int g = 0; g < layout.num_groups(); ++g) {
-    piece_.push_back(comm::shard_of(group_len(g), n, me));
-    local_.push_back(shard_size_);
-    shard_size_ += piece_.back().count;
+    first_seg_.push_back(static_cast<int>(segs_.size()));
+    for (Seg sg : segments_of(layout, g)) {
+      const comm::Communicator& c = comm_of(sg);
+      sg.piece = comm::shard_of(sg.len, c.size(), c.rank());
+      sg.local = shard_size_;
+      shard_size_ += sg.piece.count;
+      segs_.push_back(sg);
+    }
   }
+  first_seg_.push_back(static_cast<int>(segs_.size()));
   build_runs();
   const ZeroSizes want = sizes(layout, stage, n, me, prefetch, offload);
+  build_views(want);
+  if (tp && tp->size() > 1) build_norm_runs(*tp);
+  // The norm's exchange: one double per rank (two with tensor parallelism; the experts' over their group), as
+  // int32 words.
+  const int words = tp_sum_ ? 4 : 2;
+  norm_mine_ = Tensor::empty({words}, DType::I32);
+  norm_all_ = Tensor::empty({words * n}, DType::I32);
+  if (experts_) {
+    norm_emine_ = Tensor::empty({2}, DType::I32);
+    norm_eall_ = Tensor::empty({2 * experts_->size()}, DType::I32);
+  }
+  gathers_.works.reserve(segs_.size());
+  if (offload != Offload::None) host_grads_ = Array<float>(shard_size_, MemCategory::Offloaded);
+  if (offload == Offload::Optimizer) host_params_ = Array<float>(shard_size_, MemCategory::Offloaded);
+  check_sizes(want);  // what was allocated is what the planner predicts
+}
+
+void Zero::build_views(const ZeroSizes& want) {
+  const int stage = stage_;
   if (stage == 1) {
     rs_out_ = Array<float>(want.max_piece, MemCategory::Comm);
   } else {
     shard_grads_ = Array<float>(shard_size_, MemCategory::Grads);
     // Window 0: the embeddings (held from the head to the end of backward); 1, 2: the blocks, alternating.
-    windows_.resize(layout.num_groups() > 1 ? 3 : 1);
+    windows_.resize(layout_.num_groups() > 1 ? 3 : 1);
     for (size_t w = 0; w < windows_.size(); ++w) {
       windows_[w].buf = Array<float>(w == 0 ? group_len(0) : want.block_max, MemCategory::Comm);
       windows_[w].piece = Array<float>(want.max_piece, MemCategory::Comm);
+      windows_[w].work.works.reserve(4);
     }
   }
   if (stage == 3) {
-    param_shard_ = Array<float>(shard_size_, offload == Offload::Params ? MemCategory::Offloaded : MemCategory::Params);
+    param_shard_ =
+        Array<float>(shard_size_, offload_ == Offload::Params ? MemCategory::Offloaded : MemCategory::Params);
     // The embeddings' window, then the block being computed and the prefetched ones.
-    pwins_.resize(layout.num_groups() > 1 ? 2 + static_cast<size_t>(prefetch) : 1);
-    for (size_t w = 0; w < pwins_.size(); ++w)
+    pwins_.resize(layout_.num_groups() > 1 ? 2 + static_cast<size_t>(prefetch_) : 1);
+    for (size_t w = 0; w < pwins_.size(); ++w) {
       pwins_[w].buf = Array<float>(w == 0 ? group_len(0) : want.block_max, MemCategory::Params);
+      pwins_[w].work.works.reserve(4);
+    }
   }
-  for (int g = 0; g < layout.num_groups(); ++g) {
-    const int64_t begin = layout.group(g).begin, off = piece_[g].offset, cnt = piece_[g].count;
+  for (const Seg& sg : segs_) {
+    const int64_t at = sg.begin + sg.piece.offset, cnt = sg.piece.count;
     if (stage == 1) {
-      rs_in_.push_back(f32_view(grads_ + begin, group_len(g)));
+      rs_in_.push_back(f32_view(grads_ + sg.begin, sg.len));
       rs_out_views_.push_back(f32_view(rs_out_.data(), cnt));
     }
-    gather_in_.push_back(f32_view(stage == 3 ? param_shard_.data() + local_[g] : params_ + begin + off, cnt));
-    if (stage < 3) gather_out_.push_back(f32_view(params_ + begin, group_len(g)));
+    gather_in_.push_back(f32_view(stage == 3 ? param_shard_.data() + sg.local : params_ + at, cnt));
+    if (stage < 3) gather_out_.push_back(f32_view(params_ + sg.begin, sg.len));
   }
-  if (tp && tp->size() > 1) build_norm_runs(*tp);
-  // The norm's exchange: one double per rank (two with tensor parallelism), as int32 words.
-  const int words = tp_sum_ ? 4 : 2;
-  norm_mine_ = Tensor::empty({words}, DType::I32);
-  norm_all_ = Tensor::empty({words * n}, DType::I32);
-  gathers_.reserve(static_cast<size_t>(layout.num_groups()));
-  if (offload != Offload::None) host_grads_ = Array<float>(shard_size_, MemCategory::Offloaded);
-  if (offload == Offload::Optimizer) host_params_ = Array<float>(shard_size_, MemCategory::Offloaded);
-  check_sizes(want);  // what was allocated is what the planner predicts
 }
 
 void Zero::build_runs() {
   // Optimizer runs: each parameter slot cut to this rank's pieces (alignment padding is left alone).
   auto& runs = runs_;
   const bool host = offload_ != Offload::None;  // offloaded, the optimizer steps on contiguous host shards
-  for (int g = 0; g < layout_.num_groups(); ++g) {
-    const int64_t lo = layout_.group(g).begin + piece_[g].offset, hi = lo + piece_[g].count;
+  for (const Seg& sg : segs_) {
+    const int64_t lo = sg.begin + sg.piece.offset, hi = lo + sg.piece.count;
     for (const auto& s : layout_.slots()) {
       const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
       if (a >= b) continue;
-      const int64_t state = local_[g] + (a - lo);
+      const int64_t state = sg.local + (a - lo);
       const int64_t grad = host || stage_ > 1 ? state : a, param = host || stage_ == 3 ? state : a;
       if (!runs.empty() && runs.back().decay == s.decay && runs.back().state + runs.back().length == state &&
           runs.back().param + runs.back().length == param && runs.back().grad + runs.back().length == grad)
@@ -112,12 +167,16 @@ void Zero::build_runs() {
 void Zero::build_norm_runs(comm::Communicator& tp) {
   tp_sum_ = std::make_unique<GroupSum>(tp);
   tp_rank_ = layout_.spec().rank;
-  for (int g = 0; g < layout_.num_groups(); ++g) {
-    const int64_t lo = layout_.group(g).begin + piece_[g].offset, hi = lo + piece_[g].count;
+  ep_rank_ = layout_.spec().ep_rank;
+  for (const Seg& sg : segs_) {
+    const int64_t lo = sg.begin + sg.piece.offset, hi = lo + sg.piece.count;
     for (const auto& s : layout_.slots()) {
       if (s.tied_copy) continue;  // the pipeline's last stage's copy of wte: counted on the first
       const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
-      if (a < b) norm_runs_.push_back({local_[g] + (a - lo), a, b - a, s.placement.sharded()});
+      const NormKind kind = s.expert_split          ? NormKind::Experts
+                            : s.placement.sharded() ? NormKind::Split
+                                                    : NormKind::Whole;
+      if (a < b) norm_runs_.push_back({sg.local + (a - lo), a, b - a, kind});
     }
   }
 }
@@ -138,10 +197,10 @@ void Zero::check_sizes(const ZeroSizes& want) const {
 }
 
 void Zero::copy_pieces(float* device_base, bool contiguous, float* host, bool to_host) {
-  for (int g = 0; g < layout_.num_groups(); ++g) {
-    float* d = contiguous ? device_base + local_[g] : device_base + layout_.group(g).begin + piece_[g].offset;
-    float* h = host + local_[g];
-    const size_t bytes = sizeof(float) * static_cast<size_t>(piece_[g].count);
+  for (const Seg& sg : segs_) {
+    float* d = contiguous ? device_base + sg.local : device_base + sg.begin + sg.piece.offset;
+    float* h = host + sg.local;
+    const size_t bytes = sizeof(float) * static_cast<size_t>(sg.piece.count);
     if (to_host)
       std::memcpy(h, d, bytes);
     else
@@ -151,16 +210,14 @@ void Zero::copy_pieces(float* device_base, bool contiguous, float* host, bool to
 
 std::vector<Zero::Piece> Zero::pieces() const {
   std::vector<Piece> out;
-  for (int g = 0; g < layout_.num_groups(); ++g)
-    out.push_back({layout_.group(g).begin + piece_[g].offset, piece_[g].count, local_[g]});
+  for (const Seg& sg : segs_) out.push_back({sg.begin + sg.piece.offset, sg.piece.count, sg.local});
   return out;
 }
 
 void Zero::drop_windows() {
   for (ParamWindow& w : pwins_) {
     PARALLM_CHECK(!w.pinned, InternalError, "zero", "group {} is still being read", w.group);
-    if (w.work) w.work->wait();
-    w.work.reset();
+    w.work.wait();
     w.group = -1;
   }
 }
@@ -173,9 +230,13 @@ void Zero::params_changed() {
 ZeroSizes Zero::sizes(const model::ParamLayout& layout, int stage, int nranks, int rank, int prefetch,
                       Offload offload) {
   ZeroSizes z;
+  const int ep = layout.spec().ep;
   for (int g = 0; g < layout.num_groups(); ++g) {
     const int64_t len = layout.group(g).end - layout.group(g).begin;
-    const int64_t piece = comm::shard_of(len, nranks, rank).count;
+    int64_t piece = 0;
+    for (const Seg& sg : segments_of(layout, g))
+      piece += sg.experts ? comm::shard_of(sg.len, nranks / ep, rank / ep).count
+                          : comm::shard_of(sg.len, nranks, rank).count;
     z.shard += piece;
     z.max_piece = std::max(z.max_piece, piece);
     if (g > 0) z.block_max = std::max(z.block_max, len);
@@ -210,7 +271,7 @@ Zero::ParamWindow* Zero::free_param_window(int g) {
   ParamWindow* pick = nullptr;
   for (size_t i = 1; i < pwins_.size(); ++i) {
     ParamWindow& w = pwins_[i];
-    if (w.pinned || w.work) continue;  // being read, or a prefetch not yet used
+    if (w.pinned || w.work.busy()) continue;  // being read, or a prefetch not yet used
     if (!pick || (w.group < 0 && pick->group >= 0) || ((w.group < 0) == (pick->group < 0) && w.used < pick->used))
       pick = &w;
   }
@@ -219,12 +280,16 @@ Zero::ParamWindow* Zero::free_param_window(int g) {
 
 void Zero::gather_into(ParamWindow& w, int g) {
   w.group = g;
-  w.work = comm_.all_gather_async(gather_in_[g], f32_view(w.buf.data(), group_len(g)));
+  for (int i = first_seg(g); i < end_seg(g); ++i) {
+    const Seg& sg = segs_[static_cast<size_t>(i)];
+    w.work.works.push_back(comm_of(sg).all_gather_async(
+        gather_in_[static_cast<size_t>(i)], f32_view(w.buf.data() + (sg.begin - layout_.group(g).begin), sg.len)));
+  }
   stats_.all_gather_bytes += group_len(g) * static_cast<int64_t>(sizeof(float));
 }
 
 float* Zero::grad_shard(int g) const {
-  return stage_ == 1 ? grads_ + layout_.group(g).begin + piece_[g].offset : shard_grads_.data() + local_[g];
+  return shard_grads_.data() + group_local(g);
 }
 
 const float* Zero::params(int g, model::Pass pass) {
@@ -247,12 +312,10 @@ const float* Zero::params(int g, model::Pass pass) {
     if (!f) break;
     gather_into(*f, h);
   }
-  if (w->work) {
+  if (w->work.busy()) {
     Timer t;
-    w->work->wait();
+    stats_.comm_s += w->work.wait();
     stats_.exposed_s += t.seconds();
-    stats_.comm_s += w->work->seconds();
-    w->work.reset();
   }
   return w->buf.data();
 }
@@ -264,8 +327,11 @@ void Zero::release_params(int g, model::Pass) {
 
 void Zero::load_group(int g, const float* group) {
   PARALLM_CHECK(stage_ == 3, InternalError, "zero", "load_group is for stage 3");
-  std::memcpy(param_shard_.data() + local_[g], group + piece_[g].offset,
-              sizeof(float) * static_cast<size_t>(piece_[g].count));
+  for (int i = first_seg(g); i < end_seg(g); ++i) {
+    const Seg& sg = segs_[static_cast<size_t>(i)];
+    std::memcpy(param_shard_.data() + sg.local, group + (sg.begin - layout_.group(g).begin) + sg.piece.offset,
+                sizeof(float) * static_cast<size_t>(sg.piece.count));
+  }
   for (ParamWindow& w : pwins_)
     if (w.group == g) w.group = -1;
 }
@@ -277,14 +343,19 @@ size_t Zero::window_bytes() const {
 }
 
 void Zero::complete(Window& w) {
-  if (!w.work) return;
+  if (!w.work.busy()) return;
   Timer t;
-  w.work->wait();
+  stats_.comm_s += w.work.wait();
   stats_.exposed_s += t.seconds();
-  stats_.comm_s += w.work->seconds();
-  w.work.reset();
-  float* dst = grad_shard(w.group);
-  kernels::ops_for(Device::cpu()).add_inplace(dst, w.piece.data(), piece_[w.group].count);
+  const auto& k = kernels::ops_for(Device::cpu());
+  const int g = w.group;
+  for (int i = first_seg(g); i < end_seg(g); ++i) {  // the experts' sums divided by the data group's size
+    const Seg& sg = segs_[static_cast<size_t>(i)];
+    if (sg.experts)
+      k.scale_inplace(w.piece.data() + (sg.local - group_local(g)), sg.piece.count,
+                      1.0f / static_cast<float>(comm_.size()));
+  }
+  k.add_inplace(grad_shard(g), w.piece.data(), group_count(g));
   w.group = -1;
 }
 
@@ -292,15 +363,15 @@ Zero::Window& Zero::window_for(int g) {
   PARALLM_CHECK(stage_ >= 2, InternalError, "zero", "stage {} keeps the model's own gradient buffer", stage_);
   PARALLM_CHECK(g >= 0 && g < layout_.num_groups(), InternalError, "zero", "group {} out of range", g);
   for (Window& w : windows_)
-    if (w.group == g && !w.work) return w;  // already handed out this micro-step
+    if (w.group == g && !w.work.busy()) return w;  // already handed out this micro-step
   Window* pick = nullptr;
   if (g == 0) {
     pick = &windows_[0];
   } else {
     for (size_t i = 1; i < windows_.size(); ++i) {  // a free one, else the oldest in flight
       Window& w = windows_[i];
-      PARALLM_CHECK(w.group < 0 || w.work, InternalError, "zero", "group {} asked for a window while group {} is open",
-                    g, w.group);
+      PARALLM_CHECK(w.group < 0 || w.work.busy(), InternalError, "zero",
+                    "group {} asked for a window while group {} is open", g, w.group);
       if (!pick || (w.group < 0 && pick->group >= 0) || (w.group >= 0 && pick->group >= 0 && w.seq < pick->seq))
         pick = &w;
     }
@@ -318,11 +389,16 @@ float* Zero::grads(int g) {
 void Zero::grads_done(int g) {
   Window* w = nullptr;
   for (Window& c : windows_)
-    if (c.group == g && !c.work) w = &c;
+    if (c.group == g && !c.work.busy()) w = &c;
   PARALLM_CHECK(w, InternalError, "zero", "group {} reported final without a gradient window", g);
   w->seq = ++seq_;
-  w->work = comm_.reduce_scatter_async(f32_view(w->buf.data(), group_len(g)),
-                                       f32_view(w->piece.data(), piece_[g].count), comm::ReduceOp::Avg);
+  for (int i = first_seg(g); i < end_seg(g); ++i) {  // the experts' summed (divided in complete)
+    const Seg& sg = segs_[static_cast<size_t>(i)];
+    w->work.works.push_back(
+        comm_of(sg).reduce_scatter_async(f32_view(w->buf.data() + (sg.begin - layout_.group(g).begin), sg.len),
+                                         f32_view(w->piece.data() + (sg.local - group_local(g)), sg.piece.count),
+                                         sg.experts ? comm::ReduceOp::Sum : comm::ReduceOp::Avg));
+  }
   stats_.reduce_scatter_bytes += group_len(g) * static_cast<int64_t>(sizeof(float));
 }
 
@@ -339,23 +415,38 @@ void Zero::finish_grads() {
 void Zero::reduce_grads() {
   if (stage_ >= 2) {
     for (Window& w : windows_) {
-      PARALLM_CHECK(w.group < 0 || w.work, InternalError, "zero",
+      PARALLM_CHECK(w.group < 0 || w.work.busy(), InternalError, "zero",
                     "group {}'s gradients were never reported final: backward did not finish", w.group);
       complete(w);
     }
     return;
   }
-  // Stage 1: the full buffer, group by group; this rank's mean piece goes back in place.
-  for (int g = 0; g < layout_.num_groups(); ++g) {
-    float* full = grads_ + layout_.group(g).begin;
+  // Stage 1: the full buffer, segment by segment; this rank's mean piece goes back in place.
+  for (size_t i = 0; i < segs_.size(); ++i) {
+    const Seg& sg = segs_[i];
+    float* mine = grads_ + sg.begin + sg.piece.offset;
     Timer t;
-    comm_.reduce_scatter(rs_in_[g], rs_out_views_[g], comm::ReduceOp::Avg);
+    comm_of(sg).reduce_scatter(rs_in_[i], rs_out_views_[i], sg.experts ? comm::ReduceOp::Sum : comm::ReduceOp::Avg);
     const double s = t.seconds();
     stats_.comm_s += s;
     stats_.exposed_s += s;
-    stats_.reduce_scatter_bytes += group_len(g) * static_cast<int64_t>(sizeof(float));
-    std::memcpy(full + piece_[g].offset, rs_out_.data(), sizeof(float) * static_cast<size_t>(piece_[g].count));
+    stats_.reduce_scatter_bytes += sg.len * static_cast<int64_t>(sizeof(float));
+    std::memcpy(mine, rs_out_.data(), sizeof(float) * static_cast<size_t>(sg.piece.count));
+    if (sg.experts)
+      kernels::ops_for(Device::cpu()).scale_inplace(mine, sg.piece.count, 1.0f / static_cast<float>(comm_.size()));
   }
+}
+
+void Zero::sum_over(comm::Communicator& c, const double* mine, int k, Tensor& send, Tensor& all, double* out) {
+  std::memcpy(send.raw(), mine, sizeof(double) * static_cast<size_t>(k));
+  c.all_gather(send, all);
+  for (int i = 0; i < k; ++i) out[i] = 0;
+  for (int r = 0; r < c.size(); ++r)
+    for (int i = 0; i < k; ++i) {
+      double v = 0;
+      std::memcpy(&v, all.data<int32_t>() + 2 * (k * r + i), sizeof(double));
+      out[i] += v;
+    }
 }
 
 double Zero::grad_norm() {
@@ -367,46 +458,32 @@ double Zero::grad_norm() {
   else if (stage_ >= 2)
     local = k.sum_squares(shard_grads_.data(), shard_size_);
   else
-    for (int g = 0; g < layout_.num_groups(); ++g) local += k.sum_squares(grad_shard(g), piece_[g].count);
+    for (const Seg& sg : segs_) local += k.sum_squares(grads_ + sg.begin + sg.piece.offset, sg.piece.count);
   // Every rank's double, bit for bit (as two int32 words), added in rank order.
-  const int n = comm_.size();
-  std::memcpy(norm_mine_.raw(), &local, sizeof(double));
   Timer t;
-  comm_.all_gather(norm_mine_, norm_all_);
+  double sum = 0;
+  sum_over(comm_, &local, 1, norm_mine_, norm_all_, &sum);
   stats_.exposed_s += t.seconds();
   stats_.comm_s += t.seconds();
-  double sum = 0;
-  for (int r = 0; r < n; ++r) {
-    double v = 0;
-    std::memcpy(&v, norm_all_.data<int32_t>() + 2 * r, sizeof(double));
-    sum += v;
-  }
   return std::sqrt(sum);
 }
 
 double Zero::tp_grad_norm() {
   const auto& k = kernels::ops_for(Device::cpu());
-  double mine[2] = {0, 0};  // tensor-parallel slots, replicated slots
+  double mine[3] = {0, 0, 0};  // tensor-parallel slots, replicated slots, experts (NormKind)
   for (const NormRun& r : norm_runs_) {
     const float* p = offload_ != Offload::None ? host_grads_.data() + r.local
                      : stage_ >= 2             ? shard_grads_.data() + r.local
                                                : grads_ + r.flat;
-    mine[r.split ? 0 : 1] += k.sum_squares(p, r.count);
+    mine[static_cast<int>(r.kind)] += k.sum_squares(p, r.count);
   }
-  // Both over the dp group, bit for bit and in rank order ...
-  const int n = comm_.size();
-  std::memcpy(norm_mine_.raw(), mine, sizeof mine);
+  // Over the dp group (the experts' over the expert-data group), bit for bit and in rank order ...
   Timer t;
-  comm_.all_gather(norm_mine_, norm_all_);
-  double dp[2] = {0, 0};
-  for (int r = 0; r < n; ++r)
-    for (int i = 0; i < 2; ++i) {
-      double v = 0;
-      std::memcpy(&v, norm_all_.data<int32_t>() + 4 * r + 2 * i, sizeof(double));
-      dp[i] += v;
-    }
-  // ... then the parts over the tp group, the replicated copy counted once.
-  const double sum = (*tp_sum_)(dp[0] + (tp_rank_ == 0 ? dp[1] : 0.0));
+  double dp[3] = {0, 0, 0};
+  sum_over(comm_, mine, 2, norm_mine_, norm_all_, dp);
+  if (experts_) sum_over(*experts_, mine + 2, 1, norm_emine_, norm_eall_, dp + 2);
+  // ... then the parts over the tp (model) group, a replicated copy counted once, the rest on ep rank 0.
+  const double sum = (*tp_sum_)(dp[2] + (ep_rank_ == 0 ? dp[0] + (tp_rank_ == 0 ? dp[1] : 0.0) : 0.0));
   stats_.exposed_s += t.seconds();
   stats_.comm_s += t.seconds();
   return std::sqrt(sum);
@@ -418,43 +495,44 @@ void Zero::gather_params() {
     drop_windows();
     return;
   }
-  // Every group gathered in place: this rank's piece is already where it belongs.
+  // Every segment gathered in place: this rank's piece is already where it belongs.
   Timer t;
-  gathers_.clear();
-  for (int g = 0; g < layout_.num_groups(); ++g) {
-    gathers_.push_back(comm_.all_gather_async(gather_in_[g], gather_out_[g]));
-    stats_.all_gather_bytes += group_len(g) * static_cast<int64_t>(sizeof(float));
+  for (size_t i = 0; i < segs_.size(); ++i) {
+    gathers_.works.push_back(comm_of(segs_[i]).all_gather_async(gather_in_[i], gather_out_[i]));
+    stats_.all_gather_bytes += segs_[i].len * static_cast<int64_t>(sizeof(float));
   }
-  for (auto& w : gathers_) {
-    w->wait();
-    stats_.comm_s += w->seconds();
-  }
-  gathers_.clear();
+  stats_.comm_s += gathers_.wait();
   stats_.exposed_s += t.seconds();
 }
 
+int Zero::seg_root(const Seg& sg, int root) const {
+  return sg.experts ? root / layout_.spec().ep : root;
+}
+
 void Zero::gather_shard(const float* local, float* full, int root) {
-  const bool me_root = comm_.rank() == root;
-  PARALLM_CHECK(!me_root || full, InternalError, "zero", "the root needs a full buffer");
   for (int g = 0; g < layout_.num_groups(); ++g)
-    gather_group(local, g, me_root ? full + layout_.group(g).begin : nullptr, root);
+    gather_group(local, g, full ? full + layout_.group(g).begin : nullptr, root);
 }
 
 void Zero::gather_group(const float* local, int g, float* out, int root) {
-  const bool me_root = comm_.rank() == root;
-  PARALLM_CHECK(!me_root || out, InternalError, "zero", "the root needs the group's buffer");
-  const int64_t n = group_len(g);
-  comm_.gather(f32_view(const_cast<float*>(local) + local_[g], piece_[g].count), me_root ? f32_view(out, n) : Tensor(),
-               root, n);
+  for (int i = first_seg(g); i < end_seg(g); ++i) {
+    const Seg& sg = segs_[static_cast<size_t>(i)];
+    comm::Communicator& c = comm_of(sg);
+    const bool me_root = c.rank() == seg_root(sg, root);
+    PARALLM_CHECK(!me_root || out, InternalError, "zero", "the root needs the group's buffer");
+    c.gather(f32_view(const_cast<float*>(local) + sg.local, sg.piece.count),
+             me_root ? f32_view(out + (sg.begin - layout_.group(g).begin), sg.len) : Tensor(), seg_root(sg, root),
+             sg.len);
+  }
 }
 
 void Zero::scatter_shard(const float* full, float* local, int root) {
-  const bool me_root = comm_.rank() == root;
-  PARALLM_CHECK(!me_root || full, InternalError, "zero", "the root needs a full buffer");
-  for (int g = 0; g < layout_.num_groups(); ++g) {
-    const int64_t b = layout_.group(g).begin, n = group_len(g);
-    comm_.scatter(me_root ? f32_view(const_cast<float*>(full) + b, n) : Tensor(),
-                  f32_view(local + local_[g], piece_[g].count), root, n);
+  for (const Seg& sg : segs_) {
+    comm::Communicator& c = comm_of(sg);
+    const bool me_root = c.rank() == seg_root(sg, root);
+    PARALLM_CHECK(!me_root || full, InternalError, "zero", "the root needs a full buffer");
+    c.scatter(me_root ? f32_view(const_cast<float*>(full) + sg.begin, sg.len) : Tensor(),
+              f32_view(local + sg.local, sg.piece.count), seg_root(sg, root), sg.len);
   }
 }
 

@@ -65,6 +65,17 @@
 // both are summed over the dp group in rank order, then the split parts over
 // the tp group in rank order with the replicated sum added once (by tp rank
 // 0), so every rank of the world gets the same bits.
+//
+// With expert parallelism (the layout's ShardSpec has ep > 1) a group's runs
+// of expert slots (this rank's experts, held by its expert-data group alone)
+// are segments of their own, sharded over the expert-data group (the dp ranks
+// i with the same i % ep: rank i / ep there) while the rest of the group is
+// sharded over dp as above. Every collective of a group runs per segment on
+// its segment's communicator; an expert segment's reduce-scatter sums (each
+// rank's expert gradient already holds the tokens its ep group sent it) and
+// divides by the dp group's size, as DDP's expert buckets do. The norm adds
+// the experts' squares over the expert-data group, then over the model group
+// (tp x pp x ep) with every other slot counted on ep rank 0 alone.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -105,8 +116,11 @@ class Zero : public model::ParamStore {
   // tp: the ranks holding one whole model between them, of which `layout` is
   // a part (tensor x pipeline parallel; nullptr or a group of one: the whole
   // model), for the gradient norm.
+  // experts: the expert-data group (needed where the layout is expert parallel; `tp` is then the model group).
   Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads,
-       int prefetch = 1, Offload offload = Offload::None, comm::Communicator* tp = nullptr);
+       int prefetch = 1, Offload offload = Offload::None, comm::Communicator* tp = nullptr,
+       comm::Communicator* experts = nullptr);
+  // rank of nranks in the dp group (expert parallel: the experts' segments over nranks / ep, rank / ep there).
   static ZeroSizes sizes(const model::ParamLayout& layout, int stage, int nranks, int rank, int prefetch,
                          Offload offload = Offload::None);
   Offload offload() const { return offload_; }
@@ -126,7 +140,7 @@ class Zero : public model::ParamStore {
   void finish_grads();
   // L2 norm of the whole gradient (collective).
   double grad_norm();
-  // This rank's piece of each group: where it sits in the flat layout and in the shard.
+  // This rank's pieces of each group (one per segment): where each sits in the flat layout and in the shard.
   struct Piece {
     int64_t flat = 0, count = 0, local = 0;
   };
@@ -156,24 +170,48 @@ class Zero : public model::ParamStore {
   // do not need it: every rank writes and reads its own ranges.)
   void gather_shard(const float* local, float* full, int root);
   void scatter_shard(const float* full, float* local, int root);
-  // Group g only: `out` (the group's length, on root; nullptr elsewhere).
+  // Group g only: `out` (the group's length, on root; nullptr elsewhere). Expert parallel: the experts'
+  // segments go to the rank of root's ep group holding the same experts, so every rank of root's ep group
+  // (dp ranks root - root % ep ...) passes `out`.
   void gather_group(const float* local, int g, float* out, int root);
 
  private:
+  // A group's collectives in flight together (one per segment).
+  struct Pending {
+    std::vector<comm::WorkPtr> works;
+    bool busy() const { return !works.empty(); }
+    double wait();  // seconds the collectives ran
+  };
   struct Window {
-    Array<float> buf, piece;  // the group's gradients; this rank's reduced piece
+    Array<float> buf, piece;  // the group's gradients; this rank's reduced pieces
     int group = -1;           // group held (-1: free)
-    comm::WorkPtr work;       // its reduce-scatter, while in flight
+    Pending work;             // its reduce-scatters, while in flight
     int64_t seq = 0;          // issue order
   };
   struct ParamWindow {
     Array<float> buf;
     int group = -1;       // group held (-1: none)
     bool pinned = false;  // the model is reading it
-    comm::WorkPtr work;   // its all-gather, until first waited for
+    Pending work;         // its all-gathers, until first waited for
     int64_t used = 0;     // last use, for least-recently-used reuse
   };
+  // A run of one group sharded over one communicator: the group whole, or (expert parallel) its runs of dense
+  // and of expert slots.
+  struct Seg {
+    int64_t begin = 0, len = 0;  // flat offset and length
+    bool experts = false;        // over the expert-data group
+    comm::Shard piece;           // this rank's piece, relative to begin
+    int64_t local = 0;           // its offset in this rank's shard
+  };
+  // Group g's segments (flat offset, length, experts), from the layout alone.
+  static std::vector<Seg> segments_of(const model::ParamLayout& layout, int g);
+  comm::Communicator& comm_of(const Seg& s) const { return s.experts ? *experts_ : comm_; }
+  int seg_root(const Seg& s, int root) const;  // a gather's root (a dp rank) in the segment's communicator
+  int first_seg(int g) const { return first_seg_[static_cast<size_t>(g)]; }
+  int end_seg(int g) const { return first_seg_[static_cast<size_t>(g) + 1]; }
   int64_t group_len(int g) const { return layout_.group(g).end - layout_.group(g).begin; }
+  int64_t group_local(int g) const { return segs_[static_cast<size_t>(first_seg(g))].local; }
+  int64_t group_count(int g) const;  // this rank's elements of group g
   ParamWindow* param_window_of(int g);
   ParamWindow* free_param_window(int g);  // nullptr if every candidate is pinned or in flight
   void gather_into(ParamWindow& w, int g);
@@ -182,12 +220,13 @@ class Zero : public model::ParamStore {
   void complete(Window& w);  // waits for its reduce-scatter and adds the piece into the shard
 
   comm::Communicator& comm_;
+  comm::Communicator* experts_ = nullptr;  // expert parallel: the expert-data group
   const model::ParamLayout& layout_;
   int stage_;
   float* params_;
   float* grads_;
-  std::vector<comm::Shard> piece_;  // per group, offset relative to the group's start
-  std::vector<int64_t> local_;      // per group, offset of its piece in this rank's shard
+  std::vector<Seg> segs_;       // every group's segments, in order
+  std::vector<int> first_seg_;  // group g's are [first_seg_[g], first_seg_[g + 1])
   int64_t shard_size_ = 0;
   std::vector<model::UpdateRun> runs_;
   Array<float> shard_grads_;  // stage 2: the reduced gradient shard
@@ -202,6 +241,7 @@ class Zero : public model::ParamStore {
   // that what was allocated is what the planner predicts (InternalError).
   void build_runs();
   void build_norm_runs(comm::Communicator& tp);
+  void build_views(const ZeroSizes& want);
   void check_sizes(const ZeroSizes& want) const;
   // Between this rank's pieces in the device layout and the contiguous host shard.
   // contiguous: device_base is a shard (stage 3 parameters, stage 2-3 gradients), else a full buffer.
@@ -211,20 +251,23 @@ class Zero : public model::ParamStore {
   Array<float> param_shard_;        // stage 3: this rank's pieces of the parameters
   std::vector<ParamWindow> pwins_;  // stage 3: 0 = embeddings, then 1 + prefetch for blocks
   int64_t clock_ = 0;
-  // Made once, used every step: per-group views for the stage 1 reduce-scatter
+  // Made once, used every step: per-segment views for the stage 1 reduce-scatter
   // and the all-gathers, the norm's exchange buffers, the pending gathers.
   std::vector<Tensor> rs_in_, rs_out_views_, gather_in_, gather_out_;
-  Tensor norm_mine_, norm_all_;
+  Tensor norm_mine_, norm_all_, norm_emine_, norm_eall_;
   // Tensor parallel: this rank's pieces cut at the slots (shard offset, flat
-  // offset, length, tensor-parallel or replicated), and the group's sum.
+  // offset, length, kind: tensor-parallel, replicated or experts), and the group's sum.
+  enum class NormKind { Split = 0, Whole = 1, Experts = 2 };
   struct NormRun {
     int64_t local = 0, flat = 0, count = 0;
-    bool split = false;
+    NormKind kind = NormKind::Whole;
   };
   std::vector<NormRun> norm_runs_;
   std::unique_ptr<GroupSum> tp_sum_;
-  int tp_rank_ = 0;
-  std::vector<comm::WorkPtr> gathers_;
+  int tp_rank_ = 0, ep_rank_ = 0;
+  // This rank's squares per kind (doubles) summed over `comm` in rank order, bit for bit.
+  void sum_over(comm::Communicator& c, const double* mine, int k, Tensor& send, Tensor& all, double* out);
+  Pending gathers_;
   void drop_windows();  // stage 3: no window holds a group any more
   ZeroStats stats_;
 };

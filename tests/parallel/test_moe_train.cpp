@@ -126,6 +126,31 @@ class MoeTest : public test_util::DistRunTest {
       expect_same_routing(root_ / (what + "_" + name), one.dir, what + " " + name + " vs 1 rank");
     }
   }
+  // A checkpoint of an expert-parallel layout (each rank writing its experts' blocks through the model group;
+  // under ZeRO gathered over the data and expert-data groups first) resumed by one rank, which gives no layout key:
+  // the checkpoint's ep does not fit one rank, so it resumes as dp 1 and says so.
+  void expect_resumes_alone(const std::string& name, std::vector<std::string> layout) {
+    const std::vector<std::string> every6 = {"train.eval_interval=6", "optimizer.lr_decay_iters=12"};
+    const int64_t batch = 4 / world->size();
+    const auto full = alone(name + "_full", 4, 12, every6);
+    layout.insert(layout.end(), every6.begin(), every6.end());
+    train::run_training(run(name + "_part", batch, 6, layout), world);
+    world->barrier();
+    const auto mine = root_ / (name + "_alone" + std::to_string(world->rank()));
+    std::filesystem::create_directories(mine);
+    std::filesystem::copy(root_ / (name + "_part") / "ckpt", mine / "ckpt", std::filesystem::copy_options::recursive);
+    world->barrier();
+    std::vector<std::string> resume = every6;
+    resume.push_back("train.init_from=resume");
+    const auto resumed = train::run_training(run(name + "_alone" + std::to_string(world->rank()), 4, 12, resume));
+    ASSERT_EQ(resumed.first_iter, 6);
+    ASSERT_EQ(resumed.train_losses.size(), 7u);
+    const std::vector<float> tail(full.train_losses.begin() + 6, full.train_losses.end());
+    const double d = max_rel_diff(resumed.train_losses, tail);
+    if (world->rank() == 0)
+      std::printf("moe %s checkpoint resumed by 1 rank: max relative difference %.3g\n", name.c_str(), d);
+    EXPECT_LT(d, 1e-5) << name;
+  }
 };
 
 }  // namespace
@@ -195,37 +220,30 @@ TEST_F(MoeTest, FourRankMeshesEqualOneRank) {
   expect_layouts("moe4", one_b2, 1, kIters, {{"dp2_cp2", {"parallel.cp=2"}}});
 }
 
-// A checkpoint of ep 2 (each rank writing its experts' blocks through the model group) resumed by one rank,
-// which gives no layout key: the checkpoint's ep does not fit one rank, so it resumes as dp 1 and says so.
 TEST_F(MoeTest, AnExpertParallelCheckpointResumesAtOneRank) {
   if (world->size() != 2) GTEST_SKIP() << "ep 2";
-  const std::vector<std::string> every6 = {"train.eval_interval=6", "optimizer.lr_decay_iters=12"};
-  const auto full = alone("ep_full", 4, 12, every6);
-  std::vector<std::string> ep = every6;
-  ep.push_back("parallel.ep=2");
-  train::run_training(run("ep_part", 2, 6, ep), world);
-  world->barrier();
-  const auto mine = root_ / ("ep_alone" + std::to_string(world->rank()));
-  std::filesystem::create_directories(mine);
-  std::filesystem::copy(root_ / "ep_part" / "ckpt", mine / "ckpt", std::filesystem::copy_options::recursive);
-  world->barrier();
-  std::vector<std::string> resume = every6;
-  resume.push_back("train.init_from=resume");
-  const auto resumed = train::run_training(run("ep_alone" + std::to_string(world->rank()), 4, 12, resume));
-  ASSERT_EQ(resumed.first_iter, 6);
-  ASSERT_EQ(resumed.train_losses.size(), 7u);
-  const std::vector<float> tail(full.train_losses.begin() + 6, full.train_losses.end());
-  const double d = max_rel_diff(resumed.train_losses, tail);
-  if (world->rank() == 0) std::printf("moe ep 2 checkpoint resumed by 1 rank: max relative difference %.3g\n", d);
-  EXPECT_LT(d, 1e-5);
+  expect_resumes_alone("ep", {"parallel.ep=2"});
+}
+
+// ZeRO 3 and ZeRO 1 with offload at ep 2 x dp 4: the experts' pieces sharded over the expert-data group.
+TEST_F(MoeTest, AZeroExpertParallelCheckpointResumesAtOneRank) {
+  if (world->size() != 4) GTEST_SKIP() << "ep 2 x dp 4";
+  expect_resumes_alone("ep_zero3", {"parallel.ep=2", "zero.stage=3"});
+  expect_resumes_alone("ep_zero1_offload", {"parallel.ep=2", "zero.stage=1", "zero.offload=optimizer"});
 }
 
 // Expert parallelism (the experts split over ep ranks of the data x context group, tokens exchanged by
-// all-to-alls): ep 4 alone and over dp 2 x cp 2, ep 2 with each other axis.
+// all-to-alls): ep 4 alone and over dp 2 x cp 2, ep 2 with each other axis and with ZeRO 1, 2 (offloaded) and 3
+// (the experts' state sharded over the expert-data group of 2).
 TEST_F(MoeTest, ExpertParallelMeshesEqualOneRank) {
   if (world->size() != 4) GTEST_SKIP() << "the layouts are of 4 ranks";
   const auto one_b4 = reference("ep_one_b4", 4, kIters);
-  expect_layouts("ep", one_b4, 1, kIters, {{"ep4", {"parallel.ep=4"}}, {"ep2_dp4", {"parallel.ep=2"}}});
+  expect_layouts("ep", one_b4, 1, kIters,
+                 {{"ep4", {"parallel.ep=4"}},
+                  {"ep2_dp4", {"parallel.ep=2"}},
+                  {"ep2_dp4_zero1", {"parallel.ep=2", "zero.stage=1"}},
+                  {"ep2_dp4_zero2", {"parallel.ep=2", "zero.stage=2", "zero.offload=optimizer"}},
+                  {"ep2_dp4_zero3", {"parallel.ep=2", "zero.stage=3"}}});
   expect_layouts("ep", one_b4, 2, kIters,
                  {{"ep2_tp2", {"parallel.ep=2", "parallel.tp=2"}}, {"ep2_pp2", {"parallel.ep=2", "parallel.pp=2"}}});
   const auto one_b2 = reference("ep_one_b2", 2, kIters);
@@ -235,8 +253,9 @@ TEST_F(MoeTest, ExpertParallelMeshesEqualOneRank) {
 
 // Experts without tokens for several steps: a one-rank checkpoint whose selection bias is -1e4 for experts 0-3
 // (every expert of ep rank 0 at ep 2, of ep ranks 0 and 1 at ep 4; the bias has no gradient, so it stays) resumed
-// for 8 steps at one rank and at ep 2 and ep 4 (dp 4): the ranks whose experts get nothing send and receive empty
-// messages, and every loss equals one rank's.
+// for 8 steps at one rank and at ep 2 and ep 4 (dp 4), with DDP and with ZeRO 3 (the starved experts' pieces still
+// gathered and reduce-scattered): the ranks whose experts get nothing send and receive empty messages, and every
+// loss equals one rank's.
 TEST_F(MoeTest, ExpertsWithoutTokensTrainLikeOneRank) {
   if (world->size() != 4) GTEST_SKIP() << "dp 4";
   const std::vector<std::string> bias = {"model.moe_bias=true", "train.eval_interval=100",
@@ -276,10 +295,12 @@ TEST_F(MoeTest, ExpertsWithoutTokensTrainLikeOneRank) {
   };
   const auto one = resumed("zt_one", 4, {}, true);
   ASSERT_EQ(one.first_iter, 1);
-  for (int ep : {2, 4}) {
-    const auto r = resumed("zt_ep" + std::to_string(ep), 1, {"parallel.ep=" + std::to_string(ep)}, false);
-    expect_close(r, one, 1e-5, "experts 0-3 without tokens, ep " + std::to_string(ep) + " vs 1 rank");
-  }
+  for (int ep : {2, 4})
+    for (int zero : {0, 3}) {
+      const std::string e = std::to_string(ep), z = std::to_string(zero);
+      const auto r = resumed("zt_ep" + e + "_zero" + z, 1, {"parallel.ep=" + e, "zero.stage=" + z}, false);
+      expect_close(r, one, 1e-5, "experts 0-3 without tokens, ep " + e + " zero " + z + " vs 1 rank");
+    }
 }
 
 int main(int argc, char** argv) {

@@ -471,4 +471,14 @@ TEST(Config, AResumeKeepsTheCheckpointsLayoutUnlessGiven) {
   note = train::fit_resumed_layout(r, one, rec, 2);
   EXPECT_EQ(r.parallel.tp, 1);
   EXPECT_NE(note.text.find("layout dp 2 (the checkpoint's: dp 1 x tp 2 on 2 ranks)"), std::string::npos) << note.text;
+  // A degree out of range given on the resume of an expert-parallel checkpoint: the ConfigError naming it, not a
+  // division by zero while fitting (the layout fuzzer's seed 394 at 4 ranks: SIGFPE).
+  train::RunConfig ep;
+  ep.apply_overrides({"model.arch=llama", "model.n_head=4", "model.moe_experts=4", "parallel.ep=2"});
+  const nlohmann::json ep_rec = layout_of(ep, 2);
+  train::RunConfig zero_tp;
+  zero_tp.apply_overrides({"train.init_from=resume", "parallel.tp=0"});
+  r = zero_tp.resumed_from(ep.to_json(), nullptr);
+  const std::string e0 = error_of([&] { train::fit_resumed_layout(r, zero_tp, ep_rec, 4); });
+  EXPECT_NE(e0.find("parallel.tp"), std::string::npos) << e0;
 }

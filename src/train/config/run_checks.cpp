@@ -175,10 +175,12 @@ LayoutNote fit_resumed_layout(RunConfig& cfg, const RunConfig& asked, const nloh
   std::string note;
   parallel::MeshDims d = cfg.mesh_dims();
   const int64_t model = int64_t{d.tp} * d.pp * d.cp;
-  // Expert parallelism needs dp x cp to divide by ep (the dp this job would derive).
-  const int64_t dp = d.dp > 0 ? d.dp : world / model;
-  const bool ep_fits = world % model == 0 && (dp * d.cp) % d.ep == 0;
-  if (given.empty() && (world % model != 0 || (d.dp > 0 && d.dp * model != world) || !ep_fits)) {
+  // Expert parallelism needs dp x cp to divide by ep (the dp this job would derive). A degree out of range (0,
+  // negative: a given key) is resolve_mesh_dims's ConfigError below, not a division here.
+  const bool sane = model > 0 && d.ep > 0;
+  const int64_t dp = d.dp > 0 ? d.dp : sane ? world / model : 0;
+  const bool ep_fits = !sane || (world % model == 0 && (dp * d.cp) % d.ep == 0);
+  if (given.empty() && sane && (world % model != 0 || (d.dp > 0 && d.dp * model != world) || !ep_fits)) {
     // None given, and the checkpoint's degrees do not fit this job: data parallel over every rank, said.
     note = fmt::format("the checkpoint's layout ({}) does not fit this job's {} rank{}", was, world,
                        world == 1 ? "" : "s");

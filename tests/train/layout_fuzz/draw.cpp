@@ -260,9 +260,8 @@ void draw_moe(uint64_t seed, Case& c) {
         return k == "zero.stage=3" || (k.rfind("zero.offload=", 0) == 0 && k != "zero.offload=none");
       });
   if (!sharded_anywhere && r.chance(0.3)) m.moe_bias_rate = 0.01;
-  // Expert parallelism, where a layout runs DDP: any degree dividing both dp x cp and the experts.
+  // Expert parallelism (with DDP or any ZeRO stage): any degree dividing both dp x cp and the experts.
   for (Layout* l : {&c.first, &c.resumed}) {
-    if (l->zero != 0) continue;
     std::vector<int> eps;
     for (int e = 2; e <= l->dp * l->cp; ++e)
       if ((l->dp * l->cp) % e == 0 && m.moe_experts % e == 0) eps.push_back(e);
