@@ -136,11 +136,15 @@ class Activations {
   // The MoE layers' tally since the last take_moe_tally(): balancing and
   // z-loss values summed over the training passes and their layers, and the
   // tokens each expert got (choices, summed over the data group) by layer:
-  // tokens[l E + e] (every layer's row, zero for a dense or not held one).
+  // tokens[l E + e] (every layer's row, zero for a dense or not held one);
+  // `choices`: this rank's tokens' choices, each token's 64-bit hash of its
+  // global (micro-step, sample, position), layer and choices, in a wrapping
+  // sum (the same for any split of the batch once summed over the ranks).
   struct MoeTally {
     double aux = 0, z = 0;
     double dropped = 0;  // choices the capacity dropped (summed over the data group)
     std::vector<double> tokens;
+    uint64_t choices = 0;
   };
   MoeTally& moe_tally() { return tally_; }
   // The selected chunk's and set's activation set: the input of the selected

@@ -161,6 +161,7 @@ Activations::MoeTally GPT::take_moe_tally() {
   Activations::MoeTally& mine = acts_.moe_tally();
   Activations::MoeTally t = mine;
   mine.aux = mine.z = mine.dropped = 0;
+  mine.choices = 0;
   std::fill(mine.tokens.begin(), mine.tokens.end(), 0.0);  // kept: no allocation per step
   if (t.tokens.empty()) t.tokens.assign(static_cast<size_t>(cfg_.n_layer * cfg_.moe.experts), 0.0);
   return t;

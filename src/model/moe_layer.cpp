@@ -37,6 +37,28 @@ float host_float(bfloat16 x) {
 int32_t* ints(float* p) {
   return reinterpret_cast<int32_t*>(p);
 }
+uint64_t mix(uint64_t x) {  // SplitMix64's finalizer
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+// The pass's tokens' choices of layer l (ids: N x K), each token's hash keyed by its global (micro-step, sample,
+// position), added up wrapping: every split of a global batch over ranks sums to the same value (MoeTally::choices).
+uint64_t choice_digest(const int32_t* ids, int64_t K, int64_t l, const PassShape& f) {
+  uint64_t sum = 0;
+  const uint64_t pass = mix(mix(f.ctx->micro_step + 1) ^ static_cast<uint64_t>(l + 1));
+  f.for_position_runs([&](int64_t row0, int64_t pos0, int64_t nB, int64_t nT) {
+    for (int64_t b = 0; b < nB; ++b)
+      for (int64_t t = 0; t < nT; ++t) {
+        const int64_t row = row0 + b * f.T + t;  // sample row / T of the pass, global position pos0 + t
+        const auto token = static_cast<uint64_t>((f.ctx->sample_offset + row / f.T) * f.Tg + pos0 + t);
+        uint64_t h = mix(pass ^ mix(token));
+        for (int64_t j = 0; j < K; ++j) h = mix(h + static_cast<uint64_t>(ids[row * K + j]) + 1);
+        sum += h;
+      }
+  });
+  return sum;
+}
 }  // namespace
 
 MoeLayer::MoeLayer(const BlockParams& bp, const GPTConfig& cfg, const BlockWidths& w, ExpertPart groups)
@@ -84,6 +106,7 @@ double MoeLayer::route(const kernels::ModelOps<A>& k, const BlockEnv& e, int64_t
   to_device(e.dev, e.acts.stat(m.slot), slot, NK * sizeof(int32_t));
   to_device(e.dev, e.acts.stat(m.src), src, rows * sizeof(int32_t));
   if (!f.ctx->need_grad) return static_cast<double>(N);
+  e.acts.moe_tally().choices += choice_digest(ids, K_, l, f);
   const A* z = e.acts.act<A>(m.logits);
   A* zh = cpu ? const_cast<A*>(z) : reinterpret_cast<A*>(e.acts.host_fixed(e.acts.plan().h_logits));
   to_host(e.dev, zh, z, N * E_ * sizeof(A));

@@ -44,27 +44,29 @@ class MoeTest : public test_util::DistRunTest {
   Ref reference(const std::string& out, int64_t batch, int64_t iters, std::vector<std::string> extra = {}) {
     return {alone(out, batch, iters, std::move(extra)), root_ / (out + std::to_string(world->rank()))};
   }
-  // Each step's tokens per expert by layer and dropped choices (the records' moe_tokens, moe_dropped; -1 when
-  // dropless), from a run's metrics.jsonl.
+  // Each step's tokens per expert by layer, dropped choices (-1 when dropless) and every token's choices (the
+  // records' moe_tokens, moe_dropped, moe_choices: a wrapping sum of each token's hash of its global position, layer
+  // and choices), from a run's metrics.jsonl.
   static std::vector<nlohmann::json> expert_tokens(const std::filesystem::path& dir) {
     std::vector<nlohmann::json> out;
     std::ifstream in(dir / "metrics.jsonl");
     for (std::string line; std::getline(in, line);) {
       const nlohmann::json r = nlohmann::json::parse(line);
-      if (r.value("kind", "") == "train") out.push_back({r.at("moe_tokens"), r.value("moe_dropped", int64_t{-1})});
+      if (r.value("kind", "") == "train")
+        out.push_back({r.at("moe_tokens"), r.value("moe_dropped", int64_t{-1}), r.at("moe_choices")});
     }
     return out;
   }
-  // The routing compared, not sampled: every step's tokens per expert in every MoE layer (over the global batch)
-  // equal to one rank's at step 0, and the first step where any count differs printed (a near-tie's flip moves
-  // one token's choice, docs/moe.md).
+  // The routing compared, not sampled: every token's choices in every MoE layer (and the tokens per expert, over
+  // the global batch) equal to one rank's at step 0, and the first step where any differ printed (a near-tie's
+  // flip moves one token's choice, docs/moe.md).
   static void expect_same_routing(const std::filesystem::path& got, const std::filesystem::path& want,
                                   const std::string& what) {
     if (world->rank() != 0) return;
     const auto a = expert_tokens(got), b = expert_tokens(want);
     ASSERT_EQ(a.size(), b.size()) << what;
     ASSERT_FALSE(a.empty()) << what;
-    EXPECT_EQ(a[0], b[0]) << what << ": the tokens per expert differ at step 0";
+    EXPECT_EQ(a[0], b[0]) << what << ": the choices differ at step 0";
     size_t first = a.size(), differ = 0;
     for (size_t i = 0; i < a.size(); ++i)
       if (a[i] != b[i]) {
@@ -72,9 +74,9 @@ class MoeTest : public test_util::DistRunTest {
         ++differ;
       }
     if (differ == 0)
-      std::printf("%s: the same tokens per expert as 1 rank at every one of %zu steps\n", what.c_str(), a.size());
+      std::printf("%s: every token's choices as 1 rank's at every one of %zu steps\n", what.c_str(), a.size());
     else
-      std::printf("%s: the same tokens per expert as 1 rank up to step %zu; %zu of %zu steps differ\n", what.c_str(),
+      std::printf("%s: every token's choices as 1 rank's up to step %zu; %zu of %zu steps differ\n", what.c_str(),
                   first, differ, a.size());
   }
   train::RunSummary alone(const std::string& out, int64_t batch, int64_t iters, std::vector<std::string> extra = {}) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "core/gpu.h"
@@ -61,6 +62,26 @@ void log_precision(const Session& s) {
 }  // namespace
 
 namespace {
+// The step's choice digest (MoeTally::choices) over the global batch: every rank's wrapping sum over the data group
+// (each rank routes its own tokens; tp ranks route the same ones), then over the pipeline's stages.
+uint64_t global_choices(const Session& s, uint64_t mine) {
+  comm::Communicator& g = s.plan->grad_group();
+  Tensor t = Tensor::empty({2}, DType::I32), all = Tensor::empty({2 * g.size()}, DType::I32);
+  std::memcpy(t.raw(), &mine, sizeof mine);  // as two int32 words, exact
+  g.all_gather(t, all);
+  uint64_t sum = 0;
+  for (int r = 0; r < g.size(); ++r) {
+    uint64_t v = 0;
+    std::memcpy(&v, all.data<int32_t>() + 2 * r, sizeof v);
+    sum += v;
+  }
+  const std::vector<int64_t> stages = s.plan->by_stage(static_cast<int64_t>(sum));
+  if (!stages.empty())
+    sum = std::accumulate(stages.begin(), stages.end(), uint64_t{0},
+                          [](uint64_t a, int64_t b) { return a + static_cast<uint64_t>(b); });
+  return sum;
+}
+
 // An MoE model's step: the balancing terms (a micro-batch's mean) and the
 // tokens each expert got in each MoE layer (the step's choices over the
 // global batch), every stage's layers; the imbalance is the largest layer's
@@ -88,6 +109,7 @@ std::string moe_record(const Session& s, nlohmann::json& rec) {
     layers.push_back(std::move(counts));
   }
   rec["moe_tokens"] = std::move(layers);
+  rec["moe_choices"] = fmt::format("{:016x}", global_choices(s, t.choices));  // every token's choices, hashed
   rec["moe_imbalance"] = imbalance;
   if (m.moe.capacity > 0) rec["moe_dropped"] = static_cast<int64_t>(v[2]);  // choices, every layer and micro-batch
   return fmt::format(", moe aux {:.4g} z {:.4g} imbalance {:.2f}{}", v[0], v[1], imbalance,

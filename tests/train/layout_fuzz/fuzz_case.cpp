@@ -19,10 +19,11 @@
 // Mixtures of experts: a token whose top-k scores tie within rounding may
 // choose another expert than in the reference once the layouts' rounding
 // has grown (docs/moe.md, "Routing flips"), a discontinuity no rounding bar
-// absorbs. The records' tokens per expert show it: from the first step whose
-// counts differ from one rank's, the steps and evaluations are held to
-// kFlipTol and the parameters to kFlipParamTol, and the case says where it
-// flipped. Counts that differ at step 0 (the same weights everywhere) fail.
+// absorbs. The records' choices (every token's, hashed: moe_choices) and
+// tokens per expert show it: from the first step where either differs from
+// one rank's, the steps and evaluations are held to kFlipTol and the
+// parameters to kFlipParamTol, and the case says where it flipped. Choices
+// that differ at step 0 (the same weights everywhere) fail.
 #include "train/layout_fuzz/fuzz_case.h"
 
 #include <fmt/format.h>
@@ -82,7 +83,7 @@ struct Check {
   bool ok = true;
   std::string first;  // the first mismatch
   double loss = 0, grad = 0, params = 0;
-  long flip = -1;         // MoE: the first step whose tokens per expert differ from one rank's (-1: none)
+  long flip = -1;         // MoE: the first step whose choices differ from one rank's (-1: none)
   std::string params_at;  // where the largest parameter difference is
   void fail(const std::string& s) {
     if (ok) first = s;
@@ -103,12 +104,12 @@ void compare_steps(const std::map<long, StepRecord>& got, const std::map<long, S
           fmt::format("{}: step {} has no train record in {}", leg, s, g == got.end() ? "the run" : "the reference"));
       return;
     }
-    if (g->second.moe_tokens != w->second.moe_tokens) {
+    if (g->second.moe_tokens != w->second.moe_tokens || g->second.moe_choices != w->second.moe_choices) {
       if (s == 0)
         k.fail(
-            fmt::format("{}: step 0: the tokens per expert {} differ from one rank's {} (the same weights: a "
-                        "routing bug)",
-                        leg, g->second.moe_tokens, w->second.moe_tokens));
+            fmt::format("{}: step 0: the choices (tokens per expert {}, digest {}) differ from one rank's ({}, {}) "
+                        "(the same weights: a routing bug)",
+                        leg, g->second.moe_tokens, g->second.moe_choices, w->second.moe_tokens, w->second.moe_choices));
       if (k.flip < 0) k.flip = s;
     }
     if (k.flip >= 0 && s >= k.flip) tol = std::max(tol, kFlipTol);

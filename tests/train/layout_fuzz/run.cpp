@@ -118,6 +118,7 @@ std::map<long, StepRecord> read_steps(const std::string& out_dir, const std::str
     if (j.contains("grad_norm")) s.grad_norm = j["grad_norm"].get<double>();
     if (j.contains("val_loss")) s.val_loss = j["val_loss"].get<double>();
     if (j.contains("moe_tokens")) s.moe_tokens = j["moe_tokens"].dump();
+    if (j.contains("moe_choices")) s.moe_choices = j["moe_choices"].get<std::string>();
     steps[j.at("step").get<long>()] = s;
   }
   return steps;

@@ -43,6 +43,7 @@ struct StepRecord {
   double loss = 0, grad_norm = -1;  // -1: absent
   double val_loss = -1;             // evaluations: the val loss (loss is then the train split's)
   std::string moe_tokens;           // MoE: the step's tokens per expert by layer (JSON), "" for a dense model
+  std::string moe_choices;          // MoE: every token's choices, hashed (the record's hex digest), "" for dense
 };
 // The records of `kind` ("train" or "eval") in `out_dir`/metrics.jsonl by step (the last of each step).
 std::map<long, StepRecord> read_steps(const std::string& out_dir, const std::string& kind = "train");
