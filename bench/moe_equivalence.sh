@@ -41,6 +41,8 @@ def same(a, b, what):
             + ("every step" if not diff else f"first differ at step {diff[0]} ({len(diff)} of {len(b)})"))
 for d in runs:
     g=field(d,"grad_norm")
-    print(f"{d:14s} grad norm: max rel diff {max(rel(g[s],g1[s]) for s in g1):.3g} (step 0: {rel(g[0],g1[0]):.3g}); "
+    over=[s for s in sorted(g1) if rel(g[s],g1[s])>1e-6]
+    print(f"{d:14s} grad norm: max rel diff {max(rel(g[s],g1[s]) for s in g1):.3g} (step 0: {rel(g[0],g1[0]):.3g}, "
+          f"step {max(g1)}: {rel(g[max(g1)],g1[max(g1)]):.3g}, over 1e-6 at steps {over}); "
           + same(field(d,"moe_choices"), c1, "choices") + "; " + same(field(d,"moe_tokens"), t1, "tokens per expert"))
 PY

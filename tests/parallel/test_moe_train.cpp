@@ -168,7 +168,11 @@ TEST_F(MoeTest, EveryTwoRankLayoutEqualsOneRank) {
                   {"cp2_ring", {"parallel.cp=2", "parallel.cp_kind=ring"}}});
   const auto one_b4 = reference("one_b4", 4, kIters);  // the global batch of 2 data-parallel ranks
   expect_layouts("moe", one_b4, 2, kIters,
-                 {{"ddp", {}}, {"zero1", {"zero.stage=1"}}, {"zero3", {"zero.stage=3"}}, {"ep2", {"parallel.ep=2"}}});
+                 {{"ddp", {}},
+                  {"zero1", {"zero.stage=1"}},
+                  {"zero3", {"zero.stage=3"}},
+                  {"ep2", {"parallel.ep=2"}},
+                  {"ep2_zero3", {"parallel.ep=2", "zero.stage=3"}}});
 }
 
 // A capacity factor of 1 (each expert takes at most ceil(T K / E) = 8 choices of a sequence of 32 in a training pass):
