@@ -249,13 +249,20 @@ void build_model(Session& s, const parallel::GradSyncOptions& so) {
 }
 
 // The job's peak FLOP/s: rank 0's measurement (made while the others wait) times the ranks.
-double job_peak(const Session& s) {
+double job_peak(Session& s) {
   const int n = s.world.size();
   float peak_rank = 0;
-  if (s.lead)
-    peak_rank = static_cast<float>(s.cfg.train.peak_flops > 0 ? s.cfg.train.peak_flops / n
-                                   : s.dev.is_cpu() ? cpu_gemm_peak_flops(num_threads(), s.model->bf16_products())
-                                                    : gpu_peak_flops(s.dev.index));
+  if (s.lead) {
+    if (s.cfg.train.peak_flops > 0) {
+      peak_rank = static_cast<float>(s.cfg.train.peak_flops / n);
+    } else if (s.dev.is_cpu()) {
+      const CpuPeak p = cpu_gemm_peak(num_threads(), s.model->bf16_products());
+      peak_rank = static_cast<float>(p.flops);
+      s.peak_measurements = p.measurements;
+    } else {
+      peak_rank = static_cast<float>(gpu_peak_flops(s.dev.index));
+    }
+  }
   parallel::broadcast_floats(s.world, &peak_rank, 1);
   return static_cast<double>(peak_rank) * n;
 }

@@ -64,6 +64,7 @@ struct RunSetup {
   Invocation invocation;        // the command line, and every rank's host
   Faults faults;                // PARALLM_FAULT_* (tests): this rank's
   double peak = 0;              // the job's FLOP/s for MFU
+  int peak_measurements = 0;    // CPU, measured: the runs' measurements the peak is the best of (rank 0's)
   int64_t tokens_per_iter = 0;  // the global batch's tokens
   double flops_per_iter = 0;    // of the global batch
 

@@ -21,6 +21,7 @@
 #include "data/prepare_bpe.h"
 #include "data/tiktoken.h"
 #include "data/vocab.h"
+#include "test_paths.h"
 #include "train/error_of.h"
 
 using namespace parallm;
@@ -42,7 +43,7 @@ std::string slurp(const fs::path& p) {
 const std::string& text() {
   static const std::string t =
       test_util::multilingual_text(200000, slurp(fs::path(PARALLM_SHARED_DIR) / "data/tinyshakespeare/input.txt"),
-                                   slurp(fs::path(PARALLM_TEST_DIR) / "data/utf8_stress.txt"));
+                                   slurp(fs::path(test::test_dir()) / "data/utf8_stress.txt"));
   return t;
 }
 

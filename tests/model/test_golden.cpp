@@ -19,6 +19,7 @@
 #include "model/gpt.h"
 #include "model/rope.h"
 #include "optim/adamw.h"
+#include "test_paths.h"
 
 using namespace parallm;
 
@@ -99,7 +100,7 @@ TEST_P(GoldenTest, ForwardBackwardAndTenAdamWSteps) {
   if (!dev.is_cpu() && !gpu::available())
     GTEST_SKIP() << (gpu::built() ? "no GPU on this machine" : "CUDA not built") << ": GPU golden test skipped";
   if (where == "cpu_bf16" && !kernels::bf16_products_supported()) GTEST_SKIP() << "no bf16 matrix hardware on this CPU";
-  test::Golden g(std::string(PARALLM_TEST_DIR) + "/golden/" + std::get<0>(GetParam()));
+  test::Golden g(test::test_dir() + "/golden/" + std::get<0>(GetParam()));
   auto cfg = config_of(g.config);
   const int64_t B = g.config["batch_size"], T = g.config["seq_len"];
   model::GPT m(cfg, B, T, dev, {true, true, bf16 ? DType::BF16 : DType::F32});
@@ -217,7 +218,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest,
 // frequency arithmetic, with and without Llama 3's scaling).
 TEST(GoldenRope, TableMatchesTheReferencesCosAndSin) {
   for (const char* name : {"llama_tiny_mqa", "llama_tiny_gqa2_tied", "qwen3_tiny_gqa2_tied", "llama_tiny_bias"}) {
-    test::Golden g(std::string(PARALLM_TEST_DIR) + "/golden/" + name);
+    test::Golden g(test::test_dir() + "/golden/" + name);
     const model::GPTConfig cfg = config_of(g.config);
     const int64_t T = g.config["seq_len"], D = cfg.head_size(), h = D / 2;
     std::vector<int64_t> pos(static_cast<size_t>(T));

@@ -20,6 +20,7 @@
 #include "hf/hf_gpt2.h"
 #include "hf/safetensors.h"
 #include "model/gpt.h"
+#include "test_paths.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/ckpt_dirs.h"
 #include "train/checkpoint/hf_export.h"
@@ -485,7 +486,7 @@ TEST_F(HfTest, ExportedModelGivesTheReferenceModelsLogits) {
   m.forward(ids.data(), nullptr, 1, T, model::StepContext{});
   std::vector<float> got(static_cast<size_t>(T * V));
   for (int64_t pos = 0; pos < T; ++pos) m.last_logits(got.data() + pos * V, 1, T, pos);
-  const std::string golden = slurp(fs::path(PARALLM_TEST_DIR) / "golden" / "hf_tiny_logits.bin");
+  const std::string golden = slurp(fs::path(test::test_dir()) / "golden" / "hf_tiny_logits.bin");
   ASSERT_EQ(golden.size(), got.size() * 4)
       << "tests/golden/hf_tiny_logits.bin: make it with tools/torch_ref/gen_hf_golden.sh";
   std::vector<float> want(got.size());

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "hf/hf_model.h"
 #include "model/gpt.h"
+#include "test_paths.h"
 
 using namespace parallm;
 namespace fs = std::filesystem;
@@ -23,7 +24,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string golden(const std::string& name) {
-  return std::string(PARALLM_TEST_DIR) + "/golden/" + name;
+  return test::test_dir() + "/golden/" + name;
 }
 
 fs::path scratch(const std::string& name) {

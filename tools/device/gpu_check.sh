@@ -20,7 +20,14 @@
 #   DTYPES=bf16 bash .devcarry/gpu_check.sh tests baby
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
+# The tests' golden files and fixtures in this copy of the repository (the binaries were built elsewhere).
+[ -d tests/golden ] && export PARALLM_TEST_DIR=${PARALLM_TEST_DIR:-$PWD/tests}
 W=/tmp/pl && mkdir -p $W && tar -C $W -xzf .devcarry/bundle.tar.gz
+# Libraries the binaries need that this machine lacks (pack.sh's extlib/), and only those.
+for f in "$W"/extlib/*; do
+  [ -e "$f" ] || continue
+  ldconfig -p | awk '{print $1}' | grep -qxF "$(basename "$f")" || { cp -P "$f" "$W/lib/" && echo "carried: $(basename "$f")"; }
+done
 CUBLAS_DIR=$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")
 # cuDNN: PyTorch's (the peer's own), else the system's; NVRTC for its runtime-compiled engines.
 CUDNN_DIR=$(dirname "$(find / -path '*nvidia/cudnn/lib/libcudnn.so.9' -not -path '/proc/*' 2>/dev/null | head -1)")

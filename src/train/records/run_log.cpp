@@ -135,11 +135,14 @@ void log_run(const Session& s) {
   if (const std::string split = s.plan->sequence_text(s.seq()); !split.empty()) log::info("{}", split);
   if (const std::string how = s.sync->describe(); !how.empty()) log::info("{}", how);
   log_precision(s);
+  const std::string best = s.peak_measurements == 1
+                               ? std::string(", one run's measurement so far")
+                               : fmt::format(", the best of {} runs' measurements", s.peak_measurements);
   log::info("MFU peak: {:.1f} GFLOP/s ({})", s.peak / 1e9,
-            cfg.train.peak_flops > 0   ? "train.peak_flops"
-            : s.model->bf16_products() ? "measured bf16 GEMM"
-            : s.dev.is_cpu()           ? "measured fp32 GEMM"
-                                       : "the GPU's dense bf16 tensor-core peak");
+            cfg.train.peak_flops > 0   ? std::string("train.peak_flops")
+            : s.model->bf16_products() ? "measured bf16 GEMM" + best
+            : s.dev.is_cpu()           ? "measured fp32 GEMM" + best
+                                       : std::string("the GPU's dense bf16 tensor-core peak"));
 }
 
 namespace {
