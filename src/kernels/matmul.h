@@ -41,6 +41,11 @@ void matmul_forward_bf16p(float* out, const float* inp, const float* weight, con
                           int64_t OUT);
 void matmul_backward_bf16p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                            const float* weight, int64_t N, int64_t IN, int64_t OUT);
+// And with fp16 products (emulated: operands rounded to binary16, the fp32 GEMM; see cpu/f16.h).
+void matmul_forward_f16p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                         int64_t OUT);
+void matmul_backward_f16p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int64_t N, int64_t IN, int64_t OUT);
 }  // namespace cpu
 
 // kernels::cuda: the same contract on device pointers, run on gpu::stream().

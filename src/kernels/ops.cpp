@@ -74,6 +74,15 @@ const Ops kCpuBf16Products = [] {
   t.classifier_logits = &cpu::classifier_logits_bf16p;
   return t;
 }();
+// fp16 mixed precision on the CPU: fp32 activations, fp16 products (emulated).
+const Ops kCpuF16Products = [] {
+  Ops t = kCpu;
+  t.matmul_forward = &cpu::matmul_forward_f16p;
+  t.matmul_backward = &cpu::matmul_backward_f16p;
+  t.classifier_forward_backward = &cpu::classifier_forward_backward_f16p;
+  t.classifier_logits = &cpu::classifier_logits_f16p;
+  return t;
+}();
 const Ops kCuda = PARALLM_FP32_OPS(cuda);
 const ModelOps<bfloat16> kCudaBf16 = [] {
   ModelOps<bfloat16> t{};
@@ -103,6 +112,10 @@ const Ops& cpu_bf16_product_ops() {
                 "(oneDNN offers \"{}\"); use train.dtype=fp32",
                 bf16_products_impl());
   return kCpuBf16Products;
+}
+
+const Ops& cpu_f16_product_ops() {
+  return kCpuF16Products;
 }
 
 void convert_to_bf16(Device dev, bfloat16* dst, const float* src, int64_t n) {

@@ -113,6 +113,10 @@ const ModelOps<bfloat16>& bf16_ops_for(Device dev);
 // linear layers and the classifier (see cpu/gemm_bf16.h). ConfigError on a
 // CPU without bf16 matrix hardware.
 const Ops& cpu_bf16_product_ops();
+// fp16 mixed precision on the CPU (train.dtype=fp16): the fp32 ops with fp16
+// products (emulated: each GEMM's operands rounded to binary16, products
+// accumulated in fp32) in the linear layers and the classifier.
+const Ops& cpu_f16_product_ops();
 
 // The numeric detector's statistics (stats.h) on `dev`, `out` on that device too.
 void abs_stats(Device dev, AbsStats* out, const float* x, int64_t n);

@@ -70,6 +70,12 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
     compute_ = DType::F32;
     bf16_products_ = true;
   }
+  if (storage.f16_products) {
+    PARALLM_CHECK(dev.is_cpu() && compute_ == DType::F32, ConfigError, "model",
+                  "fp16 products are the CPU's (emulated) with fp32 activations; on {} use bf16", dev.str());
+    k_ = &kernels::cpu_f16_product_ops();
+    f16_products_ = true;
+  }
   const bool lowp = compute_ == DType::BF16;
   if (lowp) {
     kb_ = &kernels::bf16_ops_for(dev);

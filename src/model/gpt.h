@@ -39,8 +39,7 @@ class GPT {
   // per expert (this step's, over the global batch; before take_moe_tally), the same on every rank.
   void balance_expert_bias();
   std::vector<int32_t> expert_choices(int64_t l);
-  // Parameters and gradients through `store` (not owned), group by group; null: own buffers again.
-  void set_store(ParamStore* store);
+  void set_store(ParamStore* store);  // parameters and gradients through `store` (not owned); null: own buffers
 
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
@@ -52,6 +51,7 @@ class GPT {
   bfloat16* weight_copy_for_step() const { return pa_.current_copy(); }  // the bf16 copy a step keeps (null: none)
   DType compute_dtype() const { return compute_; }                       // activations' (CPU bf16: fp32, bf16 products)
   bool bf16_products() const { return bf16_products_; }
+  bool f16_products() const { return f16_products_; }  // CPU fp16 (emulated), as bf16_products
   void store_params(float* host) const { pa_.store(host); }
   void store_grads(float* host) const { pa_.store_grads(host); }
   int64_t flat_size() const { return layout_.total(); }
@@ -107,13 +107,13 @@ class GPT {
   Device dev_;
   DType compute_;
   const kernels::Ops* k_;
-  const kernels::ModelOps<bfloat16>* kb_ = nullptr;  // bf16 compute only
-  bool bf16_products_ = false;                       // CPU bf16: fp32 activations, bf16 products
-  TensorGroup* tp_ = nullptr;                        // null: the whole model on this rank
-  ExpertPart experts_;                               // MoE: the data and expert-parallel groups
-  bool sp_ = false;                                  // sequence parallel (with tp_)
-  CpLayout cpl_;                                     // context parallel: this rank's positions
-  std::unique_ptr<CpAttention> cpa_;                 // context parallel (cp > 1): the attention exchange
+  const kernels::ModelOps<bfloat16>* kb_ = nullptr;    // bf16 compute only
+  bool bf16_products_ = false, f16_products_ = false;  // CPU bf16 / fp16: fp32 activations, low-precision products
+  TensorGroup* tp_ = nullptr;                          // null: the whole model on this rank
+  ExpertPart experts_;                                 // MoE: the data and expert-parallel groups
+  bool sp_ = false;                                    // sequence parallel (with tp_)
+  CpLayout cpl_;                                       // context parallel: this rank's positions
+  std::unique_ptr<CpAttention> cpa_;                   // context parallel (cp > 1): the attention exchange
   ParamAccess pa_;
   Activations acts_;
   BatchIo io_;

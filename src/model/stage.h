@@ -24,6 +24,7 @@ struct GPTStorage {
   bool params = true;
   bool grads = true;
   DType compute = DType::F32;
+  bool f16_products = false;  // CPU, fp32 compute: fp16 products (train.dtype=fp16, emulated; kernels/ops.h)
 };
 
 // A pipeline stage's model (pipeline parallelism): which chunks of layers

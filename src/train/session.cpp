@@ -234,7 +234,9 @@ void open_run_dir(Session& s, int64_t ck_iter, const nlohmann::json& carried) {
 // over what the sync updates, and the loss scaler.
 void build_model(Session& s, const parallel::GradSyncOptions& so) {
   const RunConfig& cfg = s.cfg;
-  s.model = s.plan->apply_to_model(cfg.model, s.batch(), s.dev, parallel::model_storage(so, cfg.compute_dtype()),
+  model::GPTStorage storage = parallel::model_storage(so, cfg.compute_dtype());
+  storage.f16_products = cfg.train.dtype == Precision::FP16;  // the CPU's (the config refuses it elsewhere)
+  s.model = s.plan->apply_to_model(cfg.model, s.batch(), s.dev, storage,
                                    parallel::PipelineConfig::of(cfg.parallel, cfg.optimizer.gas, cfg.model.n_layer),
                                    s.faults.stop);
   s.sync = parallel::make_grad_sync(s.dp(), *s.model, s.dev, so, &s.mesh->model(),

@@ -225,8 +225,9 @@ TEST(Config, DtypeSpellingsMapAndFp16IsRefused) {
   else
     EXPECT_NE(error_of([&] { c.validate(); }).find("train.dtype=bf16"), std::string::npos);
   c.set("train.dtype", "fp16");
-  c.set("train.device", "cuda");
-  EXPECT_NE(error_of([&] { c.validate(); }).find("fp16"), std::string::npos);
+  EXPECT_NO_THROW(c.validate());  // the CPU's fp16 products (emulated)
+  c.set("train.device", "cuda");  // the GPU's fp16 kernels are not built: said, naming fp16
+  EXPECT_NE(error_of([&] { c.validate(); }).find("train.dtype=fp16 runs on the CPU"), std::string::npos);
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "core/profiler.h"
+#include "kernels/cpu/f16.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/matmul.h"
@@ -98,6 +99,33 @@ void classifier_forward_backward_bf16p(float* losses, float* dx, float* dwte, co
       }
       gemm_bf16(false, false, rows, C, V, db, wb, 0.0f, dx + r0 * C, C);
       gemm_bf16(true, false, V, C, rows, db, xb + r0 * C, 1.0f, dwte, C);
+    }
+  }
+}
+
+// fp16 products (emulated, f16.h): x and wte rounded once per call, each chunk's d(logits) once for both
+// gradient products; softmax and losses stay fp32.
+void classifier_logits_f16p(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
+  PARALLM_PROFILE("classifier_logits");
+  sgemm(false, true, N, V, C, 1.0f, f16_operand(0, x, N * C), C, f16_operand(1, wte, V * C), C, 0.0f, logits, V);
+}
+
+void classifier_forward_backward_f16p(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                                      const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss, float* ws) {
+  PARALLM_PROFILE("classifier_forward_backward");
+  const int64_t R = chunk_rows(N, V);
+  const bool grad = dx != nullptr;
+  const float* xh = f16_operand(0, x, N * C);
+  const float* wh = f16_operand(1, wte, V * C);
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    const int64_t rows = std::min(R, N - r0);
+    sgemm(false, true, rows, V, C, 1.0f, xh + r0 * C, C, wh, C, 0.0f, ws, V);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) losses[r0 + r] = xent_row(ws + r * V, V, targets[r0 + r], grad, dloss);
+    if (grad) {
+      round_to_f16(ws, ws, rows * V);  // d(logits), in place: the workspace is not read again
+      sgemm(false, false, rows, C, V, 1.0f, ws, V, wh, C, 0.0f, dx + r0 * C, C);
+      sgemm(true, false, V, C, rows, 1.0f, ws, V, xh + r0 * C, C, 1.0f, dwte, C);
     }
   }
 }

@@ -14,6 +14,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/profiler.h"
+#include "kernels/cpu/f16.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/simd.h"
@@ -116,6 +117,28 @@ void matmul_backward_bf16p(float* dinp, float* dweight, float* dbias, const floa
   const bfloat16* w = dinp ? bf16_operand(2, weight, OUT * IN) : nullptr;
   if (dinp) gemm_bf16(false, false, N, IN, OUT, d, w, 0.0f, dinp, IN);
   if (dweight) gemm_bf16(true, false, OUT, IN, N, d, x, 1.0f, dweight, IN);
+  if (dbias) bias_grad(dbias, dout, N, OUT);
+}
+
+// fp16 products (emulated, f16.h): each operand rounded once per call into its own scratch slot, then the fp32
+// GEMM.
+void matmul_forward_f16p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                         int64_t OUT) {
+  PARALLM_PROFILE("matmul_forward");
+  const float* x = f16_operand(0, inp, N * IN);
+  const float* w = f16_operand(1, weight, OUT * IN);
+  sgemm(false, true, N, OUT, IN, 1.0f, x, IN, w, IN, 0.0f, out, OUT);
+  if (bias) add_bias(out, bias, N, OUT);
+}
+
+void matmul_backward_f16p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int64_t N, int64_t IN, int64_t OUT) {
+  PARALLM_PROFILE("matmul_backward");
+  const float* d = f16_operand(0, dout, N * OUT);
+  const float* x = dweight ? f16_operand(1, inp, N * IN) : nullptr;
+  const float* w = dinp ? f16_operand(2, weight, OUT * IN) : nullptr;
+  if (dinp) sgemm(false, false, N, IN, OUT, 1.0f, d, OUT, w, IN, 0.0f, dinp, IN);
+  if (dweight) sgemm(true, false, OUT, IN, N, 1.0f, d, OUT, x, IN, 1.0f, dweight, IN);
   if (dbias) bias_grad(dbias, dout, N, OUT);
 }
 

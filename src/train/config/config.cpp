@@ -170,9 +170,6 @@ void RunConfig::check_ranges() const {
 namespace {
 void check_device(const RunConfig& c) {
   const TrainSection& t = c.train;
-  PARALLM_CHECK(t.dtype != Precision::FP16, ConfigError, "config",
-                "train.dtype=fp16 is not implemented yet; use bf16 or fp32 (its dynamic loss scaling is: "
-                "train.loss_scale=dynamic)");
   PARALLM_CHECK(t.dtype != Precision::BF16 || !t.device.is_cpu() || kernels::bf16_products_supported(), ConfigError,
                 "config",
                 "train.dtype=bf16 on the CPU needs bf16 matrix hardware (AMX or AVX-512 BF16), which this CPU lacks "
@@ -180,6 +177,10 @@ void check_device(const RunConfig& c) {
                 kernels::bf16_products_impl());
   if (t.device.is_cpu()) return;
   const std::string dev = t.device_by_rank ? "cuda" : t.device.str();
+  PARALLM_CHECK(t.dtype != Precision::FP16, ConfigError, "config",
+                "train.dtype=fp16 runs on the CPU for now (fp16 products emulated, with dynamic loss scaling); the "
+                "GPU's fp16 kernels are not built (train.device={}): use train.dtype=bf16 there",
+                dev);
   PARALLM_CHECK(c.parallel.zero.stage == 0, ConfigError, "config",
                 "zero.stage={} is CPU-only for now (train.device={})", c.parallel.zero.stage, dev);
   PARALLM_CHECK(gpu::built(), ConfigError, "config",

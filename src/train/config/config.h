@@ -28,7 +28,7 @@ namespace parallm::train {
 // train.init_from
 // (hf: the weights of a Hugging Face GPT-2 directory, hf/hf_gpt2.h)
 enum class InitFrom { Scratch, Resume, Hf };
-// train.dtype: the training precision (fp16 is parsed, and refused by validate() until it exists).
+// train.dtype: the training precision (fp16: the CPU's, products emulated; validate() refuses it on a GPU).
 enum class Precision { FP32, BF16, FP16 };
 // train.loss_scale as given: auto (dynamic for fp16, else off), dynamic, off, or a static scale.
 struct LossScaleSetting {

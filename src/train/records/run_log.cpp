@@ -49,6 +49,10 @@ void log_precision(const Session& s) {
         "dtype: bf16 mixed precision on the CPU: bf16 products ({}) with fp32 accumulation; activations, "
         "weights, gradients and optimizer state fp32",
         kernels::bf16_products_impl());
+  else if (s.model->f16_products())
+    log::info(
+        "dtype: fp16 mixed precision on the CPU: fp16 products (emulated: operands rounded to binary16, the fp32 "
+        "GEMM) with fp32 accumulation; activations, weights, gradients and optimizer state fp32");
   const optim::LossScaler& scaler = *s.scaler;
   if (scaler.dynamic())
     log::info(
