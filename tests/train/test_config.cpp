@@ -202,7 +202,7 @@ TEST(Config, CommBackendNamesTheChoices) {
   }
 }
 
-TEST(Config, DtypeSpellingsMapAndFp16IsRefused) {
+TEST(Config, DtypeSpellingsMapAndFp16RunsOnTheCpuOnly) {
   for (const auto& [in, want] : std::vector<std::pair<std::string, std::string>>{{"fp32", "fp32"},
                                                                                  {"float32", "fp32"},
                                                                                  {"FP32", "fp32"},
