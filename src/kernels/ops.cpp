@@ -65,24 +65,21 @@ namespace {
     return t;                                                                   \
   }()
 const Ops kCpu = PARALLM_FP32_OPS(cpu);
-// bf16 mixed precision on the CPU: fp32 activations, bf16 products.
-const Ops kCpuBf16Products = [] {
+// Mixed precision on the CPU: fp32 activations, low-precision products in the linear layers and the classifier
+// (bf16, or fp16 emulated).
+Ops with_products(decltype(&cpu::matmul_forward) fwd, decltype(&cpu::matmul_backward) bwd,
+                  decltype(&cpu::classifier_forward_backward) cls, decltype(&cpu::classifier_logits) logits) {
   Ops t = kCpu;
-  t.matmul_forward = &cpu::matmul_forward_bf16p;
-  t.matmul_backward = &cpu::matmul_backward_bf16p;
-  t.classifier_forward_backward = &cpu::classifier_forward_backward_bf16p;
-  t.classifier_logits = &cpu::classifier_logits_bf16p;
+  t.matmul_forward = fwd;
+  t.matmul_backward = bwd;
+  t.classifier_forward_backward = cls;
+  t.classifier_logits = logits;
   return t;
-}();
-// fp16 mixed precision on the CPU: fp32 activations, fp16 products (emulated).
-const Ops kCpuF16Products = [] {
-  Ops t = kCpu;
-  t.matmul_forward = &cpu::matmul_forward_f16p;
-  t.matmul_backward = &cpu::matmul_backward_f16p;
-  t.classifier_forward_backward = &cpu::classifier_forward_backward_f16p;
-  t.classifier_logits = &cpu::classifier_logits_f16p;
-  return t;
-}();
+}
+const Ops kCpuBf16Products = with_products(&cpu::matmul_forward_bf16p, &cpu::matmul_backward_bf16p,
+                                           &cpu::classifier_forward_backward_bf16p, &cpu::classifier_logits_bf16p);
+const Ops kCpuF16Products = with_products(&cpu::matmul_forward_f16p, &cpu::matmul_backward_f16p,
+                                          &cpu::classifier_forward_backward_f16p, &cpu::classifier_logits_f16p);
 const Ops kCuda = PARALLM_FP32_OPS(cuda);
 const ModelOps<bfloat16> kCudaBf16 = [] {
   ModelOps<bfloat16> t{};

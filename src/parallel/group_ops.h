@@ -51,19 +51,22 @@ class GroupAll {
   Tensor t_;
 };
 
-// A double summed over the group in rank order: the same bits on every rank.
-class GroupSum {
+// A double (or a 64-bit integer, added wrapping) summed over the group in rank order: the same bits on every rank.
+template <class T>
+class GroupSumOf {
+  static_assert(sizeof(T) == 8, "sent as two int32 words");
+
  public:
-  explicit GroupSum(comm::Communicator& g)
+  explicit GroupSumOf(comm::Communicator& g)
       : g_(g), mine_(Tensor::empty({2}, DType::I32)), all_(Tensor::empty({2 * g.size()}, DType::I32)) {}
   int rank() const { return g_.rank(); }
-  double operator()(double v) {
+  T operator()(T v) {
     if (g_.size() == 1) return v;
     std::memcpy(mine_.raw(), &v, sizeof v);
     g_.all_gather(mine_, all_);
-    double sum = 0;
+    T sum = 0;
     for (int r = 0; r < g_.size(); ++r) {
-      double x = 0;
+      T x = 0;
       std::memcpy(&x, all_.data<int32_t>() + 2 * r, sizeof x);
       sum += x;
     }
@@ -74,6 +77,7 @@ class GroupSum {
   comm::Communicator& g_;
   Tensor mine_, all_;
 };
+using GroupSum = GroupSumOf<double>;
 
 // Rank 0's floats on every rank of the group.
 inline void broadcast_floats(comm::Communicator& g, float* p, int64_t n) {

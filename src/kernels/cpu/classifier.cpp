@@ -10,8 +10,7 @@
 #include <cmath>
 
 #include "core/profiler.h"
-#include "kernels/cpu/f16.h"
-#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/products.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/matmul.h"
 
@@ -68,66 +67,51 @@ void classifier_forward_backward(float* losses, float* dx, float* dwte, const fl
   }
 }
 
-// bf16 products: x and wte are converted once per call (wte read from the
-// parameters' bf16 copy where one is installed), each chunk's
-// d(logits) once for both gradient products; softmax and losses stay fp32.
-void classifier_logits_bf16p(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
+// Low-precision products (products.h: bf16, or fp16 emulated): x and wte
+// rounded once per call (bf16: wte read from the parameters' copy where one is
+// installed), each chunk's d(logits) once for both gradient products; softmax
+// and losses stay fp32.
+template <class P>
+void classifier_logits_lowp(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
   PARALLM_PROFILE("classifier_logits");
-  const bfloat16* xb = bf16_operand(0, x, N * C);
-  const bfloat16* wb = bf16_operand(1, wte, V * C);
-  gemm_bf16(false, true, N, V, C, xb, wb, 0.0f, logits, V);
+  P::gemm(false, true, N, V, C, P::operand(0, x, N * C), P::operand(1, wte, V * C), 0.0f, logits, V);
 }
 
-void classifier_forward_backward_bf16p(float* losses, float* dx, float* dwte, const float* x, const float* wte,
-                                       const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
-                                       float* ws) {
-  PARALLM_PROFILE("classifier_forward_backward");
-  const int64_t R = chunk_rows(N, V);
-  const bool grad = dx != nullptr;
-  const bfloat16* xb = bf16_operand(0, x, N * C);
-  const bfloat16* wb = bf16_operand(1, wte, V * C);
-  bfloat16* db = grad ? bf16_scratch(2, std::min(R, N) * V) : nullptr;
-  for (int64_t r0 = 0; r0 < N; r0 += R) {
-    const int64_t rows = std::min(R, N - r0);
-    gemm_bf16(false, true, rows, V, C, xb + r0 * C, wb, 0.0f, ws, V);
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) losses[r0 + r] = xent_row(ws + r * V, V, targets[r0 + r], grad, dloss);
-    if (grad) {
-      {
-        PARALLM_PROFILE("to_bf16");
-        to_bf16(db, ws, rows, V, V);
-      }
-      gemm_bf16(false, false, rows, C, V, db, wb, 0.0f, dx + r0 * C, C);
-      gemm_bf16(true, false, V, C, rows, db, xb + r0 * C, 1.0f, dwte, C);
-    }
-  }
-}
-
-// fp16 products (emulated, f16.h): x and wte rounded once per call, each chunk's d(logits) once for both
-// gradient products; softmax and losses stay fp32.
-void classifier_logits_f16p(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
-  PARALLM_PROFILE("classifier_logits");
-  sgemm(false, true, N, V, C, 1.0f, f16_operand(0, x, N * C), C, f16_operand(1, wte, V * C), C, 0.0f, logits, V);
-}
-
-void classifier_forward_backward_f16p(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+template <class P>
+void classifier_forward_backward_lowp(float* losses, float* dx, float* dwte, const float* x, const float* wte,
                                       const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss, float* ws) {
   PARALLM_PROFILE("classifier_forward_backward");
   const int64_t R = chunk_rows(N, V);
   const bool grad = dx != nullptr;
-  const float* xh = f16_operand(0, x, N * C);
-  const float* wh = f16_operand(1, wte, V * C);
+  const auto* xl = P::operand(0, x, N * C);
+  const auto* wl = P::operand(1, wte, V * C);
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t rows = std::min(R, N - r0);
-    sgemm(false, true, rows, V, C, 1.0f, xh + r0 * C, C, wh, C, 0.0f, ws, V);
+    P::gemm(false, true, rows, V, C, xl + r0 * C, wl, 0.0f, ws, V);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) losses[r0 + r] = xent_row(ws + r * V, V, targets[r0 + r], grad, dloss);
     if (grad) {
-      round_to_f16(ws, ws, rows * V);  // d(logits), in place: the workspace is not read again
-      sgemm(false, false, rows, C, V, 1.0f, ws, V, wh, C, 0.0f, dx + r0 * C, C);
-      sgemm(true, false, V, C, rows, 1.0f, ws, V, xh + r0 * C, C, 1.0f, dwte, C);
+      const auto* dl = P::rounded(ws, rows, V);
+      P::gemm(false, false, rows, C, V, dl, wl, 0.0f, dx + r0 * C, C);
+      P::gemm(true, false, V, C, rows, dl, xl + r0 * C, 1.0f, dwte, C);
     }
   }
+}
+
+void classifier_logits_bf16p(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
+  classifier_logits_lowp<Bf16Products>(logits, x, wte, N, C, V);
+}
+void classifier_forward_backward_bf16p(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                                       const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
+                                       float* ws) {
+  classifier_forward_backward_lowp<Bf16Products>(losses, dx, dwte, x, wte, targets, N, C, V, dloss, ws);
+}
+void classifier_logits_f16p(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
+  classifier_logits_lowp<F16Products>(logits, x, wte, N, C, V);
+}
+void classifier_forward_backward_f16p(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                                      const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss, float* ws) {
+  classifier_forward_backward_lowp<F16Products>(losses, dx, dwte, x, wte, targets, N, C, V, dloss, ws);
 }
 
 }  // namespace parallm::kernels::cpu

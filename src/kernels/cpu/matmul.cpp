@@ -14,9 +14,8 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/profiler.h"
-#include "kernels/cpu/f16.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/products.h"
 #include "kernels/cpu/simd.h"
 
 namespace parallm::kernels {
@@ -97,49 +96,47 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   if (dbias) bias_grad(dbias, dout, N, OUT);
 }
 
-// bf16 products: each operand is converted once per call into its own scratch
-// slot (dout serves both products of backward), or read from the bf16 copy
-// of the parameters where the model installed one (Bf16CopyScope).
-void matmul_forward_bf16p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
-                          int64_t OUT) {
-  PARALLM_PROFILE("matmul_forward");
-  const bfloat16* x = bf16_operand(0, inp, N * IN);
-  const bfloat16* w = bf16_operand(1, weight, OUT * IN);
-  gemm_bf16(false, true, N, OUT, IN, x, w, 0.0f, out, OUT);
-  if (bias) add_bias(out, bias, N, OUT);
-}
-
-void matmul_backward_bf16p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                           const float* weight, int64_t N, int64_t IN, int64_t OUT) {
-  PARALLM_PROFILE("matmul_backward");
-  const bfloat16* d = bf16_operand(0, dout, N * OUT);
-  const bfloat16* x = dweight ? bf16_operand(1, inp, N * IN) : nullptr;
-  const bfloat16* w = dinp ? bf16_operand(2, weight, OUT * IN) : nullptr;
-  if (dinp) gemm_bf16(false, false, N, IN, OUT, d, w, 0.0f, dinp, IN);
-  if (dweight) gemm_bf16(true, false, OUT, IN, N, d, x, 1.0f, dweight, IN);
-  if (dbias) bias_grad(dbias, dout, N, OUT);
-}
-
-// fp16 products (emulated, f16.h): each operand rounded once per call into its own scratch slot, then the fp32
-// GEMM.
-void matmul_forward_f16p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+// Low-precision products (products.h: bf16, or fp16 emulated): each operand
+// rounded once per call into its own scratch slot (dout serves both products
+// of backward), or for bf16 read from the parameters' bf16 copy where the
+// model installed one (Bf16CopyScope); the bias and its gradient in fp32.
+template <class P>
+void matmul_forward_lowp(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
                          int64_t OUT) {
   PARALLM_PROFILE("matmul_forward");
-  const float* x = f16_operand(0, inp, N * IN);
-  const float* w = f16_operand(1, weight, OUT * IN);
-  sgemm(false, true, N, OUT, IN, 1.0f, x, IN, w, IN, 0.0f, out, OUT);
+  const auto* x = P::operand(0, inp, N * IN);
+  const auto* w = P::operand(1, weight, OUT * IN);
+  P::gemm(false, true, N, OUT, IN, x, w, 0.0f, out, OUT);
   if (bias) add_bias(out, bias, N, OUT);
 }
 
-void matmul_backward_f16p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+template <class P>
+void matmul_backward_lowp(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, int64_t N, int64_t IN, int64_t OUT) {
   PARALLM_PROFILE("matmul_backward");
-  const float* d = f16_operand(0, dout, N * OUT);
-  const float* x = dweight ? f16_operand(1, inp, N * IN) : nullptr;
-  const float* w = dinp ? f16_operand(2, weight, OUT * IN) : nullptr;
-  if (dinp) sgemm(false, false, N, IN, OUT, 1.0f, d, OUT, w, IN, 0.0f, dinp, IN);
-  if (dweight) sgemm(true, false, OUT, IN, N, 1.0f, d, OUT, x, IN, 1.0f, dweight, IN);
+  const auto* d = P::operand(0, dout, N * OUT);
+  const auto* x = dweight ? P::operand(1, inp, N * IN) : nullptr;
+  const auto* w = dinp ? P::operand(2, weight, OUT * IN) : nullptr;
+  if (dinp) P::gemm(false, false, N, IN, OUT, d, w, 0.0f, dinp, IN);
+  if (dweight) P::gemm(true, false, OUT, IN, N, d, x, 1.0f, dweight, IN);
   if (dbias) bias_grad(dbias, dout, N, OUT);
+}
+
+void matmul_forward_bf16p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                          int64_t OUT) {
+  matmul_forward_lowp<Bf16Products>(out, inp, weight, bias, N, IN, OUT);
+}
+void matmul_backward_bf16p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                           const float* weight, int64_t N, int64_t IN, int64_t OUT) {
+  matmul_backward_lowp<Bf16Products>(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
+}
+void matmul_forward_f16p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                         int64_t OUT) {
+  matmul_forward_lowp<F16Products>(out, inp, weight, bias, N, IN, OUT);
+}
+void matmul_backward_f16p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int64_t N, int64_t IN, int64_t OUT) {
+  matmul_backward_lowp<F16Products>(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
 }
 
 }  // namespace cpu

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <numeric>
 
 #include "core/gpu.h"
@@ -10,6 +9,7 @@
 #include "core/text.h"
 #include "core/threads.h"
 #include "kernels/bf16.h"
+#include "parallel/group_ops.h"
 
 namespace parallm::train {
 
@@ -69,16 +69,7 @@ namespace {
 // The step's choice digest (MoeTally::choices) over the global batch: every rank's wrapping sum over the data group
 // (each rank routes its own tokens; tp ranks route the same ones), then over the pipeline's stages.
 uint64_t global_choices(const Session& s, uint64_t mine) {
-  comm::Communicator& g = s.plan->grad_group();
-  Tensor t = Tensor::empty({2}, DType::I32), all = Tensor::empty({2 * g.size()}, DType::I32);
-  std::memcpy(t.raw(), &mine, sizeof mine);  // as two int32 words, exact
-  g.all_gather(t, all);
-  uint64_t sum = 0;
-  for (int r = 0; r < g.size(); ++r) {
-    uint64_t v = 0;
-    std::memcpy(&v, all.data<int32_t>() + 2 * r, sizeof v);
-    sum += v;
-  }
+  uint64_t sum = parallel::GroupSumOf<uint64_t>(s.plan->grad_group())(mine);
   const std::vector<int64_t> stages = s.plan->by_stage(static_cast<int64_t>(sum));
   if (!stages.empty())
     sum = std::accumulate(stages.begin(), stages.end(), uint64_t{0},
