@@ -35,6 +35,11 @@ void classifier_forward_backward_f16p(float* losses, float* dx, float* dwte, con
                                       const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
                                       float* workspace);
 void classifier_logits_f16p(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V);
+// And with bf16-rounded products (emulated as fp16's: the FP8 policy's head, cpu/fp8.h).
+void classifier_forward_backward_bf16r(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                                       const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
+                                       float* workspace);
+void classifier_logits_bf16r(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V);
 }  // namespace cpu
 // kernels::cuda: the same contract on device pointers, run on gpu::stream().
 namespace cuda {

@@ -46,6 +46,11 @@ void matmul_forward_f16p(float* out, const float* inp, const float* weight, cons
                          int64_t OUT);
 void matmul_backward_f16p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, int64_t N, int64_t IN, int64_t OUT);
+// And with FP8 products (emulated, cpu/fp8.h; the context in fp8.h): bf16-rounded outside an FP8 scope.
+void matmul_forward_fp8p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                         int64_t OUT);
+void matmul_backward_fp8p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int64_t N, int64_t IN, int64_t OUT);
 }  // namespace cpu
 
 // kernels::cuda: the same contract on device pointers, run on gpu::stream().

@@ -80,6 +80,8 @@ const Ops kCpuBf16Products = with_products(&cpu::matmul_forward_bf16p, &cpu::mat
                                            &cpu::classifier_forward_backward_bf16p, &cpu::classifier_logits_bf16p);
 const Ops kCpuF16Products = with_products(&cpu::matmul_forward_f16p, &cpu::matmul_backward_f16p,
                                           &cpu::classifier_forward_backward_f16p, &cpu::classifier_logits_f16p);
+const Ops kCpuFp8Products = with_products(&cpu::matmul_forward_fp8p, &cpu::matmul_backward_fp8p,
+                                          &cpu::classifier_forward_backward_bf16r, &cpu::classifier_logits_bf16r);
 const Ops kCuda = PARALLM_FP32_OPS(cuda);
 const ModelOps<bfloat16> kCudaBf16 = [] {
   ModelOps<bfloat16> t{};
@@ -113,6 +115,10 @@ const Ops& cpu_bf16_product_ops() {
 
 const Ops& cpu_f16_product_ops() {
   return kCpuF16Products;
+}
+
+const Ops& cpu_fp8_product_ops() {
+  return kCpuFp8Products;
 }
 
 void convert_to_bf16(Device dev, bfloat16* dst, const float* src, int64_t n) {

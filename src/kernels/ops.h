@@ -117,6 +117,9 @@ const Ops& cpu_bf16_product_ops();
 // products (emulated: each GEMM's operands rounded to binary16, products
 // accumulated in fp32) in the linear layers and the classifier.
 const Ops& cpu_f16_product_ops();
+// FP8 on the CPU (train.dtype=fp8): the linear layers' products FP8 (emulated,
+// cpu/fp8.h) inside an FP8 scope (fp8.h), bf16-rounded outside it and in the classifier.
+const Ops& cpu_fp8_product_ops();
 
 // The numeric detector's statistics (stats.h) on `dev`, `out` on that device too.
 void abs_stats(Device dev, AbsStats* out, const float* x, int64_t n);

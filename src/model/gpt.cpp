@@ -19,6 +19,7 @@
 #include "kernels/classifier.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/fp8.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -68,13 +69,16 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
     // products in the linear layers and the classifier.
     k_ = &kernels::cpu_bf16_product_ops();  // ConfigError without bf16 hardware
     compute_ = DType::F32;
-    bf16_products_ = true;
+    products_ = CpuProducts::Bf16;
   }
-  if (storage.f16_products) {
+  if (storage.f16_products || storage.fp8_products) {
     PARALLM_CHECK(dev.is_cpu() && compute_ == DType::F32, ConfigError, "model",
-                  "fp16 products are the CPU's (emulated) with fp32 activations; on {} use bf16", dev.str());
-    k_ = &kernels::cpu_f16_product_ops();
-    f16_products_ = true;
+                  "{} products are the CPU's (emulated) with fp32 activations; on {} use bf16",
+                  storage.f16_products ? "fp16" : "FP8", dev.str());
+    k_ = storage.f16_products ? &kernels::cpu_f16_product_ops() : &kernels::cpu_fp8_product_ops();
+    products_ = storage.f16_products    ? CpuProducts::F16
+                : storage.fp8_bf16_ends ? CpuProducts::Fp8Ends
+                                        : CpuProducts::Fp8;
   }
   const bool lowp = compute_ == DType::BF16;
   if (lowp) {
@@ -85,7 +89,7 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
   if (!dev.is_cpu()) gpu::set_device(dev.index);
   // bf16 copy of the parameters: GPU bf16 compute reads it; CPU bf16 products
   // take their weight operands from it instead of rounding them per product.
-  pa_ = ParamAccess(layout_, dev, storage, lowp || (bf16_products_ && storage.params));
+  pa_ = ParamAccess(layout_, dev, storage, lowp || (bf16_products() && storage.params));
 
   PARALLM_CHECK(pipe.in_flight.empty() || pipe.in_flight.size() == layout_.chunks().size(), InternalError, "model",
                 "{} in-flight counts for {} chunks", pipe.in_flight.size(), layout_.chunks().size());
@@ -227,7 +231,7 @@ float GPT::forward_chunk(int chunk, int set, const int32_t* tokens, const int32_
                          const StepContext& ctx) {
   PARALLM_CHECK(!ctx.need_grad || targets || !last_chunk(chunk), ShapeError, "gpt.forward", "gradients need targets");
   begin_pass(chunk, set, tokens, targets, B, T, "gpt.forward");
-  const auto copy = pa_.copy_scope(bf16_products_);
+  const auto copy = pa_.copy_scope(bf16_products());
   const PassShape f = pass_shape(ctx, B, T);
   float loss = compute_ == DType::BF16 ? forward_impl(*kb_, chunk, tokens, targets, f)
                                        : forward_impl<float>(*k_, chunk, tokens, targets, f);
@@ -279,6 +283,7 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
   for (int64_t l = r.begin; l < r.end; ++l) {
     const int g = layout_.group_of_block(l);
     P = {pa_.params<A>(g, Pass::Forward), layout_.group(g).begin};
+    const kernels::Fp8Scope fp8(fp8_block(products_, l, cfg_.n_layer));
     spec_.blocks[static_cast<size_t>(l)].forward(k, block_env(), l, x, P, f);
     if (ctx.watch) watch().block(*ctx.watch, l, P.base, P.begin, f);
     x = acts_.act<A>(acts_.layer(l).res3);
@@ -374,7 +379,7 @@ void GPT::decode(const int32_t* tokens, int64_t n, KvCache& cache, float* logits
                 "{} new positions after the {} cached exceed the cache's {}", n, cache.length(), cache.capacity());
   const int32_t* targets = nullptr;
   begin_pass(0, 0, tokens, targets, 1, n, "gpt.decode");
-  const auto copy = pa_.copy_scope(bf16_products_);
+  const auto copy = pa_.copy_scope(bf16_products());
   const StepContext ctx;  // eval: no dropout, no gradients
   forward_impl<float>(*k_, 0, tokens, nullptr, pass_shape(ctx, 1, n, cache.length(), &cache));
   acts_.state() = {1, n, false, false};
@@ -393,7 +398,7 @@ float GPT::deferred_loss() {
 void GPT::last_logits(float* out, int64_t B, int64_t T, int64_t pos) {
   if (pos < 0) pos = T - 1;
   PARALLM_CHECK(pos < T, ShapeError, "gpt.last_logits", "position {} is past the sequence's {} tokens", pos, T);
-  const auto copy = pa_.copy_scope(bf16_products_);
+  const auto copy = pa_.copy_scope(bf16_products());
   if (compute_ == DType::BF16)
     logits_impl(*kb_, out, B, T, pos);
   else
@@ -401,7 +406,7 @@ void GPT::last_logits(float* out, int64_t B, int64_t T, int64_t pos) {
 }
 
 void GPT::all_logits(float* out, int64_t B, int64_t T) {
-  const auto copy = pa_.copy_scope(bf16_products_);
+  const auto copy = pa_.copy_scope(bf16_products());
   if (compute_ == DType::BF16)
     logits_impl(*kb_, out, B, T, -1);
   else

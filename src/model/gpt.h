@@ -50,8 +50,8 @@ class GPT {
   void params_changed() { pa_.changed(); }                 // after anything writes params(): the bf16 copy is redrawn
   bfloat16* weight_copy_for_step() const { return pa_.current_copy(); }  // the bf16 copy a step keeps (null: none)
   DType compute_dtype() const { return compute_; }                       // activations' (CPU bf16: fp32, bf16 products)
-  bool bf16_products() const { return bf16_products_; }
-  bool f16_products() const { return f16_products_; }  // CPU fp16 (emulated), as bf16_products
+  bool bf16_products() const { return products_ == CpuProducts::Bf16; }
+  CpuProducts cpu_products() const { return products_; }  // CPU: fp32 activations, these products
   void store_params(float* host) const { pa_.store(host); }
   void store_grads(float* host) const { pa_.store_grads(host); }
   int64_t flat_size() const { return layout_.total(); }
@@ -107,13 +107,13 @@ class GPT {
   Device dev_;
   DType compute_;
   const kernels::Ops* k_;
-  const kernels::ModelOps<bfloat16>* kb_ = nullptr;    // bf16 compute only
-  bool bf16_products_ = false, f16_products_ = false;  // CPU bf16 / fp16: fp32 activations, low-precision products
-  TensorGroup* tp_ = nullptr;                          // null: the whole model on this rank
-  ExpertPart experts_;                                 // MoE: the data and expert-parallel groups
-  bool sp_ = false;                                    // sequence parallel (with tp_)
-  CpLayout cpl_;                                       // context parallel: this rank's positions
-  std::unique_ptr<CpAttention> cpa_;                   // context parallel (cp > 1): the attention exchange
+  const kernels::ModelOps<bfloat16>* kb_ = nullptr;  // bf16 compute only
+  CpuProducts products_ = CpuProducts::Fp32;         // CPU: fp32 activations, low-precision products
+  TensorGroup* tp_ = nullptr;                        // null: the whole model on this rank
+  ExpertPart experts_;                               // MoE: the data and expert-parallel groups
+  bool sp_ = false;                                  // sequence parallel (with tp_)
+  CpLayout cpl_;                                     // context parallel: this rank's positions
+  std::unique_ptr<CpAttention> cpa_;                 // context parallel (cp > 1): the attention exchange
   ParamAccess pa_;
   Activations acts_;
   BatchIo io_;

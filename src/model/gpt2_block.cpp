@@ -81,7 +81,7 @@ void Gpt2Block::backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64
   // The MLP branch.
   const A* dmlp = s.keep(a.d_fcproj, b.fcproj.whole_dy(e.split, s.through_dropout(k, dres, kMlpResid), N), N * C);
   if (sel && redo) k.gelu_forward(e.acts.act<A>(a.fch_gelu), e.acts.act<A>(a.fch), N * b.fc.out, e.gelu);
-  b.fcproj.backward(k, dbig2, dmlp, e.acts.act<A>(a.fch_gelu), P, G, N);
+  b.fcproj.backward(k, e.split, dbig2, dmlp, e.acts.act<A>(a.fch_gelu), P, G, N);
   linear_ready(b.fcproj.w, b.fcproj.b);
   A* dfc = split ? e.acts.act<A>(a.d_fc) : dbig1;
   k.gelu_backward(dfc, e.acts.act<A>(a.fch), dbig2, N * b.fc.out, e.gelu);
@@ -95,7 +95,7 @@ void Gpt2Block::backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int64
   e.ready(ctx, {b.ln2.w, b.ln2.b});
   // The attention branch.
   const A* dattn = s.keep(a.d_proj, b.proj.whole_dy(e.split, s.through_dropout(k, dres, kAttnResid), N), N * C);
-  b.proj.backward(k, dbig1, dattn, e.acts.act<A>(a.atty), P, G, N);
+  b.proj.backward(k, e.split, dbig1, dattn, e.acts.act<A>(a.atty), P, G, N);
   linear_ready(b.proj.w, b.proj.b);
   A* dqkv = split ? e.acts.act<A>(a.d_qkv) : dbig2;
   b.attn.backward(k, dqkv, dbig1, e.acts.act<A>(a.qkv), e.acts.act<A>(a.atty),
@@ -115,9 +115,9 @@ void Gpt2Block::weight_backward(const kernels::ModelOps<A>& k, const BlockEnv& e
   const auto& a = e.acts.layer(l);
   const Layers& b = layers_;
   const int64_t N = f.N;
-  b.fcproj.weight_backward(k, e.acts.act<A>(a.d_fcproj), e.acts.act<A>(a.fch_gelu), P, G, N);
+  b.fcproj.weight_backward(k, e.split, e.acts.act<A>(a.d_fcproj), e.acts.act<A>(a.fch_gelu), P, G, N);
   b.fc.weight_backward(k, e.split, e.acts.act<A>(a.d_fc), e.acts.act<A>(a.ln2), P, G, N);
-  b.proj.weight_backward(k, e.acts.act<A>(a.d_proj), e.acts.act<A>(a.atty), P, G, N);
+  b.proj.weight_backward(k, e.split, e.acts.act<A>(a.d_proj), e.acts.act<A>(a.atty), P, G, N);
   b.qkv.weight_backward(k, e.split, e.acts.act<A>(a.d_qkv), e.acts.act<A>(a.ln1), P, G, N);
 }
 

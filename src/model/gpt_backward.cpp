@@ -13,6 +13,7 @@
 #include "core/gpu.h"
 #include "core/profiler.h"
 #include "core/rng.h"
+#include "kernels/fp8.h"
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "model/numeric_watch.h"
@@ -49,7 +50,7 @@ void GPT::backward_chunk(int chunk, int set, const int32_t* tokens, int64_t B, i
   st.weights_pending = part == BackwardPart::Input;
   if (!first_chunk(chunk)) tokens = nullptr;
   if (tokens && !dev_.is_cpu()) tokens = io_.device_tokens(set);  // uploaded by forward
-  const auto copy = pa_.copy_scope(bf16_products_);
+  const auto copy = pa_.copy_scope(bf16_products());
   const PassShape f = pass_shape(ctx, B, T);
   if (compute_ == DType::BF16) {
     if (weight)
@@ -103,6 +104,7 @@ void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
     const int g = layout_.group_of_block(l);
     enter(g);
     const A* x_in = l == r.begin ? acts_.act<A>(acts_.chunk_acts().input) : acts_.act<A>(acts_.layer(l - 1).res3);
+    const kernels::Fp8Scope fp8(fp8_block(products_, l, cfg_.n_layer));
     spec_.blocks[static_cast<size_t>(l)].backward(k, block_env(), l, x_in, P, G, f, !(fresh && l + 1 == r.end), dres);
     if (ctx.watch) watch().grads(*ctx.watch, l, G.base, G.begin, dres, part, f);
     if (!split) pa_.grads_done(g);
@@ -124,6 +126,7 @@ void GPT::weight_backward(const kernels::ModelOps<A>& k, int chunk, const int32_
     const ParamView<A> P{pa_.params<A>(g, Pass::Backward), layout_.group(g).begin};
     const GradView G{pa_.grads(g), layout_.group(g).begin};
     const Block& b = spec_.blocks[static_cast<size_t>(l)];
+    const kernels::Fp8Scope fp8(fp8_block(products_, l, cfg_.n_layer));
     b.weight_backward(k, block_env(), l, P, G, f);
     if (f.ctx->watch) watch().grads<A>(*f.ctx->watch, l, G.base, G.begin, nullptr, BackwardPart::Weight, f);
     b.report_linear(block_env(), *f.ctx);

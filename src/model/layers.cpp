@@ -7,11 +7,20 @@
 
 #include "core/error.h"
 #include "core/gpu.h"
+#include "kernels/fp8.h"
 #include "kernels/ops.h"
 #include "model/cp_attention.h"
 #include "model/kv_cache.h"
 
 namespace parallm::model {
+
+namespace {
+// FP8 products (kernels/fp8.h): a row split over the tensor group has its maximum reduced there; none without one.
+kernels::Fp8RowMax group_max(const TensorSplit& s) {
+  if (!s.active()) return {};
+  return {[](void* g, float* a, int64_t n) { static_cast<TensorGroup*>(g)->max(a, n); }, s.group()};
+}
+}  // namespace
 
 template <class A>
 void PassShape::dropout_rows(const kernels::ModelOps<A>& k, bool backward, A* out, const A* in, uint64_t stream) const {
@@ -35,6 +44,7 @@ template <class A>
 void ColumnLinear::backward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* dx, const A* dy, const A* x,
                             const ParamView<A>& P, const GradView& G, int64_t N) const {
   float* dw = G.linear(w);
+  const kernels::Fp8SplitScope fp8({}, group_max(s));  // d(output) rows split over the outputs
   k.matmul_backward(s.partial_for(dx), dw, G.linear(b), dy, dw ? s.whole_rows(x, N) : nullptr, P.at(w), N, in, out);
   s.sum_partials(dx, N);
 }
@@ -42,6 +52,7 @@ void ColumnLinear::backward(const kernels::ModelOps<A>& k, const TensorSplit& s,
 template <class A>
 void ColumnLinear::weight_backward(const kernels::ModelOps<A>& k, const TensorSplit& s, const A* dy, const A* x,
                                    const ParamView<A>& P, const GradView& G, int64_t N) const {
+  const kernels::Fp8SplitScope fp8({}, group_max(s));
   k.matmul_backward(nullptr, G.at(w), G.at(b), dy, s.whole_rows(x, N), P.at(w), N, in, out);
 }
 
@@ -51,6 +62,7 @@ void RowLinear::forward_residual(const kernels::ModelOps<A>& k, const TensorSpli
   // One GEMM where the kernels offer the fused form and nothing sits between
   // the product and the add; else the product into tmp, dropout, the add.
   const int64_t N = f.N, Nl = f.Nl;
+  const kernels::Fp8SplitScope fp8(group_max(s), {});  // the input's and the weight's rows split over the inputs
   if (s.active()) {
     k.matmul_forward(s.row_partial_for(tmp), x, P.at(w), nullptr, N, in, out);
     s.reduce_rows(tmp, N);
@@ -66,8 +78,9 @@ void RowLinear::forward_residual(const kernels::ModelOps<A>& k, const TensorSpli
 }
 
 template <class A>
-void RowLinear::backward(const kernels::ModelOps<A>& k, A* dx, const A* dy, const A* x, const ParamView<A>& P,
-                         const GradView& G, int64_t N) const {
+void RowLinear::backward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* dx, const A* dy, const A* x,
+                         const ParamView<A>& P, const GradView& G, int64_t N) const {
+  const kernels::Fp8SplitScope fp8(group_max(s), {});
   k.matmul_backward(dx, G.linear(w), G.linear(b), dy, x, P.at(w), N, in, out);
 }
 
@@ -83,6 +96,7 @@ void ColumnLinears::backward(const kernels::ModelOps<A>& k, const TensorSplit& s
                              const ParamView<A>& P, const GradView& G, int64_t N, A* tmp) const {
   const A* whole = G.weights ? s.whole_rows(x, N) : nullptr;
   A* sum = s.partial_for(dx);
+  const kernels::Fp8SplitScope fp8({}, group_max(s));
   for (int i = 0; i < n; ++i) {
     const ColumnLinear& c = l[i];
     float* dw = c.own_grads ? nullptr : G.linear(c.w);
@@ -97,6 +111,7 @@ template <class A>
 void ColumnLinears::weight_backward(const kernels::ModelOps<A>& k, const TensorSplit& s, const A* const* dy, const A* x,
                                     const ParamView<A>& P, const GradView& G, int64_t N) const {
   const A* whole = s.whole_rows(x, N);
+  const kernels::Fp8SplitScope fp8({}, group_max(s));
   for (int i = 0; i < n; ++i)
     if (!l[i].own_grads)
       k.matmul_backward(nullptr, G.at(l[i].w), G.at(l[i].b), dy[i], whole, P.at(l[i].w), N, l[i].in, l[i].out);
@@ -167,8 +182,8 @@ void Attention::backward(const kernels::ModelOps<A>& k, A* dqkv, const A* dout, 
                                                  const ParamView<A>&, const GradView&, int64_t) const;                \
   template void RowLinear::forward_residual<A>(const kernels::ModelOps<A>&, const TensorSplit&, A*, const A*,         \
                                                const A*, const ParamView<A>&, A*, const PassShape&, uint64_t) const;  \
-  template void RowLinear::backward<A>(const kernels::ModelOps<A>&, A*, const A*, const A*, const ParamView<A>&,      \
-                                       const GradView&, int64_t) const;                                               \
+  template void RowLinear::backward<A>(const kernels::ModelOps<A>&, const TensorSplit&, A*, const A*, const A*,       \
+                                       const ParamView<A>&, const GradView&, int64_t) const;                          \
   template void ColumnLinears::forward<A>(const kernels::ModelOps<A>&, const TensorSplit&, A* const*, const A*,       \
                                           const ParamView<A>&, int64_t) const;                                        \
   template void ColumnLinears::backward<A>(const kernels::ModelOps<A>&, const TensorSplit&, A*, const A* const*,      \

@@ -179,12 +179,12 @@ struct RowLinear {
     return s.whole_grad(dy_local, N);
   }
   template <class A>
-  void backward(const kernels::ModelOps<A>& k, A* dx, const A* dy, const A* x, const ParamView<A>& P, const GradView& G,
-                int64_t N) const;
+  void backward(const kernels::ModelOps<A>& k, const TensorSplit& s, A* dx, const A* dy, const A* x,
+                const ParamView<A>& P, const GradView& G, int64_t N) const;
   template <class A>
-  void weight_backward(const kernels::ModelOps<A>& k, const A* dy, const A* x, const ParamView<A>& P, const GradView& G,
-                       int64_t N) const {
-    backward<A>(k, nullptr, dy, x, P, G, N);
+  void weight_backward(const kernels::ModelOps<A>& k, const TensorSplit& s, const A* dy, const A* x,
+                       const ParamView<A>& P, const GradView& G, int64_t N) const {
+    backward<A>(k, s, nullptr, dy, x, P, G, N);
   }
 };
 

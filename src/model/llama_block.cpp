@@ -179,7 +179,7 @@ void LlamaBlock::backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int6
   } else {
     const A* dmlp = s.keep(a.d_fcproj, L.down.whole_dy(e.split, s.through_dropout(k, dres, kMlpResid), N), N * C);
     if (sel && redo) k.swiglu_forward(e.acts.act<A>(a.fch_gelu), e.acts.act<A>(a.fch), e.acts.act<A>(a.up), N * F);
-    L.down.backward(k, dbig2, dmlp, e.acts.act<A>(a.fch_gelu), P, G, N);
+    L.down.backward(k, e.split, dbig2, dmlp, e.acts.act<A>(a.fch_gelu), P, G, N);
     linear_ready({bp_.fcproj_w});
     A* dgate = split ? e.acts.act<A>(a.d_fc) : dbig1;
     A* dup = split ? e.acts.act<A>(a.d_up) : dbig2;  // may alias its input, d(SwiGLU output)
@@ -195,7 +195,7 @@ void LlamaBlock::backward(const kernels::ModelOps<A>& k, const BlockEnv& e, int6
   e.ready(ctx, {bp_.ln2_w});
   // The attention branch.
   const A* dattn = s.keep(a.d_proj, L.proj.whole_dy(e.split, s.through_dropout(k, dres, kAttnResid), N), N * C);
-  L.proj.backward(k, dbig1, dattn, e.acts.act<A>(a.atty), P, G, N);
+  L.proj.backward(k, e.split, dbig1, dattn, e.acts.act<A>(a.atty), P, G, N);
   linear_ready({bp_.proj_w});
   L.attn.backward(k, dbig2, dbig1, e.acts.act<A>(a.qkv), e.acts.act<A>(a.atty),
                   a.att_h >= 0 ? e.acts.act<A>(a.att_h) : nullptr, e.acts.stat(a.lse), f, s.stream(kAttnProbs),
@@ -213,11 +213,11 @@ void LlamaBlock::weight_backward(const kernels::ModelOps<A>& k, const BlockEnv& 
   const Layers& L = layers_;
   const int64_t N = f.N, Aw = H_ * D_, K = KV_ * D_;
   if (!moe_) {  // an MoE layer computed its weight gradients in the input half
-    L.down.weight_backward(k, e.acts.act<A>(a.d_fcproj), e.acts.act<A>(a.fch_gelu), P, G, N);
+    L.down.weight_backward(k, e.split, e.acts.act<A>(a.d_fcproj), e.acts.act<A>(a.fch_gelu), P, G, N);
     const A* const dgu[2] = {e.acts.act<A>(a.d_fc), e.acts.act<A>(a.d_up)};
     L.gate_up.weight_backward(k, e.split, dgu, e.acts.act<A>(a.ln2), P, G, N);
   }
-  L.proj.weight_backward(k, e.acts.act<A>(a.d_proj), e.acts.act<A>(a.atty), P, G, N);
+  L.proj.weight_backward(k, e.split, e.acts.act<A>(a.d_proj), e.acts.act<A>(a.atty), P, G, N);
   const A* d = e.acts.act<A>(a.d_qkv);
   const A* const dy[3] = {d, d + N * Aw, d + N * (Aw + K)};
   L.qkv.weight_backward(k, e.split, dy, e.acts.act<A>(a.ln1), P, G, N);

@@ -25,7 +25,16 @@ struct GPTStorage {
   bool grads = true;
   DType compute = DType::F32;
   bool f16_products = false;  // CPU, fp32 compute: fp16 products (train.dtype=fp16, emulated; kernels/ops.h)
+  bool fp8_products = false;  // CPU, fp32 compute: FP8 products (train.dtype=fp8, emulated; kernels/fp8.h) ...
+  bool fp8_bf16_ends = true;  // ... but bf16 in the first and last blocks (the head's are bf16 always)
 };
+
+// The CPU's products with fp32 activations: fp32, bf16 (AMX), or emulated fp16 or FP8 (FP8 with the first and
+// last blocks bf16: Fp8Ends). fp8_block: whether block l of n runs FP8 products.
+enum class CpuProducts { Fp32, Bf16, F16, Fp8, Fp8Ends };
+inline bool fp8_block(CpuProducts p, int64_t l, int64_t n) {
+  return p == CpuProducts::Fp8 || (p == CpuProducts::Fp8Ends && l > 0 && l + 1 < n);
+}
 
 // A pipeline stage's model (pipeline parallelism): which chunks of layers
 // this rank holds (the layout's StageSpec), how many micro-batches each chunk

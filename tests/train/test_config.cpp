@@ -202,7 +202,7 @@ TEST(Config, CommBackendNamesTheChoices) {
   }
 }
 
-TEST(Config, DtypeSpellingsMapAndFp16RunsOnTheCpuOnly) {
+TEST(Config, DtypeSpellingsMapAndFp16AndFp8RunOnTheCpuOnly) {
   for (const auto& [in, want] : std::vector<std::pair<std::string, std::string>>{{"fp32", "fp32"},
                                                                                  {"float32", "fp32"},
                                                                                  {"FP32", "fp32"},
@@ -210,15 +210,16 @@ TEST(Config, DtypeSpellingsMapAndFp16RunsOnTheCpuOnly) {
                                                                                  {"bfloat16", "bf16"},
                                                                                  {"BF16", "bf16"},
                                                                                  {"fp16", "fp16"},
-                                                                                 {"float16", "fp16"}}) {
+                                                                                 {"float16", "fp16"},
+                                                                                 {"FP8", "fp8"}}) {
     train::RunConfig c;
     c.set("train.dtype", in);
     EXPECT_EQ(c.to_json()["train.dtype"], want) << in;
   }
   train::RunConfig c;
-  const std::string bad = error_of([&] { c.set("train.dtype", "fp8"); });
+  const std::string bad = error_of([&] { c.set("train.dtype", "fp4"); });
   EXPECT_NE(bad.find("train.dtype"), std::string::npos) << bad;
-  EXPECT_NE(bad.find("fp8"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("fp4"), std::string::npos) << bad;
   c.set("train.dtype", "bf16");
   if (kernels::bf16_products_supported())
     EXPECT_NO_THROW(c.validate());  // the CPU runs bf16 products
@@ -228,6 +229,11 @@ TEST(Config, DtypeSpellingsMapAndFp16RunsOnTheCpuOnly) {
   EXPECT_NO_THROW(c.validate());  // the CPU's fp16 products (emulated)
   c.set("train.device", "cuda");  // the GPU's fp16 kernels are not built: said, naming fp16
   EXPECT_NE(error_of([&] { c.validate(); }).find("train.dtype=fp16 runs on the CPU"), std::string::npos);
+  c.set("train.dtype", "fp8");  // and the GPU's FP8 products neither
+  EXPECT_NE(error_of([&] { c.validate(); }).find("train.dtype=fp8 runs on the CPU"), std::string::npos);
+  c.set("train.device", "cpu");
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(c.loss_scale_config().mode, optim::LossScaleMode::Off) << "FP8's row scaling needs no loss scale";
 }
 
 namespace {

@@ -113,5 +113,14 @@ void classifier_forward_backward_f16p(float* losses, float* dx, float* dwte, con
                                       const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss, float* ws) {
   classifier_forward_backward_lowp<F16Products>(losses, dx, dwte, x, wte, targets, N, C, V, dloss, ws);
 }
+// The FP8 policy's head: bf16-rounded products.
+void classifier_logits_bf16r(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
+  classifier_logits_lowp<Bf16RoundedProducts>(logits, x, wte, N, C, V);
+}
+void classifier_forward_backward_bf16r(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                                       const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
+                                       float* ws) {
+  classifier_forward_backward_lowp<Bf16RoundedProducts>(losses, dx, dwte, x, wte, targets, N, C, V, dloss, ws);
+}
 
 }  // namespace parallm::kernels::cpu

@@ -70,11 +70,4 @@ float* f16_scratch(int slot, int64_t n) {
   return a.data();
 }
 
-const float* f16_operand(int slot, const float* src, int64_t n) {
-  float* d = f16_scratch(slot, n);
-  PARALLM_PROFILE("to_f16");
-  round_to_f16(d, src, n);
-  return d;
-}
-
 }  // namespace parallm::kernels::cpu

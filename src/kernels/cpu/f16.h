@@ -16,9 +16,8 @@ namespace parallm::kernels::cpu {
 void round_to_f16(float* dst, const float* src, int64_t n);
 // The same for a rows x cols block of src with row stride ld, into dense dst.
 void round_to_f16(float* dst, const float* src, int64_t rows, int64_t cols, int64_t ld);
-// src[0, n) rounded into scratch slot `slot` (0-3), grown on demand and kept
-// (accounted as scratch; the model's thread only).
-const float* f16_operand(int slot, const float* src, int64_t n);
+// Scratch slot `slot` (0-3) of at least n floats, grown on demand and kept
+// (accounted as scratch; the model's thread only): the emulated products' operands.
 float* f16_scratch(int slot, int64_t n);
 
 }  // namespace parallm::kernels::cpu

@@ -122,6 +122,45 @@ void matmul_backward_lowp(float* dinp, float* dweight, float* dbias, const float
   if (dbias) bias_grad(dbias, dout, N, OUT);
 }
 
+// FP8 products (fp8.h): inside an FP8 scope each operand's rows scaled and
+// rounded (E4M3 for the input and the weight, E5M2 for d(output)), each row's
+// maximum reduced over the layer's split where the context gives one; outside
+// it bf16-rounded operands (the policy's bf16 layers).
+void matmul_forward_fp8p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                         int64_t OUT) {
+  const Fp8Context& c = fp8_context();
+  if (!c.on) return matmul_forward_lowp<Bf16RoundedProducts>(out, inp, weight, bias, N, IN, OUT);
+  PARALLM_PROFILE("matmul_forward");
+  float* amax = f16_scratch(3, std::max(N, OUT));
+  float* x = f16_scratch(0, N * IN);
+  fp8_rows(x, inp, N, IN, Fp8Format::E4M3, c.split_in, amax);
+  float* w = f16_scratch(1, OUT * IN);
+  fp8_rows(w, weight, OUT, IN, Fp8Format::E4M3, c.split_in, amax);
+  sgemm(false, true, N, OUT, IN, 1.0f, x, IN, w, IN, 0.0f, out, OUT);
+  if (bias) add_bias(out, bias, N, OUT);
+}
+
+void matmul_backward_fp8p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int64_t N, int64_t IN, int64_t OUT) {
+  const Fp8Context& c = fp8_context();
+  if (!c.on) return matmul_backward_lowp<Bf16RoundedProducts>(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
+  PARALLM_PROFILE("matmul_backward");
+  float* amax = f16_scratch(3, std::max(N, OUT));
+  float* d = f16_scratch(0, N * OUT);
+  fp8_rows(d, dout, N, OUT, Fp8Format::E5M2, c.split_out, amax);
+  if (dinp) {
+    float* w = f16_scratch(2, OUT * IN);
+    fp8_rows(w, weight, OUT, IN, Fp8Format::E4M3, c.split_in, amax);
+    sgemm(false, false, N, IN, OUT, 1.0f, d, OUT, w, IN, 0.0f, dinp, IN);
+  }
+  if (dweight) {
+    float* x = f16_scratch(1, N * IN);
+    fp8_rows(x, inp, N, IN, Fp8Format::E4M3, c.split_in, amax);
+    sgemm(true, false, OUT, IN, N, 1.0f, d, OUT, x, IN, 1.0f, dweight, IN);
+  }
+  if (dbias) bias_grad(dbias, dout, N, OUT);
+}
+
 void matmul_forward_bf16p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
                           int64_t OUT) {
   matmul_forward_lowp<Bf16Products>(out, inp, weight, bias, N, IN, OUT);

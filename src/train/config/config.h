@@ -28,8 +28,8 @@ namespace parallm::train {
 // train.init_from
 // (hf: the weights of a Hugging Face GPT-2 directory, hf/hf_gpt2.h)
 enum class InitFrom { Scratch, Resume, Hf };
-// train.dtype: the training precision (fp16: the CPU's, products emulated; validate() refuses it on a GPU).
-enum class Precision { FP32, BF16, FP16 };
+// train.dtype: the training precision (fp16 and fp8: the CPU's, products emulated; validate() refuses them on a GPU).
+enum class Precision { FP32, BF16, FP16, FP8 };
 // train.loss_scale as given: auto (dynamic for fp16, else off), dynamic, off, or a static scale.
 struct LossScaleSetting {
   enum class Kind { Auto, Dynamic, Off, Static } kind = Kind::Auto;
@@ -74,6 +74,7 @@ struct TrainSection {
   bool device_by_rank = false;    // "cuda" without an index: the GPU of this rank (NCCL picks it by local rank)
   Precision dtype = Precision::FP32;
   LossScaleSetting loss_scale;
+  bool fp8_bf16_ends = true;         // fp8: the first and last blocks' products bf16 (the head's always are)
   double loss_scale_init = 65536;    // dynamic: the first scale
   int64_t loss_scale_window = 2000;  // dynamic: finite steps in a row before the scale doubles
   // The loss-spike guard (train/controls/spike_guard.h): z-scores above which a step is skipped (0: off).

@@ -68,7 +68,7 @@ bool parse_bool(const std::string& key, const std::string& v) {
 }
 
 const char* precision_name(Precision p) {
-  return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp16";
+  return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : p == Precision::FP16 ? "fp16" : "fp8";
 }
 
 // train.loss_scale's value: "auto" (dynamic for fp16, off otherwise),
@@ -375,7 +375,8 @@ void add_train_run_keys(KeyTable& t) {
        {"train.dtype",
         {"string",
          "fp32 | bf16 (mixed precision: bf16 products, fp32 master weights, gradients and optimizer state; on the GPU "
-         "activations in bf16 too, on the CPU in fp32 with AMX products)",
+         "activations in bf16 too, on the CPU in fp32 with AMX products) | fp16 (the CPU's, emulated products, "
+         "dynamic loss scaling) | fp8 (the CPU's, emulated row-scaled E4M3/E5M2 products; see train.fp8_bf16_ends)",
          [](RunConfig& c, const std::string& k, const std::string& v) {
            const std::string l = lower(v);
            if (l == "fp32" || l == "float32" || l == "float")
@@ -384,8 +385,10 @@ void add_train_run_keys(KeyTable& t) {
              c.train.dtype = Precision::BF16;
            else if (l == "fp16" || l == "float16" || l == "half")
              c.train.dtype = Precision::FP16;
+           else if (l == "fp8" || l == "float8")
+             c.train.dtype = Precision::FP8;
            else
-             throw ConfigError("config", fmt::format("{}: unknown dtype \"{}\" (fp32, bf16 or fp16)", k, v));
+             throw ConfigError("config", fmt::format("{}: unknown dtype \"{}\" (fp32, bf16, fp16 or fp8)", k, v));
          },
          [](const RunConfig& c) { return nlohmann::json(precision_name(c.train.dtype)); }, std::nullopt}},
        {"train.loss_scale",
@@ -396,6 +399,8 @@ void add_train_run_keys(KeyTable& t) {
            c.train.loss_scale = parse_loss_scale(lower(v));
          },
          [](const RunConfig& c) { return nlohmann::json(loss_scale_text(c.train.loss_scale)); }, std::nullopt}},
+       BOOL_KEY("train.fp8_bf16_ends", train.fp8_bf16_ends,
+                "train.dtype=fp8: the first and last transformer blocks keep bf16 products (the head always does)"),
        FLOAT_KEY("train.loss_scale_init", train.loss_scale_init, closed(1, 0x1p64),
                  "dynamic loss scaling: the first scale (a power of two)"),
        INT_KEY("train.loss_scale_window", train.loss_scale_window, 1, INT32_MAX,

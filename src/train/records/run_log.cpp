@@ -49,10 +49,16 @@ void log_precision(const Session& s) {
         "dtype: bf16 mixed precision on the CPU: bf16 products ({}) with fp32 accumulation; activations, "
         "weights, gradients and optimizer state fp32",
         kernels::bf16_products_impl());
-  else if (s.model->f16_products())
+  else if (s.model->cpu_products() == model::CpuProducts::F16)
     log::info(
         "dtype: fp16 mixed precision on the CPU: fp16 products (emulated: operands rounded to binary16, the fp32 "
         "GEMM) with fp32 accumulation; activations, weights, gradients and optimizer state fp32");
+  else if (s.model->cpu_products() != model::CpuProducts::Fp32)
+    log::info(
+        "dtype: FP8 on the CPU (emulated): the linear layers' operands scaled per row by powers of two and rounded "
+        "to E4M3 (inputs, weights) or E5M2 (output gradients), fp32 accumulation; bf16-rounded products in the "
+        "head{}; activations, weights, gradients and optimizer state fp32",
+        s.model->cpu_products() == model::CpuProducts::Fp8Ends ? " and the first and last blocks" : "");
   const optim::LossScaler& scaler = *s.scaler;
   if (scaler.dynamic())
     log::info(
