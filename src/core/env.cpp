@@ -56,6 +56,9 @@ const Info kVars[] = {
     {Var::FaultSlowRank, "PARALLM_FAULT_SLOW_RANK", "",
      "testing: R:MS, world rank R sleeps MS milliseconds in every training step's compute, to exercise the "
      "straggler report (train.straggler_pct)"},
+    {Var::FaultSlowSave, "PARALLM_FAULT_SLOW_SAVE", "0",
+     "testing: MS, a background checkpoint write (train.async_save) sleeps MS milliseconds after each 16 MiB it "
+     "writes, so a test can kill it mid-write"},
 };
 }  // namespace
 

@@ -33,6 +33,7 @@ enum class Var {
   FaultSpike,       // PARALLM_FAULT_SPIKE
   FaultScale,       // PARALLM_FAULT_SCALE
   FaultSlowRank,    // PARALLM_FAULT_SLOW_RANK
+  FaultSlowSave,    // PARALLM_FAULT_SLOW_SAVE
 };
 
 struct Info {

@@ -45,6 +45,8 @@
 
 namespace parallm::train {
 
+struct PendingSave;  // train.async_save (checkpoint/state_io.cpp)
+
 // What is fixed for the run once open_session has resolved it: the config,
 // where and how it runs (device, mesh, plan), its data, the operator's
 // invocation and the test faults, the figures the records divide by.
@@ -110,10 +112,12 @@ struct Session : RunSetup, RunRecords {
   std::unique_ptr<SpikeGuard> guard;  // the loss-spike guard, when train.skip_*_zscore turns it on
   // train.detect_anomaly: the numeric detector, handed to each training pass (null: off).
   std::unique_ptr<model::NumericWatch> watch;
-  std::unique_ptr<ReplicaCheck> replicas;  // train.check_replicas (null: off)
-  TrainState st;                           // what a checkpoint carries
-  bool saved_any = false;                  // a checkpoint of this run exists
-  std::vector<float> losses;               // the current step's (or evaluation's) pass losses, in order
+  std::unique_ptr<ReplicaCheck> replicas;     // train.check_replicas (null: off)
+  TrainState st;                              // what a checkpoint carries
+  bool saved_any = false;                     // a checkpoint of this run exists
+  std::shared_ptr<PendingSave> pending_save;  // train.async_save: the save being written (state_io.h) ...
+  std::vector<std::vector<float>> staging;    // ... and the host buffers it stages into, kept between saves
+  std::vector<float> losses;                  // the current step's (or evaluation's) pass losses, in order
 
   // Whether this rank runs the samples: rank 0, with the ranks of its model's
   // tensor- and context-parallel groups (data-parallel index 0) and of its

@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -99,6 +100,39 @@ struct CkptDir {
 void write_checkpoint(comm::Communicator& world, const CkptDir& dir, const model::ParamLayout& whole,
                       const parallel::CheckpointShare& share, int64_t optimizer_steps, const TrainState& st,
                       const nlohmann::json& config);
+// The same in three parts, for a save written in the background
+// (train.async_save): stage_checkpoint (collective, at a step boundary) makes
+// the tmp directory and copies this rank's files' contents into host memory,
+// after which the training state may change; write_staged (no communication:
+// any thread) writes and checksums them; finish_staged (collective) agrees on
+// the outcome and swaps the checkpoint in, as write_checkpoint does.
+struct StagedCheckpoint {
+  CkptDir dir{""};
+  model::ParamLayout whole;
+  parallel::CheckpointShare share;  // its runs and writers (its data is not read again)
+  int64_t optimizer_steps = 0;
+  TrainState st;
+  nlohmann::json config;
+  int64_t pause_ms = 0;  // PARALLM_FAULT_SLOW_SAVE
+  struct Files;
+  std::unique_ptr<Files> files;
+  StagedCheckpoint();
+  ~StagedCheckpoint();
+  StagedCheckpoint(StagedCheckpoint&&) noexcept;
+  StagedCheckpoint& operator=(StagedCheckpoint&&) noexcept;
+};
+// `buffers`: host buffers to stage into (those of an earlier save, taken back
+// by take_buffers: their capacity is kept, so a run's later saves copy into
+// memory already mapped instead of faulting fresh pages in the step's time).
+using StagingBuffers = std::vector<std::vector<float>>;
+StagedCheckpoint stage_checkpoint(comm::Communicator& world, const CkptDir& dir, const model::ParamLayout& whole,
+                                  const parallel::CheckpointShare& share, int64_t optimizer_steps, const TrainState& st,
+                                  const nlohmann::json& config, StagingBuffers buffers = {});
+void write_staged(StagedCheckpoint& c);
+void finish_staged(comm::Communicator& world, StagedCheckpoint& c);
+StagingBuffers take_buffers(StagedCheckpoint& c);
+// Buffers of the sizes `share`'s files take on this rank, their pages mapped.
+StagingBuffers staging_for(const parallel::CheckpointShare& share);
 // One process's whole buffers (layout.total() floats each: parameters, then
 // AdamW's first and second moments), through write_checkpoint.
 void save_checkpoint(const CkptDir& dir, const model::ParamLayout& layout, const float* params, const float* m,

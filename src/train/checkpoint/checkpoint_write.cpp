@@ -3,13 +3,17 @@
 // the share's runs for each part on every rank, streams its writer's runs into
 // its file, agrees on the outcome over the world, and lets rank 0 write the
 // manifest (state.json) and swap the new directory in.
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "core/checksum.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/fileio.h"
 #include "core/gpu.h"
@@ -57,6 +61,19 @@ std::string failed_save(const CkptDir& dir, const std::string& what) {
                      removed ? "the partial " + tmp + " could not be removed (" + removed.message() + "): delete it"
                              : "the partial " + tmp + " was removed",
                      have ? "the previous checkpoint is intact" : "no earlier checkpoint exists");
+}
+
+// "" where `dir`'s filesystem has `need` bytes free; else why not (the
+// whole checkpoint's need where `whole`, else this rank's files').
+std::string free_space_error(const fs::path& dir, int64_t need, bool whole) {
+  std::error_code ec;
+  const fs::space_info sp = fs::space(dir, ec);
+  if (ec || static_cast<uintmax_t>(need) <= sp.available) return "";
+  return fmt::format(
+      "not enough free space: the checkpoint needs {} bytes ({:.1f} MiB){} and {} has {} bytes ({:.1f} MiB) free; "
+      "nothing was written",
+      need, static_cast<double>(need) / (1 << 20), whole ? " in all" : " on this rank", dir.parent_path().string(),
+      sp.available, static_cast<double>(sp.available) / (1 << 20));
 }
 
 // What a failed step of a save says: a parallm error without its [where].
@@ -217,35 +234,155 @@ std::vector<uint32_t> writer_crcs(const Tensor& all, int n, const parallel::Chec
 }
 }  // namespace
 
-void write_checkpoint(comm::Communicator& world, const CkptDir& dir, const model::ParamLayout& whole,
-                      const parallel::CheckpointShare& share, int64_t optimizer_steps, const TrainState& st,
-                      const nlohmann::json& config) {
-  PARALLM_CHECK(!share.whole_files || (share.writers == 1 && share.runs.size() == 1), InternalError, "checkpoint.save",
-                "whole files come from one writer holding one run");
+namespace {
+// The tmp directory made by rank 0 with room for the save, agreed: each writer checks its own bytes, rank 0 the
+// whole checkpoint's (a shared filesystem holds them all), before anything is written.
+void open_save(comm::Communicator& world, const CkptDir& dir, const parallel::CheckpointShare& share) {
   const fs::path tmp_dir = dir.tmp();
   agree_saved(world, dir, world.rank() != 0 ? "" : attempt("creating " + tmp_dir.string(), [&] {
                 fs::remove_all(tmp_dir);
                 fs::create_directories(tmp_dir);
               }));
-  WriterFiles f;
-  f.names = share.whole_files ? std::vector<std::string>{"model.bin", "optim.bin"}
-                              : std::vector<std::string>{shard_file(share.writer, share.writers)};
-  if (share.writer >= 0) f.open(tmp_dir, 0);  // a writer's file exists even when it holds no run
+  int64_t mine = 0, all = 0;
+  for (const auto& r : share.runs) {
+    all += 3 * r.count;
+    if (r.writer == share.writer) mine += 3 * r.count;
+  }
+  const int64_t need = static_cast<int64_t>(sizeof(float)) * (world.rank() == 0 ? all : mine);
+  agree_saved(world, dir, need == 0 ? "" : free_space_error(tmp_dir, need, world.rank() == 0 && share.writers > 1));
+}
+
+// Every run of this rank's share, in file order: emit(file index, data, count) for its own, and the share's
+// collectives on every rank.
+template <class Emit>
+void walk_share(const parallel::CheckpointShare& share, WriterFiles& f, Emit&& emit) {
   for (auto part : {parallel::StatePart::Params, parallel::StatePart::M, parallel::StatePart::V})
     for (size_t k = 0; k < share.runs.size(); ++k) {
       const float* d = share.data(part, k);  // on every rank: a share may communicate in it
       if (share.runs[k].writer != share.writer || share.runs[k].count == 0) continue;
-      f.open(tmp_dir, share.whole_files && part != parallel::StatePart::Params ? 1 : 0);
       if (!d) f.missing(k);
-      f.append(d, share.runs[k].count);
+      emit(share.whole_files && part != parallel::StatePart::Params ? 1 : 0, d, share.runs[k].count);
     }
-  f.finish();
+}
+
+// The save's end, collective: every writer's outcome agreed, the checksums gathered, rank 0's manifest and swap.
+void close_save(comm::Communicator& world, const CkptDir& dir, const model::ParamLayout& whole,
+                const parallel::CheckpointShare& share, WriterFiles& f, int64_t optimizer_steps, const TrainState& st,
+                const nlohmann::json& config) {
   agree_saved(world, dir, f.err);
   const Tensor all = gather_crcs(world, share, f);
   agree_saved(world, dir, world.rank() != 0 ? "" : attempt("writing the manifest", [&] {
                 finish_and_swap(
                     dir, manifest(share, whole, writer_crcs(all, world.size(), share), optimizer_steps, st, config));
               }));
+}
+
+std::vector<std::string> file_names(const parallel::CheckpointShare& share) {
+  return share.whole_files ? std::vector<std::string>{"model.bin", "optim.bin"}
+                           : std::vector<std::string>{shard_file(share.writer, share.writers)};
+}
+}  // namespace
+
+void write_checkpoint(comm::Communicator& world, const CkptDir& dir, const model::ParamLayout& whole,
+                      const parallel::CheckpointShare& share, int64_t optimizer_steps, const TrainState& st,
+                      const nlohmann::json& config) {
+  PARALLM_CHECK(!share.whole_files || (share.writers == 1 && share.runs.size() == 1), InternalError, "checkpoint.save",
+                "whole files come from one writer holding one run");
+  open_save(world, dir, share);
+  WriterFiles f;
+  f.names = file_names(share);
+  if (share.writer >= 0) f.open(dir.tmp(), 0);  // a writer's file exists even when it holds no run
+  walk_share(share, f, [&](int file, const float* d, int64_t count) {
+    f.open(dir.tmp(), file);
+    f.append(d, count);
+  });
+  f.finish();
+  close_save(world, dir, whole, share, f, optimizer_steps, st, config);
+}
+
+struct StagedCheckpoint::Files {
+  WriterFiles f;
+  std::vector<std::vector<float>> data;  // per file
+};
+
+StagedCheckpoint::StagedCheckpoint() = default;
+StagedCheckpoint::~StagedCheckpoint() = default;
+StagedCheckpoint::StagedCheckpoint(StagedCheckpoint&&) noexcept = default;
+StagedCheckpoint& StagedCheckpoint::operator=(StagedCheckpoint&&) noexcept = default;
+
+StagedCheckpoint stage_checkpoint(comm::Communicator& world, const CkptDir& dir, const model::ParamLayout& whole,
+                                  const parallel::CheckpointShare& share, int64_t optimizer_steps, const TrainState& st,
+                                  const nlohmann::json& config, StagingBuffers buffers) {
+  PARALLM_CHECK(!share.whole_files || (share.writers == 1 && share.runs.size() == 1), InternalError, "checkpoint.save",
+                "whole files come from one writer holding one run");
+  open_save(world, dir, share);
+  StagedCheckpoint c;
+  c.dir = dir;
+  c.whole = whole;
+  c.share = share;
+  c.share.data = nullptr;  // staged: its buffers are not read again
+  c.share.keep.reset();
+  c.optimizer_steps = optimizer_steps;
+  c.st = st;
+  c.config = config;
+  c.pause_ms = env::integer(env::Var::FaultSlowSave, 0, 3600000);  // testing: PARALLM_FAULT_SLOW_SAVE
+  c.files = std::make_unique<StagedCheckpoint::Files>();
+  c.files->f.names = file_names(share);
+  c.files->data = std::move(buffers);
+  c.files->data.resize(c.files->f.names.size());
+  for (auto& v : c.files->data) v.clear();  // capacity kept: a reused buffer's pages are already mapped
+  walk_share(share, c.files->f, [&](int file, const float* d, int64_t count) {
+    auto& v = c.files->data[static_cast<size_t>(file)];
+    if (d) v.insert(v.end(), d, d + count);
+  });
+  return c;
+}
+
+namespace {
+void write_files(StagedCheckpoint& c) {
+  WriterFiles& f = c.files->f;
+  for (size_t i = 0; i < c.files->data.size(); ++i) {
+    f.open(c.dir.tmp(), static_cast<int>(i));
+    const auto& v = c.files->data[i];
+    constexpr size_t kChunk = size_t{1} << 22;  // 16 MiB a write: PARALLM_FAULT_SLOW_SAVE's unit
+    for (size_t at = 0; at < v.size(); at += kChunk) {
+      f.append(v.data() + at, static_cast<int64_t>(std::min(kChunk, v.size() - at)));
+      if (c.pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(c.pause_ms));
+    }
+  }
+  f.finish();
+}
+}  // namespace
+
+void write_staged(StagedCheckpoint& c) {
+  WriterFiles& f = c.files->f;
+  if (c.share.writer >= 0) {
+    const std::string e = attempt("writing in the background", [&] { write_files(c); });  // nothing leaves the thread
+    if (f.err.empty()) f.err = e;
+  }
+}
+
+StagingBuffers staging_for(const parallel::CheckpointShare& share) {
+  StagingBuffers b(share.writer < 0 ? 0 : file_names(share).size());
+  std::vector<int64_t> n(b.size(), 0);
+  for (const auto& r : share.runs)
+    if (r.writer == share.writer && share.writer >= 0) {
+      n[0] += r.count;
+      n[share.whole_files ? 1 : 0] += 2 * r.count;  // m and v: optim.bin, or the same shard file
+    }
+  for (size_t i = 0; i < b.size(); ++i) {
+    b[i].resize(static_cast<size_t>(n[i]));  // zeroed: every page touched once, here
+    b[i].clear();
+  }
+  return b;
+}
+
+StagingBuffers take_buffers(StagedCheckpoint& c) {
+  return c.files ? std::move(c.files->data) : StagingBuffers{};
+}
+
+void finish_staged(comm::Communicator& world, StagedCheckpoint& c) {
+  close_save(world, c.dir, c.whole, c.share, c.files->f, c.optimizer_steps, c.st, c.config);
 }
 
 void save_checkpoint(const CkptDir& dir, const model::ParamLayout& layout, const float* p, const float* om,

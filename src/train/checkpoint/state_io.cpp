@@ -1,10 +1,14 @@
 #include "train/checkpoint/state_io.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "core/log.h"
+#include "core/timer.h"
 #include "hf/hf_model.h"
 #include "parallel/group_ops.h"
 #include "train/checkpoint/ckpt_dirs.h"
@@ -133,7 +137,59 @@ void load_hf_weights(Session& s) {
   s.sync->params_loaded();
 }
 
-std::string save_state(Session& s, int64_t next, SaveSlot slot) {
+// train.async_save: a staged save and the thread writing it (joined on
+// destruction: a run that ends by an error leaves its <name>.tmp, never a
+// half-written checkpoint in place).
+struct PendingSave {
+  StagedCheckpoint c;
+  SaveSlot slot = SaveSlot::Best;
+  double stall_s = 0;  // what the step waited: the staging copy
+  std::atomic<bool> written{false};
+  std::thread writer;
+  ~PendingSave() {
+    if (writer.joinable()) writer.join();
+  }
+};
+
+namespace {
+void announce(Session& s, const std::string& dir, SaveSlot slot, const std::string& how) {
+  if (!s.lead) return;
+  s.progress->print(fmt::format("saved checkpoint to {} {}", dir, how));
+  // Only once this save stands (the swap is done) are the older ones dropped.
+  if (slot == SaveSlot::Step) prune_step_checkpoints(s.cfg.train.out_dir, s.cfg.train.keep_checkpoints);
+}
+}  // namespace
+
+void prepare_background_saves(Session& s) {
+  if (!s.cfg.train.async_save || s.cfg.train.eval_only) return;
+  const model::ParamLayout whole(s.cfg.model);
+  std::vector<float> host;
+  auto mine = [&] { return share_buffers(s, host); };
+  const parallel::CheckpointShare share = s.plan->checkpoint_share(s.model->layout(), whole, mine, *s.sync);
+  s.staging = staging_for(share);
+}
+
+void settle_saves(Session& s, bool wait) {
+  if (!s.pending_save) return;
+  PendingSave& p = *s.pending_save;
+  if (!wait && s.world.size() > 1) {
+    Tensor t = Tensor::empty({1}, DType::I32);
+    t.data<int32_t>()[0] = p.written.load() ? 1 : 0;
+    s.world.all_reduce(t, comm::ReduceOp::Min);
+    if (t.data<int32_t>()[0] == 0) return;
+  } else if (!wait && !p.written.load()) {
+    return;
+  }
+  p.writer.join();
+  const std::shared_ptr<PendingSave> done = std::move(s.pending_save);
+  s.staging = take_buffers(done->c);  // kept for the next save, whatever this one's outcome
+  finish_staged(s.world, done->c);    // an IoError on every rank if any rank's write failed
+  announce(s, done->c.dir.path(), done->slot,
+           fmt::format("(written in the background; training waited {:.3f} s for its copy)", done->stall_s));
+}
+
+std::string save_state(Session& s, int64_t next, SaveSlot slot, bool background) {
+  settle_saves(s, true);
   s.saved_any = true;
   s.st.iter = next;
   s.st.loss_scale.reset();
@@ -143,15 +199,26 @@ std::string save_state(Session& s, int64_t next, SaveSlot slot) {
   const CkptDir dir = slot == SaveSlot::Step ? step_checkpoint(out, next) : CkptDir(out);
   // Every layout contributes runs of the whole tensors (the plan says which); one writer writes them.
   const model::ParamLayout whole(s.cfg.model);
+  Timer took;
   std::vector<float> host;
   auto mine = [&] { return share_buffers(s, host); };
-  write_checkpoint(s.world, dir, whole, s.plan->checkpoint_share(s.model->layout(), whole, mine, *s.sync),
-                   s.opt->steps_taken(), s.st, s.cfg.to_json());
-  if (s.lead) {
-    s.progress->print(fmt::format("saved checkpoint to {}", dir.path()));
-    // Only once this save stands (the swap is done) are the older ones dropped.
-    if (slot == SaveSlot::Step) prune_step_checkpoints(out, s.cfg.train.keep_checkpoints);
+  const parallel::CheckpointShare share = s.plan->checkpoint_share(s.model->layout(), whole, mine, *s.sync);
+  if (background && s.cfg.train.async_save) {
+    auto p = std::make_shared<PendingSave>();
+    p->c =
+        stage_checkpoint(s.world, dir, whole, share, s.opt->steps_taken(), s.st, s.cfg.to_json(), std::move(s.staging));
+    p->slot = slot;
+    p->stall_s = took.seconds();
+    PendingSave* raw = p.get();
+    p->writer = std::thread([raw] {
+      write_staged(raw->c);
+      raw->written.store(true);
+    });
+    s.pending_save = std::move(p);
+    return dir.path();
   }
+  write_checkpoint(s.world, dir, whole, share, s.opt->steps_taken(), s.st, s.cfg.to_json());
+  announce(s, dir.path(), slot, fmt::format("in {:.3f} s", took.seconds()));
   return dir.path();
 }
 

@@ -32,6 +32,18 @@ enum class SaveSlot {
 // The checkpoint of the state before iteration `next`: collective over the
 // world (every rank calls it), and once it returns on any rank the checkpoint
 // stands (a failure is an IoError on every rank). Returns the directory written.
-std::string save_state(Session& s, int64_t next, SaveSlot slot = SaveSlot::Best);
+// `background` (a periodic save) with train.async_save: the state is staged in
+// host memory (collective) and written by a background thread while training
+// goes on; it stands once settle_saves completes it. Any save first completes
+// the one in flight (at most one).
+std::string save_state(Session& s, int64_t next, SaveSlot slot = SaveSlot::Best, bool background = false);
+// The background save in flight, if any, completed where every rank's write
+// has finished (agreed over the world: collective, each step) or, with `wait`,
+// once they have: its outcome agreed, the checkpoint swapped in (an IoError on
+// every rank naming what failed, the previous checkpoint kept).
+void settle_saves(Session& s, bool wait);
+// train.async_save: this rank's staging buffers allocated and their pages
+// mapped before the first step, so no save's copy waits for fresh memory.
+void prepare_background_saves(Session& s);
 
 }  // namespace parallm::train

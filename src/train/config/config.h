@@ -54,6 +54,7 @@ struct TrainSection {
   std::string hf_dir;  // train.init_from=hf:DIR
   bool always_save_checkpoint = false;
   int64_t keep_checkpoints = 2;     // step-numbered checkpoints kept (ckpt_dirs.h)
+  bool async_save = false;          // periodic saves written by a background thread (checkpoint/state_io.h)
   int64_t checkpoint_interval = 0;  // iterations between step-numbered checkpoints (0 = none)
   int64_t resume_step = -1;         // resume from the checkpoint of this iteration (-1: the newest intact)
   BatchSkip skip_batches;           // global batch indices never fed (batch_skip.h)

@@ -320,6 +320,10 @@ void add_train_keys(KeyTable& t) {
                      "train.out_dir, on rank 0"),
             BOOL_KEY("train.always_save_checkpoint", train.always_save_checkpoint,
                      "save at every eval, not only on improvement"),
+            BOOL_KEY("train.async_save", train.async_save,
+                     "periodic and best-val checkpoints copied to host memory at the step boundary, then written, "
+                     "checksummed and swapped in by a background thread while training goes on (one at a time); "
+                     "stops, preemption and the final save stay synchronous"),
             INT_KEY("train.keep_checkpoints", train.keep_checkpoints, 1, kMaxIters,
                     "step-numbered checkpoints (ckpt-NNNNNNNN/) kept, newest first; the best ckpt/ is kept besides. "
                     "Default 2: the newest, and one to fall back on should it be damaged, for twice one checkpoint's "

@@ -69,7 +69,7 @@ EvalResult evaluate(Session& s, int64_t it, float lr) {
   const bool last_unsaved = it == t.max_iters && !s.saved_any;
   if (r.val_loss < s.st.best_val_loss || t.always_save_checkpoint || last_unsaved) {
     s.st.best_val_loss = std::min<double>(s.st.best_val_loss, r.val_loss);
-    if (it > 0 && !t.eval_only) save_state(s, it);  // an eval-only run never rewrites the checkpoint
+    if (it > 0 && !t.eval_only) save_state(s, it, SaveSlot::Best, true);  // an eval-only run never rewrites it
   }
   sample(s, it);
   return r;

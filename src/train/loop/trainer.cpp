@@ -53,7 +53,7 @@ bool obey(Session& s, const ControlDecision& d, int64_t it, RunSummary& sum) {
   const int64_t every = s.cfg.train.checkpoint_interval;  // periodic step checkpoints
   if (!d.save && !(every > 0 && (it + 1) % every == 0)) return false;
   Timer t;
-  const std::string dir = save_state(s, it + 1, SaveSlot::Step);
+  const std::string dir = save_state(s, it + 1, SaveSlot::Step, !d.stop);  // train.async_save: in the background
   s.control->saved(d, t.seconds());
   if (!d.stop) return false;
   sum.stopped = fmt::format(
@@ -92,6 +92,7 @@ RunSummary train_loop(Session& s) {
   const TrainSection& t = s.cfg.train;
   if (t.eval_only) return evaluate_only(s);
   const std::unique_ptr<Schedule> schedule = make_schedule(s);
+  prepare_background_saves(s);
   RunSummary sum;
   sum.first_iter = s.st.iter;
   double tok_s_acc = 0;
@@ -112,8 +113,10 @@ RunSummary train_loop(Session& s) {
     sum.last_iter = it;
     const bool records_ok = !s.run_dir || s.run_dir->write_error().empty();
     if (obey(s, s.control->vote(it, t_it.seconds(), records_ok), it, sum)) break;
+    settle_saves(s, false);  // a background save that every rank has written stands from here
   }
   save_final_state(s, sum);
+  settle_saves(s, true);
   if (prof::enabled()) log::info("profile (PARALLM_PROFILE=1):\n{}", prof::table());
   sum.best_val_loss = static_cast<float>(s.st.best_val_loss);
   sum.loss_scale = s.scaler->state().scale;
