@@ -5,12 +5,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "cli/commands.h"
 #include "cli/launch.h"
+#include "cli/launch_retry.h"
 #include "cli/options.h"
 #include "comm/communicator.h"
+#include "comm/topology.h"
 #include "core/error.h"
 #include "core/fileio.h"
 
@@ -55,6 +58,7 @@ Runner add_launch(CLI::App& app) {
   auto* cmd = app.add_subcommand("launch", "Run a command on N ranks with the launcher this site uses");
   auto req = std::make_shared<LaunchRequest>();
   auto dry = std::make_shared<bool>(false);
+  auto ro = std::make_shared<RestartOptions>();
   cmd->add_option("-n,--np", req->n, "Ranks in all (default: nodes x ranks per node)")->check(int_in(1, kMaxRanks));
   cmd->add_option("--ppn", req->ppn, "Ranks per node (default: 1, or -n spread over the nodes)")
       ->check(int_in(1, kMaxRanks));
@@ -63,6 +67,13 @@ Runner add_launch(CLI::App& app) {
   cmd->add_option("--mpi-arg", req->extra, "Extra argument for the launcher (repeat for several)")
       ->allow_extra_args(false);
   cmd->add_flag("--dry-run", *dry, "Print the command, do not run it");
+  cmd->add_option("--restarts", ro->restarts,
+                  "Run a failed job again up to N times from its last checkpoint (parallm train: "
+                  "train.init_from=auto), leaving out a host the failure names")
+      ->check(int_in(0, 1000));
+  cmd->add_option("--backoff", ro->backoff_s, "Seconds before the first restart, doubled each time (at most 600)")
+      ->check(CLI::Range(0.0, 600.0))
+      ->capture_default_str();
   // Everything from the first word that is not an option of launch (or after --) is the command.
   cmd->add_option("command", req->command, "The command (write it after --)");
   cmd->positionals_at_end();
@@ -70,7 +81,7 @@ Runner add_launch(CLI::App& app) {
       "Detects Slurm (srun, with the PMI plugin this MPI needs from srun --mpi=list), PBS (mpiexec with\n"
       "$PBS_NODEFILE), a hostfile, or this host alone, and sets OMP_NUM_THREADS to the cores per rank unless\n"
       "it is set. Example: parallm launch -n 2 -- parallm train");
-  return [req, dry]() {
+  return [req, dry, ro]() {
     // "parallm" means this very program, wherever it was built.
     if (!req->command.empty() && req->command.front() == "parallm") req->command.front() = self_exe();
     Machine m;
@@ -81,6 +92,22 @@ Runner add_launch(CLI::App& app) {
     m.on_path = on_path;
     m.read_file = [](const std::string& path) { return read_text_file(path, "launch"); };
     m.srun_mpi_list = srun_mpi_list;
+    if (ro->restarts > 0 && !*dry) {
+      ro->self_host = comm::this_host();
+      return run_with_restarts(*req, *ro, [&](const LaunchRequest& r) {
+        LaunchRequest q = r;
+        if (!q.exclude.empty() && !q.hostfile.empty()) {  // the hosts left: a hostfile of their own
+          q.hostfile = (std::filesystem::temp_directory_path() /
+                        fmt::format("parallm-launch-{}-{}.hosts", getpid(), q.exclude.size()))
+                           .string();
+          const std::string text = hostfile_without(read_text_file(r.hostfile, "launch"), q.exclude);
+          write_file(q.hostfile, {{text.data(), text.size()}});
+        }
+        const LaunchPlan p = plan_launch(q, comm::process_env(), m);
+        std::printf("launch: %s\n", p.why.c_str());
+        return p;
+      });
+    }
     const LaunchPlan p = plan_launch(*req, comm::process_env(), m);
     std::printf("launch: %s\n", p.why.c_str());
     for (const auto& [k, v] : p.env) std::printf("launch: %s=%s\n", k.c_str(), v.c_str());

@@ -68,6 +68,12 @@ std::vector<std::string> srun_argv(const LaunchRequest& req, const comm::EnvLook
   PARALLM_CHECK(m.on_path("srun"), ConfigError, "launch", "a Slurm job, but no srun on PATH");
   const std::string n = std::to_string(p.ranks), ppn = std::to_string(p.ppn), t = std::to_string(p.threads);
   std::vector<std::string> a = {"srun", "-n", n, "--ntasks-per-node", ppn, "--cpus-per-task", t};
+  if (!req.exclude.empty()) {  // a restart without the failed nodes: the job's others, -N of them
+    std::string hosts;
+    for (const auto& h : req.exclude) hosts += (hosts.empty() ? "" : ",") + h;
+    a.insert(a.end(), {"-N", std::to_string(p.nodes), "--exclude=" + hosts});
+    p.why += fmt::format("; without {}", hosts);
+  }
   const bool named =
       std::any_of(req.extra.begin(), req.extra.end(), [](const std::string& x) { return x.rfind("--mpi", 0) == 0; });
   const char* type = env("SLURM_MPI_TYPE");
@@ -140,6 +146,22 @@ std::string pick_srun_mpi(MpiFlavor flavor, const std::vector<std::string>& offe
   for (const auto& o : order)
     if (!o.empty() && has(o)) return o;
   return "";
+}
+
+std::string hostfile_without(const std::string& text, const std::vector<std::string>& hosts) {
+  std::string out, line;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    line = text.substr(at, end - at);
+    at = end + 1;
+    const size_t b = line.find_first_not_of(" \t");
+    const size_t e = b == std::string::npos ? b : line.find_first_of(" \t:#", b);
+    const std::string host = b == std::string::npos ? "" : line.substr(b, e == std::string::npos ? e : e - b);
+    if (!host.empty() && host[0] != '#' && std::find(hosts.begin(), hosts.end(), host) != hosts.end()) continue;
+    out += line + "\n";
+  }
+  return out;
 }
 
 Hostfile parse_hostfile(const std::string& text, const std::string& path) {
@@ -216,7 +238,10 @@ void size_launch(const LaunchRequest& req, const comm::EnvLookup& env, const Mac
     hf = parse_hostfile(m.read_file(hostfile), hostfile);
     p.nodes = static_cast<int>(hf.hosts.size());
   } else if (p.mode == "slurm") {
-    p.nodes = std::max(1, std::max(env_count(env, "SLURM_JOB_NUM_NODES"), env_count(env, "SLURM_NNODES")));
+    const int job = std::max(1, std::max(env_count(env, "SLURM_JOB_NUM_NODES"), env_count(env, "SLURM_NNODES")));
+    p.nodes = job - static_cast<int>(req.exclude.size());
+    PARALLM_CHECK(p.nodes >= 1, ConfigError, "launch", "the Slurm job has {} node{}, all of them excluded", job,
+                  job == 1 ? "" : "s");
   }
   if (p.mode == "local" || p.mode == "direct") {
     p.ranks = req.n > 0 ? req.n : 1;

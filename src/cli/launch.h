@@ -29,6 +29,8 @@ struct LaunchRequest {
   std::string launcher = "auto";   // auto | openmpi | mpich | pals | srun | direct
   std::vector<std::string> extra;  // more launcher arguments, placed before the command
   std::vector<std::string> command;
+  // Hosts a restart leaves out (launch_retry.h): srun --exclude under Slurm, dropped from a hostfile.
+  std::vector<std::string> exclude;
 };
 
 struct Machine {
@@ -55,6 +57,8 @@ struct Hostfile {
 // Accepts Open MPI ("host slots=N"), MPICH ("host:N") and PBS node files
 // (one line per slot); '#' starts a comment. Errors name the file and line.
 Hostfile parse_hostfile(const std::string& text, const std::string& path);
+// The hostfile's text without the lines naming `hosts` (comments and blank lines kept).
+std::string hostfile_without(const std::string& text, const std::vector<std::string>& hosts);
 
 // The PMI plugins in `srun --mpi=list`'s output (Slurm 20-24 formats: one
 // per line, "srun: " prefixed in older ones, "versions available: pmix_v4").

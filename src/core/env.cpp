@@ -59,6 +59,9 @@ const Info kVars[] = {
     {Var::FaultSlowSave, "PARALLM_FAULT_SLOW_SAVE", "0",
      "testing: MS, a background checkpoint write (train.async_save) sleeps MS milliseconds after each 16 MiB it "
      "writes, so a test can kill it mid-write"},
+    {Var::FaultLeak, "PARALLM_FAULT_LEAK", "0",
+     "testing: KB, every rank keeps KB KiB more memory (touched, never freed) after each step, to exercise the "
+     "resident-memory watchdog"},
 };
 }  // namespace
 

@@ -34,6 +34,7 @@ enum class Var {
   FaultScale,       // PARALLM_FAULT_SCALE
   FaultSlowRank,    // PARALLM_FAULT_SLOW_RANK
   FaultSlowSave,    // PARALLM_FAULT_SLOW_SAVE
+  FaultLeak,        // PARALLM_FAULT_LEAK
 };
 
 struct Info {

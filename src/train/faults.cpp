@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -108,6 +110,7 @@ Faults Faults::from_env(int world_rank) {
   f.scale = scale_setting();
   f.slow_s = slow_seconds(world_rank);
   f.stop = stop_setting(world_rank);
+  f.leak_kb = env::integer(env::Var::FaultLeak, 0, int64_t{1} << 30);
   return f;
 }
 
@@ -164,6 +167,14 @@ void Faults::after_sync(parallel::GradSync& sync, const model::ParamLayout& layo
 
 float Faults::loss(float mean, int64_t it) const {
   return at(spike_iters, it) ? mean * kSpike : mean;
+}
+
+void Faults::leak() const {
+  if (leak_kb <= 0) return;
+  static std::vector<std::unique_ptr<char[]>> kept;
+  const size_t n = static_cast<size_t>(leak_kb) << 10;
+  kept.push_back(std::make_unique<char[]>(n));
+  std::memset(kept.back().get(), 1, n);  // touched: resident
 }
 
 }  // namespace parallm::train

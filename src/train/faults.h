@@ -9,6 +9,8 @@
 //   PARALLM_FAULT_SLOW_RANK=R:MS       world rank R sleeps MS ms before each step's passes (the straggler report)
 //   PARALLM_FAULT_STOP_RANK=R:I:S      world rank R raises SIGKILL or SIGSTOP halfway through the pipeline actions
 //                                      of iteration I (a stage that dies or hangs; parallel/pipeline_runtime.h)
+//   PARALLM_FAULT_LEAK=KB              every rank keeps KB KiB more (allocated, touched, never freed) each step
+//                                      (the resident-memory watchdog, controls/memory_watch.h)
 #pragma once
 #include <cstdint>
 #include <string>
@@ -33,6 +35,7 @@ struct Faults {
   ScaleFault scale;
   double slow_s = 0;            // this rank's extra seconds per step
   parallel::MidStepFault stop;  // this rank's, for the pipeline
+  int64_t leak_kb = 0;          // PARALLM_FAULT_LEAK
 
   // This rank's faults (ConfigError naming a malformed variable).
   static Faults from_env(int world_rank);
@@ -46,6 +49,8 @@ struct Faults {
   void after_sync(parallel::GradSync& sync, const model::ParamLayout& layout, int64_t it) const;
   // The step's mean loss, spiked where asked.
   float loss(float mean, int64_t it) const;
+  // After a step: the planted leak's KB (kept reachable: not a leak to LeakSanitizer, one to the watchdog).
+  void leak() const;
 };
 
 }  // namespace parallm::train

@@ -273,6 +273,20 @@ double job_peak(Session& s) {
 
 }  // namespace
 
+// train.init_from=auto: a resume where train.out_dir holds a checkpoint (rank 0 looks; every rank follows), else
+// a run from scratch.
+void resolve_auto_init(Session& s) {
+  TrainSection& t = s.cfg.train;
+  if (t.init_from != InitFrom::Auto) return;
+  std::string found = s.lead && !checkpoint_names(t.out_dir).empty() ? "1" : "0";
+  if (s.world.size() > 1) parallel::broadcast_text(s.world, found, 0);
+  t.init_from = found == "1" ? InitFrom::Resume : InitFrom::Scratch;
+  s.resume = t.resume();
+  if (s.lead)
+    log::info("train.init_from=auto: {}",
+              s.resume ? "train.out_dir holds a checkpoint: resuming" : "no checkpoint in train.out_dir: from scratch");
+}
+
 std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, int ranks_per_node,
                                       std::optional<RunDir>& run_dir, std::string* nothing_to_do,
                                       Invocation invocation) {
@@ -282,7 +296,8 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   *nothing_to_do = kill_switch_at_start(s->cfg.train, world);
   if (!nothing_to_do->empty()) return nullptr;
   s->invocation = std::move(invocation);
-  lock_run_dir(*s, /*existing_only=*/true);    // before a checkpoint is read: one run at a time in train.out_dir
+  lock_run_dir(*s, /*existing_only=*/true);  // before a checkpoint is read: one run at a time in train.out_dir
+  resolve_auto_init(*s);
   s->faults = Faults::from_env(world.rank());  // before anything is written
   const ResumeChanges changes = resolve_config(*s, ranks_per_node);
   s->control = std::make_unique<RunControl>(s->cfg, world);  // the time limit, before anything is written

@@ -34,6 +34,7 @@
 #include "train/checkpoint/checkpoint.h"
 #include "train/config/config.h"
 #include "train/controls/control.h"
+#include "train/controls/memory_watch.h"
 #include "train/controls/replica_check.h"
 #include "train/controls/spike_guard.h"
 #include "train/controls/straggler.h"
@@ -117,6 +118,7 @@ struct Session : RunSetup, RunRecords {
   bool saved_any = false;                     // a checkpoint of this run exists
   std::shared_ptr<PendingSave> pending_save;  // train.async_save: the save being written (state_io.h) ...
   std::vector<std::vector<float>> staging;    // ... and the host buffers it stages into, kept between saves
+  MemoryWatch memory;                         // the resident-memory watchdog
   std::vector<float> losses;                  // the current step's (or evaluation's) pass losses, in order
 
   // Whether this rank runs the samples: rank 0, with the ranks of its model's

@@ -2,11 +2,14 @@
 // environments, and the placement of ranks computed from host names.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "cli/launch.h"
+#include "cli/launch_retry.h"
 #include "comm/topology.h"
 #include "core/error.h"
 
@@ -235,6 +238,77 @@ TEST(Launch, FlavorFromLibraryVersion) {
   EXPECT_EQ(flavor_from_library("", false), MpiFlavor::None);
 }
 
+// Restarts (launch_retry.h): a failed host left out of the next attempt, under Slurm (srun --exclude, -N of the
+// job's other nodes, refused when too few remain) and with a hostfile (its lines dropped).
+TEST(Launch, ARestartLeavesTheFailedHostOut) {
+  FakeEnv env;
+  env.vars = {{"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NUM_NODES", "4"}, {"SLURM_PROCID", "0"}};
+  LaunchRequest r = request(6);
+  r.ppn = 2;
+  r.exclude = {"b"};
+  const LaunchPlan p = plan_launch(r, env.lookup(), machine(MpiFlavor::OpenMpi, 8));
+  EXPECT_EQ(p.nodes, 3);
+  EXPECT_EQ(joined(p), "srun -n 6 --ntasks-per-node 2 --cpus-per-task 4 -N 3 --exclude=b parallm train");
+  r.exclude = {"b", "c"};  // 2 nodes x 2 ranks < 6
+  EXPECT_THROW(plan_launch(r, env.lookup(), machine(MpiFlavor::OpenMpi, 8)), ConfigError);
+  EXPECT_EQ(hostfile_without("# hosts\na slots=2\nb slots=2\n\nc:2\nbb slots=1\n", {"b", "c"}),
+            "# hosts\na slots=2\n\nbb slots=1\n");
+}
+
+TEST(Launch, FailureReportsNameTheirHost) {
+  EXPECT_EQ(failed_host("mpirun noticed that process rank 1 with PID 4242 on node nodeb exited on signal 9 (Killed)."),
+            "nodeb");
+  EXPECT_EQ(failed_host("prterun noticed that process rank 3 with PID 0 on node gpu-07 exited on signal 9 (Killed)."),
+            "gpu-07");
+  EXPECT_EQ(failed_host("srun: error: nid001234: task 5: Killed"), "nid001234");
+  EXPECT_EQ(failed_host("srun: error: nodec: tasks 0-1: Exited with exit code 1"), "nodec");
+  EXPECT_EQ(failed_host("error: [comm] rank 2 on host nodeb stopped answering"), "nodeb");
+  EXPECT_EQ(failed_host("error: [config] unknown key"), "");
+  EXPECT_TRUE(is_failure_report("error: [config] unknown key"));
+  EXPECT_TRUE(is_failure_report("[vm:1] error: something"));
+  EXPECT_FALSE(is_failure_report("iter 10: loss 2.5"));
+  EXPECT_FALSE(is_failure_report("srun: job 77 queued"));
+  EXPECT_EQ(restart_command({"/bin/parallm", "train", "a=1"}),
+            (std::vector<std::string>{"/bin/parallm", "train", "a=1", "train.init_from=auto"}));
+  EXPECT_EQ(restart_command({"./job.sh", "x"}), (std::vector<std::string>{"./job.sh", "x"}));
+}
+
+TEST(Launch, RestartsRunTheJobAgainAndListEveryCause) {
+  const std::string marker = ::testing::TempDir() + "restart_marker_" + std::to_string(::getpid());
+  std::remove(marker.c_str());
+  // Fails once naming host nodeb, then succeeds: one restart, and the plan of it leaves nodeb out.
+  std::vector<LaunchRequest> asked;
+  auto plan = [&](const std::string& script) {
+    return [&, script](const LaunchRequest& r) {
+      asked.push_back(r);
+      LaunchPlan p;
+      p.argv = {"sh", "-c", script};
+      return p;
+    };
+  };
+  LaunchRequest r = request(2, {"sh"});
+  RestartOptions o;
+  o.restarts = 2;
+  o.backoff_s = 0;
+  o.self_host = "vm";
+  const std::string once =
+      "test -f " + marker + " && exit 0; touch " + marker + "; echo 'srun: error: nodeb: task 1: Killed' >&2; exit 3";
+  EXPECT_EQ(run_with_restarts(r, o, plan(once)), 0);
+  ASSERT_EQ(asked.size(), 2u);
+  EXPECT_TRUE(asked[0].exclude.empty());
+  EXPECT_EQ(asked[1].exclude, std::vector<std::string>{"nodeb"});
+  std::remove(marker.c_str());
+  // Fails every time: 1 + 2 attempts, the last one's status.
+  asked.clear();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(run_with_restarts(r, o, plan("echo 'error: [train] the same failure' >&2; exit 5")), 5);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(asked.size(), 3u);
+  EXPECT_NE(err.find("the job failed 3 times"), std::string::npos) << err;
+  for (const char* a : {"attempt 1: exit status 5; error: [train] the same failure", "attempt 3: exit status 5"})
+    EXPECT_NE(err.find(a), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace parallm::cli
 
@@ -265,4 +339,5 @@ TEST(Topology, ManyRanksAreSummarized) {
 }
 
 }  // namespace
+
 }  // namespace parallm::comm

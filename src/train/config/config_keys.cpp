@@ -300,19 +300,24 @@ void add_train_keys(KeyTable& t) {
             STR_KEY("train.out_dir", train.out_dir, "run directory"),
             {"train.init_from",
              {"string",
-              "scratch | resume | hf:DIR (the weights of a Hugging Face GPT-2 directory: config.json + "
-              "model.safetensors, to fine-tune)",
+              "scratch | resume | auto (resume where train.out_dir holds a checkpoint, else scratch: what "
+              "`parallm launch --restarts` reruns with) | hf:DIR (the weights of a Hugging Face GPT-2 directory: "
+              "config.json + model.safetensors, to fine-tune)",
               [](RunConfig& c, const std::string& k, const std::string& v) {
                 const bool hf = v.rfind("hf:", 0) == 0;
-                PARALLM_CHECK(v == "scratch" || v == "resume" || (hf && v.size() > 3), ConfigError, "config",
-                              "{}: expected scratch, resume or hf:DIR, got \"{}\"", k, v);
-                c.train.init_from = hf ? InitFrom::Hf : v == "resume" ? InitFrom::Resume : InitFrom::Scratch;
+                PARALLM_CHECK(v == "scratch" || v == "resume" || v == "auto" || (hf && v.size() > 3), ConfigError,
+                              "config", "{}: expected scratch, resume, auto or hf:DIR, got \"{}\"", k, v);
+                c.train.init_from = hf              ? InitFrom::Hf
+                                    : v == "resume" ? InitFrom::Resume
+                                    : v == "auto"   ? InitFrom::Auto
+                                                    : InitFrom::Scratch;
                 c.train.hf_dir = hf ? v.substr(3) : "";
               },
               [](const RunConfig& c) {
-                return nlohmann::json(c.train.init_from == InitFrom::Hf ? "hf:" + c.train.hf_dir
-                                      : c.train.resume()                ? "resume"
-                                                                        : "scratch");
+                return nlohmann::json(c.train.init_from == InitFrom::Hf     ? "hf:" + c.train.hf_dir
+                                      : c.train.resume()                    ? "resume"
+                                      : c.train.init_from == InitFrom::Auto ? "auto"
+                                                                            : "scratch");
               },
               std::nullopt}},
             BOOL_KEY("train.tensorboard", train.tensorboard,

@@ -52,6 +52,7 @@ struct StepResult {
   double dt = 0, dtf = 0, dtb = 0;
   double compute = 0;                             // PassTimes' (with PARALLM_FAULT_SLOW_RANK's sleep)
   std::vector<double> stage_idle, stage_cost_ms;  // PassTimes'
+  int64_t rss_bytes = 0;                          // this process's resident memory after the step
 };
 
 StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr);

@@ -11,6 +11,7 @@
 #include "core/timer.h"
 #include "train/checkpoint/state_io.h"
 #include "train/controls/control.h"
+#include "train/controls/memory_watch.h"
 #include "train/loop/evaluate.h"
 #include "train/loop/step.h"
 #include "train/records/run_log.h"
@@ -101,7 +102,10 @@ RunSummary train_loop(Session& s) {
     Timer t_it;
     const float lr = s.sched.at(it);
     if (eval_due(t, it)) sum.last_val_loss = evaluate(s, it, lr).val_loss;
-    const StepResult r = optimizer_step(s, *schedule, it, lr);
+    StepResult r = optimizer_step(s, *schedule, it, lr);
+    s.faults.leak();
+    r.rss_bytes = MemoryWatch::resident_bytes();
+    if (const auto leak = s.memory.step(it, r.rss_bytes, s.world.rank())) log::warn("{}", *leak);
     record_step(s, it, lr, r);
     sum.train_losses.push_back(r.loss);
     sum.grad_norms.push_back(r.norm);

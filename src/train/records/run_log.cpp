@@ -182,6 +182,7 @@ void record_step(const Session& s, int64_t it, float lr, const StepResult& r) {
                      {"tokens_per_s", tok_s},
                      {"mfu", mfu}};
   if (std::isfinite(r.norm)) rec["grad_norm"] = r.norm;  // an overflowed step's is not
+  if (r.rss_bytes > 0) rec["rss_mb"] = static_cast<double>(r.rss_bytes) / (1 << 20);
   if (s.scaler->active()) rec["loss_scale"] = r.scale;
   if (s.scaler->dynamic() || s.guard) rec["skipped"] = !r.applied;
   if (!r.skip_reason.empty()) rec["skip_reason"] = r.skip_reason;  // e.g. "loss z-score 7.3 > 5"

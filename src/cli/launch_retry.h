@@ -1,0 +1,49 @@
+// `parallm launch --restarts N`: a job that fails is run again, up to N more
+// times, from its last intact checkpoint (a `parallm train` command is rerun
+// with train.init_from=auto: it resumes where a checkpoint exists, else starts
+// over), after a back-off that doubles each time. Each attempt's output passes
+// through line by line; the lines that say why it ended (parallm's errors,
+// Open MPI's and Slurm's reports of a lost rank) are kept, and the host those
+// reports name is left out of the next attempt (srun --exclude under Slurm,
+// dropped from a hostfile) when enough remain. A job that fails N + 1 times
+// ends with every attempt's cause listed, and the last attempt's exit status.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "cli/launch.h"
+
+namespace parallm::cli {
+
+// One line of a job's output: whether it says why the job ended, and the host it names as failed ("" if none).
+// Open MPI: "mpirun noticed that process rank 1 with PID 42 on node b exited on signal 9 (Killed).";
+// Slurm: "srun: error: b: task 1: Killed"; parallm: "error: ..." (a peer it lost: "... on host b ...").
+bool is_failure_report(const std::string& line);
+std::string failed_host(const std::string& line);
+
+// The command a restart runs: a `parallm train` command (argv[1] == "train") with train.init_from=auto appended
+// (the last value of a key wins); any other command as it is.
+std::vector<std::string> restart_command(const std::vector<std::string>& command);
+
+struct AttemptEnd {
+  int status = 0;                    // the exit status; 128 + the signal for a killed launcher
+  std::string how;                   // "exit status 1", "killed by signal 9 (Killed)"
+  std::vector<std::string> reports;  // the last few lines saying why
+  std::string host;                  // the host they name last ("" if none)
+};
+
+// Runs argv with `env` set, passing its stdout and stderr through, and says how it ended.
+AttemptEnd run_attempt(const std::vector<std::string>& argv,
+                       const std::vector<std::pair<std::string, std::string>>& env);
+
+struct RestartOptions {
+  int restarts = 0;
+  double backoff_s = 10;  // before the first restart; doubled each time, at most 600 s
+  std::string self_host;  // this host: never excluded (local runs)
+};
+// Plans and runs `req` up to 1 + restarts times (plan(req) for each, with the hosts left out so far); returns
+// the exit status to end with.
+int run_with_restarts(LaunchRequest req, const RestartOptions& o,
+                      const std::function<LaunchPlan(const LaunchRequest&)>& plan);
+
+}  // namespace parallm::cli
