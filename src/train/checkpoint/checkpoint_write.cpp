@@ -132,10 +132,12 @@ void finish_and_swap(const CkptDir& dir, const nlohmann::json& state) {
   fs::remove_all(old_dir);
 }
 
+}  // namespace
+
 // A writer's files: one shard file, or (whole files) model.bin for the
 // parameters and optim.bin for the moments; a CRC-32 each. A failure stops
 // the writing, not the rank's part in the share's collectives.
-struct WriterFiles {
+struct WriterFiles {  // not file-local: StagedCheckpoint::Files holds one
   std::vector<std::string> names;
   std::unique_ptr<FileWriter> file;
   int at = -1;  // the open file's index
@@ -167,6 +169,8 @@ struct WriterFiles {
     file.reset();
   }
 };
+
+namespace {
 
 // state.json for a share (rank 0): the files and checksums of every writer
 // (`crcs`: per writer, two words), and for shard files which runs each holds.
