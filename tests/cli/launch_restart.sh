@@ -6,7 +6,9 @@
 #     checkpoint);
 #  2. a job that fails the same way every time (a rank killed at iteration 3
 #     by PARALLM_FAULT_STOP_RANK in a pipeline) stops after 3 attempts with
-#     each attempt's cause listed and a non-zero status.
+#     each attempt's cause listed and a non-zero status;
+#  3. train.init_from=auto (what a restart runs) starts a new directory from
+#     scratch and resumes one holding a checkpoint.
 # Usage: launch_restart.sh <parallm> <text file> [TRIALS=10]
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
 . "$(dirname "$0")/../lib.sh"
@@ -73,4 +75,13 @@ fi
 grep -q "the job failed 3 times" "$FAIL_LOG" || fail "no list of the 3 failures"
 for a in 1 2 3; do grep -q "^  attempt $a: " "$FAIL_LOG" || fail "attempt $a's cause is not listed"; done
 grep -A3 "the job failed 3 times" "$FAIL_LOG"
+
+FAIL_LOG=$work/auto.txt
+"$parallm" train "${run[@]}" train.max_iters=3 train.init_from=auto "train.out_dir=$work/auto" >"$FAIL_LOG" 2>&1 ||
+  fail "init_from=auto in a new directory"
+grep -q "train.init_from=auto: no checkpoint in train.out_dir: from scratch" "$FAIL_LOG" || fail "auto did not start over"
+"$parallm" train "${run[@]}" train.max_iters=6 train.init_from=auto "train.out_dir=$work/auto" >"$FAIL_LOG" 2>&1 ||
+  fail "init_from=auto over a checkpoint"
+grep -q "train.init_from=auto: train.out_dir holds a checkpoint: resuming" "$FAIL_LOG" || fail "auto did not resume"
+if ! grep -q "iter 4:" "$FAIL_LOG" || grep -q "iter 2:" "$FAIL_LOG"; then fail "the resume did not continue at 4"; fi
 echo "launch_restart: PASS"

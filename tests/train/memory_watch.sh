@@ -9,6 +9,9 @@
 parallm=$1
 input=$2
 "$parallm" prepare char --input "$input" --out "$work/data" >/dev/null || fail "prepare"
+# A sanitizer build holds freed memory in AddressSanitizer's quarantine, which grows the resident set with every
+# record a step writes: off here, so the watchdog sees what a release build's run does (no effect elsewhere).
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=0:thread_local_quarantine_size_kb=0"
 run=(model.n_layer=1 model.n_head=2 model.n_embd=16 model.block_size=16 model.batch_size=2 train.max_iters=59
   train.eval_interval=1000 train.final_eval=false train.progress=false train.sample_tokens=0 train.log_interval=1000
   "data.dir=$work/data")

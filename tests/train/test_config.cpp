@@ -38,6 +38,10 @@ TEST(Config, ErrorsNameTheKey) {
   EXPECT_NE(error_of([&] { c.set("model.n_layer", "three"); }).find("model.n_layer"), std::string::npos);
   EXPECT_NE(error_of([&] { c.set("model.bias", "maybe"); }).find("model.bias"), std::string::npos);
   EXPECT_NE(error_of([&] { c.set("train.init_from", "gpt2-xl"); }).find("train.init_from"), std::string::npos);
+  c.set("train.init_from", "auto");  // resume where a checkpoint exists (open_session decides), else scratch
+  EXPECT_EQ(c.train.init_from, train::InitFrom::Auto);
+  EXPECT_EQ(c.to_json()["train.init_from"], "auto");
+  c.set("train.init_from", "scratch");
   EXPECT_NE(error_of([&] { c.apply_overrides({"model.n_layer"}); }).find("key=value"), std::string::npos);
   c.set("model.n_head", "5");
   EXPECT_NE(error_of([&] { c.validate(); }).find("model.n_head"), std::string::npos);
