@@ -1,8 +1,11 @@
 #include "cli/world.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "cli/options.h"
 #include "core/env.h"
@@ -14,6 +17,31 @@
 
 namespace parallm::cli {
 
+namespace {
+// Ends this process `grace_s` from now unless it has ended by then, saying why: a rank whose peer is lost may block
+// while unwinding (a library call the peer holds) or in MPI_Abort (a launcher that cannot reach a lost host never
+// ends the job). The first deadline stands.
+std::atomic<bool> g_deadline{false};
+std::string g_host;
+int g_rank = 0;
+void end_within(double grace_s, int code, const std::string& why) {
+  if (g_deadline.exchange(true)) return;
+  std::thread([grace_s, code, why] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(grace_s));
+    std::fprintf(stderr, "[%s:%d] error: %s; still running %.0f s later: this process ends itself\n", g_host.c_str(),
+                 g_rank, why.c_str(), grace_s);
+    std::fflush(stderr);
+    std::_Exit(code);
+  }).detach();
+}
+// comm::set_timeout_hook's: a timed-out operation ends the job; the process ends within kTimeoutGraceS whatever
+// blocks its way out.
+constexpr double kTimeoutGraceS = 8, kAbortGraceS = 5;
+void on_timeout(const std::string& message) {
+  end_within(kTimeoutGraceS, 1, message);
+}
+}  // namespace
+
 World start_world(const std::string& backend, const comm::CommOptions& options, bool announce, int threads) {
   World w;
   const comm::EnvRank launched = comm::env_rank();  // before MPI starts: MPI_Init may add its own variables
@@ -21,6 +49,9 @@ World start_world(const std::string& backend, const comm::CommOptions& options, 
   // One of several tasks that could not join them stops here, on every task, rather than train alone.
   comm::check_joined(*w.comm, launched);
   w.host = comm::this_host();
+  g_host = w.host;
+  g_rank = w.comm->rank();
+  if (w.comm->size() > 1) comm::set_timeout_hook(&on_timeout);
   log::set_rank(w.comm->rank(), w.host);
   // kill -USR2 (or a communication timeout) writes every thread's stack here.
   const std::string dir = env::value(env::Var::TraceDir);
@@ -77,7 +108,9 @@ int run_guarded(World& w, const std::function<int()>& body) {
     stop_signal::ending_on_error();  // the launcher's SIGTERM that the abort brings must not promise a save
     std::fprintf(stderr, "[%s:%d] error: %s\n", w.host.c_str(), w.comm->rank(), e.what());
     std::fflush(stderr);
-    w.comm->abort(dynamic_cast<const ConfigError*>(&e) ? 2 : 1);
+    const int code = dynamic_cast<const ConfigError*>(&e) ? 2 : 1;
+    end_within(kAbortGraceS, code, "MPI_Abort did not end the job (the launcher may have lost a host)");
+    w.comm->abort(code);
     return 1;
   }
 }

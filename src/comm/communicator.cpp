@@ -1,5 +1,6 @@
 #include "comm/communicator.h"
 
+#include <atomic>
 #include <cstdlib>
 
 #include "comm/backends.h"
@@ -116,6 +117,18 @@ std::unique_ptr<Communicator> mpi_world(const CommOptions& options) {
   return make_mpi_world(options);
 }
 }  // namespace
+
+namespace {
+std::atomic<TimeoutHook> g_timeout_hook{nullptr};
+}  // namespace
+
+void set_timeout_hook(TimeoutHook hook) {
+  g_timeout_hook.store(hook);
+}
+
+TimeoutHook timeout_hook() {
+  return g_timeout_hook.load();
+}
 
 std::unique_ptr<Communicator> make_world(const std::string& backend, const CommOptions& options) {
   if (backend == "self") return make_self_world(options);

@@ -226,6 +226,14 @@ class Communicator {
   };
 };
 
+// A process-wide hook called with an operation's timeout error (its whole
+// message) on the thread that found it, before the CommError is thrown: the
+// program's chance to make sure it ends (cli/world.cpp), since unwinding may
+// block in a library call that a lost peer holds. None by default.
+using TimeoutHook = void (*)(const std::string& message);
+void set_timeout_hook(TimeoutHook hook);
+TimeoutHook timeout_hook();
+
 // The world communicator of a backend: "self" (one rank, no MPI), "mpi",
 // "nccl" (GPUs), or "auto" (mpi when a launcher started several ranks, self
 // otherwise).

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "comm/backends.h"
+#include "comm/mpi_hosts.h"
 #include "comm/queued_comm.h"
 #include "core/error.h"
 
@@ -81,6 +82,7 @@ MPI_Op mpi_op(ReduceOp op) {
 // Shared by every communicator: MPI is finalized when the last one is gone.
 struct MpiRuntime {
   bool we_initialized = false;
+  std::vector<std::string> hosts;  // by world rank: where each rank runs (the diagnosis names them)
   ~MpiRuntime() {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -263,11 +265,10 @@ class MpiComm : public QueuedComm {
     std::string s;
     for (const auto& o : others) s += (s.empty() ? "" : "; ") + o;
     if (!silent.empty())
-      s += (s.empty() ? "" : "; ") + rank_list(silent) +
-           fmt::format(
-               " did not answer within {:.1f} s (stopped, dead, or stuck outside communication: look at "
-               "that process)",
-               budget);
+      s += fmt::format(
+          "{}{}{} did not answer within {:.1f} s (stopped, dead, or stuck outside communication: look at "
+          "that process)",
+          s.empty() ? "" : "; ", rank_list(silent), mpi_hosts_of(comm_, rt_->hosts, silent), budget);
     if (!waiting.empty()) s += (s.empty() ? "" : "; ") + rank_list(waiting) + " waiting in the same operation";
     return s;
   }
@@ -692,6 +693,7 @@ std::unique_ptr<Communicator> make_mpi_world(const CommOptions& options) {
   int r = 0, n = 0;
   MPI_Comm_rank(world, &r);
   MPI_Comm_size(world, &n);
+  rt->hosts = mpi_gather_hosts(world);  // a timeout's diagnosis names the hosts of the ranks that did not answer
   return std::make_unique<MpiComm>(std::move(rt), world, r, n, "world", options);
 }
 

@@ -265,7 +265,9 @@ CommError QueuedComm::timeout_error(const Op& op) {
   const std::string diag = diagnose(op);
   const std::string msg = error_text(op, fmt::format("timed out after {:.1f} s (comm.timeout_s){}", options_.timeout_s,
                                                      diag.empty() ? "" : "; " + diag));
-  return CommError(fmt::format("comm.{}", op_kind_name(op.kind)), msg + stacks_note(msg));
+  CommError e(fmt::format("comm.{}", op_kind_name(op.kind)), msg + stacks_note(msg));
+  if (const TimeoutHook hook = timeout_hook()) hook(e.what());
+  return e;
 }
 
 bool QueuedComm::broken() {

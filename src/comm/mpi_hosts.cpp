@@ -1,0 +1,48 @@
+// Host names of an MPI job's ranks (mpi_hosts.h).
+#include "comm/mpi_hosts.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "comm/topology.h"
+#include "core/error.h"
+
+namespace parallm::comm {
+
+std::vector<std::string> mpi_gather_hosts(MPI_Comm world) {
+  constexpr int kHost = 64;
+  int n = 0;
+  MPI_Comm_size(world, &n);
+  std::array<char, kHost> mine{};
+  std::strncpy(mine.data(), this_host().c_str(), kHost - 1);
+  std::vector<char> all(static_cast<size_t>(n) * kHost);
+  PARALLM_CHECK(MPI_Allgather(mine.data(), kHost, MPI_CHAR, all.data(), kHost, MPI_CHAR, world) == MPI_SUCCESS,
+                CommError, "comm.mpi", "gathering the ranks' host names failed");
+  std::vector<std::string> hosts;
+  for (int p = 0; p < n; ++p) hosts.emplace_back(all.data() + static_cast<size_t>(p) * kHost);
+  return hosts;
+}
+
+std::string mpi_hosts_of(MPI_Comm group, const std::vector<std::string>& world_hosts, const std::vector<int>& ranks) {
+  if (world_hosts.empty() || ranks.empty()) return "";
+  MPI_Group g = MPI_GROUP_NULL, w = MPI_GROUP_NULL;
+  MPI_Comm_group(group, &g);
+  MPI_Comm_group(MPI_COMM_WORLD, &w);
+  std::vector<int> wr(ranks.size());
+  MPI_Group_translate_ranks(g, static_cast<int>(ranks.size()), ranks.data(), w, wr.data());
+  MPI_Group_free(&g);
+  MPI_Group_free(&w);
+  std::vector<std::string> h;
+  for (int x : wr)
+    if (x >= 0 && x < static_cast<int>(world_hosts.size()) &&
+        std::find(h.begin(), h.end(), world_hosts[static_cast<size_t>(x)]) == h.end())
+      h.push_back(world_hosts[static_cast<size_t>(x)]);
+  if (h.empty()) return "";
+  return fmt::format(" on host{} {}", h.size() == 1 ? "" : "s", fmt::join(h, ", "));
+}
+
+}  // namespace parallm::comm
