@@ -253,6 +253,56 @@ BenchTiming time_bench_case(comm::Communicator& c, const Case& k, const BenchOpt
   return t;
 }
 
+// One table over `c` (printed where `print`); whether every checked result was right.
+bool bench_table(comm::Communicator& c, const BenchOptions& o, comm::OpKind kind, DType dt, bool print) {
+  const int n = c.size(), me = c.rank();
+  const bool peer = o.peer && c.backend() == "mpi" && dt != DType::BF16 && n > 1;
+  const size_t es = dtype_size(dt);
+  const bool blocked = kind != comm::OpKind::AllReduce && kind != comm::OpKind::Broadcast;
+  const std::vector<int64_t> counts = bench_counts(o, es, blocked, n);
+  const int64_t maxc = counts.back();
+  Tensor in_buf = Tensor::empty({maxc}, dt), out_buf = Tensor::empty({maxc}, dt);
+  Tensor times = Tensor::empty({2}, DType::F32);
+  if (print) print_bench_header(o, c, kind, dt, peer);
+  bool all_ok = true;
+  double sum_ours = 0, sum_peer = 0, sum_ratio = 0;
+  int n_big = 0;
+  for (const int64_t cnt : counts) {
+    Case k{kind, n, me, {}, {}};
+    const int64_t in_count = kind == comm::OpKind::AllGather ? cnt / n : cnt;
+    const int64_t out_count = kind == comm::OpKind::ReduceScatter ? cnt / n : (blocked ? cnt : 0);
+    k.in = in_buf.slice_view(0, {in_count});
+    k.out = out_buf.slice_view(0, {out_count});
+    const std::string check = o.check ? check_bench_case(c, k, &all_ok) : std::string();
+    in_buf.zero();  // timing on zeros: repeated sums stay finite
+    const BenchTiming t = time_bench_case(c, k, o, peer, times);
+    const double bytes = static_cast<double>(cnt) * static_cast<double>(es);
+    const double algbw = bytes / t.best / 1e9, busbw = algbw * k.bus_factor();
+    const double peer_bus = bytes / t.best_peer / 1e9 * k.bus_factor();
+    if (bytes >= (1 << 20)) {
+      sum_ratio += t.ratio;
+      sum_ours += busbw;
+      sum_peer += peer_bus;
+      ++n_big;
+    }
+    if (print) {
+      std::printf("  %10s %12lld %11.1f %11.3f %11.3f", human_bytes(static_cast<int64_t>(bytes)).c_str(),
+                  static_cast<long long>(cnt), t.best * 1e6, algbw, busbw);
+      if (peer) std::printf(" | %11.1f %11.3f %6.3f", t.best_peer * 1e6, peer_bus, t.ratio);
+      if (o.check) std::printf(" | %s", check.c_str());
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  if (print && n_big > 0) {
+    std::printf("# avg busbw at 1 MiB and above: %.3f GB/s", sum_ours / n_big);
+    if (peer) std::printf(", peer %.3f GB/s; mean ratio %.3f", sum_peer / n_big, sum_ratio / n_big);
+    std::printf("\n");
+  }
+  if (print && o.check) std::printf("# check: %s\n", all_ok ? "all results correct" : "WRONG RESULTS");
+  return all_ok;
+}
+
 int bench_comm(const BenchOptions& o) {
   const comm::OpKind kind = parse_op(o.op);
   const DType dt = parse_dtype(o.dtype);
@@ -266,52 +316,23 @@ int bench_comm(const BenchOptions& o) {
   World w = start_world(o.backend, copt);
   return run_guarded(w, [&] {
     comm::Communicator& c = *w;
-    const int n = c.size(), me = c.rank();
-    const bool peer = o.peer && c.backend() == "mpi" && dt != DType::BF16 && n > 1;
-    const size_t es = dtype_size(dt);
-    const bool blocked = kind != comm::OpKind::AllReduce && kind != comm::OpKind::Broadcast;
-    const std::vector<int64_t> counts = bench_counts(o, es, blocked, n);
-    const int64_t maxc = counts.back();
-    Tensor in_buf = Tensor::empty({maxc}, dt), out_buf = Tensor::empty({maxc}, dt);
-    Tensor times = Tensor::empty({2}, DType::F32);
-    if (me == 0) print_bench_header(o, c, kind, dt, peer);
-    bool all_ok = true;
-    double sum_ours = 0, sum_peer = 0, sum_ratio = 0;
-    int n_big = 0;
-    for (const int64_t cnt : counts) {
-      Case k{kind, n, me, {}, {}};
-      const int64_t in_count = kind == comm::OpKind::AllGather ? cnt / n : cnt;
-      const int64_t out_count = kind == comm::OpKind::ReduceScatter ? cnt / n : (blocked ? cnt : 0);
-      k.in = in_buf.slice_view(0, {in_count});
-      k.out = out_buf.slice_view(0, {out_count});
-      const std::string check = o.check ? check_bench_case(c, k, &all_ok) : std::string();
-      in_buf.zero();  // timing on zeros: repeated sums stay finite
-      const BenchTiming t = time_bench_case(c, k, o, peer, times);
-      const double bytes = static_cast<double>(cnt) * static_cast<double>(es);
-      const double algbw = bytes / t.best / 1e9, busbw = algbw * k.bus_factor();
-      const double peer_bus = bytes / t.best_peer / 1e9 * k.bus_factor();
-      if (bytes >= (1 << 20)) {
-        sum_ratio += t.ratio;
-        sum_ours += busbw;
-        sum_peer += peer_bus;
-        ++n_big;
-      }
-      if (me == 0) {
-        std::printf("  %10s %12lld %11.1f %11.3f %11.3f", human_bytes(static_cast<int64_t>(bytes)).c_str(),
-                    static_cast<long long>(cnt), t.best * 1e6, algbw, busbw);
-        if (peer) std::printf(" | %11.1f %11.3f %6.3f", t.best_peer * 1e6, peer_bus, t.ratio);
-        if (o.check) std::printf(" | %s", check.c_str());
-        std::printf("\n");
-        std::fflush(stdout);
-      }
+    bool ok = bench_table(c, o, kind, dt, c.rank() == 0);
+    // Several hosts with several ranks on some: the same within each host (every host's group at once) and
+    // between hosts (a rank of each host per group), reported apart: rank 0's groups.
+    const comm::Topology& t = w.topo;
+    const bool mixed = t.nodes.size() > 1 && std::any_of(t.ranks.begin(), t.ranks.end(),
+                                                         [](const comm::RankPlace& p) { return p.local_size > 1; });
+    if (!mixed) return ok ? 0 : 1;
+    const comm::RankPlace& me = t.me(c.rank());
+    for (const bool intra : {true, false}) {
+      auto g = c.split(intra ? me.node : me.local_rank, c.rank(), intra ? "intra_host" : "inter_host");
+      if (c.rank() == 0)
+        std::printf("# %s: %s\n", intra ? "intra-host" : "inter-host",
+                    intra ? "the ranks of each host, every host's group at once (this table: host 0's)"
+                          : "one rank of each host per group (this table: local rank 0's)");
+      ok &= bench_table(*g, o, kind, dt, c.rank() == 0);
     }
-    if (me == 0 && n_big > 0) {
-      std::printf("# avg busbw at 1 MiB and above: %.3f GB/s", sum_ours / n_big);
-      if (peer) std::printf(", peer %.3f GB/s; mean ratio %.3f", sum_peer / n_big, sum_ratio / n_big);
-      std::printf("\n");
-    }
-    if (me == 0 && o.check) std::printf("# check: %s\n", all_ok ? "all results correct" : "WRONG RESULTS");
-    return all_ok ? 0 : 1;
+    return ok ? 0 : 1;
   });
 }
 

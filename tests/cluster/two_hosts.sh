@@ -5,7 +5,8 @@
 #  1. dp 2 x tp 2 equals the same job on one host bit for bit (every step's
 #     loss and gradient norm), and its dist info shows 2 nodes, host0 and host1,
 #     each tensor-parallel group inside one host;
-#  2. tp 4 (a group across the hosts) is refused, naming the rule and the key.
+#  2. tp 4 (a group across the hosts) is refused, naming the rule and the key;
+#  3. `parallm bench comm` reports the world, then intra-host and inter-host busbw apart (checked results).
 # (A host cut mid-run: bench/host_cut.sh, not yet reliable enough for a test.)
 # Exits 77 (said) where namespaces cannot be made.
 # Usage: two_hosts.sh <parallm> <text file>
@@ -56,5 +57,14 @@ fi
 grep -q "parallel.tp=4 does not fit the 2 ranks of a node.*parallel.tp_across_nodes=true" "$FAIL_LOG" ||
   fail "the refusal does not name the rule and the key"
 grep -m1 -o "error: \[config\] parallel.tp=4 does not fit[^:]*" "$FAIL_LOG"
+FAIL_LOG=$work/bench.txt
+on_host 0 "$parallm" launch -n 4 --hostfile "$hostfile" -- "$parallm" bench comm -b 1M -e 1M --rounds 1 -n 3 -w 1 \
+  --check >"$FAIL_LOG" 2>&1 || fail "bench comm over the hosts"
+[ "$(grep -c "# avg busbw at 1 MiB and above" "$FAIL_LOG")" -eq 3 ] || fail "not three busbw tables"
+[ "$(grep -c "# check: all results correct" "$FAIL_LOG")" -eq 3 ] || fail "a table's results are wrong"
+for g in intra-host inter-host; do
+  grep -A8 "^# $g:" "$FAIL_LOG" | grep -q "# avg busbw" || fail "no $g table"
+  echo "bench comm $g: $(grep -A8 "^# $g:" "$FAIL_LOG" | grep -m1 -o "avg busbw.*")"
+done
 
 echo "two_hosts: PASS"
