@@ -20,15 +20,6 @@ input=$2
 run=(model.n_layer=2 model.n_head=4 model.n_embd=32 model.block_size=32 model.batch_size=4 model.dropout=0.1
   model.vocab_size=67 train.max_iters=10 train.eval_interval=5 train.progress=false train.sample_tokens=0
   train.log_interval=1 comm.timeout_s=30 "data.dir=$work/data")
-steps() {
-  python3 -c '
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if r.get("kind") in ("train", "eval"):
-        print(r["kind"], r["step"], repr(r.get("loss")), repr(r.get("grad_norm")), repr(r.get("val_loss")))' \
-    "$1/metrics.jsonl"
-}
 export OMP_NUM_THREADS=1
 FAIL_LOG=$work/one.txt
 "$parallm" launch -n 4 -- "$parallm" train "${run[@]}" parallel.tp=2 "train.out_dir=$work/one" >"$FAIL_LOG" 2>&1 ||
@@ -43,8 +34,8 @@ for r in "0/4.*node 0/2.*host0.*tp 0/2" "1/4.*node 0/2.*host0.*tp 1/2" "2/4.*nod
   "3/4.*node 1/2.*host1.*tp 1/2"; do
   grep -q "dist: \[rank $r" "$FAIL_LOG" || fail "no rank placed as $r"
 done
-steps "$work/one" >"$work/one.steps"
-steps "$work/two" >"$work/two.steps"
+step_records "$work/one" >"$work/one.steps"
+step_records "$work/two" >"$work/two.steps"
 [ "$(grep -c '^train' "$work/one.steps")" -eq 11 ] || fail "the one-host run has $(grep -c '^train' "$work/one.steps") steps"
 cmp -s "$work/one.steps" "$work/two.steps" ||
   fail "the two-host run differs from the one-host run: $(diff "$work/one.steps" "$work/two.steps" | head -4)"

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "kernel_test_util.h"
 #include "kernels/classifier.h"
 #include "kernels/cpu/f16.h"
 #include "kernels/matmul.h"
@@ -21,13 +22,6 @@ float oracle(float x) {
 }
 bool same_bits(float a, float b) {
   return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b));
-}
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
 }
 }  // namespace
 
@@ -50,7 +44,8 @@ TEST(F16Products, RoundingMatchesBinary16) {
 
 TEST(F16Products, MatmulIsTheFp32GemmOfRoundedOperands) {
   const int64_t N = 37, IN = 29, OUT = 19;  // odd shapes
-  auto x = randn(N * IN, 1), w = randn(OUT * IN, 2, 0.2f), b = randn(OUT, 3), dy = randn(N * OUT, 4, 1e-3f);
+  auto x = test::randv(N * IN, 1), w = test::randv(OUT * IN, 2, 0.2f), b = test::randv(OUT, 3),
+       dy = test::randv(N * OUT, 4, 1e-3f);
   auto rounded = [](std::vector<float> v) {
     for (float& t : v) t = oracle(t);
     return v;
@@ -80,7 +75,7 @@ TEST(F16Products, MatmulIsTheFp32GemmOfRoundedOperands) {
 
 TEST(F16Products, ClassifierLogitsAreTheFp32ProductOfRoundedOperands) {
   const int64_t N = 11, C = 24, V = 65;
-  auto x = randn(N * C, 5), w = randn(V * C, 6, 0.3f);
+  auto x = test::randv(N * C, 5), w = test::randv(V * C, 6, 0.3f);
   std::vector<float> xr(x), wr(w), got(N * V), want(N * V);
   for (float& t : xr) t = oracle(t);
   for (float& t : wr) t = oracle(t);

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "kernel_test_util.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/fp8.h"
 #include "kernels/matmul.h"
@@ -45,13 +46,6 @@ float oracle(float x, const std::vector<std::pair<double, int>>& t) {
   const double dl = a - lo->first, dh = hi->first - a;
   const auto& pick = dl < dh ? *lo : dh < dl ? *hi : (lo->second % 2 == 0 ? *lo : *hi);
   return std::copysign(static_cast<float>(pick.first), x);
-}
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
 }
 // The scale's exponent by search: the least e with amax 2^-e <= max.
 int least_exponent(float amax, float max) {
@@ -88,7 +82,7 @@ TEST(Fp8Products, RoundingMatchesTheFormatsTables) {
 
 TEST(Fp8Products, RowsScaleByTheLeastPowerOfTwoThatFits) {
   const int64_t rows = 7, cols = 45;  // odd shapes
-  auto x = randn(rows * cols, 5);
+  auto x = test::randv(rows * cols, 5);
   for (int64_t j = 0; j < cols; ++j) {
     x[1 * cols + j] *= 1e-6f;  // a row of small values: scaled up
     x[2 * cols + j] *= 3e4f;   // and of large ones: scaled down
@@ -123,7 +117,7 @@ TEST(Fp8Products, AReducedRowMaximumMovesTheScale) {
   // A row split over ranks: its maximum is the group's. Here the "other part" holds 2^12 times this one's maximum,
   // so this part's small values fall below E4M3's range (2^-9 of the scale's unit) and its rounding changes.
   const int64_t rows = 3, cols = 16;
-  auto x = randn(rows * cols, 9);
+  auto x = test::randv(rows * cols, 9);
   std::vector<float> alone(rows * cols), split(rows * cols), amax(rows);
   kernels::cpu::fp8_rows(alone.data(), x.data(), rows, cols, Fp8Format::E4M3, {}, amax.data());
   std::vector<float> local(rows);
@@ -152,7 +146,8 @@ TEST(Fp8Products, AReducedRowMaximumMovesTheScale) {
 
 TEST(Fp8Products, MatmulIsTheFp32GemmOfRoundedRows) {
   const int64_t N = 37, IN = 29, OUT = 19;  // odd shapes
-  auto x = randn(N * IN, 1), w = randn(OUT * IN, 2, 0.2f), b = randn(OUT, 3), dy = randn(N * OUT, 4, 1e-3f);
+  auto x = test::randv(N * IN, 1), w = test::randv(OUT * IN, 2, 0.2f), b = test::randv(OUT, 3),
+       dy = test::randv(N * OUT, 4, 1e-3f);
   auto rows = [](const std::vector<float>& v, int64_t r, int64_t c, Fp8Format f) {
     std::vector<float> out(v.size()), amax(r);
     kernels::cpu::fp8_rows(out.data(), v.data(), r, c, f, {}, amax.data());

@@ -59,10 +59,15 @@ class DistRunTest : public ::testing::Test {
     EXPECT_LT(d, tol) << what;
     EXPECT_NEAR(got.last_val_loss, want.last_val_loss, tol * want.last_val_loss) << what;
   }
+  // |a_i - b_i| / |b_i| per step, and its largest.
+  static std::vector<double> rel_diffs(const std::vector<float>& a, const std::vector<float>& b) {
+    std::vector<double> d;
+    for (size_t i = 0; i < a.size(); ++i) d.push_back(std::fabs(double(a[i]) - b[i]) / std::fabs(double(b[i])));
+    return d;
+  }
   static double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    double m = 0;
-    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]) / std::fabs(double(b[i])));
-    return m;
+    const std::vector<double> d = rel_diffs(a, b);
+    return d.empty() ? 0.0 : *std::max_element(d.begin(), d.end());
   }
   std::filesystem::path root_;
 };

@@ -42,9 +42,7 @@ class F16Test : public test_util::DistRunTest {
       EXPECT_EQ(r.skipped_steps, one.skipped_steps) << name;
       EXPECT_EQ(r.loss_scale, one.loss_scale) << name;
       ASSERT_EQ(r.train_losses.size(), one.train_losses.size()) << name;
-      std::vector<double> d;
-      for (size_t i = 0; i < r.train_losses.size(); ++i)
-        d.push_back(std::fabs(double(r.train_losses[i]) - one.train_losses[i]) / one.train_losses[i]);
+      const std::vector<double> d = rel_diffs(r.train_losses, one.train_losses);
       const double d20 = *std::max_element(d.begin(), d.begin() + 20), d50 = *std::max_element(d.begin(), d.end());
       const size_t at = static_cast<size_t>(std::max_element(d.begin(), d.end()) - d.begin());
       if (world->rank() == 0)

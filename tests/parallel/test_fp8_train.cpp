@@ -44,9 +44,7 @@ class Fp8Test : public test_util::DistRunTest {
     for (const auto& [name, keys] : layouts) {
       const auto r = train::run_training(run("fp8_" + name, batch, keys), world);
       ASSERT_EQ(r.train_losses.size(), one.train_losses.size()) << name;
-      std::vector<double> d;
-      for (size_t i = 0; i < r.train_losses.size(); ++i)
-        d.push_back(std::fabs(double(r.train_losses[i]) - one.train_losses[i]) / one.train_losses[i]);
+      const std::vector<double> d = rel_diffs(r.train_losses, one.train_losses);
       const double d20 = *std::max_element(d.begin(), d.begin() + 20), d50 = *std::max_element(d.begin(), d.end());
       const size_t apart =
           static_cast<size_t>(std::find_if(d.begin(), d.end(), [](double x) { return x > 1e-5; }) - d.begin());

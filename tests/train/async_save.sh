@@ -21,7 +21,6 @@ base=(model.n_layer=2 model.n_head=2 model.n_embd=32 model.block_size=32 model.b
   train.eval_iters=1 train.eval_interval=4 train.progress=false train.sample_tokens=0 train.log_interval=1
   train.checkpoint_interval=3 train.keep_checkpoints=100 train.always_save_checkpoint=true "data.dir=$work/data")
 
-losses() { grep -o '"\(grad_norm\|loss\|val_loss\)":[^,}]*' "$1/metrics.jsonl"; }  # every step's, every eval's
 same_runs() {  # $1 $2: run directories with the same checkpoints, file for file, and the same losses
   local d n=0 f
   for d in "$1"/ckpt*; do
@@ -32,8 +31,8 @@ same_runs() {  # $1 $2: run directories with the same checkpoints, file for file
     done
   done
   [ "$n" -ge 4 ] || fail "only $n checkpoint files compared"
-  [ "$(losses "$1")" = "$(losses "$2")" ] || fail "the losses differ"
-  echo "  $n checkpoint files and $(losses "$1" | wc -l) losses and gradient norms the same"
+  [ "$(step_records "$1")" = "$(step_records "$2")" ] || fail "the losses differ"
+  echo "  $n checkpoint files and $(step_records "$1" | wc -l) records' losses and gradient norms the same"
 }
 
 # 1. Background saves equal synchronous ones.

@@ -61,9 +61,9 @@ void round_to_f16(float* dst, const float* src, int64_t rows, int64_t cols, int6
   for (int64_t r = 0; r < rows; ++r) round_to_f16(dst + r * cols, src + r * ld, cols);
 }
 
-float* f16_scratch(int slot, int64_t n) {
+float* lowp_scratch(int slot, int64_t n) {
   static Scratch s;
-  PARALLM_CHECK(slot >= 0 && slot < static_cast<int>(s.slot.size()), InternalError, "kernels.f16_scratch",
+  PARALLM_CHECK(slot >= 0 && slot < static_cast<int>(s.slot.size()), InternalError, "kernels.lowp_scratch",
                 "slot {} out of range", slot);
   Array<float>& a = s.slot[static_cast<size_t>(slot)];
   if (static_cast<int64_t>(a.size()) < n) a = Array<float>(static_cast<size_t>(n), MemCategory::Scratch);

@@ -17,7 +17,8 @@ void round_to_f16(float* dst, const float* src, int64_t n);
 // The same for a rows x cols block of src with row stride ld, into dense dst.
 void round_to_f16(float* dst, const float* src, int64_t rows, int64_t cols, int64_t ld);
 // Scratch slot `slot` (0-3) of at least n floats, grown on demand and kept
-// (accounted as scratch; the model's thread only): the emulated products' operands.
-float* f16_scratch(int slot, int64_t n);
+// (accounted as scratch; the model's thread only): the operands of every emulated
+// product (fp16 here, bf16-rounded and FP8 in fp8.h).
+float* lowp_scratch(int slot, int64_t n);
 
 }  // namespace parallm::kernels::cpu

@@ -131,10 +131,10 @@ void matmul_forward_fp8p(float* out, const float* inp, const float* weight, cons
   const Fp8Context& c = fp8_context();
   if (!c.on) return matmul_forward_lowp<Bf16RoundedProducts>(out, inp, weight, bias, N, IN, OUT);
   PARALLM_PROFILE("matmul_forward");
-  float* amax = f16_scratch(3, std::max(N, OUT));
-  float* x = f16_scratch(0, N * IN);
+  float* amax = lowp_scratch(3, std::max(N, OUT));
+  float* x = lowp_scratch(0, N * IN);
   fp8_rows(x, inp, N, IN, Fp8Format::E4M3, c.split_in, amax);
-  float* w = f16_scratch(1, OUT * IN);
+  float* w = lowp_scratch(1, OUT * IN);
   fp8_rows(w, weight, OUT, IN, Fp8Format::E4M3, c.split_in, amax);
   sgemm(false, true, N, OUT, IN, 1.0f, x, IN, w, IN, 0.0f, out, OUT);
   if (bias) add_bias(out, bias, N, OUT);
@@ -145,16 +145,16 @@ void matmul_backward_fp8p(float* dinp, float* dweight, float* dbias, const float
   const Fp8Context& c = fp8_context();
   if (!c.on) return matmul_backward_lowp<Bf16RoundedProducts>(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
   PARALLM_PROFILE("matmul_backward");
-  float* amax = f16_scratch(3, std::max(N, OUT));
-  float* d = f16_scratch(0, N * OUT);
+  float* amax = lowp_scratch(3, std::max(N, OUT));
+  float* d = lowp_scratch(0, N * OUT);
   fp8_rows(d, dout, N, OUT, Fp8Format::E5M2, c.split_out, amax);
   if (dinp) {
-    float* w = f16_scratch(2, OUT * IN);
+    float* w = lowp_scratch(2, OUT * IN);
     fp8_rows(w, weight, OUT, IN, Fp8Format::E4M3, c.split_in, amax);
     sgemm(false, false, N, IN, OUT, 1.0f, d, OUT, w, IN, 0.0f, dinp, IN);
   }
   if (dweight) {
-    float* x = f16_scratch(1, N * IN);
+    float* x = lowp_scratch(1, N * IN);
     fp8_rows(x, inp, N, IN, Fp8Format::E4M3, c.split_in, amax);
     sgemm(true, false, OUT, IN, N, 1.0f, d, OUT, x, IN, 1.0f, dweight, IN);
   }

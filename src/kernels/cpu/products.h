@@ -38,7 +38,7 @@ template <void (*Round)(float*, const float*, int64_t)>
 struct RoundedProducts {
   using T = float;
   static const T* operand(int slot, const float* src, int64_t n) {
-    float* d = f16_scratch(slot, n);
+    float* d = lowp_scratch(slot, n);
     PARALLM_PROFILE("round_operand");
     Round(d, src, n);
     return d;

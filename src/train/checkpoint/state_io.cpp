@@ -160,13 +160,19 @@ void announce(Session& s, const std::string& dir, SaveSlot slot, const std::stri
 }
 }  // namespace
 
+namespace {
+// What this rank contributes to a checkpoint of the whole layout `whole` (the plan says which runs); `host`
+// stages a GPU's state.
+parallel::CheckpointShare share_of(Session& s, const model::ParamLayout& whole, std::vector<float>& host) {
+  auto mine = [&s, &host] { return share_buffers(s, host); };
+  return s.plan->checkpoint_share(s.model->layout(), whole, mine, *s.sync);
+}
+}  // namespace
+
 void prepare_background_saves(Session& s) {
   if (!s.cfg.train.async_save || s.cfg.train.eval_only) return;
-  const model::ParamLayout whole(s.cfg.model);
   std::vector<float> host;
-  auto mine = [&] { return share_buffers(s, host); };
-  const parallel::CheckpointShare share = s.plan->checkpoint_share(s.model->layout(), whole, mine, *s.sync);
-  s.staging = staging_for(share);
+  s.staging = staging_for(share_of(s, model::ParamLayout(s.cfg.model), host));
 }
 
 void settle_saves(Session& s, bool wait) {
@@ -201,8 +207,7 @@ std::string save_state(Session& s, int64_t next, SaveSlot slot, bool background)
   const model::ParamLayout whole(s.cfg.model);
   Timer took;
   std::vector<float> host;
-  auto mine = [&] { return share_buffers(s, host); };
-  const parallel::CheckpointShare share = s.plan->checkpoint_share(s.model->layout(), whole, mine, *s.sync);
+  const parallel::CheckpointShare share = share_of(s, whole, host);
   if (background && s.cfg.train.async_save) {
     auto p = std::make_shared<PendingSave>();
     p->c =
