@@ -5,9 +5,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "cli/options.h"
+#include "comm/hang_record.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -35,10 +37,20 @@ void end_within(double grace_s, int code, const std::string& why) {
   }).detach();
 }
 // comm::set_timeout_hook's: a timed-out operation ends the job; the process ends within kTimeoutGraceS whatever
-// blocks its way out.
+// blocks its way out. An operation stuck on the thread that issued it (it never returns to report) is reported
+// here and the job aborted, as run_guarded does for an error that unwinds.
 constexpr double kTimeoutGraceS = 8, kAbortGraceS = 5;
-void on_timeout(const std::string& message) {
-  end_within(kTimeoutGraceS, 1, message);
+std::atomic<comm::Communicator*> g_world{nullptr};
+void on_timeout(const std::string& message, bool unwinds) {
+  if (unwinds) {
+    end_within(kTimeoutGraceS, 1, message);
+    return;
+  }
+  stop_signal::ending_on_error();
+  std::fprintf(stderr, "[%s:%d] error: %s\n", g_host.c_str(), g_rank, message.c_str());
+  std::fflush(stderr);
+  end_within(kAbortGraceS, 1, "MPI_Abort did not end the job (the launcher may have lost a host)");
+  if (comm::Communicator* c = g_world.load()) c->abort(1);
 }
 }  // namespace
 
@@ -51,11 +63,14 @@ World start_world(const std::string& backend, const comm::CommOptions& options, 
   w.host = comm::this_host();
   g_host = w.host;
   g_rank = w.comm->rank();
+  g_world = w.comm.get();
   if (w.comm->size() > 1) comm::set_timeout_hook(&on_timeout);
   log::set_rank(w.comm->rank(), w.host);
   // kill -USR2 (or a communication timeout) writes every thread's stack here.
-  const std::string dir = env::value(env::Var::TraceDir);
+  std::error_code ec;  // absolute: the path goes into error messages read elsewhere
+  const std::string dir = std::filesystem::absolute(env::value(env::Var::TraceDir), ec).lexically_normal().string();
   trace::install(fmt::format("{}/trace-{}-{}.txt", dir, w.host, w.comm->rank()));
+  comm::set_hang_record_path(fmt::format("{}/hang-{}-{}.json", dir, w.host, w.comm->rank()));  // a run: its out_dir
   run_guarded(w, [&] {
     w.topo = comm::discover_topology(*w.comm, w.host);
     const int t = comm::default_threads(*w.comm, w.topo.me(w.comm->rank()).node);

@@ -227,10 +227,13 @@ class Communicator {
 };
 
 // A process-wide hook called with an operation's timeout error (its whole
-// message) on the thread that found it, before the CommError is thrown: the
-// program's chance to make sure it ends (cli/world.cpp), since unwinding may
-// block in a library call that a lost peer holds. None by default.
-using TimeoutHook = void (*)(const std::string& message);
+// message) on the thread that found it: the program's chance to make sure it
+// ends (cli/world.cpp). `unwinds`: a CommError with that message is thrown
+// next, but unwinding may block in a library call that a lost peer holds;
+// false: the thread that issued the operation is stuck inside the library and
+// will not return, so nothing else reports the error: the program must, and
+// end itself. None by default.
+using TimeoutHook = void (*)(const std::string& message, bool unwinds);
 void set_timeout_hook(TimeoutHook hook);
 TimeoutHook timeout_hook();
 

@@ -10,7 +10,8 @@
 // MPI_Iallreduce: with OpenMPI that nonblocking collective cost 2-12% of the
 // 1-16 MiB all-reduce after it (`parallm bench comm`, 2 ranks). A data phase
 // that still hangs (a peer dies mid-transfer) is caught by the waiter's
-// watchdog. On disagreement the ranks all-gather their signatures and every
+// watchdog, or, when it runs on the caller's thread, by the communication
+// thread (QueuedComm::watch_caller). On disagreement the ranks all-gather their signatures and every
 // rank reports who called what. An all_to_all_v's signature leaves out its
 // count (what a rank sends differs per rank); once the signatures agree the
 // ranks compare each pair's counts by blocking collectives on the control
@@ -35,6 +36,7 @@
 
 #include "comm/backends.h"
 #include "comm/mpi_hosts.h"
+#include "comm/peer_status.h"
 #include "comm/queued_comm.h"
 #include "core/error.h"
 
@@ -99,10 +101,6 @@ std::string describe_sig(const int64_t* f) {
   op.root = static_cast<int>(f[4]);
   op.rop = static_cast<ReduceOp>(f[5]);
   return op.describe();
-}
-
-std::string rank_list(const std::vector<int>& r) {
-  return fmt::format("{} {}", r.size() == 1 ? "rank" : "ranks", fmt::join(r, ","));
 }
 
 // A bf16 tensor widened to fp32 into `v` (bf16 is reduced in fp32).
@@ -208,15 +206,14 @@ class MpiComm : public QueuedComm {
       if (MPI_Iprobe(MPI_ANY_SOURCE, kTagStatusReq, ctrl_, &flag, &st) != MPI_SUCCESS || !flag) return;
       int64_t q = 0;
       MPI_Recv(&q, 1, MPI_INT64_T, st.MPI_SOURCE, kTagStatusReq, ctrl_, MPI_STATUS_IGNORE);
-      int64_t rep[4] = {static_cast<int64_t>(act.done), static_cast<int64_t>(act.seq),
-                        act.seq ? static_cast<int64_t>(act.kind) : -1, act.seq ? act.count : 0};
-      MPI_Send(rep, 4, MPI_INT64_T, st.MPI_SOURCE, kTagStatusRep, ctrl_);
+      const StatusAnswer rep = status_answer(act.done, act.done_kind, act.seq, act.kind, act.count);
+      MPI_Send(rep.data(), kStatusFields, MPI_INT64_T, st.MPI_SOURCE, kTagStatusRep, ctrl_);
     }
   }
 
   // Also called by a caller whose wait outlived the deadline while this
   // group's comm thread is stuck in the library (one diagnosis at a time).
-  std::string diagnose(const Op& op) override {
+  std::string diagnose(const Op& op, std::vector<PeerState>* peers) override {
     std::lock_guard<std::mutex> one_at_a_time(diagnose_mu_);
     const int n = size(), me = rank();
     std::vector<MPI_Request> reqs;
@@ -226,7 +223,7 @@ class MpiComm : public QueuedComm {
       reqs.emplace_back();
       MPI_Isend(&q, 1, MPI_INT64_T, p, kTagStatusReq, ctrl_, &reqs.back());
     }
-    std::map<int, std::array<int64_t, 4>> got;
+    std::map<int, StatusAnswer> got;
     const double budget = diagnose_budget_s();
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(budget);
     while (static_cast<int>(got.size()) < n - 1 && std::chrono::steady_clock::now() < until) {
@@ -234,8 +231,8 @@ class MpiComm : public QueuedComm {
       MPI_Status st;
       MPI_Iprobe(MPI_ANY_SOURCE, kTagStatusRep, ctrl_, &flag, &st);
       if (flag) {
-        std::array<int64_t, 4> rep{};
-        MPI_Recv(rep.data(), 4, MPI_INT64_T, st.MPI_SOURCE, kTagStatusRep, ctrl_, MPI_STATUS_IGNORE);
+        StatusAnswer rep{};
+        MPI_Recv(rep.data(), kStatusFields, MPI_INT64_T, st.MPI_SOURCE, kTagStatusRep, ctrl_, MPI_STATUS_IGNORE);
         got[st.MPI_SOURCE] = rep;
       } else {
         service();
@@ -244,33 +241,12 @@ class MpiComm : public QueuedComm {
     }
     for (MPI_Request& r : reqs)
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
-    std::vector<int> waiting, silent;
-    std::vector<std::string> others;
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      auto it = got.find(p);
-      if (it == got.end()) {
-        silent.push_back(p);
-        continue;
-      }
-      const auto& r = it->second;
-      if (r[1] == static_cast<int64_t>(op.seq))
-        waiting.push_back(p);
-      else if (r[1] == 0)
-        others.push_back(fmt::format("rank {} is idle after collective #{}", p, r[0]));
-      else
-        others.push_back(
-            fmt::format("rank {} is in {} #{} ({} elements)", p, op_kind_name(static_cast<OpKind>(r[2])), r[1], r[3]));
+    const Places places = mpi_places(comm_, rt_->hosts);
+    if (peers) {
+      const Activity act = activity();
+      *peers = peer_states(n, me, status_answer(act.done, act.done_kind, act.seq, act.kind, act.count), got, places);
     }
-    std::string s;
-    for (const auto& o : others) s += (s.empty() ? "" : "; ") + o;
-    if (!silent.empty())
-      s += fmt::format(
-          "{}{}{} did not answer within {:.1f} s (stopped, dead, or stuck outside communication: look at "
-          "that process)",
-          s.empty() ? "" : "; ", rank_list(silent), mpi_hosts_of(comm_, rt_->hosts, silent), budget);
-    if (!waiting.empty()) s += (s.empty() ? "" : "; ") + rank_list(waiting) + " waiting in the same operation";
-    return s;
+    return describe_answers(op.seq, n, me, got, places, budget);
   }
 
  private:

@@ -27,8 +27,8 @@ std::vector<std::string> mpi_gather_hosts(MPI_Comm world) {
   return hosts;
 }
 
-std::string mpi_hosts_of(MPI_Comm group, const std::vector<std::string>& world_hosts, const std::vector<int>& ranks) {
-  if (world_hosts.empty() || ranks.empty()) return "";
+namespace {
+std::vector<int> world_ranks(MPI_Comm group, const std::vector<int>& ranks) {
   MPI_Group g = MPI_GROUP_NULL, w = MPI_GROUP_NULL;
   MPI_Comm_group(group, &g);
   MPI_Comm_group(MPI_COMM_WORLD, &w);
@@ -36,13 +36,24 @@ std::string mpi_hosts_of(MPI_Comm group, const std::vector<std::string>& world_h
   MPI_Group_translate_ranks(g, static_cast<int>(ranks.size()), ranks.data(), w, wr.data());
   MPI_Group_free(&g);
   MPI_Group_free(&w);
-  std::vector<std::string> h;
-  for (int x : wr)
-    if (x >= 0 && x < static_cast<int>(world_hosts.size()) &&
-        std::find(h.begin(), h.end(), world_hosts[static_cast<size_t>(x)]) == h.end())
-      h.push_back(world_hosts[static_cast<size_t>(x)]);
-  if (h.empty()) return "";
-  return fmt::format(" on host{} {}", h.size() == 1 ? "" : "s", fmt::join(h, ", "));
+  return wr;
+}
+
+std::string host_of(const std::vector<std::string>& world_hosts, int world_rank) {
+  return world_rank >= 0 && world_rank < static_cast<int>(world_hosts.size())
+             ? world_hosts[static_cast<size_t>(world_rank)]
+             : std::string();
+}
+}  // namespace
+
+std::vector<std::pair<int, std::string>> mpi_places(MPI_Comm group, const std::vector<std::string>& world_hosts) {
+  int n = 0;
+  MPI_Comm_size(group, &n);
+  std::vector<int> ranks(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) ranks[static_cast<size_t>(p)] = p;
+  std::vector<std::pair<int, std::string>> out;
+  for (int x : world_ranks(group, ranks)) out.emplace_back(x == MPI_UNDEFINED ? -1 : x, host_of(world_hosts, x));
+  return out;
 }
 
 }  // namespace parallm::comm

@@ -173,7 +173,7 @@ std::unique_ptr<Pending> NcclComm::start(Op& op) {
 
 // An operation that timed out: how far it got. (On the communication thread;
 // the waiter's watchdog passes no operation state.)
-std::string NcclComm::diagnose(const Op& op) {
+std::string NcclComm::diagnose(const Op& op, std::vector<PeerState>* /*peers*/) {
   if (!op.ext) return "";
   if (op.collective()) return check_diagnosis(*static_cast<const Issued*>(op.ext.get()));
   return diagnose_p2p(op);

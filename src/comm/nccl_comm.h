@@ -149,7 +149,7 @@ class NcclComm : public QueuedComm {
   void thread_started() override { cudaSetDevice(device_); }
   void issued(Op& op) override;
   std::unique_ptr<Pending> start(Op& op) override;
-  std::string diagnose(const Op& op) override;
+  std::string diagnose(const Op& op, std::vector<PeerState>* peers) override;
 
  private:
   // Point to point as it is issued: a peer other than this rank, the control

@@ -48,6 +48,20 @@ void WorkState::wait() {
   if (err_) std::rethrow_exception(err_);
 }
 
+void WorkState::arm(double timeout_s, const Op& op, const std::string* group, std::atomic<int>* waiters,
+                    QueuedComm* owner) {
+  timeout_s_ = timeout_s;
+  kind_ = op.kind;
+  seq_ = op.seq;
+  peer_ = op.collective() ? -1 : op.root;
+  count_ = op.count;
+  dtype_ = op.dtype();
+  rop_ = op.rop;
+  group_ = group;
+  waiters_ = waiters;
+  owner_ = owner;
+}
+
 // The comm thread reports timeouts it can see at the deadline; this only fires
 // when it is itself stuck in the library. Within the grace the waiter asks the
 // peers itself (diagnose_budget_s() <= grace - 1 s), so its error still comes
@@ -68,19 +82,29 @@ void WorkState::watch(std::unique_lock<std::mutex>& lock) {
     Op op;
     op.kind = kind_;
     op.seq = seq_;
+    op.count = count_;
+    op.rop = rop_;
+    op.a = op.b = Tensor::view_of(nullptr, {0}, dtype_);  // describe() names the type
     if (peer_ >= 0) op.root = peer_;
-    const std::string diag = owner_ ? owner_->diagnose(op) : "";
-    lock.lock();
-    if (done_) return;
-    lock.unlock();  // the dump waits for every thread, this one's waker included
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
     const std::string with =
         peer_ < 0 ? "" : fmt::format(" ({} rank {})", kind_ == OpKind::Send ? "to" : "from", peer_);
-    const std::string msg = fmt::format(
-        "{} #{}{} in group {}: still inside the communication library after {:.1f} s (comm.timeout_s {:.1f}): a "
-        "peer died or stopped, or the network stalled mid-transfer{}",
-        op_kind_name(kind_), seq_, with, group_ ? *group_ : "?", total, timeout_s_, diag.empty() ? "" : "; " + diag);
-    throw CommError("comm.wait", msg + stacks_note(msg));
+    const std::string what = fmt::format(
+        "still inside the communication library after {:.1f} s (comm.timeout_s {:.1f}): a peer died or stopped, or "
+        "the network stalled mid-transfer",
+        total, timeout_s_);
+    // The report asks the peers and dumps every thread's stacks (this one's waker included): unlocked.
+    const std::string msg = owner_ ? owner_->hang_report(op, what, total)
+                                   : fmt::format("{} #{}{} in group {}: {}", op_kind_name(kind_), seq_, with,
+                                                 group_ ? *group_ : "?", what) +
+                                         stacks_note(what);
+    lock.lock();
+    if (done_) return;
+    lock.unlock();
+    const CommError err("comm.wait", msg);
+    if (owner_) owner_->fail_all(std::make_exception_ptr(err));  // the group is broken (its thread may never return)
+    if (const TimeoutHook hook = timeout_hook()) hook(err.what(), true);
+    throw err;
   }
 }
 
@@ -174,16 +198,38 @@ void QueuedComm::start_thread() {
       trace::set_thread_name("parallm-comm");
       thread_started();
       loop();
+      std::lock_guard<std::mutex> lock(mu_);
+      thread_exited_ = true;
+      exited_cv_.notify_all();
     });
 }
 
+// A broken group (an operation failed or timed out) may have its thread stuck
+// inside the library for good (a lost peer): joining it would hang the error's
+// unwinding, so after a short wait the timeout hook is told (the program
+// reports the error and ends) before the join.
 void QueuedComm::stop_thread() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
+  std::unique_lock<std::mutex> lock(mu_);
+  stop_ = true;
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  if (broken_ && !exited_cv_.wait_for(lock, std::chrono::seconds(2), [&] { return thread_exited_; })) {
+    std::string why = "an operation failed";
+    try {
+      std::rethrow_exception(broken_);
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+    }
+    lock.unlock();
+    if (const TimeoutHook hook = timeout_hook())
+      hook(
+          fmt::format("{} (group {}'s communication thread is still inside the library 2 s later: ending)", why, name_),
+          false);
+  } else {
+    lock.unlock();
+  }
+  thread_.join();
 }
 
 std::string QueuedComm::error_text(const Op& op, const std::string& what) const {
@@ -233,12 +279,12 @@ WorkPtr QueuedComm::submit(Op op) {
   }
   op.seq = op.collective() ? next_coll_++ : next_p2p_++;
   if (blocking_caller() == this && op.collective() && queue_.empty() && act_.seq == 0) {
-    set_running(op);
+    set_running(op, true);
     lock.unlock();
     run_inline(op);
     return handle;
   }
-  op.work->arm(options_.timeout_s, op.kind, op.seq, op.collective() ? -1 : op.root, &name_, &waiters_, this);
+  op.work->arm(options_.timeout_s, op, &name_, &waiters_, this);
   queue_.push_back(std::move(op));
   cv_.notify_all();
   return handle;
@@ -262,12 +308,55 @@ void QueuedComm::reset_counts() {
 
 CommError QueuedComm::timeout_error(const Op& op) {
   if (op.work) op.work->diagnosing(diagnose_budget_s());
-  const std::string diag = diagnose(op);
-  const std::string msg = error_text(op, fmt::format("timed out after {:.1f} s (comm.timeout_s){}", options_.timeout_s,
-                                                     diag.empty() ? "" : "; " + diag));
-  CommError e(fmt::format("comm.{}", op_kind_name(op.kind)), msg + stacks_note(msg));
-  if (const TimeoutHook hook = timeout_hook()) hook(e.what());
+  const std::string msg =
+      hang_report(op, fmt::format("timed out after {:.1f} s (comm.timeout_s)", options_.timeout_s), options_.timeout_s);
+  CommError e(fmt::format("comm.{}", op_kind_name(op.kind)), msg);
+  if (const TimeoutHook hook = timeout_hook()) hook(e.what(), true);
   return e;
+}
+
+std::string QueuedComm::hang_report(const Op& op, const std::string& what, double waited_s) {
+  std::vector<PeerState> peers;
+  const std::string diag = diagnose(op, &peers);
+  std::string msg = error_text(op, diag.empty() ? what : what + "; " + diag);
+  HangRecord rec;
+  rec.group = name_;
+  rec.rank = rank_;
+  rec.size = size_;
+  rec.operation = op.describe();
+  rec.waited_s = waited_s;
+  rec.timeout_s = options_.timeout_s;
+  rec.ranks = std::move(peers);
+  rec.stacks = trace::dump_once("timeout: " + msg);
+  rec.error = msg;
+  if (!rec.stacks.empty()) msg += "; stacks of every thread in " + rec.stacks;
+  if (const std::string path = write_hang_record(rec); !path.empty()) msg += "; what every rank was doing in " + path;
+  return msg;
+}
+
+// A collective on the caller's thread that is still inside the library past the deadline and a grace (the
+// signature round passed, then a peer vanished mid-transfer): the caller cannot return to report it, so this
+// thread does, once, and the hook ends the process.
+void QueuedComm::watch_caller() {
+  Op op;
+  double ran = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!act_.seq || !act_.on_caller || act_.reported) return;
+    ran = std::chrono::duration<double>(Clock::now() - act_.since).count();
+    if (ran < options_.timeout_s + std::max(2.0, 0.1 * options_.timeout_s)) return;
+    act_.reported = true;
+    op.kind = act_.kind;
+    op.seq = act_.seq;
+    op.count = act_.count;
+  }
+  const std::string msg = hang_report(
+      op,
+      fmt::format("still inside the communication library after {:.1f} s on the calling thread (comm.timeout_s "
+                  "{:.1f}): a peer died or stopped, or the network stalled mid-transfer",
+                  ran, options_.timeout_s),
+      ran);
+  if (const TimeoutHook hook = timeout_hook()) hook(fmt::format("[comm.{}] {}", op_kind_name(op.kind), msg), false);
 }
 
 bool QueuedComm::broken() {
@@ -280,17 +369,23 @@ QueuedComm::Activity QueuedComm::activity() {
   return act_;
 }
 
-void QueuedComm::set_running(const Op& op) {  // under mu_
+void QueuedComm::set_running(const Op& op, bool on_caller) {  // under mu_
   act_.seq = op.seq;
   act_.kind = op.kind;
   act_.count = op.count;
+  act_.since = Clock::now();
+  act_.on_caller = on_caller;
+  act_.reported = false;
 }
 
 void QueuedComm::set_finished(uint64_t seq) {
   bool queued = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (seq) act_.done = seq;
+    if (seq) {
+      act_.done = seq;
+      act_.done_kind = act_.kind;
+    }
     act_.seq = 0;
     queued = !queue_.empty();
   }
@@ -536,7 +631,7 @@ void QueuedComm::loop() {
         if (queue_.empty()) {
           if (stop_) return;
           lock.unlock();
-          service();
+          answer_and_watch();
           continue;
         }
       }
@@ -544,7 +639,7 @@ void QueuedComm::loop() {
       while (!queue_.empty() && (!queue_.front().collective() || !coll_running) && !broken_) {
         if (queue_.front().collective()) {
           coll_running = true;
-          set_running(queue_.front());
+          set_running(queue_.front(), false);
         }
         starting.push_back(std::move(queue_.front()));
         queue_.pop_front();
@@ -586,7 +681,7 @@ void QueuedComm::loop() {
     if (!active.empty()) {
       last_busy = Clock::now();
       if (Clock::now() - last_service > std::chrono::milliseconds(10)) {
-        service();
+        answer_and_watch();
         last_service = Clock::now();
       }
       // Poll politely: yield for the first moments of an operation (latency)

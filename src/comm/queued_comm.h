@@ -21,11 +21,13 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/hang_record.h"
 #include "core/error.h"
 
 namespace parallm::comm {
 
 class QueuedComm;
+struct Op;
 
 // Completion state shared by the queue and the caller's handle.
 class WorkState : public Work {
@@ -48,17 +50,8 @@ class WorkState : public Work {
   // its communication thread (which may be inside the library), and on expiry
   // asks the peers itself, so the error names a peer that cannot answer
   // (stopped, dead) even when the operation hangs mid-transfer.
-  // `peer`: the rank a send or receive exchanges with (named on expiry), -1 for collectives.
-  void arm(double timeout_s, OpKind kind, uint64_t seq, int peer, const std::string* group, std::atomic<int>* waiters,
-           QueuedComm* owner) {
-    timeout_s_ = timeout_s;
-    kind_ = kind;
-    seq_ = seq;
-    peer_ = peer;
-    group_ = group;
-    waiters_ = waiters;
-    owner_ = owner;
-  }
+  // The operation's kind, number, peer (a send's or receive's, named on expiry), count, type and reduction.
+  void arm(double timeout_s, const Op& op, const std::string* group, std::atomic<int>* waiters, QueuedComm* owner);
   // The communication thread is asking the peers what they are doing after
   // this operation's deadline (for up to `budget_s`): it is not stuck, and its
   // error names the ranks, so the watchdog waits that much longer for it.
@@ -77,6 +70,9 @@ class WorkState : public Work {
   OpKind kind_ = OpKind::Barrier;
   uint64_t seq_ = 0;
   int peer_ = -1;
+  int64_t count_ = 0;
+  DType dtype_ = DType::F32;
+  ReduceOp rop_ = ReduceOp::Sum;
   const std::string* group_ = nullptr;   // the group's name (outlives the wait)
   std::atomic<int>* waiters_ = nullptr;  // the group's count of blocked callers (outlives the wait)
   QueuedComm* owner_ = nullptr;          // the group (outlives the wait)
@@ -155,8 +151,10 @@ class QueuedComm : public Communicator {
   // diagnose also on a caller running a blocking collective inline; service
   // may then run on both threads at once and must guard itself).
   virtual std::unique_ptr<Pending> start(Op& op) = 0;
-  virtual void service() {}                               // answer peers' questions while waiting
-  virtual std::string diagnose(const Op&) { return ""; }  // on a timeout: what the peers are doing
+  virtual void service() {}  // answer peers' questions while waiting
+  // On a timeout: what the peers are doing (a sentence), and each rank's state into `peers` where the backend can
+  // ask (the hang record).
+  virtual std::string diagnose(const Op&, std::vector<PeerState>* /*peers*/) { return ""; }
   // How long diagnose() may wait for the peers' answers: short next to the
   // waiter's watchdog grace (max(2 s, timeout / 10)), so a peer that cannot
   // answer (stopped, dead) is named before the watchdog gives up unnamed.
@@ -179,6 +177,10 @@ class QueuedComm : public Communicator {
     uint64_t seq = 0;   // collective in progress (0: none)
     OpKind kind = OpKind::Barrier;
     int64_t count = 0;
+    OpKind done_kind = OpKind::Barrier;
+    std::chrono::steady_clock::time_point since{};  // when `seq` started
+    bool on_caller = false;                         // `seq` runs on the caller's thread (run_inline)
+    bool reported = false;                          // watch_caller() reported it stuck
   };
   Activity activity();
   std::string error_text(const Op& op, const std::string& what) const;
@@ -186,9 +188,20 @@ class QueuedComm : public Communicator {
  private:
   WorkPtr submit(Op op);
   void run_inline(Op& op);  // a blocking collective on the caller's thread (slot already taken)
-  void set_running(const Op& op);
+  void set_running(const Op& op, bool on_caller);
   void set_finished(uint64_t seq);
   CommError timeout_error(const Op& op);  // asks the peers what they are doing (diagnose)
+  // The error text of an operation found expired after `waited_s`: `what`, the peers' states (diagnose), where the
+  // stacks and the hang record went (written here).
+  std::string hang_report(const Op& op, const std::string& what, double waited_s);
+  // On the comm thread: a collective running on the caller's thread (inside a blocking library call, so its own
+  // deadline cannot fire) past comm.timeout_s + grace is reported through the timeout hook, which must end the
+  // process (the caller never returns).
+  void watch_caller();
+  void answer_and_watch() {  // the comm thread's duties while it waits
+    service();
+    watch_caller();
+  }
   WorkPtr issue(OpKind kind, int64_t count, Tensor a, Tensor b, ReduceOp rop = ReduceOp::Sum, int root = 0,
                 int tag = 0);
   void loop();
@@ -218,6 +231,8 @@ class QueuedComm : public Communicator {
   bool stop_ = false;
   std::exception_ptr broken_;  // first error: the group is unusable afterwards
   std::thread thread_;
+  bool thread_exited_ = false;  // guarded by mu_: loop() returned
+  std::condition_variable exited_cv_;
 };
 
 }  // namespace parallm::comm

@@ -7,7 +7,7 @@
 #     each tensor-parallel group inside one host;
 #  2. tp 4 (a group across the hosts) is refused, naming the rule and the key;
 #  3. `parallm bench comm` reports the world, then intra-host and inter-host busbw apart (checked results).
-# (A host cut mid-run: bench/host_cut.sh, not yet reliable enough for a test.)
+# (A host cut mid-run: host_cut.sh.)
 # Exits 77 (said) where namespaces cannot be made.
 # Usage: two_hosts.sh <parallm> <text file>
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
