@@ -74,6 +74,11 @@ Runner add_launch(CLI::App& app) {
   cmd->add_option("--backoff", ro->backoff_s, "Seconds before the first restart, doubled each time (at most 600)")
       ->check(CLI::Range(0.0, 600.0))
       ->capture_default_str();
+  cmd->add_option("--linger", ro->linger_s,
+                  "With --restarts: seconds a failed attempt's launcher may run on after the job reported its "
+                  "failure before it is stopped (mpirun may wait for a lost host); 0: wait for it")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
   // Everything from the first word that is not an option of launch (or after --) is the command.
   cmd->add_option("command", req->command, "The command (write it after --)");
   cmd->positionals_at_end();

@@ -51,8 +51,46 @@ std::vector<std::string> restart_command(const std::vector<std::string>& command
   return c;
 }
 
+namespace {
+// Stops a launcher that outlives its job's failure report by `linger_s`: SIGTERM, then SIGKILL 5 s later; says when
+// to stop reading its output (the ranks it leaves may hold the pipes). Called after each poll.
+class Linger {
+ public:
+  Linger(pid_t pid, double linger_s) : pid_(pid), linger_s_(linger_s) {}
+  // false once the output is no longer worth waiting for.
+  bool tend(bool reported) {
+    if (linger_s_ <= 0 || !reported) return true;
+    const auto now = Clock::now();
+    if (!seen_) {
+      seen_ = true;
+      since_ = now;
+    }
+    const double s = std::chrono::duration<double>(now - since_).count();
+    if (s > linger_s_ && !termed_) {
+      std::fprintf(stderr,
+                   "launch: the launcher was still running %.0f s after the job reported its failure: stopping it\n",
+                   linger_s_);
+      kill(pid_, SIGTERM);
+      termed_ = true;
+    }
+    if (s > linger_s_ + 5 && !killed_) {
+      kill(pid_, SIGKILL);
+      killed_ = true;
+    }
+    return s <= linger_s_ + 7;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  pid_t pid_;
+  double linger_s_;
+  Clock::time_point since_{};
+  bool seen_ = false, termed_ = false, killed_ = false;
+};
+}  // namespace
+
 AttemptEnd run_attempt(const std::vector<std::string>& argv,
-                       const std::vector<std::pair<std::string, std::string>>& env) {
+                       const std::vector<std::pair<std::string, std::string>>& env, double linger_s) {
   int out[2], err[2];
   PARALLM_CHECK(pipe(out) == 0 && pipe(err) == 0, IoError, "launch", "pipe: {}", std::strerror(errno));
   const pid_t pid = fork();
@@ -82,8 +120,9 @@ AttemptEnd run_attempt(const std::vector<std::string>& argv,
     if (end.reports.size() > 4) end.reports.erase(end.reports.begin());
     if (const std::string h = failed_host(line); !h.empty()) end.host = h;
   };
-  while (open > 0) {
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+  Linger linger(pid, linger_s);
+  while (open > 0 && linger.tend(!end.reports.empty())) {
+    if (poll(fds, 2, 200) < 0 && errno != EINTR) break;
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       char buf[4096];
@@ -103,6 +142,8 @@ AttemptEnd run_attempt(const std::vector<std::string>& argv,
   }
   for (const auto& rest : pending)
     if (!rest.empty()) take(rest);
+  for (pollfd& f : fds)
+    if (f.fd >= 0) close(f.fd);
   int st = 0;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
@@ -132,7 +173,7 @@ int run_with_restarts(LaunchRequest req, const RestartOptions& o,
     }
     std::printf("launch: attempt %d of %d: %s\n", attempt + 1, o.restarts + 1, shell_join(p.argv).c_str());
     std::fflush(stdout);
-    const AttemptEnd end = run_attempt(p.argv, p.env);
+    const AttemptEnd end = run_attempt(p.argv, p.env, o.linger_s);
     status = end.status;
     if (end.status == 0) {
       if (attempt > 0) std::printf("launch: attempt %d of %d succeeded\n", attempt + 1, o.restarts + 1);

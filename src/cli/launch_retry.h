@@ -32,13 +32,16 @@ struct AttemptEnd {
   std::string host;                  // the host they name last ("" if none)
 };
 
-// Runs argv with `env` set, passing its stdout and stderr through, and says how it ended.
+// Runs argv with `env` set, passing its stdout and stderr through, and says how it ended. A launcher still running
+// `linger_s` after the first line reporting a failure (mpirun waiting for a lost host's daemon) is stopped (SIGTERM,
+// then SIGKILL 5 s later); <= 0: never.
 AttemptEnd run_attempt(const std::vector<std::string>& argv,
-                       const std::vector<std::pair<std::string, std::string>>& env);
+                       const std::vector<std::pair<std::string, std::string>>& env, double linger_s = 0);
 
 struct RestartOptions {
   int restarts = 0;
   double backoff_s = 10;  // before the first restart; doubled each time, at most 600 s
+  double linger_s = 30;   // a failed attempt's launcher is stopped this long after the first failure report
   std::string self_host;  // this host: never excluded (local runs)
 };
 // Plans and runs `req` up to 1 + restarts times (plan(req) for each, with the hosts left out so far); returns

@@ -1,9 +1,10 @@
 # Hosts emulated on this machine (sourced by the cluster tests after ../lib.sh):
 #   hosts_up N   N "hosts" (2-4): network namespaces pl<id>h0..pl<id>h{N-1}, each with a veth to a bridge of
 #                its own (10.77.<id % 200>.0/24, host k at .k+1), its own hostname (host0, host1, ...) in a UTS
-#                namespace for each command run in it, and Open MPI pointed at them: a hostfile ($hostfile, 2
-#                slots each), an rsh agent that runs the remote daemon inside the host's namespaces instead of
-#                ssh ($work/rsh), and TCP only on that subnet (OMPI_MCA_*). Exits 77 (said) where namespaces or
+#                namespace for each command run in it, names resolved in each (/etc/netns/<namespace>/hosts,
+#                removed at exit), and Open MPI pointed at them: a hostfile ($hostfile: host0 slots=2, ...),
+#                an rsh agent that runs the remote daemon inside the host's namespaces instead of ssh
+#                ($work/rsh), and TCP only on that subnet (OMPI_MCA_*). Exits 77 (said) where namespaces or
 #                links cannot be made. Everything is removed at exit.
 #   on_host K CMD...   runs CMD on host K (the first host is where mpirun runs).
 #   cut_host K         takes host K's link down (a host lost: its ranks can no longer reach the others).
@@ -20,6 +21,7 @@ hosts_down() {
     ip netns pids "${_ns_pre}$k" 2>/dev/null | xargs -r kill -KILL 2>/dev/null
     ip link del "plv${_ns_id}x$k" 2>/dev/null
     ip netns del "${_ns_pre}$k" 2>/dev/null
+    rm -rf "/etc/netns/${_ns_pre}$k"
   done
   ip link del "$_ns_br" 2>/dev/null
   return 0
@@ -43,14 +45,20 @@ hosts_up() {
     ip netns exec "${_ns_pre}$k" ip addr add "$subnet.$((k + 1))/24" dev eth0 || fail "address of host $k"
     ip netns exec "${_ns_pre}$k" ip link set eth0 up || fail "eth0 up in host $k"
     ip netns exec "${_ns_pre}$k" ip link set lo up || fail "lo up in host $k"
-    echo "$subnet.$((k + 1)) slots=2" >>"$work/hostfile"
+    echo "host$k slots=2" >>"$work/hostfile"
+  done
+  # Each host resolves the others by name: `ip netns exec` binds /etc/netns/<namespace>/hosts over /etc/hosts.
+  for ((k = 0; k < n; k++)); do
+    mkdir -p "/etc/netns/${_ns_pre}$k" || fail "/etc/netns/${_ns_pre}$k"
+    { printf '127.0.0.1 localhost\n'; for ((j = 0; j < n; j++)); do printf '%s host%d\n' "$subnet.$((j + 1))" "$j"; done; } \
+      >"/etc/netns/${_ns_pre}$k/hosts"
   done
   hostfile=$work/hostfile
   cat >"$work/rsh" <<RSH
 #!/bin/sh
-# Open MPI's rsh agent here: the remote daemon of host 10.77.${_ns_id}.K+1 runs in its namespaces.
+# Open MPI's rsh agent here: the remote daemon of hostK runs in its namespaces.
 host=\$1; shift
-k=\${host##*.}; k=\$((k - 1))
+k=\${host#host}
 exec ip netns exec ${_ns_pre}\$k unshare --uts sh -c "hostname host\$k; \$*"
 RSH
   chmod +x "$work/rsh"
