@@ -3,7 +3,7 @@
 // then exchanges a message with every other rank (in n-1 shifted rounds, so
 // every pair is tried and a silent peer is named), and prints its own verdict
 // "[host-local_rank] is OK (global rank r/N)" or what failed. Rank 0 adds the
-// library versions and a summary. Exit code 1 on any failure; a peer that
+// library versions and a summary. GPUs, where there are any: doctor_gpu.h. Exit code 1 on any failure; a peer that
 // never answers makes the survivors fail after --timeout seconds.
 #include <fmt/format.h>
 
@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/doctor_gpu.h"
 #include "cli/options.h"
 #include "cli/world.h"
 #include "core/error.h"
@@ -28,6 +29,7 @@ struct DoctorOptions {
   double timeout_s = 30;
   int64_t mem_mb = 256;
   int64_t msg_bytes = 1 << 20;
+  GpuCheckOptions gpu;
 };
 
 int doctor(const DoctorOptions& o) {
@@ -65,6 +67,9 @@ int doctor(const DoctorOptions& o) {
     p[t.numel() - 1] = 1.0f;
     PARALLM_CHECK(p[0] == 0.0f && p[t.numel() - 1] == 1.0f, InternalError, "doctor", "memory reads back wrong");
   });
+  const std::string who = fmt::format("[{}-{}]", place.host, place.local_rank);
+  for (const std::string& line : check_gpus(place, o.gpu, problems)) std::printf("%s %s\n", who.c_str(), line.c_str());
+  std::fflush(stdout);
   attempt("all_reduce", [&] {
     Tensor t = Tensor::empty({1024}, DType::F32);
     for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(me + 1);
@@ -91,7 +96,6 @@ int doctor(const DoctorOptions& o) {
                       "message from rank {} corrupted at element {}", from, i);
     });
   }
-  const std::string who = fmt::format("[{}-{}]", place.host, place.local_rank);
   if (problems.empty()) {
     std::printf("%s is OK (global rank %d/%d)\n", who.c_str(), me, n);
   } else {
@@ -131,7 +135,15 @@ Runner add_doctor(CLI::App& app) {
   cmd->add_option("--bytes", o->msg_bytes, "Size of the message sent to every other rank")
       ->transform(CLI::AsSizeValue(false))
       ->check(int_in(4, int64_t{1} << 34));
-  cmd->footer("Run on every rank: parallm launch -n 4 -- parallm doctor");
+  cmd->add_option("--gpus", o->gpu.expected, "GPUs each node should have (default: SLURM_GPUS_ON_NODE where set)")
+      ->check(int_in(0, 1024));
+  cmd->add_option("--gpu-mem-mb", o->gpu.mem_mb, "Device memory each GPU's check writes and reads back")
+      ->check(int_in(1, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->footer(
+      "Run on every rank: parallm launch -n 4 -- parallm doctor. Where GPUs exist, the first rank of each node\n"
+      "reads their health from NVML (ECC errors, retired pages, remapped rows; PARALLM_NVML_LIBRARY) and every\n"
+      "rank checks memory and a GEMM on its GPUs.");
   return [o]() { return doctor(*o); };
 }
 

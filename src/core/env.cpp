@@ -40,6 +40,9 @@ const Info kVars[] = {
      "a directory all ranks share, through which NCCL's id is passed where there is no MPI (needs a job id)"},
     {Var::JobId, "PARALLM_JOB_ID", "",
      "the run's id in PARALLM_STORE_DIR (default: SLURM_JOB_ID with its step, or PBS_JOBID)"},
+    {Var::NvmlLibrary, "PARALLM_NVML_LIBRARY", "libnvidia-ml.so.1",
+     "the NVIDIA management library `parallm doctor` loads to read the GPUs' health (ECC, retired pages, remapped "
+     "rows)"},
     {Var::FaultInfGrad, "PARALLM_FAULT_INF_GRAD", "",
      "testing: iterations (e.g. 3,7) whose reduced gradients get an inf on every rank, to exercise overflow "
      "handling"},

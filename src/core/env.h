@@ -28,6 +28,7 @@ enum class Var {
   CommPollUs,       // PARALLM_COMM_POLL_US
   StoreDir,         // PARALLM_STORE_DIR
   JobId,            // PARALLM_JOB_ID
+  NvmlLibrary,      // PARALLM_NVML_LIBRARY
   FaultInfGrad,     // PARALLM_FAULT_INF_GRAD
   FaultStopRank,    // PARALLM_FAULT_STOP_RANK
   FaultSpike,       // PARALLM_FAULT_SPIKE

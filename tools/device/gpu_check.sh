@@ -2,7 +2,8 @@
 # Runs on a lent GPU machine from the repository root (see pack.sh):
 # the CUDA kernel tests, the GPU golden tests, baby GPT training on the GPU,
 # GPT-2 124M throughput, and PyTorch nanoGPT peers. Logs go to $OUT.
-# Arguments pick the parts (default: tests gpt2 peer; also ops, baby, det,
+# Arguments pick the parts (default: health tests gpt2 peer; health: parallm
+# doctor's GPU checks (NVML, memory, GEMM); also ops, baby, det,
 # trace: a CUPTI timeline of 124M steps, summarized; peerprof: the PyTorch
 # peer's kernels by torch.profiler; probe: which GELU cuBLASLt's epilogue
 # computes; nccl: the NCCL communicator's tests, and DDP when the machine has
@@ -60,8 +61,12 @@ assert rel <= 1e-5, rel
 PY
 }
 : "${GPT2_B:=16}" "${GPT2_ITERS:=12}" "${BABY_ITERS:=2000}" "${DTYPES:=fp32 bf16}"
-PARTS=" ${*:-tests gpt2 peer} "
+PARTS=" ${*:-health tests gpt2 peer} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
+if want health; then
+  step "doctor: the GPU's health from NVML (ECC, retired pages or remapped rows), its memory check and GEMM"
+  timeout 120 $W/bin/parallm doctor --gpus "$(nvidia-smi -L | grep -c '^GPU')" 2>&1 | tee $OUT/doctor.log | grep -v "^dist:"
+fi
 if want tests; then
   step "CUDA kernel tests"
   CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=$W/cudnn_dbg.log $W/bin/test_cuda_kernels 2>&1 | tee $OUT/kernels.log | grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -60
