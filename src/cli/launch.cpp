@@ -68,10 +68,15 @@ std::vector<std::string> srun_argv(const LaunchRequest& req, const comm::EnvLook
   PARALLM_CHECK(m.on_path("srun"), ConfigError, "launch", "a Slurm job, but no srun on PATH");
   const std::string n = std::to_string(p.ranks), ppn = std::to_string(p.ppn), t = std::to_string(p.threads);
   std::vector<std::string> a = {"srun", "-n", n, "--ntasks-per-node", ppn, "--cpus-per-task", t};
-  if (!req.exclude.empty()) {  // a restart without the failed nodes: the job's others, -N of them
+  // As many of the job's nodes as the ranks fill (a job that keeps spare nodes for restarts uses fewer); a restart
+  // leaves out the failed nodes.
+  const int used = std::min(p.nodes, (p.ranks + p.ppn - 1) / p.ppn);
+  if (used < p.nodes || !req.exclude.empty()) a.insert(a.end(), {"-N", std::to_string(used)});
+  if (req.restart) a.push_back("--overlap");
+  if (!req.exclude.empty()) {
     std::string hosts;
     for (const auto& h : req.exclude) hosts += (hosts.empty() ? "" : ",") + h;
-    a.insert(a.end(), {"-N", std::to_string(p.nodes), "--exclude=" + hosts});
+    a.push_back("--exclude=" + hosts);
     p.why += fmt::format("; without {}", hosts);
   }
   const bool named =

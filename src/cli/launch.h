@@ -31,6 +31,9 @@ struct LaunchRequest {
   std::vector<std::string> command;
   // Hosts a restart leaves out (launch_retry.h): srun --exclude under Slurm, dropped from a hostfile.
   std::vector<std::string> exclude;
+  // A restart: under Slurm its step may share CPUs with the failed step (srun --overlap), which Slurm holds until
+  // it hears from every node of it, a lost one included.
+  bool restart = false;
 };
 
 struct Machine {

@@ -45,6 +45,13 @@ std::string failed_host(const std::string& line) {
   return "";
 }
 
+int failed_host_weight(const std::string& line) {
+  if (failed_host(line).empty()) return 0;
+  if (line.find(" did not answer") != std::string::npos) return 3;        // parallm: the peer it lost
+  if (line.find("Exited with exit code") != std::string::npos) return 1;  // srun: a rank that ended itself
+  return 2;                                                               // killed, lost
+}
+
 std::vector<std::string> restart_command(const std::vector<std::string>& command) {
   std::vector<std::string> c = command;
   if (c.size() >= 2 && c[1] == "train") c.push_back("train.init_from=auto");
@@ -114,11 +121,16 @@ AttemptEnd run_attempt(const std::vector<std::string>& argv,
   std::string pending[2];
   pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   int open = 2;
+  int weight = 0;  // of end.host: the first host of the weightiest report (failed_host_weight)
   auto take = [&](const std::string& line) {
     if (!is_failure_report(line)) return;
     end.reports.push_back(line);
     if (end.reports.size() > 4) end.reports.erase(end.reports.begin());
-    if (const std::string h = failed_host(line); !h.empty()) end.host = h;
+    const std::string h = failed_host(line);
+    if (const int w = failed_host_weight(line); !h.empty() && w > weight) {
+      end.host = h;
+      weight = w;
+    }
   };
   Linger linger(pid, linger_s);
   while (open > 0 && linger.tend(!end.reports.empty())) {
@@ -163,7 +175,10 @@ int run_with_restarts(LaunchRequest req, const RestartOptions& o,
   const std::vector<std::string> first = req.command;
   int status = 1;
   for (int attempt = 0; attempt <= o.restarts; ++attempt) {
-    if (attempt > 0) req.command = restart_command(first);
+    if (attempt > 0) {
+      req.command = restart_command(first);
+      req.restart = true;
+    }
     LaunchPlan p;
     try {
       p = plan(req);

@@ -20,6 +20,10 @@ namespace parallm::cli {
 // Slurm: "srun: error: b: task 1: Killed"; parallm: "error: ..." (a peer it lost: "... on host b ...").
 bool is_failure_report(const std::string& line);
 std::string failed_host(const std::string& line);
+// How surely the host a line names is the failed one (0: it names none): 3 for parallm's "rank R on host H did not
+// answer", 2 for a launcher's report of a rank killed or lost, 1 for srun's "H: task R: Exited with exit code N" (a
+// rank that ended itself, on a healthy host). An attempt's failed host is the first one of the highest weight.
+int failed_host_weight(const std::string& line);
 
 // The command a restart runs: a `parallm train` command (argv[1] == "train") with train.init_from=auto appended
 // (the last value of a key wins); any other command as it is.
@@ -29,7 +33,7 @@ struct AttemptEnd {
   int status = 0;                    // the exit status; 128 + the signal for a killed launcher
   std::string how;                   // "exit status 1", "killed by signal 9 (Killed)"
   std::vector<std::string> reports;  // the last few lines saying why
-  std::string host;                  // the host they name last ("" if none)
+  std::string host;                  // the failed host they name (failed_host_weight; "" if none)
 };
 
 // Runs argv with `env` set, passing its stdout and stderr through, and says how it ended. A launcher still running

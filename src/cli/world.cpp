@@ -68,9 +68,10 @@ World start_world(const std::string& backend, const comm::CommOptions& options, 
   log::set_rank(w.comm->rank(), w.host);
   // kill -USR2 (or a communication timeout) writes every thread's stack here.
   std::error_code ec;  // absolute: the path goes into error messages read elsewhere
-  const std::string dir = std::filesystem::absolute(env::value(env::Var::TraceDir), ec).lexically_normal().string();
-  trace::install(fmt::format("{}/trace-{}-{}.txt", dir, w.host, w.comm->rank()));
-  comm::set_hang_record_path(fmt::format("{}/hang-{}-{}.json", dir, w.host, w.comm->rank()));  // a run: its out_dir
+  const std::filesystem::path dir = std::filesystem::absolute(env::value(env::Var::TraceDir), ec).lexically_normal();
+  trace::install((dir / fmt::format("trace-{}-{}.txt", w.host, w.comm->rank())).string());
+  // A run records its hangs in its out_dir instead.
+  comm::set_hang_record_path((dir / fmt::format("hang-{}-{}.json", w.host, w.comm->rank())).string());
   run_guarded(w, [&] {
     w.topo = comm::discover_topology(*w.comm, w.host);
     const int t = comm::default_threads(*w.comm, w.topo.me(w.comm->rank()).node);

@@ -106,6 +106,12 @@ TEST(Launch, SlurmUsesSrunWithTheJobsShape) {
   const LaunchPlan q = plan_launch(request(3), env.lookup(), machine(MpiFlavor::OpenMpi, 8));
   EXPECT_EQ(q.ppn, 1);
   EXPECT_EQ(q.ranks, 3);
+  EXPECT_EQ(joined(q), "srun -n 3 --ntasks-per-node 1 --cpus-per-task 8 -N 3 parallm train");  // one node spare
+  // Fewer ranks than the job's nodes hold at --ppn: only the nodes they fill (the others spare for restarts).
+  LaunchRequest r = request(4);
+  r.ppn = 2;
+  EXPECT_EQ(joined(plan_launch(r, env.lookup(), machine(MpiFlavor::OpenMpi, 8))),
+            "srun -n 4 --ntasks-per-node 2 --cpus-per-task 4 -N 2 parallm train");
 }
 
 // srun gets the PMI plugin this MPI needs among those `srun --mpi=list` offers (MpiDefault=none otherwise).
@@ -249,10 +255,22 @@ TEST(Launch, ARestartLeavesTheFailedHostOut) {
   const LaunchPlan p = plan_launch(r, env.lookup(), machine(MpiFlavor::OpenMpi, 8));
   EXPECT_EQ(p.nodes, 3);
   EXPECT_EQ(joined(p), "srun -n 6 --ntasks-per-node 2 --cpus-per-task 4 -N 3 --exclude=b parallm train");
+  r.restart = true;  // the failed step may still hold CPUs: the restart's step shares them
+  EXPECT_EQ(joined(plan_launch(r, env.lookup(), machine(MpiFlavor::OpenMpi, 8))),
+            "srun -n 6 --ntasks-per-node 2 --cpus-per-task 4 -N 3 --overlap --exclude=b parallm train");
+  r.restart = false;
   r.exclude = {"b", "c"};  // 2 nodes x 2 ranks < 6
   EXPECT_THROW(plan_launch(r, env.lookup(), machine(MpiFlavor::OpenMpi, 8)), ConfigError);
   EXPECT_EQ(hostfile_without("# hosts\na slots=2\nb slots=2\n\nc:2\nbb slots=1\n", {"b", "c"}),
             "# hosts\na slots=2\n\nbb slots=1\n");
+}
+
+TEST(Launch, TheLostPeerOutweighsTheRanksThatEndedThemselves) {
+  EXPECT_EQ(failed_host_weight("[a:0] error: [comm.all_gather] ... ranks 2,3 on host b did not answer within 1.0 s"),
+            3);
+  EXPECT_EQ(failed_host_weight("srun: error: b: task 2: Killed"), 2);
+  EXPECT_EQ(failed_host_weight("srun: error: a: task 0: Exited with exit code 1"), 1);
+  EXPECT_EQ(failed_host_weight("[a:0] error: [config] bad key"), 0);
 }
 
 TEST(Launch, FailureReportsNameTheirHost) {
