@@ -29,7 +29,8 @@ void node_health(const GpuCheckOptions& o, std::vector<std::string>& lines, std:
   const nvml::Report r = nvml::query();
   const int cuda = gpu::device_count();
   const int want = expected_gpus(o.expected);
-  const int seen = std::max(cuda, static_cast<int>(r.gpus.size()));
+  // The GPUs this job can use: CUDA's (CUDA_VISIBLE_DEVICES applies), else NVML's (the node's).
+  const int usable = cuda > 0 ? cuda : static_cast<int>(r.gpus.size());
   if (!r.loaded && cuda == 0) {
     lines.push_back(fmt::format("no GPU found: {}; {}",
                                 gpu::built() ? "CUDA sees no device" : "parallm was built without CUDA", r.why));
@@ -44,9 +45,9 @@ void node_health(const GpuCheckOptions& o, std::vector<std::string>& lines, std:
         problems.push_back(fmt::format("gpu {}: {}", g.index, p));
     }
   }
-  if (want >= 0 && seen != want)
-    problems.push_back(fmt::format("{} GPU{} expected on this node, {} seen (NVML {}, CUDA {})", want,
-                                   want == 1 ? "" : "s", seen, r.gpus.size(), cuda));
+  if (want >= 0 && usable < want)
+    problems.push_back(fmt::format("{} GPU{} expected on this node, {} usable (CUDA {}, NVML {})", want,
+                                   want == 1 ? "" : "s", usable, cuda, r.gpus.size()));
 }
 
 // A pattern written to `mem_mb` of device memory and read back.
@@ -120,10 +121,11 @@ std::vector<std::string> check_gpus(const comm::RankPlace& place, const GpuCheck
           fmt::format("gpu {}: {}: memory check of {} MiB {}, fp32 GEMM against the CPU's {} (max error "
                       "{:.1e} of the largest value)",
                       d, gpu::describe(d), o.mem_mb, mem.empty() ? "OK" : "FAILED", gemm_ok ? "OK" : "WRONG", err));
-      if (!mem.empty()) problems.push_back(fmt::format("gpu {}: {}", d, mem));
-      if (!gemm_ok) problems.push_back(fmt::format("gpu {}: fp32 GEMM off by {:.1e} of the largest value", d, err));
+      if (!mem.empty()) problems.push_back(fmt::format("cuda device {}: {}", d, mem));
+      if (!gemm_ok)
+        problems.push_back(fmt::format("cuda device {}: fp32 GEMM off by {:.1e} of the largest value", d, err));
     } catch (const Error& e) {
-      problems.push_back(fmt::format("gpu {}: {}", d, e.what()));
+      problems.push_back(fmt::format("cuda device {}: {}", d, e.what()));
     }
   }
   gpu::set_device(back_to);

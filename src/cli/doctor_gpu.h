@@ -1,10 +1,12 @@
 // `parallm doctor`'s GPU checks, so a bad node is named before a job starts:
 // the first rank of each node reads every GPU's health from NVML (core/nvml.h:
-// ECC errors, retired pages, remapped rows) and compares the GPUs seen with the
-// GPUs expected (--gpus, else Slurm's SLURM_GPUS_ON_NODE); every rank then runs
-// a device memory check (a pattern written and read back) and a small fp32
-// GEMM against the CPU's on the GPUs it covers (local rank r: GPUs r,
-// r + ranks on the node, ...). Without GPUs it says none was found and why.
+// ECC errors, retired pages, remapped rows; "gpu N" by NVML's index, with its
+// UUID) and checks the GPUs usable here (CUDA's count) are not fewer than
+// expected (--gpus, else Slurm's SLURM_GPUS_ON_NODE); every rank then runs a
+// device memory check (a pattern written and read back) and a small fp32 GEMM
+// against the CPU's on the CUDA devices it covers ("cuda device N", CUDA's
+// ordinal; local rank r: devices r, r + ranks on the node, ...). Without GPUs it
+// says none was found and why.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "core/error.h"
@@ -52,6 +54,28 @@ int failed_host_weight(const std::string& line) {
   return 2;                                                               // killed, lost
 }
 
+void FailedHost::add(const std::string& line) {
+  const std::string h = failed_host(line);
+  const int w = failed_host_weight(line);
+  if (h.empty() || w < weight_) return;
+  if (w > weight_) {
+    weight_ = w;
+    host_ = h;
+  }
+  if (w < 3) return;
+  // "[reporter:rank] error: ..." names who reports.
+  const size_t colon = line.rfind(':', line.find(']'));
+  const std::string reporter = line[0] == '[' && colon != std::string::npos ? line.substr(1, colon - 1) : line;
+  auto it = std::find_if(named_.begin(), named_.end(), [&](const Named& n) { return n.host == h; });
+  if (it == named_.end()) it = named_.insert(named_.end(), Named{h, {}});
+  if (std::find(it->reporters.begin(), it->reporters.end(), reporter) == it->reporters.end())
+    it->reporters.push_back(reporter);
+  const Named* best = &named_.front();
+  for (const Named& n : named_)
+    if (n.reporters.size() > best->reporters.size()) best = &n;
+  host_ = best->host;
+}
+
 std::vector<std::string> restart_command(const std::vector<std::string>& command) {
   std::vector<std::string> c = command;
   if (c.size() >= 2 && c[1] == "train") c.push_back("train.init_from=auto");
@@ -59,6 +83,24 @@ std::vector<std::string> restart_command(const std::vector<std::string>& command
 }
 
 namespace {
+// Every process below `pid` (children first found through /proc/<pid>/task/<tid>/children).
+std::vector<pid_t> descendants(pid_t pid) {
+  std::vector<pid_t> out, todo = {pid};
+  while (!todo.empty()) {
+    const pid_t p = todo.back();
+    todo.pop_back();
+    std::error_code ec;
+    for (const auto& t : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", p), ec)) {
+      std::ifstream f(t.path() / "children");
+      for (pid_t c; f >> c;) {
+        out.push_back(c);
+        todo.push_back(c);
+      }
+    }
+  }
+  return out;
+}
+
 // Stops a launcher that outlives its job's failure report by `linger_s`: SIGTERM, then SIGKILL 5 s later; says when
 // to stop reading its output (the ranks it leaves may hold the pipes). Called after each poll.
 class Linger {
@@ -81,6 +123,7 @@ class Linger {
       termed_ = true;
     }
     if (s > linger_s_ + 5 && !killed_) {
+      for (pid_t d : descendants(pid_)) kill(d, SIGKILL);  // the ranks it started here, which it no longer ends
       kill(pid_, SIGKILL);
       killed_ = true;
     }
@@ -121,16 +164,13 @@ AttemptEnd run_attempt(const std::vector<std::string>& argv,
   std::string pending[2];
   pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   int open = 2;
-  int weight = 0;  // of end.host: the first host of the weightiest report (failed_host_weight)
+  FailedHost failed;
   auto take = [&](const std::string& line) {
     if (!is_failure_report(line)) return;
     end.reports.push_back(line);
     if (end.reports.size() > 4) end.reports.erase(end.reports.begin());
-    const std::string h = failed_host(line);
-    if (const int w = failed_host_weight(line); !h.empty() && w > weight) {
-      end.host = h;
-      weight = w;
-    }
+    failed.add(line);
+    end.host = failed.host();
   };
   Linger linger(pid, linger_s);
   while (open > 0 && linger.tend(!end.reports.empty())) {

@@ -24,6 +24,23 @@ std::string failed_host(const std::string& line);
 // answer", 2 for a launcher's report of a rank killed or lost, 1 for srun's "H: task R: Exited with exit code N" (a
 // rank that ended itself, on a healthy host). An attempt's failed host is the first one of the highest weight.
 int failed_host_weight(const std::string& line);
+// The failed host of an attempt from its report lines, in order: the host of the weightiest kind of report; among
+// parallm's "did not answer" reports, the host named by the most distinct reporting hosts ("[host:rank] error: ..."),
+// then the first named (a partition seen from both sides names each side once).
+class FailedHost {
+ public:
+  void add(const std::string& line);
+  const std::string& host() const { return host_; }
+
+ private:
+  struct Named {
+    std::string host;
+    std::vector<std::string> reporters;
+  };
+  std::vector<Named> named_;  // weight-3 reports, in order of first mention
+  std::string host_;
+  int weight_ = 0;
+};
 
 // The command a restart runs: a `parallm train` command (argv[1] == "train") with train.init_from=auto appended
 // (the last value of a key wins); any other command as it is.

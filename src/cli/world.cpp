@@ -54,6 +54,11 @@ void on_timeout(const std::string& message, bool unwinds) {
 }
 }  // namespace
 
+World::~World() {
+  comm::Communicator* mine = comm.get();
+  if (mine) g_world.compare_exchange_strong(mine, nullptr);
+}
+
 World start_world(const std::string& backend, const comm::CommOptions& options, bool announce, int threads) {
   World w;
   const comm::EnvRank launched = comm::env_rank();  // before MPI starts: MPI_Init may add its own variables

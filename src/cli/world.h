@@ -21,6 +21,10 @@ struct World {
   std::string host;
   comm::Communicator& operator*() const { return *comm; }
   comm::Communicator* operator->() const { return comm.get(); }
+  World() = default;
+  World(World&&) = default;
+  World& operator=(World&&) = default;
+  ~World();  // the timeout hook forgets the communicator it would abort
 };
 
 // Makes the world communicator (an error, on every rank, when this process

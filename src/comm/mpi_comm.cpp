@@ -44,8 +44,8 @@ namespace parallm::comm {
 
 namespace {
 
-constexpr int kTagStatusReq = 32767, kTagStatusRep = 32766, kTagSignature = 32765;
-constexpr int kSigFields = 6;  // seq, kind, count, dtype, root, reduce op
+constexpr int kTagSignature = 32765;  // the status tags: mpi_hosts.h
+constexpr int kSigFields = 6;         // seq, kind, count, dtype, root, reduce op
 
 void mpi_check(int rc, const std::string& where, const std::string& what) {
   if (rc == MPI_SUCCESS) return;
@@ -85,6 +85,10 @@ MPI_Op mpi_op(ReduceOp op) {
 struct MpiRuntime {
   bool we_initialized = false;
   std::vector<std::string> hosts;  // by world rank: where each rank runs (the diagnosis names them)
+  // The world group's control communicator (its comm thread answers on it), for a diagnosis in any group to ask
+  // who in the world is silent; null once the world group is gone. One diagnosis at a time in the process.
+  MPI_Comm world_ctrl = MPI_COMM_NULL;
+  std::mutex diagnose_mu;
   ~MpiRuntime() {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -165,6 +169,10 @@ class MpiComm : public QueuedComm {
   }
   ~MpiComm() override {
     stop_thread();
+    {
+      std::lock_guard<std::mutex> lock(rt_->diagnose_mu);
+      if (rt_->world_ctrl == ctrl_) rt_->world_ctrl = MPI_COMM_NULL;
+    }
     MPI_Comm_free(&ctrl_);
     MPI_Comm_free(&comm_);
   }
@@ -214,45 +222,43 @@ class MpiComm : public QueuedComm {
   // Also called by a caller whose wait outlived the deadline while this
   // group's comm thread is stuck in the library (one diagnosis at a time).
   std::string diagnose(const Op& op, std::vector<PeerState>* peers) override {
-    std::lock_guard<std::mutex> one_at_a_time(diagnose_mu_);
+    std::lock_guard<std::mutex> one_at_a_time(rt_->diagnose_mu);
     const int n = size(), me = rank();
-    std::vector<MPI_Request> reqs;
-    int64_t q = static_cast<int64_t>(op.seq);
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      reqs.emplace_back();
-      MPI_Isend(&q, 1, MPI_INT64_T, p, kTagStatusReq, ctrl_, &reqs.back());
-    }
-    std::map<int, StatusAnswer> got;
     const double budget = diagnose_budget_s();
-    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(budget);
-    while (static_cast<int>(got.size()) < n - 1 && std::chrono::steady_clock::now() < until) {
-      int flag = 0;
-      MPI_Status st;
-      MPI_Iprobe(MPI_ANY_SOURCE, kTagStatusRep, ctrl_, &flag, &st);
-      if (flag) {
-        StatusAnswer rep{};
-        MPI_Recv(rep.data(), kStatusFields, MPI_INT64_T, st.MPI_SOURCE, kTagStatusRep, ctrl_, MPI_STATUS_IGNORE);
-        got[st.MPI_SOURCE] = rep;
-      } else {
-        service();
-        sched_yield();
-      }
-    }
-    for (MPI_Request& r : reqs)
-      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    const std::map<int, StatusAnswer> got = mpi_ask_peers(ctrl_, op.seq, budget, [this] { service(); });
     const Places places = mpi_places(comm_, rt_->hosts);
     if (peers) {
       const Activity act = activity();
       *peers = peer_states(n, me, status_answer(act.done, act.done_kind, act.seq, act.kind, act.count), got, places);
     }
-    return describe_answers(op.seq, n, me, got, places, budget);
+    std::string s = describe_answers(op.seq, n, me, got, places, budget);
+    // Every peer of the group answered: the rank that stopped may be in another group, busy with this one's peer
+    // (a lost host's ranks that a dp peer waits for while its tp peer waits on it). Who in the world is silent?
+    if (static_cast<int>(got.size()) == n - 1 && rt_->world_ctrl != MPI_COMM_NULL && ctrl_ != rt_->world_ctrl)
+      s += world_silence(budget);
+    return s;
+  }
+
+  // "; across the world, ranks 2,3 on host b did not answer ..." ("" when every rank answers).
+  std::string world_silence(double budget) {
+    int n = 0, me = 0;
+    MPI_Comm_size(rt_->world_ctrl, &n);
+    MPI_Comm_rank(rt_->world_ctrl, &me);
+    const std::map<int, StatusAnswer> got = mpi_ask_peers(rt_->world_ctrl, 0, budget, [this] { service(); });
+    if (static_cast<int>(got.size()) == n - 1) return "";
+    std::vector<int> silent;
+    for (int p = 0; p < n; ++p)
+      if (p != me && !got.count(p)) silent.push_back(p);
+    Places places;
+    for (int p = 0; p < n; ++p)
+      places.emplace_back(p, p < static_cast<int>(rt_->hosts.size()) ? rt_->hosts[static_cast<size_t>(p)] : "");
+    return "; across the world, " + silence_text(silent, places, budget);
   }
 
  private:
   std::shared_ptr<MpiRuntime> rt_;
   MPI_Comm comm_, ctrl_ = MPI_COMM_NULL;
-  std::mutex service_mu_, diagnose_mu_;
+  std::mutex service_mu_;
   friend class CollPending;
 };
 
@@ -670,7 +676,11 @@ std::unique_ptr<Communicator> make_mpi_world(const CommOptions& options) {
   MPI_Comm_rank(world, &r);
   MPI_Comm_size(world, &n);
   rt->hosts = mpi_gather_hosts(world);  // a timeout's diagnosis names the hosts of the ranks that did not answer
-  return std::make_unique<MpiComm>(std::move(rt), world, r, n, "world", options);
+  MpiRuntime& runtime = *rt;
+  auto c = std::make_unique<MpiComm>(std::move(rt), world, r, n, "world", options);
+  std::lock_guard<std::mutex> lock(runtime.diagnose_mu);
+  runtime.world_ctrl = c->ctrl();
+  return c;
 }
 
 }  // namespace parallm::comm

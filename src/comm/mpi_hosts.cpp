@@ -3,9 +3,11 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstring>
 
 #include "comm/topology.h"
@@ -45,6 +47,38 @@ std::string host_of(const std::vector<std::string>& world_hosts, int world_rank)
              : std::string();
 }
 }  // namespace
+
+std::map<int, StatusAnswer> mpi_ask_peers(MPI_Comm ctrl, uint64_t seq, double budget_s,
+                                          const std::function<void()>& meanwhile) {
+  int n = 0, me = 0;
+  MPI_Comm_size(ctrl, &n);
+  MPI_Comm_rank(ctrl, &me);
+  std::vector<MPI_Request> reqs;
+  const int64_t q = static_cast<int64_t>(seq);
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    reqs.emplace_back();
+    MPI_Isend(&q, 1, MPI_INT64_T, p, kTagStatusReq, ctrl, &reqs.back());
+  }
+  std::map<int, StatusAnswer> got;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(budget_s);
+  while (static_cast<int>(got.size()) < n - 1 && std::chrono::steady_clock::now() < until) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, kTagStatusRep, ctrl, &flag, &st);
+    if (flag) {
+      StatusAnswer rep{};
+      MPI_Recv(rep.data(), kStatusFields, MPI_INT64_T, st.MPI_SOURCE, kTagStatusRep, ctrl, MPI_STATUS_IGNORE);
+      got[st.MPI_SOURCE] = rep;
+    } else {
+      if (meanwhile) meanwhile();
+      sched_yield();
+    }
+  }
+  for (MPI_Request& r : reqs)
+    if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+  return got;
+}
 
 std::vector<std::pair<int, std::string>> mpi_places(MPI_Comm group, const std::vector<std::string>& world_hosts) {
   int n = 0;

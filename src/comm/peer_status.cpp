@@ -69,12 +69,15 @@ std::string describe_answers(uint64_t seq, int size, int me, const std::map<int,
   }
   std::string s;
   for (const auto& o : others) s += (s.empty() ? "" : "; ") + o;
-  if (!silent.empty())
-    s += fmt::format(
-        "{}{}{} did not answer within {:.1f} s (stopped, dead, or stuck outside communication: look at that process)",
-        s.empty() ? "" : "; ", rank_list(silent), hosts_of(places, silent), budget_s);
+  if (!silent.empty()) s += (s.empty() ? "" : "; ") + silence_text(silent, places, budget_s);
   if (!waiting.empty()) s += (s.empty() ? "" : "; ") + rank_list(waiting) + " waiting in the same operation";
   return s;
+}
+
+std::string silence_text(const std::vector<int>& silent, const Places& places, double budget_s) {
+  return fmt::format(
+      "{}{} did not answer within {:.1f} s (stopped, dead, or stuck outside communication: look at that process)",
+      rank_list(silent), hosts_of(places, silent), budget_s);
 }
 
 std::string rank_list(const std::vector<int>& ranks) {

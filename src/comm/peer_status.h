@@ -30,6 +30,8 @@ std::vector<PeerState> peer_states(int size, int me, const StatusAnswer& mine, c
 // in the same operation": the peers of `me` as they answered about operation `seq` within `budget_s`.
 std::string describe_answers(uint64_t seq, int size, int me, const std::map<int, StatusAnswer>& got,
                              const Places& places, double budget_s);
+// "ranks 1,3 on host h1 did not answer within 1.0 s (stopped, dead, or stuck outside communication: ...)".
+std::string silence_text(const std::vector<int>& silent, const Places& places, double budget_s);
 // "rank 3" or "ranks 1,2".
 std::string rank_list(const std::vector<int>& ranks);
 

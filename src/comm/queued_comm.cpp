@@ -93,17 +93,22 @@ void WorkState::watch(std::unique_lock<std::mutex>& lock) {
         "still inside the communication library after {:.1f} s (comm.timeout_s {:.1f}): a peer died or stopped, or "
         "the network stalled mid-transfer",
         total, timeout_s_);
-    // The report asks the peers and dumps every thread's stacks (this one's waker included): unlocked.
-    const std::string msg = owner_ ? owner_->hang_report(op, what, total)
-                                   : fmt::format("{} #{}{} in group {}: {}", op_kind_name(kind_), seq_, with,
-                                                 group_ ? *group_ : "?", what) +
-                                         stacks_note(what);
+    const std::string brief =
+        fmt::format("{} #{}{} in group {}: {}", op_kind_name(kind_), seq_, with, group_ ? *group_ : "?", what);
+    // The deadline first: the report's I/O may itself hang on the failure it reports.
+    if (const TimeoutHook hook = timeout_hook()) hook(brief, true);
+    // The report asks the peers and dumps every thread's stacks (this one's waker included): unlocked. Nothing is
+    // written if the operation completes meanwhile.
+    const auto pending = [&] {
+      std::lock_guard<std::mutex> l(mu_);
+      return !done_;
+    };
+    const std::string msg = owner_ ? owner_->hang_report(op, what, total, pending) : brief + stacks_note(brief);
     lock.lock();
     if (done_) return;
     lock.unlock();
     const CommError err("comm.wait", msg);
     if (owner_) owner_->fail_all(std::make_exception_ptr(err));  // the group is broken (its thread may never return)
-    if (const TimeoutHook hook = timeout_hook()) hook(err.what(), true);
     throw err;
   }
 }
@@ -306,59 +311,6 @@ void QueuedComm::reset_counts() {
   }
 }
 
-CommError QueuedComm::timeout_error(const Op& op) {
-  if (op.work) op.work->diagnosing(diagnose_budget_s());
-  const std::string msg =
-      hang_report(op, fmt::format("timed out after {:.1f} s (comm.timeout_s)", options_.timeout_s), options_.timeout_s);
-  CommError e(fmt::format("comm.{}", op_kind_name(op.kind)), msg);
-  if (const TimeoutHook hook = timeout_hook()) hook(e.what(), true);
-  return e;
-}
-
-std::string QueuedComm::hang_report(const Op& op, const std::string& what, double waited_s) {
-  std::vector<PeerState> peers;
-  const std::string diag = diagnose(op, &peers);
-  std::string msg = error_text(op, diag.empty() ? what : what + "; " + diag);
-  HangRecord rec;
-  rec.group = name_;
-  rec.rank = rank_;
-  rec.size = size_;
-  rec.operation = op.describe();
-  rec.waited_s = waited_s;
-  rec.timeout_s = options_.timeout_s;
-  rec.ranks = std::move(peers);
-  rec.stacks = trace::dump_once("timeout: " + msg);
-  rec.error = msg;
-  if (!rec.stacks.empty()) msg += "; stacks of every thread in " + rec.stacks;
-  if (const std::string path = write_hang_record(rec); !path.empty()) msg += "; what every rank was doing in " + path;
-  return msg;
-}
-
-// A collective on the caller's thread that is still inside the library past the deadline and a grace (the
-// signature round passed, then a peer vanished mid-transfer): the caller cannot return to report it, so this
-// thread does, once, and the hook ends the process.
-void QueuedComm::watch_caller() {
-  Op op;
-  double ran = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!act_.seq || !act_.on_caller || act_.reported) return;
-    ran = std::chrono::duration<double>(Clock::now() - act_.since).count();
-    if (ran < options_.timeout_s + std::max(2.0, 0.1 * options_.timeout_s)) return;
-    act_.reported = true;
-    op.kind = act_.kind;
-    op.seq = act_.seq;
-    op.count = act_.count;
-  }
-  const std::string msg = hang_report(
-      op,
-      fmt::format("still inside the communication library after {:.1f} s on the calling thread (comm.timeout_s "
-                  "{:.1f}): a peer died or stopped, or the network stalled mid-transfer",
-                  ran, options_.timeout_s),
-      ran);
-  if (const TimeoutHook hook = timeout_hook()) hook(fmt::format("[comm.{}] {}", op_kind_name(op.kind), msg), false);
-}
-
 bool QueuedComm::broken() {
   std::lock_guard<std::mutex> lock(mu_);
   return broken_ != nullptr;
@@ -373,6 +325,9 @@ void QueuedComm::set_running(const Op& op, bool on_caller) {  // under mu_
   act_.seq = op.seq;
   act_.kind = op.kind;
   act_.count = op.count;
+  act_.dtype = op.dtype();
+  act_.rop = op.rop;
+  act_.root = op.root;
   act_.since = Clock::now();
   act_.on_caller = on_caller;
   act_.reported = false;
@@ -402,7 +357,13 @@ void QueuedComm::run_inline(Op& op) {
         t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
     while (!p->poll()) {
       const auto now = Clock::now();
-      if (now > deadline) throw timeout_error(op);
+      if (now > deadline) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          act_.reported = true;  // this thread reports it, not the comm thread's watch_caller
+        }
+        throw timeout_error(op);
+      }
       // The caller waits anyway: poll tightly at first (the signature check of
       // ranks that arrive together takes microseconds), then yield (the core
       // goes to any other runnable thread), and only after 20 ms sleep. Sleeping

@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -177,6 +178,9 @@ class QueuedComm : public Communicator {
     uint64_t seq = 0;   // collective in progress (0: none)
     OpKind kind = OpKind::Barrier;
     int64_t count = 0;
+    DType dtype = DType::F32;
+    ReduceOp rop = ReduceOp::Sum;
+    int root = 0;
     OpKind done_kind = OpKind::Barrier;
     std::chrono::steady_clock::time_point since{};  // when `seq` started
     bool on_caller = false;                         // `seq` runs on the caller's thread (run_inline)
@@ -193,7 +197,9 @@ class QueuedComm : public Communicator {
   CommError timeout_error(const Op& op);  // asks the peers what they are doing (diagnose)
   // The error text of an operation found expired after `waited_s`: `what`, the peers' states (diagnose), where the
   // stacks and the hang record went (written here).
-  std::string hang_report(const Op& op, const std::string& what, double waited_s);
+  // Asks `pending` (when given) after the diagnosis: false (the operation completed meanwhile) skips the dump and
+  // the record.
+  std::string hang_report(const Op& op, const std::string& what, double waited_s, const std::function<bool()>& pending);
   // On the comm thread: a collective running on the caller's thread (inside a blocking library call, so its own
   // deadline cannot fire) past comm.timeout_s + grace is reported through the timeout hook, which must end the
   // process (the caller never returns).

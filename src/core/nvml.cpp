@@ -47,26 +47,36 @@ struct Api {
   std::string error(Ret r) const { return error_string ? error_string(r) : fmt::format("NVML error {}", r); }
 };
 
+// The entry points every NVML has; the others are optional (an older driver lacks remapped rows, say): left null,
+// their items unknown.
 bool bind_all(Api& a, std::string& why) {
-  return a.bind(a.init, "nvmlInit_v2", why) && a.bind(a.shutdown, "nvmlShutdown", why) &&
-         a.bind(a.error_string, "nvmlErrorString", why) &&
-         a.bind(a.driver_version, "nvmlSystemGetDriverVersion", why) && a.bind(a.count, "nvmlDeviceGetCount_v2", why) &&
-         a.bind(a.handle, "nvmlDeviceGetHandleByIndex_v2", why) && a.bind(a.name, "nvmlDeviceGetName", why) &&
-         a.bind(a.uuid, "nvmlDeviceGetUUID", why) && a.bind(a.memory, "nvmlDeviceGetMemoryInfo", why) &&
-         a.bind(a.ecc_mode, "nvmlDeviceGetEccMode", why) && a.bind(a.ecc_errors, "nvmlDeviceGetTotalEccErrors", why) &&
-         a.bind(a.retired_pages, "nvmlDeviceGetRetiredPages", why) &&
-         a.bind(a.retired_pending, "nvmlDeviceGetRetiredPagesPendingStatus", why) &&
-         a.bind(a.remapped_rows, "nvmlDeviceGetRemappedRows", why);
+  const bool ok = a.bind(a.init, "nvmlInit_v2", why) && a.bind(a.shutdown, "nvmlShutdown", why) &&
+                  a.bind(a.count, "nvmlDeviceGetCount_v2", why) &&
+                  a.bind(a.handle, "nvmlDeviceGetHandleByIndex_v2", why);
+  if (!ok) return false;
+  std::string ignored;
+  a.bind(a.error_string, "nvmlErrorString", ignored);
+  a.bind(a.driver_version, "nvmlSystemGetDriverVersion", ignored);
+  a.bind(a.name, "nvmlDeviceGetName", ignored);
+  a.bind(a.uuid, "nvmlDeviceGetUUID", ignored);
+  a.bind(a.memory, "nvmlDeviceGetMemoryInfo", ignored);
+  a.bind(a.ecc_mode, "nvmlDeviceGetEccMode", ignored);
+  a.bind(a.ecc_errors, "nvmlDeviceGetTotalEccErrors", ignored);
+  a.bind(a.retired_pages, "nvmlDeviceGetRetiredPages", ignored);
+  a.bind(a.retired_pending, "nvmlDeviceGetRetiredPagesPendingStatus", ignored);
+  a.bind(a.remapped_rows, "nvmlDeviceGetRemappedRows", ignored);
+  return true;
 }
 
 std::optional<uint64_t> ecc_count(const Api& a, Device d, int type, int counter) {
   unsigned long long n = 0;
-  if (a.ecc_errors(d, type, counter, &n) != kSuccess) return std::nullopt;
+  if (!a.ecc_errors || a.ecc_errors(d, type, counter, &n) != kSuccess) return std::nullopt;
   return n;
 }
 
 std::optional<unsigned> retired(const Api& a, Device d, int cause) {
   unsigned n = 0;  // 0: ask for the count only
+  if (!a.retired_pages) return std::nullopt;
   const Ret r = a.retired_pages(d, cause, &n, nullptr);
   if (r != kSuccess && r != kInsufficientSize) return std::nullopt;
   return n;
@@ -76,16 +86,16 @@ Gpu read_gpu(const Api& a, unsigned i, Device d) {
   Gpu g;
   g.index = static_cast<int>(i);
   char buf[96] = {};
-  if (a.name(d, buf, sizeof buf) == kSuccess) g.name = buf;
+  if (a.name && a.name(d, buf, sizeof buf) == kSuccess) g.name = buf;
   buf[0] = 0;
-  if (a.uuid(d, buf, sizeof buf) == kSuccess) g.uuid = buf;
+  if (a.uuid && a.uuid(d, buf, sizeof buf) == kSuccess) g.uuid = buf;
   Memory m{};
-  if (a.memory(d, &m) == kSuccess) {
+  if (a.memory && a.memory(d, &m) == kSuccess) {
     g.mem_total = m.total;
     g.mem_used = m.used;
   }
   int cur = 0, pending = 0;
-  if (a.ecc_mode(d, &cur, &pending) == kSuccess) g.ecc_on = cur != 0;
+  if (a.ecc_mode && a.ecc_mode(d, &cur, &pending) == kSuccess) g.ecc_on = cur != 0;
   if (g.ecc_on.value_or(false)) {
     g.ecc_uncorrected_volatile = ecc_count(a, d, kUncorrected, kVolatile);
     g.ecc_corrected_volatile = ecc_count(a, d, kCorrected, kVolatile);
@@ -94,9 +104,9 @@ Gpu read_gpu(const Api& a, unsigned i, Device d) {
   g.retired_single_bit = retired(a, d, kSingleBitPages);
   g.retired_double_bit = retired(a, d, kDoubleBitPages);
   int rp = 0;
-  if (a.retired_pending(d, &rp) == kSuccess) g.retired_pending = rp != 0;
+  if (a.retired_pending && a.retired_pending(d, &rp) == kSuccess) g.retired_pending = rp != 0;
   unsigned corr = 0, unc = 0, rpend = 0, fail = 0;
-  if (a.remapped_rows(d, &corr, &unc, &rpend, &fail) == kSuccess) {
+  if (a.remapped_rows && a.remapped_rows(d, &corr, &unc, &rpend, &fail) == kSuccess) {
     g.rows_correctable = corr;
     g.rows_uncorrectable = unc;
     g.rows_pending = rpend != 0;
@@ -127,13 +137,20 @@ Report query() {
     } else {
       rep.loaded = true;
       char buf[96] = {};
-      if (a.driver_version(buf, sizeof buf) == kSuccess) rep.driver = buf;
+      if (a.driver_version && a.driver_version(buf, sizeof buf) == kSuccess) rep.driver = buf;
       unsigned n = 0;
       if (const Ret c = a.count(&n); c != kSuccess)
         rep.why = fmt::format("NVML could not count the GPUs: {}", a.error(c));
       for (unsigned i = 0; i < n; ++i) {
         Device d = nullptr;
-        if (a.handle(i, &d) == kSuccess) rep.gpus.push_back(read_gpu(a, i, d));
+        if (const Ret h = a.handle(i, &d); h == kSuccess) {
+          rep.gpus.push_back(read_gpu(a, i, d));
+        } else {  // a GPU fallen off the bus, say: named, not skipped
+          Gpu g;
+          g.index = static_cast<int>(i);
+          g.unreachable = a.error(h);
+          rep.gpus.push_back(g);
+        }
       }
       a.shutdown();
     }
@@ -143,6 +160,7 @@ Report query() {
 }
 
 std::string describe(const Gpu& g) {
+  if (!g.unreachable.empty()) return "NVML cannot reach it: " + g.unreachable;
   std::string s = fmt::format("{} ({}), memory {:.1f}/{:.1f} GiB used", g.name.empty() ? "?" : g.name,
                               g.uuid.empty() ? "?" : g.uuid, static_cast<double>(g.mem_used) / (1 << 30),
                               static_cast<double>(g.mem_total) / (1 << 30));
@@ -167,6 +185,7 @@ std::string describe(const Gpu& g) {
 std::string problems(const Gpu& g) {
   std::string s;
   auto add = [&](const std::string& p) { s += (s.empty() ? "" : "; ") + p; };
+  if (!g.unreachable.empty()) add("NVML cannot reach it: " + g.unreachable);
   if (g.ecc_uncorrected_volatile.value_or(0) > 0)
     add(fmt::format("{} uncorrected ECC errors since the driver loaded", *g.ecc_uncorrected_volatile));
   if (g.retired_pending.value_or(false)) add("a page retirement waits for a GPU reset");

@@ -15,7 +15,8 @@
 namespace parallm::nvml {
 
 struct Gpu {
-  int index = 0;
+  int index = 0;            // NVML's (the node's order, whatever CUDA_VISIBLE_DEVICES says)
+  std::string unreachable;  // NVML's error where it could not reach this GPU (nothing else known then)
   std::string name, uuid;
   uint64_t mem_total = 0, mem_used = 0;                                      // bytes
   std::optional<bool> ecc_on;                                                // unknown where ECC is not supported
@@ -38,8 +39,8 @@ struct Report {
 Report query();
 // "NVIDIA H200 (GPU-5c0e...): ECC on; volatile ECC errors 0 uncorrected, 0 corrected; ..." (one line).
 std::string describe(const Gpu& g);
-// Why this GPU should not run a job ("" if nothing is wrong): uncorrected volatile ECC errors, retired pages or
-// remapped rows waiting for a reset, a failed remap.
+// Why this GPU should not run a job ("" if nothing is wrong): unreachable, uncorrected volatile ECC errors, retired
+// pages or remapped rows waiting for a reset, a failed remap.
 std::string problems(const Gpu& g);
 
 }  // namespace parallm::nvml

@@ -298,7 +298,10 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
   if (!nothing_to_do->empty()) return nullptr;
   s->invocation = std::move(invocation);
   // A hang is recorded in the run's directory, where an operator looks first (comm/hang_record.h).
-  comm::set_hang_record_path(fmt::format("{}/hang-{}-{}.json", s->cfg.train.out_dir, comm::this_host(), world.rank()));
+  std::error_code ec;
+  comm::set_hang_record_path((std::filesystem::absolute(s->cfg.train.out_dir, ec).lexically_normal() /
+                              fmt::format("hang-{}-{}.json", comm::this_host(), world.rank()))
+                                 .string());
   lock_run_dir(*s, /*existing_only=*/true);  // before a checkpoint is read: one run at a time in train.out_dir
   resolve_auto_init(*s);
   s->faults = Faults::from_env(world.rank());  // before anything is written

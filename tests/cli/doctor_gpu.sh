@@ -4,7 +4,8 @@
 #     rank is BROKEN naming the expectation;
 #  2. through a stand-in NVML library (libfake_nvml.so, PARALLM_NVML_LIBRARY): the GPUs it reports, with ECC state,
 #     retired pages and remapped rows; a sick GPU (uncorrected ECC errors, a remap pending) makes the node BROKEN
-#     naming the GPU; fewer GPUs than SLURM_GPUS_ON_NODE says are named; NVML failing to start is said;
+#     naming the GPU, and so does one NVML cannot reach; fewer GPUs than SLURM_GPUS_ON_NODE says are named; NVML
+#     failing to start is said;
 #  3. two ranks on one node: the node's GPUs are listed once (by local rank 0).
 # Usage: doctor_gpu.sh <parallm> <libfake_nvml.so>
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
@@ -17,7 +18,7 @@ grep -q "no GPU found: .*$work/none.so cannot be loaded" "$FAIL_LOG" || fail "no
 grep -q "is OK" "$FAIL_LOG" || fail "the rank is not OK"
 FAIL_LOG=$work/expect.txt
 PARALLM_NVML_LIBRARY=$work/none.so "$parallm" doctor --gpus 1 >"$FAIL_LOG" 2>&1 && fail "a missing GPU passed"
-grep -q "is BROKEN.*1 GPU expected on this node, 0 seen" "$FAIL_LOG" || fail "the missing GPU is not named"
+grep -q "is BROKEN.*1 GPU expected on this node, 0 usable" "$FAIL_LOG" || fail "the missing GPU is not named"
 
 export PARALLM_NVML_LIBRARY=$fake
 FAIL_LOG=$work/two.txt
@@ -32,9 +33,12 @@ grep -q "is BROKEN.*gpu 2: 3 uncorrected ECC errors since the driver loaded; a r
   "$FAIL_LOG" || fail "the sick GPU is not named"
 grep -q "gpu 2: .*remapped rows 1 correctable 0 uncorrectable, a remap pending" "$FAIL_LOG" || fail "gpu 2's remap"
 grep -q "gpu 3: .*; ECC not supported" "$FAIL_LOG" || fail "gpu 3 without ECC"
+FAIL_LOG=$work/lost.txt
+FAKE_NVML_LOST=1 "$parallm" doctor >"$FAIL_LOG" 2>&1 && fail "a lost GPU passed"
+grep -q "is BROKEN.*gpu 1: NVML cannot reach it: GPU is lost" "$FAIL_LOG" || fail "the lost GPU is not named"
 FAIL_LOG=$work/slurm.txt
 SLURM_GPUS_ON_NODE=4 "$parallm" doctor >"$FAIL_LOG" 2>&1 && fail "2 of 4 GPUs passed"
-grep -q "is BROKEN.*4 GPUs expected on this node, 2 seen (NVML 2, CUDA 0)" "$FAIL_LOG" || fail "the missing GPUs"
+grep -q "is BROKEN.*4 GPUs expected on this node, 2 usable (CUDA 0, NVML 2)" "$FAIL_LOG" || fail "the missing GPUs"
 FAIL_LOG=$work/init.txt
 FAKE_NVML_INIT=9 "$parallm" doctor >"$FAIL_LOG" 2>&1 || fail "doctor with NVML not starting failed"
 grep -q "no GPU found: .*NVML did not start: Driver Not Loaded" "$FAIL_LOG" || fail "NVML's failure is not said"

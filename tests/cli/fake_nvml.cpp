@@ -7,6 +7,7 @@
  *   FAKE_NVML_OLD   the index of a pre-A100 GPU: no remapped rows (not supported), 2
  *                   pages retired for single-bit errors
  *   FAKE_NVML_NOECC the index of a GPU without ECC (not supported)
+ *   FAKE_NVML_LOST  the index of a GPU NVML cannot reach (its handle: 15, GPU is lost)
  *   FAKE_NVML_INIT  nvmlInit_v2's return code (default 0; 9: the driver is not loaded) */
 #include <cstdio>
 #include <cstdlib>
@@ -39,7 +40,7 @@ nvmlReturn_t nvmlShutdown(void) {
   return kSuccess;
 }
 const char* nvmlErrorString(nvmlReturn_t r) {
-  return r == 9 ? "Driver Not Loaded" : "Unknown Error";
+  return r == 9 ? "Driver Not Loaded" : r == 15 ? "GPU is lost" : "Unknown Error";
 }
 nvmlReturn_t nvmlSystemGetDriverVersion(char* buf, unsigned n) {
   snprintf(buf, n, "999.1");
@@ -51,6 +52,7 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned* n) {
 }
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t* d) {
   if (i >= static_cast<unsigned>(env_int("FAKE_NVML_GPUS", 2))) return kInvalid;
+  if (static_cast<int>(i) == env_int("FAKE_NVML_LOST", -1)) return 15;
   *d = reinterpret_cast<nvmlDevice_t>(static_cast<long>(i + 1));
   return kSuccess;
 }

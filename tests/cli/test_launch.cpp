@@ -273,6 +273,24 @@ TEST(Launch, TheLostPeerOutweighsTheRanksThatEndedThemselves) {
   EXPECT_EQ(failed_host_weight("[a:0] error: [config] bad key"), 0);
 }
 
+TEST(Launch, TheFailedHostIsTheOneMostHostsLost) {
+  FailedHost f;
+  f.add("srun: error: a: task 0: Exited with exit code 1");
+  EXPECT_EQ(f.host(), "a");
+  f.add("srun: error: c: task 5: Killed");
+  EXPECT_EQ(f.host(), "c");
+  // A partition seen from both sides: b names c... and c names a; a names c too: c, by two reporters.
+  f.add("[c:4] error: [comm.all_reduce] ... rank 0 on host a did not answer within 1.0 s");
+  EXPECT_EQ(f.host(), "a");
+  f.add("[a:0] error: [comm.all_reduce] ... ranks 4,5 on host c did not answer within 1.0 s");
+  f.add("[a:1] error: [comm.all_reduce] ... ranks 4,5 on host c did not answer within 1.0 s");  // the same reporter
+  EXPECT_EQ(f.host(), "a");  // one reporter each: the first named
+  f.add("[b:2] error: [comm.all_reduce] ... ranks 4,5 on host c did not answer within 1.0 s");
+  EXPECT_EQ(f.host(), "c");
+  f.add("srun: error: d: task 7: Killed");  // lighter than the reports of lost peers
+  EXPECT_EQ(f.host(), "c");
+}
+
 TEST(Launch, FailureReportsNameTheirHost) {
   EXPECT_EQ(failed_host("mpirun noticed that process rank 1 with PID 4242 on node nodeb exited on signal 9 (Killed)."),
             "nodeb");

@@ -17,7 +17,7 @@ run=(model.n_layer=2 model.n_head=4 model.n_embd=32 model.block_size=32 model.ba
   model.vocab_size=67 train.max_iters=60 train.eval_interval=1000 train.final_eval=false train.progress=false
   train.sample_tokens=0 train.log_interval=1 train.checkpoint_interval=2 comm.timeout_s=5 "data.dir=$work/data"
   parallel.tp=2)
-export OMP_NUM_THREADS=1
+export OMP_NUM_THREADS=1 PARALLM_TRACE_DIR=$work  # the ranks' stack dumps, on a timeout
 FAIL_LOG=$work/straight.txt
 "$parallm" launch -n 4 -- "$parallm" train "${run[@]}" "train.out_dir=$work/straight" >"$FAIL_LOG" 2>&1 ||
   fail "the uninterrupted run"
@@ -33,6 +33,7 @@ for ((w = 0; w < 600; w++)); do
   [ "0$(grep -c '"kind":"train"' "$out/metrics.jsonl" 2>/dev/null)" -ge 8 ] && break
   sleep 0.1
 done
+[ "0$(grep -c '"kind":"train"' "$out/metrics.jsonl" 2>/dev/null)" -ge 8 ] || fail "the job did not reach step 8"
 cut_host 1
 for ((w = 0; w < 1200; w++)); do
   kill -0 $job 2>/dev/null || break

@@ -25,7 +25,7 @@ _sl_skip() {
 slurm_up() {
   local k state t="$work/slurm" sub="10.77.${_ns_id}" port=$((20000 + $$ % 20000))
   [ "$(id -u)" = 0 ] || _sl_skip "the Slurm daemons need root"
-  for prog in munged slurmctld slurmd salloc srun sinfo nsenter; do
+  for prog in munged munge unmunge slurmctld slurmd salloc srun sinfo nsenter; do
     command -v $prog >/dev/null || _sl_skip "$prog is not installed (apt-get install slurm-wlm munge)"
   done
   at_exit slurm_down

@@ -9,6 +9,10 @@
 //   stop_mid rank 1 is stopped by a thread of its own while the ranks run
 //           large all-reduces, so mostly inside the library's data phase: the
 //           waiters' watchdog asks the peers and names it
+//   elsewhere rank 3 stops; rank 0 waits in group {0,1} for rank 1, which
+//           is late into group {1,3} (with rank 3): rank 1 answers rank 0
+//           (idle), so rank 0's diagnosis asks the whole world and names
+//           rank 3, whom no one of its own group waits for
 // Like the parallm program, a rank that catches a CommError prints it and
 // aborts the job, so no peer is left waiting. As in the program, a timeout
 // writes every thread's stack to a trace file; the rank checks it names the
@@ -69,8 +73,18 @@ int main(int argc, char** argv) {
         });
       for (int i = 0; i < 10000; ++i) world->all_reduce_async(big, ReduceOp::Sum)->wait();
       if (stopper.joinable()) stopper.join();
+    } else if (scenario == "elsewhere") {
+      auto pairs = world->split(me < 2 ? 0 : 1, me, "pairs");  // {0,1} {2,3}
+      auto odd = world->split(me % 2, me, "parity");           // {0,2} {1,3}
+      if (me == 3) std::raise(SIGSTOP);
+      if (me == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // rank 0's timeout comes first
+        odd->all_reduce(x);
+      }
+      if (me == 0) pairs->all_reduce(x);
+      if (me == 2) pairs->barrier();
     } else {
-      std::fprintf(stderr, "usage: comm_faults skip|absent|kill|stop|stop_mid\n");
+      std::fprintf(stderr, "usage: comm_faults skip|absent|kill|stop|stop_mid|elsewhere\n");
       return 2;
     }
     world->barrier();
