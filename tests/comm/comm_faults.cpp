@@ -77,12 +77,16 @@ int main(int argc, char** argv) {
       auto pairs = world->split(me < 2 ? 0 : 1, me, "pairs");  // {0,1} {2,3}
       auto odd = world->split(me % 2, me, "parity");           // {0,2} {1,3}
       if (me == 3) std::raise(SIGSTOP);
+      // Rank 0's report (2 s, then 1 s asking the world) comes first, seconds ahead of the others' (under load too).
       if (me == 1) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // rank 0's timeout comes first
+        std::this_thread::sleep_for(std::chrono::seconds(3));
         odd->all_reduce(x);
       }
       if (me == 0) pairs->all_reduce(x);
-      if (me == 2) pairs->barrier();
+      if (me == 2) {
+        std::this_thread::sleep_for(std::chrono::seconds(4));
+        pairs->barrier();
+      }
     } else {
       std::fprintf(stderr, "usage: comm_faults skip|absent|kill|stop|stop_mid|elsewhere\n");
       return 2;
