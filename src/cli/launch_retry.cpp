@@ -34,12 +34,25 @@ std::string word_after(const std::string& line, const std::string& marker) {
 }
 }  // namespace
 
+// Open MPI's "An MPI communication peer process has unexpectedly disconnected" names the lost peer's host on a
+// line of its own: "  Peer host:  b".
+bool is_peer_host_line(const std::string& line) {
+  const size_t b = line.find_first_not_of(' ');
+  return b != std::string::npos && line.compare(b, 10, "Peer host:") == 0;
+}
+
 bool is_failure_report(const std::string& line) {
   return line.rfind("error:", 0) == 0 || line.find("] error:") != std::string::npos ||
-         line.find("noticed that process rank") != std::string::npos || line.rfind("srun: error:", 0) == 0;
+         line.find("noticed that process rank") != std::string::npos || line.rfind("srun: error:", 0) == 0 ||
+         is_peer_host_line(line);
 }
 
 std::string failed_host(const std::string& line) {
+  if (is_peer_host_line(line)) {
+    const std::string rest = line.substr(line.find("Peer host:") + 10);
+    const size_t b = rest.find_first_not_of(' ');
+    return b == std::string::npos ? "" : rest.substr(b, rest.find_first_of(" \t", b) - b);
+  }
   if (line.find("noticed that process rank") != std::string::npos) return word_after(line, " on node ");
   if (line.rfind("srun: error: ", 0) == 0 && line.find(": task") != std::string::npos)
     return word_after(line, "srun: error: ");

@@ -17,7 +17,8 @@ namespace parallm::cli {
 
 // One line of a job's output: whether it says why the job ended, and the host it names as failed ("" if none).
 // Open MPI: "mpirun noticed that process rank 1 with PID 42 on node b exited on signal 9 (Killed).";
-// Slurm: "srun: error: b: task 1: Killed"; parallm: "error: ..." (a peer it lost: "... on host b ...").
+// Slurm: "srun: error: b: task 1: Killed"; parallm: "error: ..." (a peer it lost: "... on host b ..."); Open MPI's
+// report of a peer that disconnected: "  Peer host:  b".
 bool is_failure_report(const std::string& line);
 std::string failed_host(const std::string& line);
 // How surely the host a line names is the failed one (0: it names none): 3 for parallm's "rank R on host H did not

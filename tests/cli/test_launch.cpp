@@ -291,6 +291,13 @@ TEST(Launch, TheFailedHostIsTheOneMostHostsLost) {
   EXPECT_EQ(f.host(), "c");
 }
 
+TEST(Launch, OpenMpisDisconnectedPeerNamesItsHost) {
+  EXPECT_TRUE(is_failure_report("  Peer host:  host1"));
+  EXPECT_EQ(failed_host("  Peer host:  host1"), "host1");
+  EXPECT_EQ(failed_host_weight("  Peer host:  host1"), 2);
+  EXPECT_FALSE(is_failure_report("  Local host: host0"));
+}
+
 TEST(Launch, FailureReportsNameTheirHost) {
   EXPECT_EQ(failed_host("mpirun noticed that process rank 1 with PID 4242 on node nodeb exited on signal 9 (Killed)."),
             "nodeb");

@@ -3,7 +3,8 @@
 # bench/host_cut.sh cuts host1's link after 5 steps, twice; in each trial every rank of both hosts must end within
 # comm.timeout_s + 10 s with an error naming host1. Then the hang records (comm/hang_record.h) the ranks wrote in
 # the run's directory: every rank's (host1's too: the directory is shared) names each rank's host, and host0's
-# say a rank of host1 did not answer while the others' last completed collective is listed.
+# say a rank of host1 did not answer while the others' last completed collective is listed. Then one trial with
+# every rank of host1 SIGKILLed instead: the same bar, the host named (by Open MPI here).
 # Exits 77 (said) where namespaces cannot be made.
 # Usage: host_cut.sh <parallm> <text file>
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
@@ -39,4 +40,9 @@ for path in records:
     print(path.rsplit("/", 1)[1], r["operation"], "silent:", [(p["rank"], p["host"]) for p in silent])
 PY
 done
+# The other way to lose a host: every rank of host1 SIGKILLed (Open MPI names the host, its ranks end at once).
+FAIL_LOG=$work/bench_kill.txt
+HOST_CUT_HOW="kill" "$(dirname "$0")/../../bench/host_cut.sh" "$parallm" "$input" 1 >"$FAIL_LOG" 2>&1 ||
+  fail "bench/host_cut.sh with host1's ranks killed ended $?"
+grep "^trial 1:" "$FAIL_LOG"
 echo "host_cut: PASS"
