@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/fileio.h"
+#include "core/text.h"
 
 namespace parallm::comm {
 
@@ -17,15 +18,6 @@ namespace {
 std::mutex g_mu;
 std::string g_path;
 bool g_written = false;
-
-std::string utc_now() {
-  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 std::string op_text(OpKind kind, uint64_t seq) {
   return seq ? fmt::format("{} #{}", op_kind_name(kind), seq) : "none";
@@ -44,7 +36,7 @@ std::string hang_record_path() {
 
 std::string hang_record_json(const HangRecord& r) {
   nlohmann::ordered_json j;
-  j["time"] = utc_now();
+  j["time"] = utc_timestamp();
   j["group"] = r.group;
   j["rank"] = r.rank;
   j["size"] = r.size;

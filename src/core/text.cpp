@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 
 #include "core/error.h"
 
@@ -74,6 +76,15 @@ std::string format_duration(double seconds) {
   if (m || ((d || h) && sec)) out += fmt::format("{}m", m);
   if (sec) out += fmt::format("{}s", sec);
   return out;
+}
+
+std::string utc_timestamp() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 }  // namespace parallm

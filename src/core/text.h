@@ -1,5 +1,6 @@
-// Small text parsers shared by the layers above (environment variables,
-// command-line lists): strict, and their errors name what was being read.
+// Small text parsers and formatters shared by the layers above (environment
+// variables, command-line lists, durations, timestamps): strict, and their
+// errors name what was being read.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -25,5 +26,7 @@ std::optional<double> to_decimal(std::string_view s);
 std::optional<double> to_duration_s(std::string_view s);
 // Seconds as to_duration_s reads them back: "5h50m", "6s", "1h0m30s", "0.5s".
 std::string format_duration(double seconds);
+// Now in UTC, ISO 8601 to the second: "2026-11-29T11:35:13Z".
+std::string utc_timestamp();
 
 }  // namespace parallm

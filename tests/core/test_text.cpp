@@ -27,3 +27,13 @@ TEST(Text, NumbersAreWholeAndDecimal) {
   EXPECT_EQ(to_decimal("1."), 1.0);
   for (const char* bad : {"", "inf", "nan", "0x1p3", "1e999", "1,5", " 1"}) EXPECT_FALSE(to_decimal(bad)) << bad;
 }
+
+TEST(Text, UtcTimestampIsIso8601ToTheSecond) {
+  const std::string t = parallm::utc_timestamp();
+  ASSERT_EQ(t.size(), 20u) << t;
+  EXPECT_EQ(t[4], '-');
+  EXPECT_EQ(t[10], 'T');
+  EXPECT_EQ(t[13], ':');
+  EXPECT_EQ(t.back(), 'Z');
+  EXPECT_GE(t.substr(0, 4), "2024");
+}

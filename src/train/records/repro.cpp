@@ -11,6 +11,7 @@
 #include "core/build_info.h"
 #include "core/env.h"
 #include "core/gpu.h"
+#include "core/text.h"
 #include "kernels/matmul.h"
 #include "train/session.h"
 
@@ -66,15 +67,6 @@ nlohmann::json layout_json(const Session& s) {
           {"ranks", ranks}};
 }
 
-std::string utc_now() {
-  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 }  // namespace
 
 const std::vector<std::string>& repro_env_prefixes() {
@@ -119,9 +111,9 @@ nlohmann::json repro_record(const Session& s) {
   for (const auto& [k, v] : env::with_prefixes(repro_env_prefixes())) env[k] = v;
   std::error_code ec;
   const std::string cwd = std::filesystem::current_path(ec).string();
-  return {{"time_utc", utc_now()},     {"cwd", ec ? "" : cwd},  {"argv", s.invocation.argv},
-          {"config", s.cfg.to_json()}, {"build", build_json()}, {"libraries", libraries_json()},
-          {"layout", layout_json(s)},  {"environment", env}};
+  return {{"time_utc", utc_timestamp()}, {"cwd", ec ? "" : cwd},  {"argv", s.invocation.argv},
+          {"config", s.cfg.to_json()},   {"build", build_json()}, {"libraries", libraries_json()},
+          {"layout", layout_json(s)},    {"environment", env}};
 }
 
 }  // namespace parallm::train
