@@ -29,11 +29,6 @@ void set_hang_record_path(const std::string& path) {
   g_path = path;
 }
 
-std::string hang_record_path() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_path;
-}
-
 std::string hang_record_json(const HangRecord& r) {
   nlohmann::ordered_json j;
   j["time"] = utc_timestamp();

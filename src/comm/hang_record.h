@@ -37,7 +37,6 @@ struct HangRecord {
 
 // Where this process's record goes ("" : nowhere); `hang-<host>-<rank>.json` under a directory by convention.
 void set_hang_record_path(const std::string& path);
-std::string hang_record_path();
 // Writes the record the first time it is called in this process; returns the path written (later calls: the same
 // path, nothing written), "" when no path is set or it cannot be written.
 std::string write_hang_record(const HangRecord& record);

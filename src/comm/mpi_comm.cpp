@@ -97,14 +97,9 @@ struct MpiRuntime {
 };
 
 std::string describe_sig(const int64_t* f) {
-  Op op;
-  op.seq = static_cast<uint64_t>(f[0]);
-  op.kind = static_cast<OpKind>(f[1]);
-  op.count = f[2];
-  op.a = op.b = Tensor::view_of(nullptr, {0}, static_cast<DType>(f[3]));
-  op.root = static_cast<int>(f[4]);
-  op.rop = static_cast<ReduceOp>(f[5]);
-  return op.describe();
+  return Op::outline(static_cast<OpKind>(f[1]), static_cast<uint64_t>(f[0]), f[2], static_cast<DType>(f[3]),
+                     static_cast<ReduceOp>(f[5]), static_cast<int>(f[4]))
+      .describe();
 }
 
 // A bf16 tensor widened to fp32 into `v` (bf16 is reduced in fp32).
@@ -214,7 +209,7 @@ class MpiComm : public QueuedComm {
       if (MPI_Iprobe(MPI_ANY_SOURCE, kTagStatusReq, ctrl_, &flag, &st) != MPI_SUCCESS || !flag) return;
       int64_t q = 0;
       MPI_Recv(&q, 1, MPI_INT64_T, st.MPI_SOURCE, kTagStatusReq, ctrl_, MPI_STATUS_IGNORE);
-      const StatusAnswer rep = status_answer(act.done, act.done_kind, act.seq, act.kind, act.count);
+      const StatusAnswer rep = answer_of(act);
       MPI_Send(rep.data(), kStatusFields, MPI_INT64_T, st.MPI_SOURCE, kTagStatusRep, ctrl_);
     }
   }
@@ -227,10 +222,7 @@ class MpiComm : public QueuedComm {
     const double budget = diagnose_budget_s();
     const std::map<int, StatusAnswer> got = mpi_ask_peers(ctrl_, op.seq, budget, [this] { service(); });
     const Places places = mpi_places(comm_, rt_->hosts);
-    if (peers) {
-      const Activity act = activity();
-      *peers = peer_states(n, me, status_answer(act.done, act.done_kind, act.seq, act.kind, act.count), got, places);
-    }
+    if (peers) *peers = peer_states(n, me, answer_of(activity()), got, places);
     std::string s = describe_answers(op.seq, n, me, got, places, budget);
     // Every peer of the group answered: the rank that stopped may be in another group, busy with this one's peer
     // (a lost host's ranks that a dp peer waits for while its tp peer waits on it). Who in the world is silent?
@@ -249,13 +241,13 @@ class MpiComm : public QueuedComm {
     std::vector<int> silent;
     for (int p = 0; p < n; ++p)
       if (p != me && !got.count(p)) silent.push_back(p);
-    Places places;
-    for (int p = 0; p < n; ++p)
-      places.emplace_back(p, p < static_cast<int>(rt_->hosts.size()) ? rt_->hosts[static_cast<size_t>(p)] : "");
-    return "; across the world, " + silence_text(silent, places, budget);
+    return "; across the world, " + silence_text(silent, mpi_places(rt_->world_ctrl, rt_->hosts), budget);
   }
 
  private:
+  static StatusAnswer answer_of(const Activity& a) {
+    return status_answer(a.done, a.done_kind, a.seq, a.kind, a.count);
+  }
   std::shared_ptr<MpiRuntime> rt_;
   MPI_Comm comm_, ctrl_ = MPI_COMM_NULL;
   std::mutex service_mu_;

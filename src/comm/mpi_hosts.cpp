@@ -80,12 +80,12 @@ std::map<int, StatusAnswer> mpi_ask_peers(MPI_Comm ctrl, uint64_t seq, double bu
   return got;
 }
 
-std::vector<std::pair<int, std::string>> mpi_places(MPI_Comm group, const std::vector<std::string>& world_hosts) {
+Places mpi_places(MPI_Comm group, const std::vector<std::string>& world_hosts) {
   int n = 0;
   MPI_Comm_size(group, &n);
   std::vector<int> ranks(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p) ranks[static_cast<size_t>(p)] = p;
-  std::vector<std::pair<int, std::string>> out;
+  Places out;
   for (int x : world_ranks(group, ranks)) out.emplace_back(x == MPI_UNDEFINED ? -1 : x, host_of(world_hosts, x));
   return out;
 }

@@ -24,6 +24,6 @@ constexpr int kTagStatusReq = 32767, kTagStatusRep = 32766;
 std::map<int, StatusAnswer> mpi_ask_peers(MPI_Comm ctrl, uint64_t seq, double budget_s,
                                           const std::function<void()>& meanwhile);
 // Each rank of `group`: its world rank and host ("" where unknown).
-std::vector<std::pair<int, std::string>> mpi_places(MPI_Comm group, const std::vector<std::string>& world_hosts);
+Places mpi_places(MPI_Comm group, const std::vector<std::string>& world_hosts);
 
 }  // namespace parallm::comm

@@ -79,13 +79,7 @@ void WorkState::watch(std::unique_lock<std::mutex>& lock) {
       lock.lock();
       continue;
     }
-    Op op;
-    op.kind = kind_;
-    op.seq = seq_;
-    op.count = count_;
-    op.rop = rop_;
-    op.a = op.b = Tensor::view_of(nullptr, {0}, dtype_);  // describe() names the type
-    if (peer_ >= 0) op.root = peer_;
+    const Op op = Op::outline(kind_, seq_, count_, dtype_, rop_, std::max(peer_, 0));
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
     const std::string with =
         peer_ < 0 ? "" : fmt::format(" ({} rank {})", kind_ == OpKind::Send ? "to" : "from", peer_);
@@ -127,6 +121,17 @@ void WorkState::finish(std::exception_ptr err) {
     err_ = std::move(err);
   }
   cv_.notify_all();
+}
+
+Op Op::outline(OpKind kind, uint64_t seq, int64_t count, DType dtype, ReduceOp rop, int root) {
+  Op op;
+  op.kind = kind;
+  op.seq = seq;
+  op.count = count;
+  op.a = op.b = Tensor::view_of(nullptr, {0}, dtype);
+  op.rop = rop;
+  op.root = root;
+  return op;
 }
 
 std::string Op::describe() const {

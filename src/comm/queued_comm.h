@@ -104,6 +104,9 @@ struct Op {
   bool collective() const { return kind != OpKind::Send && kind != OpKind::Recv; }
   // "all_reduce #12 (1024 x fp32, sum)"
   std::string describe() const;
+  // An operation as far as describe() needs it, without operands (another rank's signature, an operation named on
+  // expiry): the type through empty views.
+  static Op outline(OpKind kind, uint64_t seq, int64_t count, DType dtype, ReduceOp rop, int root);
 };
 
 // all_to_all_v's counts on every rank of a group of `n`, in rank order: rank

@@ -59,12 +59,7 @@ void QueuedComm::watch_caller() {
     ran = std::chrono::duration<double>(Clock::now() - act_.since).count();
     if (ran < options_.timeout_s + std::max(2.0, 0.1 * options_.timeout_s)) return;
     act_.reported = true;
-    op.kind = act_.kind;
-    op.seq = act_.seq;
-    op.count = act_.count;
-    op.rop = act_.rop;
-    op.root = act_.root;
-    op.a = op.b = Tensor::view_of(nullptr, {0}, act_.dtype);
+    op = Op::outline(act_.kind, act_.seq, act_.count, act_.dtype, act_.rop, act_.root);
   }
   const std::string what = fmt::format(
       "still inside the communication library after {:.1f} s on the calling thread (comm.timeout_s {:.1f}): a peer "
