@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -198,6 +199,80 @@ TEST_F(CudaBf16, AttentionMatchesReferenceWithAndWithoutDropout) {
     }
     kc::set_attention_impl(before);
   }
+}
+
+// The flash kernels' dropout masks are the reference's bit for bit. With
+// Q = K = 0 every visible key has P = 1 / (i + 1). V one-hot (key j holds 1 in
+// column j % 64, only the keys of block kb) makes out[i][c] = P * mask(i, 64kb
+// + c) / (1 - p), and dO one-hot (query i in column i % 64, only the queries
+// of block kb) makes dV[j][c] = P * mask(64kb + c, j) / (1 - p): each is zero
+// exactly where the mask drops. dQ's kernel draws its own tiles: with V and
+// dO all e_0 (dP = 1) and K one-hot, dQ[i][c] = scale * P * (mask - D), whose
+// kept and dropped values differ by scale * P / (1 - p), checked per element
+// against the reference. T and the head stride exercise unaligned Philox blocks.
+TEST_F(CudaBf16, FlashAttentionDropoutMasksAreTheReferenceMasks) {
+  const int64_t B = 2, T = 131, NH = 2, C = 64 * NH, C3 = 3 * C;
+  const kernels::AttnDropout drop{0.3f, 1234, 9, 2, NH + 3};
+  const auto before = kc::set_attention_impl(kc::AttentionImpl::Own);
+  auto keep = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
+    const auto g = static_cast<uint64_t>((drop.global_bh(b, h, NH) * T + i) * T + j);
+    return kernels::dropout_keep(drop.p, drop.seed, drop.stream, g);
+  };
+  auto run_gpu = [&](const std::vector<float>& qkv, const std::vector<float>& dy) {
+    auto gqkv = dev_bf(qkv), gdy = dev_bf(dy), gout = dev_bf_nan(B * T * C), gdqkv = dev_bf_nan(B * T * C3);
+    Dev<float> glse(std::vector<float>(B * NH * T, NAN)),
+        gws(std::vector<float>(kc::attention_workspace_floats_bf16(B, T, C, NH, 1)));
+    kc::attention_forward(gout.p(), glse.p(), gqkv.p(), B, T, C, NH, drop, gws.p());
+    kc::attention_backward(gdqkv.p(), gdy.p(), gqkv.p(), gout.p(), glse.p(), B, T, C, NH, drop, gws.p());
+    return std::pair{from_bf(gout.back()), from_bf(gdqkv.back())};
+  };
+  int64_t checked = 0, dropped = 0;
+  for (int64_t kb = 0; kb * 64 < T; ++kb) {
+    std::vector<float> qkv(B * T * C3, 0.0f), dy(B * T * C, 0.0f);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = kb * 64; t < std::min(T, kb * 64 + 64); ++t)
+        for (int64_t h = 0; h < NH; ++h) {
+          qkv[(b * T + t) * C3 + 2 * C + h * 64 + t % 64] = 1.0f;
+          dy[(b * T + t) * C + h * 64 + t % 64] = 1.0f;
+        }
+    const auto [out, dqkv] = run_gpu(qkv, dy);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < NH; ++h)
+        for (int64_t i = 0; i < T; ++i)
+          for (int64_t c = 0; c < 64 && kb * 64 + c < T; ++c) {
+            const int64_t j = kb * 64 + c;  // out: query i, key j; dV: key i, query j
+            const bool o = out[(b * T + i) * C + h * 64 + c] != 0.0f;
+            ASSERT_EQ(o, j <= i && keep(b, h, i, j)) << "out b=" << b << " h=" << h << " query " << i << " key " << j;
+            const bool dv = dqkv[(b * T + i) * C3 + 2 * C + h * 64 + c] != 0.0f;
+            ASSERT_EQ(dv, i <= j && keep(b, h, j, i)) << "dV b=" << b << " h=" << h << " key " << i << " query " << j;
+            checked += 2;
+            dropped += (j <= i && !keep(b, h, i, j)) + (i <= j && !keep(b, h, j, i));
+          }
+    std::vector<float> k1(B * T * C3, 0.0f), e0(B * T * C, 0.0f);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < NH; ++h) {
+          if (t / 64 == kb) k1[(b * T + t) * C3 + C + h * 64 + t % 64] = 1.0f;
+          k1[(b * T + t) * C3 + 2 * C + h * 64] = 1.0f;
+          e0[(b * T + t) * C + h * 64] = 1.0f;
+        }
+    std::vector<float> rout(B * T * C), rlse(B * NH * T), rdqkv(B * T * C3);
+    std::vector<float> ws(kr::attention_workspace_floats(B, T, C, NH, 1));
+    kr::attention_forward(rout.data(), rlse.data(), k1.data(), B, T, C, NH, drop, ws.data());
+    kr::attention_backward(rdqkv.data(), e0.data(), k1.data(), rout.data(), rlse.data(), B, T, C, NH, drop, ws.data());
+    const auto gdq = run_gpu(k1, e0).second;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < NH; ++h)
+        for (int64_t i = 0; i < T; ++i)
+          for (int64_t c = 0; c < 64 && kb * 64 + c < T; ++c) {
+            const int64_t at = (b * T + i) * C3 + h * 64 + c;
+            const double step = 0.125 / (i + 1) / (1.0 - drop.p);  // kept minus dropped
+            ASSERT_NEAR(gdq[at], rdqkv[at], 0.2 * step)
+                << "dQ b=" << b << " h=" << h << " query " << i << " key " << kb * 64 + c;
+          }
+  }
+  kc::set_attention_impl(before);
+  EXPECT_GT(dropped, checked / 8) << "p = 0.3 should drop about 30% of the visible pairs";
 }
 
 // GPT-2's attention shape (12 heads of 64, T = 1024): cuDNN's fused attention

@@ -12,7 +12,9 @@
 # export loaded by transformers' LlamaForCausalLM / Qwen3ForCausalLM, logits
 # against parallm's; moe: bench_moe bf16, a tiny MoE model trained in fp32
 # and bf16, and transformers' Qwen3MoeForCausalLM / MixtralForCausalLM loading
-# parallm's MoE exports, logits against parallm's); each part has a time
+# parallm's MoE exports, logits against parallm's; dropout: baby GPT bf16
+# step time with dropout 0.2 against dropout 0 (attention dropout inside the
+# flash kernels) and against PyTorch compiled with SDPA flash at both); each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
 # the precisions of baby and gpt2 (default "fp32 bf16"); DET_DTYPE and
 # DET_DROPOUT (default 0.2; 0 takes bf16 attention through the flash kernels)
@@ -106,6 +108,32 @@ for dt in $DTYPES; do
     2>&1 | tee $OUT/baby_$dt.log | grep -E "step|iter.*(500|1000|1500|2000):|error" | tail -8
   cp $W/out/baby_$dt/metrics.jsonl $OUT/baby_${dt}_metrics.jsonl 2>/dev/null
 done
+if want dropout; then
+  step "baby GPT bf16: dropout 0.2 against 0 (fused attention dropout), and the PyTorch peer at both"
+  for p in 0.2 0; do
+    timeout 150 ./bin/parallm train "${OLDPWD}/configs/baby_gpt.yaml" train.device=cuda train.dtype=bf16 model.dropout=$p \
+      train.max_iters=${DROP_ITERS:-300} train.eval_interval=100000 train.eval_iters=1 train.log_interval=100 \
+      train.sample_tokens=0 train.final_eval=false train.out_dir=$W/out/drop_$p train.overwrite=true \
+      data.dir=$W/data/shakespeare_char train.progress=false > $OUT/dropout_$p.log 2>&1 || tail -3 $OUT/dropout_$p.log
+    cp $W/out/drop_$p/metrics.jsonl $OUT/dropout_${p}_metrics.jsonl 2>/dev/null
+    (cd "$OLDPWD" && PYTHONUNBUFFERED=1 timeout 200 python3 tools/torch_ref/bench_peer.py --device cuda --n_layer 6 \
+      --n_head 6 --n_embd 384 --block_size 256 --batch_size 64 --vocab_size 65 --dropout $p --iters 50 --warmup 5 \
+      --dtype bf16 --compile 1 --flash 1 2>>$OUT/dropout_peer.err | tee -a $OUT/dropout_peer.jsonl)
+  done
+  python3 - "$OUT" <<'PY'
+import json, statistics, sys
+out = sys.argv[1]
+def parallm_ms(p):  # the median step time after the first 20 steps (compile-free, but allocations settle)
+    rows = [json.loads(l) for l in open(f"{out}/dropout_{p}_metrics.jsonl")]
+    return statistics.median(r["dt_ms"] for r in rows if r.get("kind") == "train" and r["step"] >= 20)
+peer = {r["dropout"]: r["s_per_iter"] * 1e3 for r in map(json.loads, open(f"{out}/dropout_peer.jsonl"))}
+a, b = parallm_ms("0.2"), parallm_ms("0")
+print(f"parallm bf16: dropout 0.2 {a:.2f} ms, dropout 0 {b:.2f} ms: {a / b:.2f}x (bar 1.3x)")
+for p, ms in sorted(peer.items()):
+    mine = a if p > 0 else b
+    print(f"PyTorch compiled + SDPA flash, dropout {p}: {ms:.2f} ms; parallm {ms / mine:.2f}x the peer's speed")
+PY
+fi
 if want det; then
   step "determinism and resume on the GPU (baby GPT, ${DET_DTYPE:-fp32}, 40 iterations, dropout ${DET_DROPOUT:-0.2})"
   D="${OLDPWD}/configs/baby_gpt.yaml train.device=cuda train.dtype=${DET_DTYPE:-fp32} model.dropout=${DET_DROPOUT:-0.2}

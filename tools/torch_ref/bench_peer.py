@@ -59,6 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--batch_size", type=int, default=12)
     ap.add_argument("--vocab_size", type=int, default=65)
     ap.add_argument("--bias", type=int, choices=(0, 1), default=0)
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="gpt: nanoGPT's dropout (attention, residual, embedding); with --flash inside SDPA")
     ap.add_argument("--arch", choices=("gpt", "llama"), default="gpt")
     ap.add_argument("--n-kv-head", "--n_kv_head", dest="n_kv_head", type=int, default=None,
                     help="llama: key/value heads (default n_head)")
@@ -90,6 +92,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             ap.error(f"--{k} must be >= 1")
     if args.warmup < 0:
         ap.error("--warmup must be >= 0")
+    if not 0.0 <= args.dropout < 1.0:
+        ap.error("--dropout must be in [0, 1)")
     if args.arch == "gpt":
         if args.n_embd % args.n_head:
             ap.error("--n_embd must be divisible by --n_head")
@@ -147,7 +151,8 @@ def main(argv=None) -> int:
             Bq, Tq, C = x.size()
             q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
             q, k, v = (t.view(Bq, Tq, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
             return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(Bq, Tq, C)))
 
         gpt_ref.CausalSelfAttention.forward = flash_forward
@@ -192,7 +197,7 @@ def main(argv=None) -> int:
     # ---- model / optimizer -------------------------------------------------
     if args.arch == "gpt":
         cfg = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
-                        block_size=T, vocab_size=args.vocab_size, dropout=0.0,
+                        block_size=T, vocab_size=args.vocab_size, dropout=args.dropout,
                         bias=bool(args.bias))
         model = GPT(cfg).to(dev)
         n_params = model.num_params()
@@ -272,6 +277,7 @@ def main(argv=None) -> int:
         "dtype": args.dtype,
         "compile": args.compile,
         "flash": flash,
+        "dropout": args.dropout,
     }
     print(json.dumps(result), flush=True)
     return 0

@@ -9,10 +9,10 @@
 // on tensor cores with fp32 accumulation, S and dPd stay fp32, and the row
 // kernels write P (and dS) as bf16 for the next products: three [NH, T, T]
 // fp32 matrices' worth. Only lse is kept between forward and backward.
-// bf16 with 64-wide heads and no attention dropout (GPT-2's shapes) takes
-// fused kernels instead: cuDNN's flash attention where it is built and has an
-// engine (cudnn_attention.cpp), else the flash-style kernels of
-// flash_attention.cu.
+// bf16 with 64-wide heads (GPT-2's shapes) takes fused kernels instead:
+// without attention dropout cuDNN's flash attention where it is built and has
+// an engine (cudnn_attention.cpp), else (and with dropout, whose masks must be
+// parallm's Philox masks) the flash-style kernels of flash_attention.cu.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -214,11 +214,11 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
 }
 void attention_forward(bfloat16* out, float* lse, const bfloat16* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                        AttnDropout drop, float* workspace) {
-  if (flash_attention_applies(C, NH, drop, {qkv, out})) {
-    if (impl() != AttentionImpl::Own &&
+  if (flash_attention_applies(C, NH, {qkv, out})) {
+    if (drop.p == 0.0f && impl() != AttentionImpl::Own &&
         cudnn_attention_forward(out, lse, qkv, B, T, C, NH, workspace, ws_floats(B, T, C, NH)))
       return;
-    return flash_attention_forward(out, lse, qkv, B, T, C, NH);
+    return flash_attention_forward(out, lse, qkv, B, T, C, NH, drop);
   }
   forward(out, lse, qkv, B, T, C, NH, drop, workspace);
 }
@@ -229,12 +229,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 void attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qkv, const bfloat16* out,
                         const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, AttnDropout drop,
                         float* workspace) {
-  if (flash_attention_applies(C, NH, drop, {qkv, out, dout, dqkv})) {
-    if (impl() != AttentionImpl::Own &&
+  if (flash_attention_applies(C, NH, {qkv, out, dout, dqkv})) {
+    if (drop.p == 0.0f && impl() != AttentionImpl::Own &&
         cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, impl() == AttentionImpl::Cudnn, workspace,
                                  ws_floats(B, T, C, NH)))
       return;
-    return flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace);
+    return flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, drop, workspace);
   }
   backward(dqkv, dout, qkv, lse, B, T, C, NH, drop, workspace);
 }

@@ -17,6 +17,14 @@
 //                     dQ += bf16(P * (dP - D)) K.
 // Rows past T are loaded as zeros and carry lse = +inf (so P = 0); the
 // causal mask covers keys past T. Heavy blocks (long loops) start first.
+// Attention dropout (FlashAttention-2's placement): the softmax sums the
+// undropped P, the products take P' = P * mask / (1 - p), and the backward
+// uses dS = P * (dP * mask / (1 - p) - D), D = rowsum(dO * O) of the dropped
+// output. Each 64 x 64 tile's keep bits are drawn into shared memory by the
+// block (two threads per query row, one Philox call per four mask indices,
+// core/philox.h), the same index (sample-head, query, key) and generator as
+// the GEMM path's row kernels and the CPU's, so the masks are theirs bit for
+// bit; the backward kernels draw their tiles again rather than storing them.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -145,6 +153,38 @@ __device__ __forceinline__ void store_rows(u16* dst, int64_t ld, int64_t row0, i
           pack_bf16(acc[nt][2 * half] * mul[half], acc[nt][2 * half + 1] * mul[half]);
   }
 }
+// The dropout of one call: AttnDropout with its (sample, head) stride resolved.
+struct FlashDrop {
+  float p = 0.0f, inv_keep = 1.0f;
+  uint64_t seed = 0, stream = 0;
+  int64_t bh_base = 0, bh_stride = 0;
+};
+constexpr int kMaskWords = 2 * kBlock;  // a tile's keep bits: two 32-bit words per row
+
+// Keep bits of query rows [q0, q0 + 64) x keys [k0, k0 + 64) of (sample,
+// head) gbh into mask: bit c of word 2r + h is key k0 + 32h + c of query
+// q0 + r. Mask index (gbh * T + query) * T + key, lane index % 4 of Philox
+// block index / 4, kept when its unit value is >= p (dropout_keep_at).
+__device__ __forceinline__ void dropout_tile(uint32_t* mask, const FlashDrop& d, int64_t gbh, int64_t T, int64_t q0,
+                                             int64_t k0) {
+  const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
+  const uint64_t g0 = static_cast<uint64_t>((gbh * T + q0 + r) * T + k0 + 32 * half);
+  uint32_t bits = 0;
+  for (uint64_t blk = g0 / 4; blk * 4 < g0 + 32; ++blk) {
+    uint32_t x[4];
+    philox4x32_into(x, d.seed, d.stream, blk);
+    for (int lane = 0; lane < 4; ++lane) {
+      const uint64_t g = blk * 4 + lane;
+      if (g >= g0 && g < g0 + 32 && u32_to_unit(x[lane]) >= d.p) bits |= 1u << (g - g0);
+    }
+  }
+  mask[threadIdx.x] = bits;
+}
+// mask / (1 - p) of tile query row r, tile key column c.
+__device__ __forceinline__ float tile_keep(const uint32_t* mask, int r, int c, float inv_keep) {
+  return (mask[2 * r + (c >> 5)] >> (c & 31)) & 1u ? inv_keep : 0.0f;
+}
+
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
@@ -155,11 +195,14 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 
 // Grid (B*NH, query blocks), heaviest (last) query block first.
+template <bool kDrop>
 __global__ void __launch_bounds__(kThreads)
-    forward_kernel(u16* out, float* lse, const u16* qkv, int T, int C, int NH, float sl2) {
+    forward_kernel(u16* out, float* lse, const u16* qkv, int T, int C, int NH, float sl2, FlashDrop drop) {
   __shared__ __align__(16) u16 sQ[kTile];
   __shared__ __align__(16) u16 sKV[2][2][kTile];  // [buffer][K, V]
+  __shared__ uint32_t sM[kDrop ? kMaskWords : 1];
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH, qb = gridDim.y - 1 - blockIdx.y;
+  const int64_t gbh = drop.bh_base + static_cast<int64_t>(b) * drop.bh_stride + h;
   const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, tig = l & 3;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
   const u16* q = qkv + static_cast<int64_t>(b) * T * C3 + h * kD;
@@ -175,10 +218,13 @@ __global__ void __launch_bounds__(kThreads)
       load_tile_async(sKV[(kb + 1) & 1][0], q + C, static_cast<int64_t>(kb + 1) * kBlock, T, C3);
       load_tile_async(sKV[(kb + 1) & 1][1], q + 2 * C, static_cast<int64_t>(kb + 1) * kBlock, T, C3);
       cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
     }
+    if constexpr (kDrop)
+      dropout_tile(sM, drop, gbh, T, static_cast<int64_t>(qb) * kBlock, static_cast<int64_t>(kb) * kBlock);
+    if (kb < qb)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
     __syncthreads();
     if (kb == 0) load_a(qa, sQ, w * 16);
     Acc s = {};
@@ -201,8 +247,11 @@ __global__ void __launch_bounds__(kThreads)
     for (int nt = 0; nt < 8; ++nt)
       for (int e = 0; e < 4; ++e) {
         const float p = exp2f(s[nt][e] - m[e >> 1]);
-        s[nt][e] = p;
-        lsum[e >> 1] += p;
+        lsum[e >> 1] += p;  // the softmax sums the undropped P
+        if constexpr (kDrop)
+          s[nt][e] = p * tile_keep(sM, w * 16 + g + (e >> 1) * 8, nt * 8 + tig * 2 + (e & 1), drop.inv_keep);
+        else
+          s[nt][e] = p;
         o[nt][e] *= alpha[e >> 1];
       }
     AFrag pa;
@@ -247,19 +296,23 @@ __global__ void rowdot_kernel(float* D, const u16* dout, const u16* out, int64_t
 
 constexpr int kKvSmem = 6 * kTile * 2 + 4 * kBlock * 4;  // K, V, 2 x (Q, dO), 2 x (lse, D)
 constexpr int kQSmem = 6 * kTile * 2;                    // Q, dO, 2 x (K, V)
+constexpr int kMaskSmem = kMaskWords * 4;                // with dropout: a tile's keep bits after the above
 
 // dK and dV of one key block. Grid (B*NH, key blocks); key block 0 (the
 // longest loop) first.
+template <bool kDrop>
 __global__ void __launch_bounds__(kThreads, 3)
     backward_kv_kernel(u16* dqkv, const u16* dout, const u16* qkv, const float* lse, const float* D, int T, int C,
-                       int NH, float sl2, float scale) {
+                       int NH, float sl2, float scale, FlashDrop drop) {
   extern __shared__ __align__(16) unsigned char smem[];
   u16* sK = reinterpret_cast<u16*>(smem);
   u16* sV = sK + kTile;
   u16* sQ = sV + kTile;                                  // [buffer][Q, dO]
   float* sL = reinterpret_cast<float*>(sQ + 4 * kTile);  // [buffer][64], lse in log2 units
   float* sD = sL + 2 * kBlock;                           // [buffer][64]
+  uint32_t* sM = reinterpret_cast<uint32_t*>(sD + 2 * kBlock);
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH, kb = blockIdx.y, nb = gridDim.y;
+  const int64_t gbh = drop.bh_base + static_cast<int64_t>(b) * drop.bh_stride + h;
   const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, tig = l & 3;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
   const u16* q = qkv + static_cast<int64_t>(b) * T * C3 + h * kD;
@@ -285,10 +338,13 @@ __global__ void __launch_bounds__(kThreads, 3)
     if (qb + 1 < nb) {
       load_q(qb + 1, buf ^ 1);
       cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
     }
+    if constexpr (kDrop)
+      dropout_tile(sM, drop, gbh, T, static_cast<int64_t>(qb) * kBlock, static_cast<int64_t>(kb) * kBlock);
+    if (qb + 1 < nb)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
     __syncthreads();
     const u16* tQ = sQ + buf * 2 * kTile;
     const u16* tdO = tQ + kTile;
@@ -302,11 +358,17 @@ __global__ void __launch_bounds__(kThreads, 3)
     mma_abt(dp, a, tdO);  // dP^T
     for (int nt = 0; nt < 8; ++nt)
       for (int e = 0; e < 4; ++e) {
-        const int col = nt * 8 + tig * 2 + (e & 1);
+        const int col = nt * 8 + tig * 2 + (e & 1), row = w * 16 + g + (e >> 1) * 8;
         float v = exp2f(p[nt][e] * sl2 - tl[col]);
-        if (qb == kb && col < w * 16 + g + (e >> 1) * 8) v = 0.0f;
-        p[nt][e] = v;
-        dp[nt][e] = v * (dp[nt][e] - td[col]);
+        if (qb == kb && col < row) v = 0.0f;
+        if constexpr (kDrop) {
+          const float keep = tile_keep(sM, col, row, drop.inv_keep);  // the tile's rows are queries
+          p[nt][e] = v * keep;
+          dp[nt][e] = v * (dp[nt][e] * keep - td[col]);
+        } else {
+          p[nt][e] = v;
+          dp[nt][e] = v * (dp[nt][e] - td[col]);
+        }
       }
     acc_to_a(a, p);
     mma_ab(dv, a, tdO);
@@ -321,14 +383,17 @@ __global__ void __launch_bounds__(kThreads, 3)
 }
 
 // dQ of one query block. Grid (B*NH, query blocks), heaviest first.
+template <bool kDrop>
 __global__ void __launch_bounds__(kThreads)
     backward_q_kernel(u16* dqkv, const u16* dout, const u16* qkv, const float* lse, const float* D, int T, int C,
-                      int NH, float sl2, float scale) {
+                      int NH, float sl2, float scale, FlashDrop drop) {
   extern __shared__ __align__(16) unsigned char smem[];
   u16* sQ = reinterpret_cast<u16*>(smem);
   u16* sdO = sQ + kTile;
   u16* sKV = sdO + kTile;  // [buffer][K, V]
+  uint32_t* sM = reinterpret_cast<uint32_t*>(sKV + 4 * kTile);
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH, qb = gridDim.y - 1 - blockIdx.y;
+  const int64_t gbh = drop.bh_base + static_cast<int64_t>(b) * drop.bh_stride + h;
   const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, tig = l & 3;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
   const u16* q = qkv + static_cast<int64_t>(b) * T * C3 + h * kD;
@@ -353,10 +418,13 @@ __global__ void __launch_bounds__(kThreads)
       load_tile_async(nxt, q + C, static_cast<int64_t>(kb + 1) * kBlock, T, C3);
       load_tile_async(nxt + kTile, q + 2 * C, static_cast<int64_t>(kb + 1) * kBlock, T, C3);
       cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
     }
+    if constexpr (kDrop)
+      dropout_tile(sM, drop, gbh, T, static_cast<int64_t>(qb) * kBlock, static_cast<int64_t>(kb) * kBlock);
+    if (kb < qb)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
     __syncthreads();
     if (kb == 0) {
       load_a(qa, sQ, w * 16);
@@ -367,9 +435,13 @@ __global__ void __launch_bounds__(kThreads)
     mma_abt(dp, doa, cur + kTile);  // dP = dO V^T
     for (int nt = 0; nt < 8; ++nt)
       for (int e = 0; e < 4; ++e) {
+        const int col = nt * 8 + tig * 2 + (e & 1), row = w * 16 + g + (e >> 1) * 8;
         float v = exp2f(s[nt][e] * sl2 - lr[e >> 1]);
-        if (kb == qb && nt * 8 + tig * 2 + (e & 1) > w * 16 + g + (e >> 1) * 8) v = 0.0f;
-        s[nt][e] = v * (dp[nt][e] - dr[e >> 1]);
+        if (kb == qb && col > row) v = 0.0f;
+        if constexpr (kDrop)
+          s[nt][e] = v * (dp[nt][e] * tile_keep(sM, row, col, drop.inv_keep) - dr[e >> 1]);
+        else
+          s[nt][e] = v * (dp[nt][e] - dr[e >> 1]);
       }
     AFrag a;
     acc_to_a(a, s);
@@ -382,10 +454,43 @@ __global__ void __launch_bounds__(kThreads)
 dim3 grid_for(int64_t B, int64_t T, int64_t NH) {
   return dim3(static_cast<unsigned>(B * NH), static_cast<unsigned>((T + kBlock - 1) / kBlock));
 }
+
+FlashDrop flash_drop(const AttnDropout& d, int64_t NH) {
+  if (d.p <= 0.0f) return {};
+  return {d.p, 1.0f / (1.0f - d.p), d.seed, d.stream, d.bh_base, d.bh_stride ? d.bh_stride : NH};
+}
+
+// Both backward kernels need more than the default 48 KiB of shared memory: granted once per process and variant.
+template <bool kDrop>
+void grant_backward_smem() {
+  static const bool granted = [] {
+    PARALLM_CUDA_CHECK(cudaFuncSetAttribute(backward_kv_kernel<kDrop>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            kKvSmem + (kDrop ? kMaskSmem : 0)),
+                       "kernels.cuda.flash_attention_backward");
+    PARALLM_CUDA_CHECK(cudaFuncSetAttribute(backward_q_kernel<kDrop>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            kQSmem + (kDrop ? kMaskSmem : 0)),
+                       "kernels.cuda.flash_attention_backward");
+    return true;
+  }();
+  (void)granted;
+}
+
+template <bool kDrop>
+void backward_kernels(u16* dq, const u16* dy, const u16* x, const float* lse, const float* D, int64_t B, int64_t T,
+                      int64_t C, int64_t NH, float sl2, float scale, const FlashDrop& drop) {
+  grant_backward_smem<kDrop>();
+  const int mask = kDrop ? kMaskSmem : 0;
+  backward_kv_kernel<kDrop><<<grid_for(B, T, NH), kThreads, kKvSmem + mask, stream()>>>(
+      dq, dy, x, lse, D, static_cast<int>(T), static_cast<int>(C), static_cast<int>(NH), sl2, scale, drop);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.flash_attention_backward");
+  backward_q_kernel<kDrop><<<grid_for(B, T, NH), kThreads, kQSmem + mask, stream()>>>(
+      dq, dy, x, lse, D, static_cast<int>(T), static_cast<int>(C), static_cast<int>(NH), sl2, scale, drop);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.flash_attention_backward");
+}
 }  // namespace
 
-bool flash_attention_applies(int64_t C, int64_t NH, const AttnDropout& drop, std::initializer_list<const void*> ptrs) {
-  if (NH <= 0 || C != NH * kD || drop.p != 0.0f) return false;
+bool flash_attention_applies(int64_t C, int64_t NH, std::initializer_list<const void*> ptrs) {
+  if (NH <= 0 || C != NH * kD) return false;
   for (const void* p : ptrs)
     if (!aligned16(p)) return false;
   return true;
@@ -396,17 +501,23 @@ int64_t flash_attention_workspace_floats(int64_t B, int64_t T, int64_t NH) {
 }
 
 void flash_attention_forward(bfloat16* out, float* lse, const bfloat16* qkv, int64_t B, int64_t T, int64_t C,
-                             int64_t NH) {
+                             int64_t NH, const AttnDropout& drop) {
   if (B == 0 || T == 0) return;
   const float sl2 = kLog2e / std::sqrt(static_cast<float>(kD));
-  forward_kernel<<<grid_for(B, T, NH), kThreads, 0, stream()>>>(reinterpret_cast<u16*>(out), lse,
-                                                                reinterpret_cast<const u16*>(qkv), static_cast<int>(T),
-                                                                static_cast<int>(C), static_cast<int>(NH), sl2);
+  const FlashDrop d = flash_drop(drop, NH);
+  auto* o = reinterpret_cast<u16*>(out);
+  const auto* x = reinterpret_cast<const u16*>(qkv);
+  const int Ti = static_cast<int>(T), Ci = static_cast<int>(C), NHi = static_cast<int>(NH);
+  if (d.p > 0)
+    forward_kernel<true><<<grid_for(B, T, NH), kThreads, 0, stream()>>>(o, lse, x, Ti, Ci, NHi, sl2, d);
+  else
+    forward_kernel<false><<<grid_for(B, T, NH), kThreads, 0, stream()>>>(o, lse, x, Ti, Ci, NHi, sl2, d);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.flash_attention_forward");
 }
 
 void flash_attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat16* qkv, const bfloat16* out,
-                              const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, float* workspace) {
+                              const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, const AttnDropout& drop,
+                              float* workspace) {
   if (B == 0 || T == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(kD)), sl2 = kLog2e * scale;
   auto* dq = reinterpret_cast<u16*>(dqkv);
@@ -417,20 +528,11 @@ void flash_attention_backward(bfloat16* dqkv, const bfloat16* dout, const bfloat
                                                                  static_cast<int>(T), static_cast<int>(C),
                                                                  static_cast<int>(NH));
   PARALLM_CUDA_LAUNCHED("kernels.cuda.flash_attention_backward");
-  static const bool smem_granted = [] {  // once per process: both kernels need more than the default 48 KiB
-    PARALLM_CUDA_CHECK(cudaFuncSetAttribute(backward_kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kKvSmem),
-                       "kernels.cuda.flash_attention_backward");
-    PARALLM_CUDA_CHECK(cudaFuncSetAttribute(backward_q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kQSmem),
-                       "kernels.cuda.flash_attention_backward");
-    return true;
-  }();
-  (void)smem_granted;
-  backward_kv_kernel<<<grid_for(B, T, NH), kThreads, kKvSmem, stream()>>>(
-      dq, dy, x, lse, workspace, static_cast<int>(T), static_cast<int>(C), static_cast<int>(NH), sl2, scale);
-  PARALLM_CUDA_LAUNCHED("kernels.cuda.flash_attention_backward");
-  backward_q_kernel<<<grid_for(B, T, NH), kThreads, kQSmem, stream()>>>(
-      dq, dy, x, lse, workspace, static_cast<int>(T), static_cast<int>(C), static_cast<int>(NH), sl2, scale);
-  PARALLM_CUDA_LAUNCHED("kernels.cuda.flash_attention_backward");
+  const FlashDrop d = flash_drop(drop, NH);
+  if (d.p > 0)
+    backward_kernels<true>(dq, dy, x, lse, workspace, B, T, C, NH, sl2, scale, d);
+  else
+    backward_kernels<false>(dq, dy, x, lse, workspace, B, T, C, NH, sl2, scale, d);
 }
 
 }  // namespace parallm::kernels::cuda
