@@ -157,10 +157,11 @@ TEST_F(CudaBf16, GeluMatchesReferenceBothKinds) {
   }
 }
 
-// Heads of 64 without dropout take fused kernels, cuDNN's (where built) or
-// parallm's own flash kernels (T past one and several 64-row blocks, not a
-// multiple of 64); the others the GEMM path. Both fused implementations are
-// checked; the default backward of each is bitwise repeatable.
+// Heads of 64 take fused kernels: without dropout cuDNN's (where built) or
+// parallm's own flash kernels, with dropout parallm's (T past one and several
+// 64-row blocks, not a multiple of 64); the others the GEMM path. Both fused
+// implementations are checked; the default backward of each is bitwise
+// repeatable.
 TEST_F(CudaBf16, AttentionMatchesReferenceWithAndWithoutDropout) {
   for (auto impl : {kc::AttentionImpl::Own, kc::AttentionImpl::Cudnn}) {
     const auto before = kc::set_attention_impl(impl);
@@ -213,7 +214,10 @@ TEST_F(CudaBf16, AttentionMatchesReferenceWithAndWithoutDropout) {
 TEST_F(CudaBf16, FlashAttentionDropoutMasksAreTheReferenceMasks) {
   const int64_t B = 2, T = 131, NH = 2, C = 64 * NH, C3 = 3 * C;
   const kernels::AttnDropout drop{0.3f, 1234, 9, 2, NH + 3};
-  const auto before = kc::set_attention_impl(kc::AttentionImpl::Own);
+  struct OwnKernels {  // restored however the test ends
+    kc::AttentionImpl before = kc::set_attention_impl(kc::AttentionImpl::Own);
+    ~OwnKernels() { kc::set_attention_impl(before); }
+  } own;
   auto keep = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
     const auto g = static_cast<uint64_t>((drop.global_bh(b, h, NH) * T + i) * T + j);
     return kernels::dropout_keep(drop.p, drop.seed, drop.stream, g);
@@ -271,7 +275,6 @@ TEST_F(CudaBf16, FlashAttentionDropoutMasksAreTheReferenceMasks) {
                 << "dQ b=" << b << " h=" << h << " query " << i << " key " << kb * 64 + c;
           }
   }
-  kc::set_attention_impl(before);
   EXPECT_GT(dropped, checked / 8) << "p = 0.3 should drop about 30% of the visible pairs";
 }
 
