@@ -73,7 +73,7 @@ Runner add_train(CLI::App& app) {
     stop_signal::install();
     train::RunSummary s;
     run_guarded(world, [&] {
-      announce_mesh(world, cfg.mesh_dims(), cfg.parallel.tp_across_nodes);
+      announce_mesh(world, cfg.mesh_dims(), cfg.parallel.tp_across_nodes, !cfg.train.device.is_cpu());
       train::Invocation inv{command_line(), {}};
       for (const comm::RankPlace& r : world.topo.ranks) inv.hosts.push_back(r.host);
       s = train::run_training(cfg, world.comm.get(), ranks_per_node(world.topo), inv);

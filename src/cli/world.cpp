@@ -12,6 +12,7 @@
 #include "comm/hang_record.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/gpu.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
 #include "core/threads.h"
@@ -87,12 +88,26 @@ World start_world(const std::string& backend, const comm::CommOptions& options, 
   return w;
 }
 
-void announce_world(const World& w, const std::vector<std::string>& rank_notes) {
+namespace {
+// The dist info's device: the CPU's threads, or how ranks and GPUs pair.
+std::string device_text(const World& w, bool gpu) {
+  if (w.comm->gpu_device() >= 0) return "cuda (one GPU per rank, by local rank)";
+  if (!gpu) return fmt::format("cpu ({} thread{} per rank)", num_threads(), num_threads() == 1 ? "" : "s");
+  const int gpus = gpu::device_count(), per_node = std::max(1, ranks_per_node(w.topo));
+  const std::string carried = w.comm->size() > 1
+                                  ? fmt::format("; {} carries device buffers through pinned host memory",
+                                                w.comm->backend())
+                                  : "";
+  if (gpus <= 0) return "cuda (no GPU visible)";
+  if (per_node <= gpus) return fmt::format("cuda (one GPU per rank, by local rank{})", carried);
+  return fmt::format("cuda ({} ranks per node on {} GPU{}: up to {} ranks share one, by local rank{})", per_node,
+                     gpus, gpus == 1 ? "" : "s", (per_node + gpus - 1) / gpus, carried);
+}
+}  // namespace
+
+void announce_world(const World& w, const std::vector<std::string>& rank_notes, bool gpu) {
   if (w.comm->rank() != 0) return;
-  const std::string device = w.comm->gpu_device() >= 0 ? "cuda (one GPU per rank, by local rank)"
-                                                       : fmt::format("cpu ({} thread{} per rank)", num_threads(),
-                                                                     num_threads() == 1 ? "" : "s");
-  std::fputs(comm::dist_info(w.topo, w.comm->backend(), device, rank_notes).c_str(), stdout);
+  std::fputs(comm::dist_info(w.topo, w.comm->backend(), device_text(w, gpu), rank_notes).c_str(), stdout);
   std::fflush(stdout);
 }
 
@@ -102,18 +117,18 @@ int ranks_per_node(const comm::Topology& t) {
   return most;
 }
 
-void announce_mesh(const World& w, const parallel::MeshDims& dims, bool tp_across_nodes) {
+void announce_mesh(const World& w, const parallel::MeshDims& dims, bool tp_across_nodes, bool gpu) {
   parallel::MeshDims d;
   try {
     d = parallel::resolve_mesh_dims(dims, w.comm->size(), ranks_per_node(w.topo), tp_across_nodes);
   } catch (const ConfigError&) {  // the trainer says what is wrong, after the config's own checks
-    announce_world(w);
+    announce_world(w, {}, gpu);
     return;
   }
   std::vector<std::string> notes;
   for (int r = 0; w.comm->rank() == 0 && r < w.comm->size(); ++r)
     notes.push_back(parallel::coord_text(d, parallel::mesh_coord(d, r)));
-  announce_world(w, notes);
+  announce_world(w, notes, gpu);
 }
 
 void add_world_options(CLI::App* cmd, std::string& backend, double& timeout_s, const std::string& timeout_help) {

@@ -34,12 +34,13 @@ struct World {
 // scheduler and the affinity masks give each rank: comm::default_threads)
 // and (on rank 0, when `announce`) prints the dist info block.
 World start_world(const std::string& backend, const comm::CommOptions& options, bool announce = true, int threads = 0);
-// Rank 0 prints the dist info block; `rank_notes` (one per rank) end each rank's line.
-void announce_world(const World& w, const std::vector<std::string>& rank_notes = {});
+// Rank 0 prints the dist info block; `rank_notes` (one per rank) end each rank's line. `gpu`: the run trains on
+// GPUs (the device line says how ranks and GPUs pair, and how the backend carries device buffers).
+void announce_world(const World& w, const std::vector<std::string>& rank_notes = {}, bool gpu = false);
 // The dist info with each rank's coordinates on the mesh `dims` describes,
 // as `parallm train` prints it (without them when the layout does not fit
 // the world: the trainer then names the problem).
-void announce_mesh(const World& w, const parallel::MeshDims& dims, bool tp_across_nodes);
+void announce_mesh(const World& w, const parallel::MeshDims& dims, bool tp_across_nodes, bool gpu = false);
 // The most ranks any node runs (bounds a tensor-parallel group).
 int ranks_per_node(const comm::Topology& t);
 

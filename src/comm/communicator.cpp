@@ -6,6 +6,7 @@
 #include "comm/backends.h"
 #include "comm/launch_env.h"
 #include "core/error.h"
+#include "core/gpu.h"
 #include "core/log.h"
 
 namespace parallm::comm {
@@ -139,8 +140,14 @@ std::unique_ptr<Communicator> make_world(const std::string& backend, const CommO
 }
 
 std::string resolve_backend(const std::string& backend, bool gpu) {
-  if (backend == "auto" && gpu && nccl_built() && launched_multi_rank()) return "nccl";
-  return backend;
+  if (backend != "auto" || !gpu || !launched_multi_rank()) return backend;
+  // NCCL takes one rank per GPU: ranks sharing a GPU (more on this node than it has) go through MPI.
+  const int local = env_rank().local_size, gpus = gpu::device_count();
+  if (nccl_built() && (local <= 0 || local <= gpus)) return "nccl";
+  if (nccl_built())
+    log::info("comm.backend=auto: {} ranks on this node share {} GPU{}: mpi, with device buffers through host memory",
+              local, gpus, gpus == 1 ? "" : "s");
+  return "mpi";
 }
 
 }  // namespace parallm::comm

@@ -7,6 +7,7 @@
 #include <list>
 #include <utility>
 
+#include "comm/device_staging.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/trace.h"
@@ -258,10 +259,7 @@ void QueuedComm::check_count(const Tensor& t, int64_t want, const char* op, cons
 }
 
 WorkPtr QueuedComm::submit(Op op) {
-  if (host_only())
-    for (const Tensor* t : {&op.a, &op.b})
-      PARALLM_CHECK(t->numel() == 0 || t->device().is_cpu(), ShapeError, fmt::format("comm.{}", op_kind_name(op.kind)),
-                    "backend {} needs host tensors (rank {}/{})", backend(), rank_, size_);
+  if (host_only() && on_device(op)) stage(op, rank_);
   issued(op);
   // Counted as issued (the checks passed); the payload as OpCounts defines it.
   const auto k = static_cast<size_t>(op.kind);
@@ -273,7 +271,7 @@ WorkPtr QueuedComm::submit(Op op) {
     op.seq = op.collective() ? next_coll_++ : next_p2p_++;
     try {
       op.work->started();
-      auto p = start(op);
+      auto p = begin(op);
       while (!p->poll()) {
       }
       op.work->finish(nullptr);
@@ -298,6 +296,11 @@ WorkPtr QueuedComm::submit(Op op) {
   queue_.push_back(std::move(op));
   cv_.notify_all();
   return handle;
+}
+
+std::unique_ptr<Pending> QueuedComm::begin(Op& op) {
+  if (!op.staged) return start(op);
+  return staged_start(op, [this, &op] { return start(op); });
 }
 
 OpCounts QueuedComm::counts() const {
@@ -356,7 +359,7 @@ void QueuedComm::run_inline(Op& op) {
   std::exception_ptr err;
   try {
     op.work->started();
-    auto p = start(op);
+    auto p = begin(op);
     const auto t0 = Clock::now();
     const auto deadline =
         t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
@@ -616,7 +619,7 @@ void QueuedComm::loop() {
       Active& a = active.emplace_back(Active{std::move(starting[i]), nullptr, Clock::now() + timeout});
       try {
         a.op.work->started();
-        a.pending = start(a.op);
+        a.pending = begin(a.op);
       } catch (...) {
         const std::exception_ptr err = std::current_exception();
         for (size_t j = i + 1; j < starting.size(); ++j) starting[j].work->finish(err);  // taken, never started

@@ -29,6 +29,7 @@ namespace parallm::comm {
 
 class QueuedComm;
 struct Op;
+struct StagedOperands;  // device_staging.cpp
 
 // Completion state shared by the queue and the caller's handle.
 class WorkState : public Work {
@@ -98,6 +99,9 @@ struct Op {
   std::unique_ptr<Communicator>* split_out{};  // split: where the result goes
   std::shared_ptr<WorkState> work;
   std::shared_ptr<void> ext;  // the backend's own state, set by issued()
+  // Device operands a host-only backend carries through host memory (device_staging.h); a and b are then their
+  // host stand-ins.
+  std::shared_ptr<StagedOperands> staged;
 
   // Element type: of the output for scatter (non-roots pass no input), else of the input.
   DType dtype() const { return kind == OpKind::Scatter ? b.dtype() : a.dtype(); }
@@ -163,8 +167,10 @@ class QueuedComm : public Communicator {
   // waiter's watchdog grace (max(2 s, timeout / 10)), so a peer that cannot
   // answer (stopped, dead) is named before the watchdog gives up unnamed.
   double diagnose_budget_s() const { return std::min(5.0, std::max(1.0, 0.05 * options_.timeout_s)); }
-  virtual bool threaded() const { return true; }   // false: run ops inline on the caller
-  virtual bool host_only() const { return true; }  // false: the backend takes device tensors too
+  virtual bool threaded() const { return true; }  // false: run ops inline on the caller
+  // true: the backend takes host tensors only, and device operands are staged through host memory for it
+  // (device_staging.h); false: it takes device tensors itself.
+  virtual bool host_only() const { return true; }
   // On the caller's thread as an operation is issued, before it is queued
   // (e.g. to mark where the caller's GPU work stands); may throw.
   virtual void issued(Op&) {}
@@ -194,7 +200,8 @@ class QueuedComm : public Communicator {
 
  private:
   WorkPtr submit(Op op);
-  void run_inline(Op& op);  // a blocking collective on the caller's thread (slot already taken)
+  std::unique_ptr<Pending> begin(Op& op);  // start(op), through the staging of device operands where it has them
+  void run_inline(Op& op);                 // a blocking collective on the caller's thread (slot already taken)
   void set_running(const Op& op, bool on_caller);
   void set_finished(uint64_t seq);
   CommError timeout_error(const Op& op);  // asks the peers what they are doing (diagnose)

@@ -76,6 +76,30 @@ class Event {
   void* ev_ = nullptr;
 };
 
+// Copies beside the compute stream, for communicators that carry device
+// buffers through host memory: the copies of one Staging run on a stream of
+// the device's own, after the compute stream's work queued before
+// after_compute(), and done() tells without blocking whether every copy queued
+// before mark() has finished. Made on the thread that computes (its device);
+// the other calls may come from any thread.
+class Staging {
+ public:
+  Staging();
+  ~Staging();
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  void after_compute();
+  void d2h(void* dst, const void* src, size_t bytes);  // dst pinned
+  void h2d(void* dst, const void* src, size_t bytes);  // src pinned
+  void mark();
+  bool done();
+
+ private:
+  int device_ = 0;
+  void* ready_ = nullptr;   // recorded on the compute stream by after_compute()
+  void* marker_ = nullptr;  // recorded on the staging stream by mark()
+};
+
 // Device memory owned RAII, accounted under a category (the caching allocator).
 struct DevicePool {
   static void* allocate(size_t bytes, MemCategory cat) { return device_alloc(bytes, cat); }

@@ -106,13 +106,17 @@ CachingAllocator& allocator() {
   return *a;
 }
 
-cudaStream_t compute_stream() {
-  static std::array<cudaStream_t, 64> streams{};
+// One non-blocking stream per device and kind (0: compute, 1: staging), made on first use, never destroyed.
+cudaStream_t device_stream(int dev, int kind) {
+  static std::array<std::array<cudaStream_t, 2>, 64> streams{};
   static std::mutex mu;
-  int dev = current_device();
   std::lock_guard<std::mutex> lk(mu);
-  if (!streams[dev]) PARALLM_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[dev], cudaStreamNonBlocking), "cuda.stream");
-  return streams[dev];
+  cudaStream_t& s = streams.at(dev)[kind];
+  if (!s) PARALLM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cuda.stream");
+  return s;
+}
+cudaStream_t compute_stream() {
+  return device_stream(current_device(), 0);
 }
 }  // namespace
 
@@ -269,6 +273,45 @@ float Event::elapsed_ms_since(const Event& start) const {
   PARALLM_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.ev_), static_cast<cudaEvent_t>(ev_)),
                      "cuda.event");
   return ms;
+}
+
+Staging::Staging() : device_(current_device()) {
+  cudaEvent_t a, b;
+  PARALLM_CUDA_CHECK(cudaEventCreateWithFlags(&a, cudaEventDisableTiming), "cuda.staging");
+  PARALLM_CUDA_CHECK(cudaEventCreateWithFlags(&b, cudaEventDisableTiming), "cuda.staging");
+  ready_ = a;
+  marker_ = b;
+}
+Staging::~Staging() {
+  cudaEventDestroy(static_cast<cudaEvent_t>(ready_));
+  cudaEventDestroy(static_cast<cudaEvent_t>(marker_));
+}
+void Staging::after_compute() {
+  PARALLM_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ready_), device_stream(device_, 0)), "cuda.staging");
+  PARALLM_CUDA_CHECK(cudaStreamWaitEvent(device_stream(device_, 1), static_cast<cudaEvent_t>(ready_), 0),
+                     "cuda.staging");
+}
+void Staging::d2h(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  PARALLM_CUDA_CHECK(cudaSetDevice(device_), "cuda.staging");  // the calling thread may not have chosen it
+  PARALLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, device_stream(device_, 1)),
+                     "cuda.staging");
+}
+void Staging::h2d(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  PARALLM_CUDA_CHECK(cudaSetDevice(device_), "cuda.staging");
+  PARALLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, device_stream(device_, 1)),
+                     "cuda.staging");
+}
+void Staging::mark() {
+  PARALLM_CUDA_CHECK(cudaSetDevice(device_), "cuda.staging");
+  PARALLM_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(marker_), device_stream(device_, 1)), "cuda.staging");
+}
+bool Staging::done() {
+  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(marker_));
+  if (e == cudaErrorNotReady) return false;
+  PARALLM_CUDA_CHECK(e, "cuda.staging");
+  return true;
 }
 
 }  // namespace parallm::gpu

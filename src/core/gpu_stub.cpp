@@ -94,4 +94,16 @@ float Event::elapsed_ms_since(const Event&) const {
   return 0.0f;
 }
 
+Staging::Staging() {
+  not_built("cuda.staging");
+}
+Staging::~Staging() = default;
+void Staging::after_compute() {}
+void Staging::d2h(void*, const void*, size_t) {}
+void Staging::h2d(void*, const void*, size_t) {}
+void Staging::mark() {}
+bool Staging::done() {
+  return true;
+}
+
 }  // namespace parallm::gpu

@@ -120,27 +120,14 @@ std::vector<int64_t> ParallelPlan::positions(int64_t T) const {
   return model::CpLayout{dims().cp, mesh_.coord().cp, config_.cp_kind}.positions(T);
 }
 
-namespace {
-// A model-parallel group on the GPU exchanges device buffers inside every layer.
-void check_device_group(const comm::Communicator& g, Device dev, const char* key) {
-  PARALLM_CHECK(dev.is_cpu() || g.size() == 1 || g.gpu_device() >= 0, ConfigError, "config",
-                "{}={} on the GPU exchanges device buffers inside every layer, which comm.backend={} cannot "
-                "carry; use comm.backend=nccl (or auto)",
-                key, g.size(), g.backend());
-}
-}  // namespace
-
 std::unique_ptr<model::GPT> ParallelPlan::apply_to_model(const model::GPTConfig& cfg, int64_t batch, Device dev,
                                                          model::GPTStorage storage, const PipelineConfig& pipe,
                                                          MidStepFault fault) {
   PARALLM_CHECK(!tp_, InternalError, "plan", "apply_to_model runs once (the model points to the groups it makes)");
-  check_device_group(mesh_.tp(), dev, "parallel.tp");
-  check_device_group(mesh_.cp(), dev, "parallel.cp");
   tp_ = std::make_unique<TensorParallelGroup>(mesh_.tp(), dev);
   if (cp_enabled()) cp_ = std::make_unique<ContextParallelGroup>(mesh_.cp(), dev);
   if (pp_enabled()) pipe_ = std::make_unique<Pipeline>(pipe, mesh_, fault);
   if (cfg.moe.experts > 0 && grad_group().size() > 1) {  // MoE: the routing counts' group, the experts' split
-    check_device_group(grad_group(), dev, "model.moe_experts with data parallelism");
     data_ = std::make_unique<TensorParallelGroup>(grad_group(), dev);
     if (ep_enabled()) ep_ = std::make_unique<TensorParallelGroup>(mesh_.ep(), dev);
   }

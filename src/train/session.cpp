@@ -9,6 +9,7 @@
 #include <exception>
 #include <filesystem>
 
+#include "comm/launch_env.h"
 #include "comm/hang_record.h"
 #include "comm/topology.h"
 #include "core/env.h"
@@ -137,8 +138,11 @@ void check_skip_past(const Session& s, int64_t ck_iter) {
                   now.text(), ck_iter, r.first, r.second, next);
 }
 
-// The device this rank trains on.
-Device choose_device(const TrainSection& t, comm::Communicator& world) {
+// The device this rank trains on. Several ranks: NCCL's GPU (one per rank, by
+// local rank); with a host-only backend (mpi) the GPU of the local rank modulo
+// the GPUs seen, so ranks may share one, their device buffers staged through
+// host memory (comm/device_staging.h). train.device=cuda:N pins every rank to N.
+Device choose_device(const TrainSection& t, comm::Communicator& world, int ranks_per_node) {
   Device dev = t.device;
   const std::string name = t.device_by_rank ? "cuda" : dev.str();
   if (dev.is_cpu()) {
@@ -147,16 +151,16 @@ Device choose_device(const TrainSection& t, comm::Communicator& world) {
                   world.backend());
     return dev;
   }
-  if (world.size() > 1) {
-    // Several GPU ranks: NCCL picked each rank's GPU (by local rank); "cuda" means that one.
-    PARALLM_CHECK(world.gpu_device() >= 0, ConfigError, "config",
-                  "train.device={} on {} ranks needs comm.backend=nccl (or auto), not {}", name, world.size(),
-                  world.backend());
+  if (world.size() > 1 && world.gpu_device() >= 0) {
     PARALLM_CHECK(t.device_by_rank || dev.index == world.gpu_device(), ConfigError, "config",
                   "train.device={}: this rank's communicator runs on cuda:{} (chosen by local rank); use "
                   "train.device=cuda",
                   name, world.gpu_device());
     dev.index = world.gpu_device();
+  } else if (world.size() > 1 && t.device_by_rank) {
+    const int local = comm::env_rank().local_rank;
+    dev.index = (local >= 0 ? local : ranks_per_node > 0 ? world.rank() % ranks_per_node : 0) %
+                std::max(1, gpu::device_count());
   }
   PARALLM_CHECK(dev.index < gpu::device_count(), ConfigError, "config",
                 "train.device={}: {} GPU{} visible to this process", name, gpu::device_count(),
@@ -317,7 +321,7 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
     if (!nothing_to_do->empty()) return nullptr;
     check_skip_past(*s, ck_iter);
   }
-  s->dev = choose_device(s->cfg.train, world);
+  s->dev = choose_device(s->cfg.train, world, ranks_per_node);
   s->mesh =
       std::make_unique<parallel::Mesh>(world, s->cfg.mesh_dims(), ranks_per_node, s->cfg.parallel.tp_across_nodes);
   s->plan = std::make_unique<parallel::ParallelPlan>(*s->mesh, s->cfg.parallel);

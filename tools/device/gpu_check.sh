@@ -14,7 +14,10 @@
 # and bf16, and transformers' Qwen3MoeForCausalLM / MixtralForCausalLM loading
 # parallm's MoE exports, logits against parallm's; dropout: baby GPT bf16
 # step time with dropout 0.2 against dropout 0 (attention dropout inside the
-# flash kernels) and against PyTorch compiled with SDPA flash at both); each part has a time
+# flash kernels) and against PyTorch compiled with SDPA flash at both;
+# ranks: 2 and 4 ranks sharing the one GPU through MPI (device buffers staged
+# through pinned host memory), tp, pp, cp and ZeRO 3 against the one-rank GPU
+# run, fp32, 50 steps, each layout run twice); each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
 # the precisions of baby and gpt2 (default "fp32 bf16"); DET_DTYPE and
 # DET_DROPOUT (default 0.2; 0 takes bf16 attention through the flash kernels)
@@ -133,6 +136,29 @@ for p, ms in sorted(peer.items()):
     mine = a if p > 0 else b
     print(f"PyTorch compiled + SDPA flash, dropout {p}: {ms:.2f} ms; parallm {ms / mine:.2f}x the peer's speed")
 PY
+fi
+if want ranks; then
+  step "several ranks on one GPU through MPI (fp32, 50 steps, dropout 0.1, vocab 65): against one rank, each twice"
+  R="model.n_layer=4 model.n_head=4 model.n_embd=128 model.block_size=64 model.batch_size=8 model.dropout=0.1
+     train.device=${RANKS_DEVICE:-cuda} train.dtype=fp32 train.max_iters=50 train.eval_interval=25 train.eval_iters=2
+     train.log_interval=10 train.sample_tokens=0 data.dir=$W/data/shakespeare_char train.progress=false
+     train.overwrite=true"
+  timeout 60 ./bin/parallm train $R train.out_dir=$W/out/r1 > $OUT/ranks_1.log 2>&1 || tail -3 $OUT/ranks_1.log
+  # Data-parallel layouts split the one rank's batch of 8 (model.batch_size is per rank).
+  for lay in "2 parallel.tp=2" "2 parallel.pp=2" "2 parallel.cp=2" "2 zero.stage=3 model.batch_size=4" \
+    "4 parallel.tp=4" "4 parallel.pp=4" "4 parallel.cp=4" "4 zero.stage=3 model.batch_size=2"; do
+    set -- $lay
+    n=$1 && shift && tag="np${n}_${1//[.=]/_}"
+    for t in a b; do
+      timeout 90 mpirun --allow-run-as-root --oversubscribe -np "$n" ./bin/parallm train $R comm.backend=mpi "$@" \
+        train.out_dir=$W/out/$tag$t > $OUT/ranks_$tag$t.log 2>&1 || tail -3 $OUT/ranks_$tag$t.log
+    done
+    grep -m1 "device" $OUT/ranks_${tag}a.log
+    echo "$tag against one rank (bar 1e-5): $(python3 "${OLDPWD}/bench/compare_runs.py" --quiet $W/out/${tag}a \
+      $W/out/r1 | sed -n '2p;3p' | tr '\n' ' '); twice: $(python3 "${OLDPWD}/bench/compare_runs.py" --quiet \
+      $W/out/${tag}a $W/out/${tag}b | tail -1)"
+  done
+  (cd $OUT && tar -czf ranks.tar.gz ranks_*.log && rm -f ranks_*.log)
 fi
 if want det; then
   step "determinism and resume on the GPU (baby GPT, ${DET_DTYPE:-fp32}, 40 iterations, dropout ${DET_DROPOUT:-0.2})"
