@@ -94,14 +94,13 @@ std::string device_text(const World& w, bool gpu) {
   if (w.comm->gpu_device() >= 0) return "cuda (one GPU per rank, by local rank)";
   if (!gpu) return fmt::format("cpu ({} thread{} per rank)", num_threads(), num_threads() == 1 ? "" : "s");
   const int gpus = gpu::device_count(), per_node = std::max(1, ranks_per_node(w.topo));
-  const std::string carried = w.comm->size() > 1
-                                  ? fmt::format("; {} carries device buffers through pinned host memory",
-                                                w.comm->backend())
-                                  : "";
+  const std::string carried =
+      w.comm->size() > 1 ? fmt::format("; {} carries device buffers through pinned host memory", w.comm->backend())
+                         : "";
   if (gpus <= 0) return "cuda (no GPU visible)";
   if (per_node <= gpus) return fmt::format("cuda (one GPU per rank, by local rank{})", carried);
-  return fmt::format("cuda ({} ranks per node on {} GPU{}: up to {} ranks share one, by local rank{})", per_node,
-                     gpus, gpus == 1 ? "" : "s", (per_node + gpus - 1) / gpus, carried);
+  return fmt::format("cuda ({} ranks per node on {} GPU{}: up to {} ranks share one, by local rank{})", per_node, gpus,
+                     gpus == 1 ? "" : "s", (per_node + gpus - 1) / gpus, carried);
 }
 }  // namespace
 

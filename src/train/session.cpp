@@ -9,8 +9,8 @@
 #include <exception>
 #include <filesystem>
 
-#include "comm/launch_env.h"
 #include "comm/hang_record.h"
+#include "comm/launch_env.h"
 #include "comm/topology.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -159,7 +159,9 @@ Device choose_device(const TrainSection& t, comm::Communicator& world, int ranks
     dev.index = world.gpu_device();
   } else if (world.size() > 1 && t.device_by_rank) {
     const int local = comm::env_rank().local_rank;
-    dev.index = (local >= 0 ? local : ranks_per_node > 0 ? world.rank() % ranks_per_node : 0) %
+    dev.index = (local >= 0           ? local
+                 : ranks_per_node > 0 ? world.rank() % ranks_per_node
+                                      : 0) %
                 std::max(1, gpu::device_count());
   }
   PARALLM_CHECK(dev.index < gpu::device_count(), ConfigError, "config",
