@@ -51,6 +51,16 @@ void classifier_forward_backward(float* losses, bfloat16* dx, float* dwte, const
                                  float* workspace);
 int64_t classifier_workspace_floats_bf16(int64_t N, int64_t V, int nthreads);
 void classifier_logits(float* logits, const bfloat16* x, const bfloat16* wte, int64_t N, int64_t C, int64_t V);
+// fp32 activations with fp16 or bf16-rounded products, as the CPU's _f16p and _bf16r (cuda/lowp.cuh; the fp32
+// workspace).
+void classifier_forward_backward_f16p(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                                      const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
+                                      float* workspace);
+void classifier_logits_f16p(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V);
+void classifier_forward_backward_bf16r(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                                       const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
+                                       float* workspace);
+void classifier_logits_bf16r(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V);
 }  // namespace cuda
 #undef PARALLM_CLASSIFIER_DECLS
 

@@ -72,6 +72,17 @@ void matmul_backward(bfloat16* dinp, float* dweight, float* dbias, const bfloat1
 // where the table offers it.)
 void matmul_forward_residual(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
                              const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT);
+// fp32 activations with fp16 or FP8 products, as the CPU's _f16p and _fp8p (cuda/lowp.cuh): fp16 values by the
+// fp32 GEMM; FP8 rows (and the FP8 policy's bf16-rounded layers) as bf16 values on tensor cores; dweight,
+// dbias +=.
+void matmul_forward_f16p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                         int64_t OUT);
+void matmul_backward_f16p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int64_t N, int64_t IN, int64_t OUT);
+void matmul_forward_fp8p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                         int64_t OUT);
+void matmul_backward_fp8p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int64_t N, int64_t IN, int64_t OUT);
 // Row-major GEMMs on device pointers (cuBLAS), one name for kernels templated
 // on the element type: fp32 (fp32 arithmetic unless allow_tf32(true)), or bf16
 // inputs with fp32 accumulation and C in fp32 or bf16. The strided batched form

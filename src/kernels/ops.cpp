@@ -83,6 +83,22 @@ const Ops kCpuF16Products = with_products(&cpu::matmul_forward_f16p, &cpu::matmu
 const Ops kCpuFp8Products = with_products(&cpu::matmul_forward_fp8p, &cpu::matmul_backward_fp8p,
                                           &cpu::classifier_forward_backward_bf16r, &cpu::classifier_logits_bf16r);
 const Ops kCuda = PARALLM_FP32_OPS(cuda);
+// The same on the GPU (cuda/lowp.cuh): fp32 activations, fp16 or FP8 products computed as the CPU's.
+Ops with_cuda_products(decltype(&cuda::matmul_forward_f16p) fwd, decltype(&cuda::matmul_backward_f16p) bwd,
+                       decltype(&cuda::classifier_forward_backward_f16p) cls,
+                       decltype(&cuda::classifier_logits_f16p) logits) {
+  Ops t = kCuda;
+  t.matmul_forward = fwd;
+  t.matmul_backward = bwd;
+  t.classifier_forward_backward = cls;
+  t.classifier_logits = logits;
+  return t;
+}
+const Ops kCudaF16Products = with_cuda_products(&cuda::matmul_forward_f16p, &cuda::matmul_backward_f16p,
+                                                &cuda::classifier_forward_backward_f16p, &cuda::classifier_logits_f16p);
+const Ops kCudaFp8Products =
+    with_cuda_products(&cuda::matmul_forward_fp8p, &cuda::matmul_backward_fp8p,
+                       &cuda::classifier_forward_backward_bf16r, &cuda::classifier_logits_bf16r);
 const ModelOps<bfloat16> kCudaBf16 = [] {
   ModelOps<bfloat16> t{};
   PARALLM_MODEL_OPS(t, cuda);
@@ -113,12 +129,12 @@ const Ops& cpu_bf16_product_ops() {
   return kCpuBf16Products;
 }
 
-const Ops& cpu_f16_product_ops() {
-  return kCpuF16Products;
+const Ops& f16_product_ops(Device dev) {
+  return dev.is_cpu() ? kCpuF16Products : kCudaF16Products;
 }
 
-const Ops& cpu_fp8_product_ops() {
-  return kCpuFp8Products;
+const Ops& fp8_product_ops(Device dev) {
+  return dev.is_cpu() ? kCpuFp8Products : kCudaFp8Products;
 }
 
 void convert_to_bf16(Device dev, bfloat16* dst, const float* src, int64_t n) {

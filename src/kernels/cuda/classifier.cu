@@ -10,11 +10,14 @@
 // d(logits)). bf16 (mixed precision): x, wte and the chunk's logits in bf16
 // (as PyTorch's autocast has them), the softmax and losses in fp32, d(logits)
 // as bf16 in place for the two gradient GEMMs (dwte in fp32). The sampling
-// path (classifier_logits) stays fp32.
+// path (classifier_logits) stays fp32. Low-precision products with fp32
+// activations (lowp.cuh: fp16, or the FP8 policy's bf16-rounded head) round
+// x and wte once and each chunk's d(logits) once, as the CPU's.
 #include <cfloat>
 
 #include "kernels/classifier.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/lowp.cuh"
 #include "kernels/matmul.h"
 
 namespace parallm::kernels::cuda {
@@ -119,6 +122,33 @@ void forward_backward(float* losses, E* dx, float* dwte, const E* x, const E* wt
     }
   }
 }
+
+// fp32 logits of the rounded operands; d(logits) rounded once for both gradient products.
+template <class P>
+void forward_backward_lowp(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                           const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss, float* workspace) {
+  const int64_t rows = chunk_rows(N, V, 4);
+  const auto* xl = P::operand(0, x, N * C);
+  const auto* wl = P::operand(1, wte, V * C);
+  const bool vec = V % Vec16<float>::n == 0 && aligned16(workspace);
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int64_t n = r0 + rows < N ? rows : N - r0;
+    P::gemm(false, true, n, V, C, xl + r0 * C, wl, 0.0f, workspace, V);
+    softmax_xent<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(losses + r0, workspace, workspace, targets + r0,
+                                                                      V, dloss, dx != nullptr, vec);
+    PARALLM_CUDA_LAUNCHED("kernels.cuda.classifier");
+    if (dx) {
+      const auto* dl = P::rounded(workspace, n, V);
+      P::gemm(false, false, n, C, V, dl, wl, 0.0f, dx + r0 * C, C);
+      P::gemm(true, false, V, C, n, dl, xl + r0 * C, 1.0f, dwte, C);
+    }
+  }
+}
+
+template <class P>
+void logits_lowp(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
+  P::gemm(false, true, N, V, C, P::operand(0, x, N * C), P::operand(1, wte, V * C), 0.0f, logits, V);
+}
 }  // namespace
 
 int64_t classifier_workspace_floats(int64_t N, int64_t V, int) {
@@ -141,6 +171,23 @@ void classifier_forward_backward(float* losses, bfloat16* dx, float* dwte, const
 
 void classifier_logits(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
   gemm(false, true, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
+}
+
+void classifier_forward_backward_f16p(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                                      const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
+                                      float* workspace) {
+  forward_backward_lowp<F16Products>(losses, dx, dwte, x, wte, targets, N, C, V, dloss, workspace);
+}
+void classifier_logits_f16p(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
+  logits_lowp<F16Products>(logits, x, wte, N, C, V);
+}
+void classifier_forward_backward_bf16r(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                                       const int32_t* targets, int64_t N, int64_t C, int64_t V, float dloss,
+                                       float* workspace) {
+  forward_backward_lowp<Bf16Rounded>(losses, dx, dwte, x, wte, targets, N, C, V, dloss, workspace);
+}
+void classifier_logits_bf16r(float* logits, const float* x, const float* wte, int64_t N, int64_t C, int64_t V) {
+  logits_lowp<Bf16Rounded>(logits, x, wte, N, C, V);
 }
 
 void classifier_logits(float* logits, const bfloat16* x, const bfloat16* wte, int64_t N, int64_t C, int64_t V) {

@@ -30,6 +30,32 @@ void matmul_forward(float*, const float*, const float*, const float*, int64_t, i
 void matmul_backward(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t) {
   not_built("matmul_backward");
 }
+void matmul_forward_f16p(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t) {
+  not_built("matmul_forward_f16p");
+}
+void matmul_backward_f16p(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t) {
+  not_built("matmul_backward_f16p");
+}
+void matmul_forward_fp8p(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t) {
+  not_built("matmul_forward_fp8p");
+}
+void matmul_backward_fp8p(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t) {
+  not_built("matmul_backward_fp8p");
+}
+void classifier_forward_backward_f16p(float*, float*, float*, const float*, const float*, const int32_t*, int64_t,
+                                      int64_t, int64_t, float, float*) {
+  not_built("classifier_forward_backward_f16p");
+}
+void classifier_logits_f16p(float*, const float*, const float*, int64_t, int64_t, int64_t) {
+  not_built("classifier_logits_f16p");
+}
+void classifier_forward_backward_bf16r(float*, float*, float*, const float*, const float*, const int32_t*, int64_t,
+                                       int64_t, int64_t, float, float*) {
+  not_built("classifier_forward_backward_bf16r");
+}
+void classifier_logits_bf16r(float*, const float*, const float*, int64_t, int64_t, int64_t) {
+  not_built("classifier_logits_bf16r");
+}
 void allow_tf32(bool) {}
 std::string blas_library() {
   return "none (CUDA not built)";

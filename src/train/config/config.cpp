@@ -177,10 +177,6 @@ void check_device(const RunConfig& c) {
                 kernels::bf16_products_impl());
   if (t.device.is_cpu()) return;
   const std::string dev = t.device_by_rank ? "cuda" : t.device.str();
-  PARALLM_CHECK(t.dtype != Precision::FP16 && t.dtype != Precision::FP8, ConfigError, "config",
-                "train.dtype={} runs on the CPU for now (its products emulated); the GPU's {} kernels are not built "
-                "(train.device={}): use train.dtype=bf16 there",
-                t.dtype == Precision::FP16 ? "fp16" : "fp8", t.dtype == Precision::FP16 ? "fp16" : "fp8", dev);
   PARALLM_CHECK(c.parallel.zero.stage == 0, ConfigError, "config",
                 "zero.stage={} is CPU-only for now (train.device={})", c.parallel.zero.stage, dev);
   PARALLM_CHECK(gpu::built(), ConfigError, "config",

@@ -1,0 +1,209 @@
+// The linear layers' low-precision products on the GPU with fp32 activations
+// (design in lowp.cuh): rounding kernels, FP8 rows, and matmul forward and
+// backward per policy, as cpu/matmul.cpp's lowp and fp8p functions. The bias
+// and its gradient stay fp32 (the unrounded d(output)).
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "core/gpu.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/lowp.cuh"
+#include "kernels/elementwise.h"
+#include "kernels/matmul.h"
+
+namespace parallm::kernels::cuda {
+
+namespace {
+constexpr int kThreads = 256;
+constexpr float kE4M3Max = 448.0f, kE5M2Max = 57344.0f;
+
+template <class T>
+T* scratch(int slot, int64_t n) {
+  static std::array<gpu::DeviceBuffer, 4> slots;
+  gpu::DeviceBuffer& b = slots.at(static_cast<size_t>(slot));
+  const size_t bytes = sizeof(T) * static_cast<size_t>(std::max<int64_t>(n, 1));
+  if (b.bytes() < bytes) b = gpu::DeviceBuffer(bytes, MemCategory::Scratch);
+  return b.as<T>();
+}
+
+__global__ void round_f16_kernel(float* dst, const float* src, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = __half2float(__float2half_rn(src[i]));
+}
+
+__global__ void round_bf16_kernel(bfloat16* dst, const float* src, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = from_f<bfloat16>(src[i]);
+}
+
+// cpu/fp8.cpp's round_bits: nearest even to M mantissa bits, smallest normal exponent EMIN, saturating at max.
+template <int M, int EMIN>
+__device__ __forceinline__ float round_bits(float x, float max) {
+  uint32_t u = __float_as_uint(x);
+  const uint32_t sign = u & 0x80000000u;
+  u &= 0x7fffffffu;
+  if (u >= 0x7f800000u) return x;
+  float r;
+  if (u < (static_cast<uint32_t>(EMIN + 127) << 23)) {
+    const float up = static_cast<float>(1u << (M - EMIN)), down = 1.0f / up;  // exact powers of two
+    r = rintf(__uint_as_float(u) * up) * down;
+  } else {
+    constexpr int shift = 23 - M;
+    u += ((1u << (shift - 1)) - 1) + ((u >> shift) & 1u);
+    u &= ~((1u << shift) - 1);
+    r = __uint_as_float(u);
+  }
+  return __uint_as_float(__float_as_uint(fminf(r, max)) | sign);
+}
+
+// cpu/fp8.cpp's scale_exponent: the least e with amax 2^-e <= max.
+__device__ int scale_exponent(float amax, float max) {
+  int e = 0;
+  frexpf(amax / max, &e);
+  e = e < -120 ? -120 : (e > 120 ? 120 : e);
+  while (e > -120 && ldexpf(amax, -(e - 1)) <= max) --e;
+  while (ldexpf(amax, -e) > max) ++e;
+  return e;
+}
+
+// One block per row: the largest |x| (inf where any element is not finite).
+__global__ void row_amax_kernel(float* amax, const float* src, int64_t cols) {
+  __shared__ float sh[32];
+  const float* s = src + blockIdx.x * cols;
+  float m = 0.0f, bad = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    m = fmaxf(m, fabsf(s[j]));
+    if (!isfinite(s[j])) bad = 1.0f;
+  }
+  m = block_max(m, sh);
+  bad = block_max(bad, sh);
+  if (threadIdx.x == 0) amax[blockIdx.x] = bad > 0.0f ? INFINITY : m;
+}
+
+template <int M, int EMIN>
+__global__ void quantize_rows_kernel(bfloat16* dst, const float* src, int64_t cols, const float* amax, float max) {
+  const float a = amax[blockIdx.x];
+  const float* s = src + blockIdx.x * cols;
+  bfloat16* d = dst + blockIdx.x * cols;
+  if (!(a > 0.0f) || !isfinite(a)) {
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) d[j] = from_f<bfloat16>(s[j]);
+    return;
+  }
+  const int e = scale_exponent(a, max);
+  const float down = ldexpf(1.0f, -e), up = ldexpf(1.0f, e);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    d[j] = from_f<bfloat16>(round_bits<M, EMIN>(s[j] * down, max) * up);  // exact in bf16
+}
+
+// cpu/matmul.cpp's matmul_forward_lowp / matmul_backward_lowp on the device.
+template <class P>
+void forward_lowp(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                  int64_t OUT) {
+  const auto* x = P::operand(0, inp, N * IN);
+  const auto* w = P::operand(1, weight, OUT * IN);
+  P::gemm(false, true, N, OUT, IN, x, w, 0.0f, out, OUT);
+  if (bias) bias_forward(out, bias, N, OUT);
+}
+
+template <class P>
+void backward_lowp(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight,
+                   int64_t N, int64_t IN, int64_t OUT) {
+  const auto* d = P::operand(0, dout, N * OUT);
+  const auto* x = dweight ? P::operand(1, inp, N * IN) : nullptr;
+  const auto* w = dinp ? P::operand(2, weight, OUT * IN) : nullptr;
+  if (dinp) P::gemm(false, false, N, IN, OUT, d, w, 0.0f, dinp, IN);
+  if (dweight) P::gemm(true, false, OUT, IN, N, d, x, 1.0f, dweight, IN);
+  if (dbias) matmul_backward(nullptr, nullptr, dbias, dout, nullptr, nullptr, N, IN, OUT);
+}
+}  // namespace
+
+float* lowp_scratch_f32(int slot, int64_t n) {
+  return scratch<float>(slot, n);
+}
+bfloat16* lowp_scratch_bf16(int slot, int64_t n) {
+  return scratch<bfloat16>(slot, n);
+}
+
+void round_f16_values(float* dst, const float* src, int64_t n) {
+  if (n <= 0) return;
+  round_f16_kernel<<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(dst, src, n);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.round_f16");
+}
+
+void round_bf16(bfloat16* dst, const float* src, int64_t n) {
+  if (n <= 0) return;
+  round_bf16_kernel<<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(dst, src, n);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.round_bf16");
+}
+
+void fp8_rows(bfloat16* dst, const float* src, int64_t rows, int64_t cols, Fp8Kind kind, const Fp8RowMax& reduce,
+              float* amax) {
+  if (rows <= 0) return;
+  row_amax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(amax, src, cols);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.fp8_rows");
+  reduce(amax, rows);  // over the layer's split (a device all-reduce; returns once the result is there)
+  if (kind == Fp8Kind::E4M3)
+    quantize_rows_kernel<3, -6><<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(dst, src, cols, amax, kE4M3Max);
+  else
+    quantize_rows_kernel<2, -14>
+        <<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(dst, src, cols, amax, kE5M2Max);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.fp8_rows");
+}
+
+void F16Products::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, const T* B, float beta, float* C,
+                       int64_t ldc) {
+  cuda::gemm(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, beta, C, ldc);
+}
+void Bf16Rounded::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, const T* B, float beta, float* C,
+                       int64_t ldc) {
+  cuda::gemm(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, beta, C, ldc);
+}
+
+void matmul_forward_f16p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                         int64_t OUT) {
+  forward_lowp<F16Products>(out, inp, weight, bias, N, IN, OUT);
+}
+void matmul_backward_f16p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int64_t N, int64_t IN, int64_t OUT) {
+  backward_lowp<F16Products>(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
+}
+
+// cpu/matmul.cpp's FP8 products: inside an FP8 scope each operand's rows scaled and rounded (E4M3 for the input
+// and the weight, E5M2 for d(output)), each row's maximum reduced over the layer's split; outside it bf16-rounded.
+void matmul_forward_fp8p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
+                         int64_t OUT) {
+  const Fp8Context& c = fp8_context();
+  if (!c.on) return forward_lowp<Bf16Rounded>(out, inp, weight, bias, N, IN, OUT);
+  float* amax = lowp_scratch_f32(3, std::max(N, OUT));
+  bfloat16* x = lowp_scratch_bf16(0, N * IN);
+  fp8_rows(x, inp, N, IN, Fp8Kind::E4M3, c.split_in, amax);
+  bfloat16* w = lowp_scratch_bf16(1, OUT * IN);
+  fp8_rows(w, weight, OUT, IN, Fp8Kind::E4M3, c.split_in, amax);
+  Bf16Rounded::gemm(false, true, N, OUT, IN, x, w, 0.0f, out, OUT);
+  if (bias) bias_forward(out, bias, N, OUT);
+}
+
+void matmul_backward_fp8p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int64_t N, int64_t IN, int64_t OUT) {
+  const Fp8Context& c = fp8_context();
+  if (!c.on) return backward_lowp<Bf16Rounded>(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
+  float* amax = lowp_scratch_f32(3, std::max(N, OUT));
+  bfloat16* d = lowp_scratch_bf16(0, N * OUT);
+  fp8_rows(d, dout, N, OUT, Fp8Kind::E5M2, c.split_out, amax);
+  if (dinp) {
+    bfloat16* w = lowp_scratch_bf16(2, OUT * IN);
+    fp8_rows(w, weight, OUT, IN, Fp8Kind::E4M3, c.split_in, amax);
+    Bf16Rounded::gemm(false, false, N, IN, OUT, d, w, 0.0f, dinp, IN);
+  }
+  if (dweight) {
+    bfloat16* x = lowp_scratch_bf16(1, N * IN);
+    fp8_rows(x, inp, N, IN, Fp8Kind::E4M3, c.split_in, amax);
+    Bf16Rounded::gemm(true, false, OUT, IN, N, d, x, 1.0f, dweight, IN);
+  }
+  if (dbias) matmul_backward(nullptr, nullptr, dbias, dout, nullptr, nullptr, N, IN, OUT);
+}
+
+}  // namespace parallm::kernels::cuda
