@@ -6,7 +6,6 @@
 #include "comm/backends.h"
 #include "comm/launch_env.h"
 #include "core/error.h"
-#include "core/gpu.h"
 #include "core/log.h"
 
 namespace parallm::comm {
@@ -140,14 +139,10 @@ std::unique_ptr<Communicator> make_world(const std::string& backend, const CommO
 }
 
 std::string resolve_backend(const std::string& backend, bool gpu) {
-  if (backend != "auto" || !gpu || !launched_multi_rank()) return backend;
-  // NCCL takes one rank per GPU: ranks sharing a GPU (more on this node than it has) go through MPI.
-  const int local = env_rank().local_size, gpus = gpu::device_count();
-  if (nccl_built() && (local <= 0 || local <= gpus)) return "nccl";
-  if (nccl_built())
-    log::info("comm.backend=auto: {} ranks on this node share {} GPU{}: mpi, with device buffers through host memory",
-              local, gpus, gpus == 1 ? "" : "s");
-  return "mpi";
+  // One rank per GPU is NCCL's rule, but a process cannot tell ranks sharing a GPU from ranks each shown their
+  // own one as device 0 (CUDA_VISIBLE_DEVICES per task): several ranks on one GPU ask for comm.backend=mpi.
+  if (backend == "auto" && gpu && nccl_built() && launched_multi_rank()) return "nccl";
+  return backend;
 }
 
 }  // namespace parallm::comm

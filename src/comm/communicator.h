@@ -242,10 +242,9 @@ TimeoutHook timeout_hook();
 // otherwise).
 std::unique_ptr<Communicator> make_world(const std::string& backend, const CommOptions& options = {});
 // What "auto" means for a run on the GPU (`gpu`) or the CPU: nccl for several
-// GPU ranks when parallm has NCCL and no more ranks run on this node than it
-// has GPUs (the launcher's local size), else mpi for several GPU ranks (their
-// device buffers staged through host memory, comm/device_staging.h), else as
-// make_world says. Other names pass.
+// GPU ranks when parallm has NCCL, else as make_world says. Other names pass.
+// Ranks sharing a GPU name mpi (device buffers staged through host memory,
+// comm/device_staging.h): NCCL takes one rank per GPU.
 std::string resolve_backend(const std::string& backend, bool gpu);
 bool nccl_built();
 

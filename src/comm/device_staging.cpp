@@ -23,6 +23,9 @@ struct StagedOperands {
   StageProvider* provider;
   std::unique_ptr<StageCopies> copies;
   std::vector<Operand> operands;
+  // 0: the inputs' copies; 1: the backend's operation (MPI may still read or write the blocks); 2: the outputs'
+  // copies, all queued. The blocks go back to the cache only from 0 or 2 with every copy done.
+  int phase = 0;
 };
 
 namespace {
@@ -116,17 +119,17 @@ class StagedPending : public Pending {
  public:
   StagedPending(StagedOperands& s, std::function<std::unique_ptr<Pending>()> start) : s_(s), start_(std::move(start)) {}
   bool poll() override {
-    if (phase_ == 0) {
+    if (s_.phase == 0) {
       if (!s_.copies->done()) return false;
+      s_.phase = 1;
       inner_ = start_();
-      phase_ = 1;
     }
-    if (phase_ == 1) {
+    if (s_.phase == 1) {
       if (!inner_->poll()) return false;
       for (const auto& o : s_.operands)
         if (o.out) s_.copies->to_device(o.device.raw(), o.block, o.bytes);
       s_.copies->mark();
-      phase_ = 2;
+      s_.phase = 2;
     }
     return s_.copies->done();
   }
@@ -135,7 +138,6 @@ class StagedPending : public Pending {
   StagedOperands& s_;
   std::function<std::unique_ptr<Pending>()> start_;
   std::unique_ptr<Pending> inner_;
-  int phase_ = 0;
 };
 
 }  // namespace
@@ -143,10 +145,10 @@ class StagedPending : public Pending {
 StagedOperands::~StagedOperands() {
   bool idle = false;
   try {
-    idle = copies->done();
+    idle = phase != 1 && copies->done();
   } catch (...) {  // a failed device: keep everything, as below
   }
-  if (!idle) {  // a copy may still write these (the operation failed mid-way): leak them rather than reuse them
+  if (!idle) {  // a copy or the backend may still use these (the operation failed mid-way): leak, never reuse
     for (auto& o : operands) new Tensor(std::move(o.device));
     return;
   }

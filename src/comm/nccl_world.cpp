@@ -60,14 +60,16 @@ std::unique_ptr<Communicator> make_nccl_world(const CommOptions& options) {
   const EnvRank er = env_rank();
   std::unique_ptr<FileStore> store = FileStore::from_env();
   std::unique_ptr<Communicator> ctrl;
-  int rank = 0, size = 1, local = 0;
+  int rank = 0, size = 1, local = 0, local_size = er.local_size;
   if (!store && launched_multi_rank() && !mpi_library_version().empty()) {
     CommOptions co = options;
     co.check_ops = false;  // the control plane checks the NCCL operations, not its own
     ctrl = make_mpi_world(co);
     rank = ctrl->rank();
     size = ctrl->size();
-    local = discover_topology(*ctrl).me(rank).local_rank;
+    const RankPlace me = discover_topology(*ctrl).me(rank);
+    local = me.local_rank;
+    local_size = me.local_size;
   } else if (er.size > 1) {
     PARALLM_CHECK(store, ConfigError, "comm.nccl",
                   "{} ranks (from {}) and no way to pass NCCL's unique id: build parallm with MPI and start it with an "
@@ -95,8 +97,14 @@ std::unique_ptr<Communicator> make_nccl_world(const CommOptions& options) {
   ncclComm_t comm = nullptr;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 1;  // whatever NCCL_COMM_BLOCKING says: calls return when they are done
+  const std::string shared = local_size > ndev
+                                 ? fmt::format(
+                                       "; {} ranks on this node see {} GPU{}: NCCL takes one rank per GPU, "
+                                       "comm.backend=mpi runs several on one",
+                                       local_size, ndev, ndev == 1 ? "" : "s")
+                                 : "";
   nccl_ok(ncclCommInitRankConfig(&comm, size, id, rank, &config), "comm.nccl",
-          fmt::format("ncclCommInitRank (rank {}/{}, GPU {})", rank, size, device));
+          fmt::format("ncclCommInitRank (rank {}/{}, GPU {}){}", rank, size, device, shared));
   // Every rank has joined, so the id file can go (the store removes it as it closes).
   return std::make_unique<NcclComm>(rank, size, "world", options, comm, device, std::move(ctrl));
 }

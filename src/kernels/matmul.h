@@ -72,9 +72,9 @@ void matmul_backward(bfloat16* dinp, float* dweight, float* dbias, const bfloat1
 // where the table offers it.)
 void matmul_forward_residual(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
                              const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT);
-// fp32 activations with fp16 or FP8 products, as the CPU's _f16p and _fp8p (cuda/lowp.cuh): fp16 values by the
-// fp32 GEMM; FP8 rows (and the FP8 policy's bf16-rounded layers) as bf16 values on tensor cores; dweight,
-// dbias +=.
+// fp32 activations with fp16 or FP8 products, as the CPU's _f16p and _fp8p (cuda/lowp.cuh): fp16 values on fp16
+// tensor cores; FP8 rows (and the FP8 policy's bf16-rounded layers) as bf16 values on bf16 tensor cores; fp32
+// accumulation; dweight, dbias +=.
 void matmul_forward_f16p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
                          int64_t OUT);
 void matmul_backward_f16p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -102,6 +102,9 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A,
                           int64_t lda, int64_t stride_a, const bfloat16* B, int64_t ldb, int64_t stride_b, float beta,
                           bfloat16* C, int64_t ldc, int64_t stride_c, int64_t batch);
+// binary16 A and B (their bits), fp32 C and accumulation (fp16 tensor cores).
+void gemm_f16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+              const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 // fp32 GEMMs may use TF32 tensor cores (about 10 bits of mantissa): off by default.
 void allow_tf32(bool on);
 // cuBLAS version, for diagnostics ("cuBLAS 13.0.0").

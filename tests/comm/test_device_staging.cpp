@@ -146,8 +146,23 @@ TEST(DeviceStaging, BroadcastGatherScatterAndReduceScatter) {
   for (int64_t i = 0; me == 0 && i < total; ++i) ASSERT_EQ(f(gathered)[i], v(0, i)) << "gather " << i;
 
   Tensor whole = me == 0 ? input(4, total) : Tensor(), got = dev(mine.count);
-  world->scatter(whole, got, 0, total);
+  const Moved ms = moved([&] { world->scatter(whole, got, 0, total); });
   for (int64_t i = 0; i < mine.count; ++i) ASSERT_EQ(f(got)[i], v(4, mine.offset + i)) << "scatter " << i;
+  EXPECT_EQ(ms.to_host, me == 0 ? total * 4 : 0) << "a scatter's input is copied on its root only";
+  EXPECT_EQ(ms.to_device, mine.count * 4);
+
+  // In place: this rank's part is a view of the output, as ZeRO gathers.
+  Tensor both = dev(total);
+  for (int64_t i = 0; i < mine.count; ++i) f(both)[mine.offset + i] = v(2, mine.offset + i);
+  world->all_gather(both.slice_view(mine.offset, {mine.count}), both);
+  for (int64_t i = 0; i < total; ++i) ASSERT_EQ(f(both)[i], v(2, i)) << "in-place all_gather " << i;
+
+  Tensor blocks = dev(2 * n), swapped = dev(2 * n);  // two elements to each rank
+  for (int s = 0; s < n; ++s)
+    for (int k = 0; k < 2; ++k) f(blocks)[2 * s + k] = static_cast<float>(me * 10 + s + k * 100);
+  world->all_to_all(blocks, swapped);
+  for (int s = 0; s < n; ++s)
+    for (int k = 0; k < 2; ++k) ASSERT_EQ(f(swapped)[2 * s + k], static_cast<float>(s * 10 + me + k * 100));
 
   Tensor in = input(me, total), out = dev(mine.count);
   world->reduce_scatter(in, out, ReduceOp::Sum);

@@ -29,11 +29,15 @@ class CudaLowp : public test::Cuda {};
 using Fwd = void (*)(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
 using Bwd = void (*)(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
 
-// Rows of very different magnitudes: tiny (FP8 subnormals after scaling), large, zero, and one at a format's edge.
+// Rows of very different magnitudes (each row's scale absorbs that), a zero row, and rows whose elements span
+// 2^-39 of their maximum: E4M3's and E5M2's subnormals after scaling, and values that round to zero.
 std::vector<float> spread_rows(int64_t rows, int64_t cols, uint64_t seed) {
   auto v = test::randv(rows * cols, seed);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) v[r * cols + c] *= std::ldexp(1.0f, static_cast<int>(r % 7) * 9 - 30);
+    for (int64_t c = 0; c < cols; ++c) {
+      v[r * cols + c] *= std::ldexp(1.0f, static_cast<int>(r % 7) * 9 - 30);
+      if (r % 3 == 1) v[r * cols + c] *= std::ldexp(1.0f, -static_cast<int>(c % 40));
+    }
   for (int64_t c = 0; c < cols; ++c) v[3 * cols + c] = 0.0f;
   return v;
 }
@@ -49,11 +53,11 @@ void compare_products(Fwd cpu_f, Fwd gpu_f, Bwd cpu_b, Bwd gpu_b, const char* wh
       gdw(dw0), gdb(db0);
   gpu_f(gy.p(), gx.p(), gw.p(), gb.p(), N, IN, OUT);
   gpu_b(gdx.p(), gdw.p(), gdb.p(), gdy.p(), gx.p(), gw.p(), N, IN, OUT);
-  SCOPED_TRACE(what);
-  expect_close(gy.back(), y, 1e-5, 1e-2, "out");
-  expect_close(gdx.back(), dx, 1e-5, 1e-2, "dinp");
-  expect_close(gdw.back(), dw, 1e-5, 1e-2, "dweight (+=)");
-  expect_close(gdb.back(), db, 1e-5, 1e-2, "dbias (+=)");
+  SCOPED_TRACE(what);  // fp32 sums in another order (tensor cores for the bf16 values): the fp32 kernels' bar
+  expect_close(gy.back(), y, 1e-4, 1e-2, "out");
+  expect_close(gdx.back(), dx, 1e-4, 1e-2, "dinp");
+  expect_close(gdw.back(), dw, 1e-4, 1e-2, "dweight (+=)");
+  expect_close(gdb.back(), db, 1e-4, 1e-2, "dbias (+=)");
 }
 
 TEST_F(CudaLowp, Fp16AndFp8ProductsAreTheCpusOnOddShapes) {
@@ -106,10 +110,12 @@ TEST_F(CudaLowp, ClassifierProductsAreTheCpus) {
       (f16 ? kc::classifier_forward_backward_f16p : kc::classifier_forward_backward_bf16r)(
           gloss.p(), gdx.p(), gdw.p(), gx.p(), gw.p(), gt.p(), N, C, V, 1.0f / N, gws.p());
       (f16 ? kc::classifier_logits_f16p : kc::classifier_logits_bf16r)(glog.p(), gx.p(), gw.p(), N, C, V);
+      // The softmax's last-bit differences (expf against the CPU's) flip a few d(logits) by one fp16 / bf16 step
+      // when they are rounded: the gradients are judged at that step's size.
       expect_close(gloss.back(), loss, 1e-5, 1e-2, "losses");
-      expect_close(glog.back(), logits, 1e-5, 1e-2, "logits");
-      expect_close(gdx.back(), dx, 1e-4, 1e-2, "dx");
-      expect_close(gdw.back(), dwte, 1e-5, 1e-2, "dwte (+=)");
+      expect_close(glog.back(), logits, 1e-4, 1e-2, "logits");
+      expect_close(gdx.back(), dx, f16 ? 2e-3 : 1e-2, 5e-2, "dx");
+      expect_close(gdw.back(), dwte, f16 ? 2e-3 : 1e-2, 5e-2, "dwte (+=)");
     }
   }
 }

@@ -5,15 +5,19 @@
 // products are written once. A policy gives `operand` (a dense fp32 operand
 // rounded into device scratch slot `slot`), `rounded` (a chunk of d(logits)
 // rounded, in place or into slot 2) and `gemm` (fp32 accumulation into C):
-//   F16Products:  binary16 values (nearest even, as F16C) kept as fp32 and
-//                 multiplied by the fp32 GEMM (no TF32): every product of two
-//                 such values is exact in fp32;
+//   F16Products:  binary16 values (nearest even, as F16C), held as binary16
+//                 and multiplied on fp16 tensor cores with fp32 accumulation:
+//                 every product of two such values is exact, as in the CPU's
+//                 fp32 GEMM of the same values;
 //   Bf16Rounded:  bf16 values (the FP8 policy's bf16 layers and head), held
 //                 as bf16 and multiplied on bf16 tensor cores, exact products
 //                 with fp32 accumulation, as the CPU's fp32 GEMM of the same
 //                 values up to the order of fp32 sums.
 // FP8 rows (fp8_rows) are written as bf16 too: a scaled E4M3 or E5M2 value is
-// exact in bf16, so FP8 products run at bf16's speed (not FP8's, yet).
+// exact in bf16 (but for E5M2 rows whose maximum is below about 4e-31, whose
+// smallest steps fall under bf16's), so FP8 products run at bf16's speed
+// (not FP8's, yet). A row that is not finite is copied as bf16 (the CPU keeps
+// it fp32): its products are not finite either way.
 #pragma once
 #include <cstdint>
 
@@ -27,9 +31,10 @@ enum class Fp8Kind { E4M3, E5M2 };
 // Device scratch of slot 0..3 (per element type), grown on demand and kept.
 float* lowp_scratch_f32(int slot, int64_t n);
 bfloat16* lowp_scratch_bf16(int slot, int64_t n);
+uint16_t* lowp_scratch_f16(int slot, int64_t n);  // binary16 bits
 
-// dst = src rounded to binary16 values (fp32), or to bf16.
-void round_f16_values(float* dst, const float* src, int64_t n);
+// dst = src rounded to binary16 (its bits), or to bf16.
+void round_f16(uint16_t* dst, const float* src, int64_t n);
 void round_bf16(bfloat16* dst, const float* src, int64_t n);
 // FP8 rows of src [rows, cols] into dst (bf16 values): each row's absolute
 // maximum into amax (inf where the row is not finite), reduced by `reduce`,
@@ -40,16 +45,13 @@ void fp8_rows(bfloat16* dst, const float* src, int64_t rows, int64_t cols, Fp8Ki
               float* amax);
 
 struct F16Products {
-  using T = float;
+  using T = uint16_t;
   static const T* operand(int slot, const float* src, int64_t n) {
-    float* d = lowp_scratch_f32(slot, n);
-    round_f16_values(d, src, n);
+    uint16_t* d = lowp_scratch_f16(slot, n);
+    round_f16(d, src, n);
     return d;
   }
-  static const T* rounded(float* src, int64_t rows, int64_t cols) {
-    round_f16_values(src, src, rows * cols);  // in place: the chunk is not read again
-    return src;
-  }
+  static const T* rounded(float* src, int64_t rows, int64_t cols) { return operand(2, src, rows * cols); }
   static void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, const T* B, float beta, float* C,
                    int64_t ldc);
 };

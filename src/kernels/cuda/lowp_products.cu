@@ -2,6 +2,8 @@
 // (design in lowp.cuh): rounding kernels, FP8 rows, and matmul forward and
 // backward per policy, as cpu/matmul.cpp's lowp and fp8p functions. The bias
 // and its gradient stay fp32 (the unrounded d(output)).
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -27,10 +29,10 @@ T* scratch(int slot, int64_t n) {
   return b.as<T>();
 }
 
-__global__ void round_f16_kernel(float* dst, const float* src, int64_t n) {
+__global__ void round_f16_kernel(uint16_t* dst, const float* src, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = __half2float(__float2half_rn(src[i]));
+    dst[i] = __half_as_ushort(__float2half_rn(src[i]));
 }
 
 __global__ void round_bf16_kernel(bfloat16* dst, const float* src, int64_t n) {
@@ -126,8 +128,11 @@ float* lowp_scratch_f32(int slot, int64_t n) {
 bfloat16* lowp_scratch_bf16(int slot, int64_t n) {
   return scratch<bfloat16>(slot, n);
 }
+uint16_t* lowp_scratch_f16(int slot, int64_t n) {
+  return scratch<uint16_t>(slot, n);
+}
 
-void round_f16_values(float* dst, const float* src, int64_t n) {
+void round_f16(uint16_t* dst, const float* src, int64_t n) {
   if (n <= 0) return;
   round_f16_kernel<<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(dst, src, n);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.round_f16");
@@ -155,7 +160,7 @@ void fp8_rows(bfloat16* dst, const float* src, int64_t rows, int64_t cols, Fp8Ki
 
 void F16Products::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, const T* B, float beta, float* C,
                        int64_t ldc) {
-  cuda::gemm(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, beta, C, ldc);
+  gemm_f16(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, beta, C, ldc);
 }
 void Bf16Rounded::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, const T* B, float beta, float* C,
                        int64_t ldc) {

@@ -123,6 +123,16 @@ std::string blas_library() {
   return fmt::format("cuBLAS {}.{}.{}", v / 10000, v / 100 % 100, v % 100);
 }
 
+void gemm_f16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+              const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  check_cublas(cublasGemmEx(handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            as_int(N, "N"), as_int(M, "M"), as_int(K, "K"), &alpha, B, CUDA_R_16F, as_int(ldb, "ldb"),
+                            A, CUDA_R_16F, as_int(lda, "lda"), &beta, C, CUDA_R_32F, as_int(ldc, "ldc"),
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "kernels.cuda.gemm", "cublasGemmEx");
+}
+
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;

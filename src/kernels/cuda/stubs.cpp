@@ -56,6 +56,10 @@ void classifier_forward_backward_bf16r(float*, float*, float*, const float*, con
 void classifier_logits_bf16r(float*, const float*, const float*, int64_t, int64_t, int64_t) {
   not_built("classifier_logits_bf16r");
 }
+void gemm_f16(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t, const uint16_t*, int64_t, float,
+              float*, int64_t) {
+  not_built("gemm_f16");
+}
 void allow_tf32(bool) {}
 std::string blas_library() {
   return "none (CUDA not built)";
