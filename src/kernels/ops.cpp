@@ -65,40 +65,29 @@ namespace {
     return t;                                                                   \
   }()
 const Ops kCpu = PARALLM_FP32_OPS(cpu);
-// Mixed precision on the CPU: fp32 activations, low-precision products in the linear layers and the classifier
-// (bf16, or fp16 emulated).
-Ops with_products(decltype(&cpu::matmul_forward) fwd, decltype(&cpu::matmul_backward) bwd,
+// Mixed precision with fp32 activations: a device's fp32 table with low-precision products in the linear layers
+// and the classifier (the CPU's bf16, or fp16 and FP8 emulated; the GPU's fp16 and FP8 as the CPU's).
+Ops with_products(const Ops& base, decltype(&cpu::matmul_forward) fwd, decltype(&cpu::matmul_backward) bwd,
                   decltype(&cpu::classifier_forward_backward) cls, decltype(&cpu::classifier_logits) logits) {
-  Ops t = kCpu;
+  Ops t = base;
   t.matmul_forward = fwd;
   t.matmul_backward = bwd;
   t.classifier_forward_backward = cls;
   t.classifier_logits = logits;
   return t;
 }
-const Ops kCpuBf16Products = with_products(&cpu::matmul_forward_bf16p, &cpu::matmul_backward_bf16p,
+const Ops kCpuBf16Products = with_products(kCpu, &cpu::matmul_forward_bf16p, &cpu::matmul_backward_bf16p,
                                            &cpu::classifier_forward_backward_bf16p, &cpu::classifier_logits_bf16p);
-const Ops kCpuF16Products = with_products(&cpu::matmul_forward_f16p, &cpu::matmul_backward_f16p,
+const Ops kCpuF16Products = with_products(kCpu, &cpu::matmul_forward_f16p, &cpu::matmul_backward_f16p,
                                           &cpu::classifier_forward_backward_f16p, &cpu::classifier_logits_f16p);
-const Ops kCpuFp8Products = with_products(&cpu::matmul_forward_fp8p, &cpu::matmul_backward_fp8p,
+const Ops kCpuFp8Products = with_products(kCpu, &cpu::matmul_forward_fp8p, &cpu::matmul_backward_fp8p,
                                           &cpu::classifier_forward_backward_bf16r, &cpu::classifier_logits_bf16r);
 const Ops kCuda = PARALLM_FP32_OPS(cuda);
 // The same on the GPU (cuda/lowp.cuh): fp32 activations, fp16 or FP8 products computed as the CPU's.
-Ops with_cuda_products(decltype(&cuda::matmul_forward_f16p) fwd, decltype(&cuda::matmul_backward_f16p) bwd,
-                       decltype(&cuda::classifier_forward_backward_f16p) cls,
-                       decltype(&cuda::classifier_logits_f16p) logits) {
-  Ops t = kCuda;
-  t.matmul_forward = fwd;
-  t.matmul_backward = bwd;
-  t.classifier_forward_backward = cls;
-  t.classifier_logits = logits;
-  return t;
-}
-const Ops kCudaF16Products = with_cuda_products(&cuda::matmul_forward_f16p, &cuda::matmul_backward_f16p,
-                                                &cuda::classifier_forward_backward_f16p, &cuda::classifier_logits_f16p);
-const Ops kCudaFp8Products =
-    with_cuda_products(&cuda::matmul_forward_fp8p, &cuda::matmul_backward_fp8p,
-                       &cuda::classifier_forward_backward_bf16r, &cuda::classifier_logits_bf16r);
+const Ops kCudaF16Products = with_products(kCuda, &cuda::matmul_forward_f16p, &cuda::matmul_backward_f16p,
+                                           &cuda::classifier_forward_backward_f16p, &cuda::classifier_logits_f16p);
+const Ops kCudaFp8Products = with_products(kCuda, &cuda::matmul_forward_fp8p, &cuda::matmul_backward_fp8p,
+                                           &cuda::classifier_forward_backward_bf16r, &cuda::classifier_logits_bf16r);
 const ModelOps<bfloat16> kCudaBf16 = [] {
   ModelOps<bfloat16> t{};
   PARALLM_MODEL_OPS(t, cuda);
