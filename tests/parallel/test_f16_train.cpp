@@ -9,40 +9,28 @@
 #include <algorithm>
 #include <cmath>
 
-#include "parallel/dist_run.h"
+#include "parallel/lowp_layouts.h"
 
 using namespace parallm;
 using test_util::world;
 
 namespace {
 
-constexpr int64_t kIters = 49;  // 50 steps
 // Measured (release build): 6.7e-6..1.5e-5 over the first 20 steps, 1.1e-5..1.6e-5 over 50 (the whole fp16 effect
 // against fp32 is 3.7e-5): from the first steps, one binary16 rounding flipped by the layouts' fp32 rounding moves
 // an operand by 2^-11 of itself. Twice the largest measured, so a wrong product or a layout's own bug (1e-3 and
 // up) fails.
 constexpr double kFirst = 3e-5, kAll = 3e-5;
 
-class F16Test : public test_util::DistRunTest {
+class F16Test : public test_util::LowpLayoutTest {
  protected:
-  train::RunConfig run(const std::string& out, int64_t batch, std::vector<std::string> extra = {}) {
-    auto c = tiny(out, batch);
-    c.apply_overrides({"train.dtype=fp16", "train.max_iters=" + std::to_string(kIters),
-                       "optimizer.lr_decay_iters=" + std::to_string(kIters), "train.eval_interval=25"});
-    c.apply_overrides(extra);
-    return c;
-  }
-  train::RunSummary alone(const std::string& out, int64_t batch, std::vector<std::string> extra = {}) {
-    return train::run_training(run(out + std::to_string(world->rank()), batch, std::move(extra)));
-  }
-  void expect_layouts(const train::RunSummary& one, int64_t batch,
-                      const std::vector<std::pair<std::string, std::vector<std::string>>>& layouts) {
+  F16Test() : LowpLayoutTest({"train.dtype=fp16"}, "f16") {}
+  void expect_layouts(const train::RunSummary& one, int64_t batch, const Layouts& layouts) {
     for (const auto& [name, keys] : layouts) {
-      const auto r = train::run_training(run("f16_" + name, batch, keys), world);
+      const auto [r, d] = layout_diffs(one, batch, name, keys);
       EXPECT_EQ(r.skipped_steps, one.skipped_steps) << name;
       EXPECT_EQ(r.loss_scale, one.loss_scale) << name;
       ASSERT_EQ(r.train_losses.size(), one.train_losses.size()) << name;
-      const std::vector<double> d = rel_diffs(r.train_losses, one.train_losses);
       const double d20 = *std::max_element(d.begin(), d.begin() + 20), d50 = *std::max_element(d.begin(), d.end());
       const size_t at = static_cast<size_t>(std::max_element(d.begin(), d.end()) - d.begin());
       if (world->rank() == 0)

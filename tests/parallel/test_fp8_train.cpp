@@ -12,14 +12,13 @@
 #include <algorithm>
 #include <cmath>
 
-#include "parallel/dist_run.h"
+#include "parallel/lowp_layouts.h"
 
 using namespace parallm;
 using test_util::world;
 
 namespace {
 
-constexpr int64_t kIters = 49;  // 50 steps
 // Measured (release build, 50 steps): the first 4 steps 0 to 9.1e-8 in every layout (a flip of one FP8 rounding
 // is rare while the runs' fp32 differences are 1e-7 of a value: the rounding absorbs them), the first step above
 // 1e-5 at 10-15, then 8.3e-4..1.37e-3 over 50 (each flip moves an operand by up to 2^-4 of itself for E4M3; the
@@ -27,24 +26,13 @@ constexpr int64_t kIters = 49;  // 50 steps
 // or a wrong product, shows from step 0), the 50 steps at about twice the largest measured.
 constexpr double kEarly = 1e-6, kAll = 3e-3;
 
-class Fp8Test : public test_util::DistRunTest {
+class Fp8Test : public test_util::LowpLayoutTest {
  protected:
-  train::RunConfig run(const std::string& out, int64_t batch, std::vector<std::string> extra = {}) {
-    auto c = tiny(out, batch);
-    c.apply_overrides({"train.dtype=fp8", "train.fp8_bf16_ends=false", "train.max_iters=" + std::to_string(kIters),
-                       "optimizer.lr_decay_iters=" + std::to_string(kIters), "train.eval_interval=25"});
-    c.apply_overrides(extra);
-    return c;
-  }
-  train::RunSummary alone(const std::string& out, int64_t batch, std::vector<std::string> extra = {}) {
-    return train::run_training(run(out + std::to_string(world->rank()), batch, std::move(extra)));
-  }
-  void expect_layouts(const train::RunSummary& one, int64_t batch,
-                      const std::vector<std::pair<std::string, std::vector<std::string>>>& layouts) {
+  Fp8Test() : LowpLayoutTest({"train.dtype=fp8", "train.fp8_bf16_ends=false"}, "fp8") {}
+  void expect_layouts(const train::RunSummary& one, int64_t batch, const Layouts& layouts) {
     for (const auto& [name, keys] : layouts) {
-      const auto r = train::run_training(run("fp8_" + name, batch, keys), world);
+      const auto [r, d] = layout_diffs(one, batch, name, keys);
       ASSERT_EQ(r.train_losses.size(), one.train_losses.size()) << name;
-      const std::vector<double> d = rel_diffs(r.train_losses, one.train_losses);
       const double d20 = *std::max_element(d.begin(), d.begin() + 20), d50 = *std::max_element(d.begin(), d.end());
       const size_t apart =
           static_cast<size_t>(std::find_if(d.begin(), d.end(), [](double x) { return x > 1e-5; }) - d.begin());
