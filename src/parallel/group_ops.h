@@ -84,6 +84,15 @@ inline void broadcast_floats(comm::Communicator& g, float* p, int64_t n) {
   if (g.size() > 1) g.broadcast(Tensor::view_of(p, {n}, DType::F32), 0);
 }
 
+// Rank `root`'s flag on every rank of the group.
+inline bool broadcast_flag(comm::Communicator& g, bool v, int root) {
+  if (g.size() == 1) return v;
+  Tensor t = Tensor::empty({1}, DType::I32);
+  t.data<int32_t>()[0] = v ? 1 : 0;
+  g.broadcast(t, root);
+  return t.data<int32_t>()[0] != 0;
+}
+
 // Rank `root`'s text on every rank of the group (a length, then the bytes).
 inline void broadcast_text(comm::Communicator& g, std::string& text, int root) {
   if (g.size() == 1) return;

@@ -285,9 +285,8 @@ double job_peak(Session& s) {
 void resolve_auto_init(Session& s) {
   TrainSection& t = s.cfg.train;
   if (t.init_from != InitFrom::Auto) return;
-  std::string found = s.lead && !checkpoint_names(t.out_dir).empty() ? "1" : "0";
-  if (s.world.size() > 1) parallel::broadcast_text(s.world, found, 0);
-  t.init_from = found == "1" ? InitFrom::Resume : InitFrom::Scratch;
+  const bool found = parallel::broadcast_flag(s.world, s.lead && !checkpoint_names(t.out_dir).empty(), 0);
+  t.init_from = found ? InitFrom::Resume : InitFrom::Scratch;
   s.resume = t.resume();
   if (s.lead)
     log::info("train.init_from=auto: {}",
