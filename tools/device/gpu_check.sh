@@ -76,8 +76,13 @@ if want health; then
   timeout 120 $W/bin/parallm doctor --gpus "$(nvidia-smi -L | grep -c '^GPU')" 2>&1 | tee $OUT/doctor.log | grep -v "^dist:"
 fi
 if want tests; then
-  step "CUDA kernel tests"
-  CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=$W/cudnn_dbg.log $W/bin/test_cuda_kernels 2>&1 | tee $OUT/kernels.log | grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -60
+  step "CUDA kernel tests (the ones never run on a GPU yet in a process of their own: a sticky CUDA error there"
+  step "  would fail every test after it)"
+  NEW='*FlashAttentionDropout*:CudaLowp.*'
+  CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=$W/cudnn_dbg.log $W/bin/test_cuda_kernels --gtest_filter="-$NEW" 2>&1 |
+    tee $OUT/kernels.log | grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -60
+  timeout 120 $W/bin/test_cuda_kernels --gtest_filter="$NEW" 2>&1 | tee $OUT/kernels_new.log |
+    grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -40
   step "golden GPT tests (CPU; GPU fp32 and bf16)"
   $W/bin/test_model --gtest_filter='*Golden*:*Gpu*' 2>&1 | tee $OUT/golden.log | grep -E "PASSED|FAILED|Failure|OK \]" | head -20
   [ -s $W/cudnn_dbg.log ] && head -c 400000 $W/cudnn_dbg.log | gzip > $OUT/cudnn_dbg.log.gz
