@@ -15,6 +15,9 @@
 
 namespace parallm::kernels {
 
+// The two FP8 formats: E4M3 (activations, weights), E5M2 (output gradients).
+enum class Fp8Format { E4M3, E5M2 };
+
 // In place over a group: a[i] = the maximum of every rank's a[i], i < n. Empty: nothing to reduce.
 struct Fp8RowMax {
   void (*fn)(void* ctx, float* a, int64_t n) = nullptr;

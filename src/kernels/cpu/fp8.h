@@ -15,7 +15,7 @@
 
 namespace parallm::kernels::cpu {
 
-enum class Fp8Format { E4M3, E5M2 };
+using kernels::Fp8Format;  // kernels/fp8.h
 
 float fp8_max(Fp8Format f);
 // x rounded to the format (|x| at most fp8_max: what the row scaling ensures; beyond it saturates).

@@ -4,7 +4,7 @@
 // linear layers' (lowp_products.cu) and the classifier's (classifier.cu)
 // products are written once. A policy gives `operand` (a dense fp32 operand
 // rounded into device scratch slot `slot`), `rounded` (a chunk of d(logits)
-// rounded, in place or into slot 2) and `gemm` (fp32 accumulation into C):
+// rounded into slot 2) and `gemm` (fp32 accumulation into C):
 //   F16Products:  binary16 values (nearest even, as F16C), held as binary16
 //                 and multiplied on fp16 tensor cores with fp32 accumulation:
 //                 every product of two such values is exact, as in the CPU's
@@ -26,46 +26,43 @@
 
 namespace parallm::kernels::cuda {
 
-enum class Fp8Kind { E4M3, E5M2 };
+// Device scratch of slot 0..3 per element type (float, bf16, binary16 bits), grown on demand and kept.
+template <class T>
+T* lowp_scratch(int slot, int64_t n);
 
-// Device scratch of slot 0..3 (per element type), grown on demand and kept.
-float* lowp_scratch_f32(int slot, int64_t n);
-bfloat16* lowp_scratch_bf16(int slot, int64_t n);
-uint16_t* lowp_scratch_f16(int slot, int64_t n);  // binary16 bits
-
-// dst = src rounded to binary16 (its bits), or to bf16.
-void round_f16(uint16_t* dst, const float* src, int64_t n);
-void round_bf16(bfloat16* dst, const float* src, int64_t n);
 // FP8 rows of src [rows, cols] into dst (bf16 values): each row's absolute
 // maximum into amax (inf where the row is not finite), reduced by `reduce`,
 // then the row scaled by the power of two 2^-e that fits it to the format
 // and rounded (nearest even, subnormals, saturating), times 2^e; rows whose
-// maximum is 0 or not finite are copied. cpu::fp8_rows' values bit for bit.
-void fp8_rows(bfloat16* dst, const float* src, int64_t rows, int64_t cols, Fp8Kind kind, const Fp8RowMax& reduce,
+// maximum is 0 or not finite are copied. cpu::fp8_rows' values bit for bit
+// for finite rows.
+void fp8_rows(bfloat16* dst, const float* src, int64_t rows, int64_t cols, Fp8Format f, const Fp8RowMax& reduce,
               float* amax);
 
-struct F16Products {
-  using T = uint16_t;
-  static const T* operand(int slot, const float* src, int64_t n) {
-    uint16_t* d = lowp_scratch_f16(slot, n);
-    round_f16(d, src, n);
-    return d;
-  }
-  static const T* rounded(float* src, int64_t rows, int64_t cols) { return operand(2, src, rows * cols); }
-  static void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, const T* B, float beta, float* C,
-                   int64_t ldc);
-};
+// Rounding into T (nearest even) and the tensor-core GEMM of two T operands with fp32 accumulation, per type.
+void round_to(uint16_t* dst, const float* src, int64_t n);  // binary16 bits
+void round_to(bfloat16* dst, const float* src, int64_t n);  // elementwise.h's convert
+void lowp_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, const uint16_t* B, float beta,
+               float* C, int64_t ldc);
+void lowp_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, const bfloat16* B, float beta,
+               float* C, int64_t ldc);
 
-struct Bf16Rounded {
-  using T = bfloat16;
+// Operands rounded into T (uint16_t: binary16 bits, bfloat16) and multiplied on T's tensor cores.
+template <class E>
+struct RoundedProducts {
+  using T = E;
   static const T* operand(int slot, const float* src, int64_t n) {
-    bfloat16* d = lowp_scratch_bf16(slot, n);
-    round_bf16(d, src, n);
+    T* d = lowp_scratch<T>(slot, n);
+    round_to(d, src, n);
     return d;
   }
   static const T* rounded(float* src, int64_t rows, int64_t cols) { return operand(2, src, rows * cols); }
   static void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, const T* B, float beta, float* C,
-                   int64_t ldc);
+                   int64_t ldc) {
+    lowp_gemm(ta, tb, M, N, K, A, B, beta, C, ldc);
+  }
 };
+using F16Products = RoundedProducts<uint16_t>;
+using Bf16Rounded = RoundedProducts<bfloat16>;
 
 }  // namespace parallm::kernels::cuda

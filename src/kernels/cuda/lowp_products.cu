@@ -20,25 +20,10 @@ namespace {
 constexpr int kThreads = 256;
 constexpr float kE4M3Max = 448.0f, kE5M2Max = 57344.0f;
 
-template <class T>
-T* scratch(int slot, int64_t n) {
-  static std::array<gpu::DeviceBuffer, 4> slots;
-  gpu::DeviceBuffer& b = slots.at(static_cast<size_t>(slot));
-  const size_t bytes = sizeof(T) * static_cast<size_t>(std::max<int64_t>(n, 1));
-  if (b.bytes() < bytes) b = gpu::DeviceBuffer(bytes, MemCategory::Scratch);
-  return b.as<T>();
-}
-
 __global__ void round_f16_kernel(uint16_t* dst, const float* src, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dst[i] = __half_as_ushort(__float2half_rn(src[i]));
-}
-
-__global__ void round_bf16_kernel(bfloat16* dst, const float* src, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = from_f<bfloat16>(src[i]);
 }
 
 // cpu/fp8.cpp's round_bits: nearest even to M mantissa bits, smallest normal exponent EMIN, saturating at max.
@@ -122,49 +107,48 @@ void backward_lowp(float* dinp, float* dweight, float* dbias, const float* dout,
 }
 }  // namespace
 
-float* lowp_scratch_f32(int slot, int64_t n) {
-  return scratch<float>(slot, n);
+template <class T>
+T* lowp_scratch(int slot, int64_t n) {
+  static std::array<gpu::DeviceBuffer, 4> slots;
+  gpu::DeviceBuffer& b = slots.at(static_cast<size_t>(slot));
+  const size_t bytes = sizeof(T) * static_cast<size_t>(std::max<int64_t>(n, 1));
+  if (b.bytes() < bytes) b = gpu::DeviceBuffer(bytes, MemCategory::Scratch);
+  return b.as<T>();
 }
-bfloat16* lowp_scratch_bf16(int slot, int64_t n) {
-  return scratch<bfloat16>(slot, n);
-}
-uint16_t* lowp_scratch_f16(int slot, int64_t n) {
-  return scratch<uint16_t>(slot, n);
-}
+template float* lowp_scratch<float>(int, int64_t);
+template bfloat16* lowp_scratch<bfloat16>(int, int64_t);
+template uint16_t* lowp_scratch<uint16_t>(int, int64_t);
 
-void round_f16(uint16_t* dst, const float* src, int64_t n) {
+void round_to(uint16_t* dst, const float* src, int64_t n) {
   if (n <= 0) return;
   round_f16_kernel<<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(dst, src, n);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.round_f16");
 }
-
-void round_bf16(bfloat16* dst, const float* src, int64_t n) {
-  if (n <= 0) return;
-  round_bf16_kernel<<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(dst, src, n);
-  PARALLM_CUDA_LAUNCHED("kernels.cuda.round_bf16");
+void round_to(bfloat16* dst, const float* src, int64_t n) {
+  convert(dst, src, n);
 }
 
-void fp8_rows(bfloat16* dst, const float* src, int64_t rows, int64_t cols, Fp8Kind kind, const Fp8RowMax& reduce,
+void lowp_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, const uint16_t* B, float beta,
+               float* C, int64_t ldc) {
+  gemm_f16(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, beta, C, ldc);
+}
+void lowp_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, const bfloat16* B, float beta,
+               float* C, int64_t ldc) {
+  gemm(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, beta, C, ldc);
+}
+
+void fp8_rows(bfloat16* dst, const float* src, int64_t rows, int64_t cols, Fp8Format f, const Fp8RowMax& reduce,
               float* amax) {
   if (rows <= 0) return;
   row_amax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(amax, src, cols);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.fp8_rows");
   reduce(amax, rows);  // over the layer's split (a device all-reduce; returns once the result is there)
-  if (kind == Fp8Kind::E4M3)
+  if (f == Fp8Format::E4M3)
     quantize_rows_kernel<3, -6><<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(dst, src, cols, amax, kE4M3Max);
   else
     quantize_rows_kernel<2, -14>
         <<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(dst, src, cols, amax, kE5M2Max);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.fp8_rows");
-}
-
-void F16Products::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, const T* B, float beta, float* C,
-                       int64_t ldc) {
-  gemm_f16(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, beta, C, ldc);
-}
-void Bf16Rounded::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, const T* B, float beta, float* C,
-                       int64_t ldc) {
-  cuda::gemm(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, beta, C, ldc);
 }
 
 void matmul_forward_f16p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
@@ -182,11 +166,11 @@ void matmul_forward_fp8p(float* out, const float* inp, const float* weight, cons
                          int64_t OUT) {
   const Fp8Context& c = fp8_context();
   if (!c.on) return forward_lowp<Bf16Rounded>(out, inp, weight, bias, N, IN, OUT);
-  float* amax = lowp_scratch_f32(3, std::max(N, OUT));
-  bfloat16* x = lowp_scratch_bf16(0, N * IN);
-  fp8_rows(x, inp, N, IN, Fp8Kind::E4M3, c.split_in, amax);
-  bfloat16* w = lowp_scratch_bf16(1, OUT * IN);
-  fp8_rows(w, weight, OUT, IN, Fp8Kind::E4M3, c.split_in, amax);
+  float* amax = lowp_scratch<float>(3, std::max(N, OUT));
+  bfloat16* x = lowp_scratch<bfloat16>(0, N * IN);
+  fp8_rows(x, inp, N, IN, Fp8Format::E4M3, c.split_in, amax);
+  bfloat16* w = lowp_scratch<bfloat16>(1, OUT * IN);
+  fp8_rows(w, weight, OUT, IN, Fp8Format::E4M3, c.split_in, amax);
   Bf16Rounded::gemm(false, true, N, OUT, IN, x, w, 0.0f, out, OUT);
   if (bias) bias_forward(out, bias, N, OUT);
 }
@@ -195,17 +179,17 @@ void matmul_backward_fp8p(float* dinp, float* dweight, float* dbias, const float
                           const float* weight, int64_t N, int64_t IN, int64_t OUT) {
   const Fp8Context& c = fp8_context();
   if (!c.on) return backward_lowp<Bf16Rounded>(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
-  float* amax = lowp_scratch_f32(3, std::max(N, OUT));
-  bfloat16* d = lowp_scratch_bf16(0, N * OUT);
-  fp8_rows(d, dout, N, OUT, Fp8Kind::E5M2, c.split_out, amax);
+  float* amax = lowp_scratch<float>(3, std::max(N, OUT));
+  bfloat16* d = lowp_scratch<bfloat16>(0, N * OUT);
+  fp8_rows(d, dout, N, OUT, Fp8Format::E5M2, c.split_out, amax);
   if (dinp) {
-    bfloat16* w = lowp_scratch_bf16(2, OUT * IN);
-    fp8_rows(w, weight, OUT, IN, Fp8Kind::E4M3, c.split_in, amax);
+    bfloat16* w = lowp_scratch<bfloat16>(2, OUT * IN);
+    fp8_rows(w, weight, OUT, IN, Fp8Format::E4M3, c.split_in, amax);
     Bf16Rounded::gemm(false, false, N, IN, OUT, d, w, 0.0f, dinp, IN);
   }
   if (dweight) {
-    bfloat16* x = lowp_scratch_bf16(1, N * IN);
-    fp8_rows(x, inp, N, IN, Fp8Kind::E4M3, c.split_in, amax);
+    bfloat16* x = lowp_scratch<bfloat16>(1, N * IN);
+    fp8_rows(x, inp, N, IN, Fp8Format::E4M3, c.split_in, amax);
     Bf16Rounded::gemm(true, false, OUT, IN, N, d, x, 1.0f, dweight, IN);
   }
   if (dbias) matmul_backward(nullptr, nullptr, dbias, dout, nullptr, nullptr, N, IN, OUT);

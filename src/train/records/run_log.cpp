@@ -40,15 +40,17 @@ std::string state_table(const MemStats& s, int64_t nparams) {
 void log_precision(const Session& s) {
   const RunConfig& cfg = s.cfg;
   if (!s.dev.is_cpu())
-    log::info("device: {} {} | {} | {}", s.dev.str(), gpu::describe(s.dev.index), gpu::version(),
-              cfg.train.dtype == Precision::BF16 ? "bf16 mixed precision (fp32 master weights, gradients and optimizer "
-                                                   "state)"
-              : cfg.train.dtype == Precision::FP16
-                  ? "fp16 products (operands rounded to binary16, the fp32 GEMM), fp32 activations and state"
-              : cfg.train.dtype == Precision::FP8
-                  ? "FP8 products (rows scaled and rounded to E4M3 / E5M2 as on the CPU, on bf16 tensor cores), fp32 "
-                    "activations and state"
-                  : "fp32");
+    log::info(
+        "device: {} {} | {} | {}", s.dev.str(), gpu::describe(s.dev.index), gpu::version(),
+        cfg.train.dtype == Precision::BF16 ? "bf16 mixed precision (fp32 master weights, gradients and optimizer "
+                                             "state)"
+        : cfg.train.dtype == Precision::FP16
+            ? "fp16 products (operands rounded to binary16, fp16 tensor cores, fp32 accumulation), fp32 activations "
+              "and state"
+        : cfg.train.dtype == Precision::FP8
+            ? "FP8 products (rows scaled and rounded to E4M3 / E5M2 as on the CPU, on bf16 tensor cores), fp32 "
+              "activations and state"
+            : "fp32");
   else if (s.model->bf16_products())
     log::info(
         "dtype: bf16 mixed precision on the CPU: bf16 products ({}) with fp32 accumulation; activations, "
