@@ -9,11 +9,11 @@
 
 namespace parallm::comm {
 
-// The operands of one staged operation: each device tensor, its host stand-in
+// The operands of one staged operation: each device tensor, its host block
 // and whether the result goes back. Kept by the Op until it is done.
 struct StagedOperands {
   struct Operand {
-    Tensor device, host;
+    Tensor device;
     void* block = nullptr;
     size_t bytes = 0;
     bool out = false;
@@ -176,10 +176,9 @@ void stage(Op& op, int rank) {
     o.device = t;
     o.bytes = t.nbytes();
     o.block = st->provider->take(o.bytes);
-    o.host = Tensor::view_of(o.block, t.shape(), t.dtype());
     o.out = out;
     if (in) st->copies->to_host(o.block, t.raw(), o.bytes);
-    t = o.host;
+    t = Tensor::view_of(o.block, t.shape(), t.dtype());  // the host stand-in the backend sees
   };
   one(op.a, r.a_in, r.a_out);
   one(op.b, r.b_in, r.b_out);

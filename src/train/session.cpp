@@ -10,7 +10,6 @@
 #include <filesystem>
 
 #include "comm/hang_record.h"
-#include "comm/launch_env.h"
 #include "comm/topology.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -139,10 +138,11 @@ void check_skip_past(const Session& s, int64_t ck_iter) {
 }
 
 // The device this rank trains on. Several ranks: NCCL's GPU (one per rank, by
-// local rank); with a host-only backend (mpi) the GPU of the local rank modulo
-// the GPUs seen, so ranks may share one, their device buffers staged through
-// host memory (comm/device_staging.h). train.device=cuda:N pins every rank to N.
-Device choose_device(const TrainSection& t, comm::Communicator& world, int ranks_per_node) {
+// local rank); with a host-only backend (mpi) the GPU of the local rank (the
+// world's placement by host) modulo the GPUs seen, so ranks may share one,
+// their device buffers staged through host memory (comm/device_staging.h).
+// train.device=cuda:N pins every rank to N. Collective over `world`.
+Device choose_device(const TrainSection& t, comm::Communicator& world) {
   Device dev = t.device;
   const std::string name = t.device_by_rank ? "cuda" : dev.str();
   if (dev.is_cpu()) {
@@ -158,11 +158,8 @@ Device choose_device(const TrainSection& t, comm::Communicator& world, int ranks
                   name, world.gpu_device());
     dev.index = world.gpu_device();
   } else if (world.size() > 1 && t.device_by_rank) {
-    const int local = comm::env_rank().local_rank;
-    dev.index = (local >= 0           ? local
-                 : ranks_per_node > 0 ? world.rank() % ranks_per_node
-                                      : 0) %
-                std::max(1, gpu::device_count());
+    const int local = comm::discover_topology(world).me(world.rank()).local_rank;
+    dev.index = local % std::max(1, gpu::device_count());
   }
   PARALLM_CHECK(dev.index < gpu::device_count(), ConfigError, "config",
                 "train.device={}: {} GPU{} visible to this process", name, gpu::device_count(),
@@ -322,7 +319,7 @@ std::unique_ptr<Session> open_session(RunConfig cfg, comm::Communicator& world, 
     if (!nothing_to_do->empty()) return nullptr;
     check_skip_past(*s, ck_iter);
   }
-  s->dev = choose_device(s->cfg.train, world, ranks_per_node);
+  s->dev = choose_device(s->cfg.train, world);
   s->mesh =
       std::make_unique<parallel::Mesh>(world, s->cfg.mesh_dims(), ranks_per_node, s->cfg.parallel.tp_across_nodes);
   s->plan = std::make_unique<parallel::ParallelPlan>(*s->mesh, s->cfg.parallel);

@@ -29,35 +29,47 @@ namespace {
 
 Communicator* world = nullptr;
 
-// Copies queued and run one per done() call; bytes counted per direction.
+// Bytes copied per direction; host blocks out.
 struct Ledger {
   std::atomic<int64_t> to_host{0}, to_device{0}, blocks{0};
 };
 Ledger ledger;
 
+// Copies queued and run one per done() call until every copy queued before the last mark() has run; copies
+// queued after it never run: a staging that forgot to mark after its copies back would lose them.
 class LazyCopies : public StageCopies {
  public:
   void after_compute() override {}
   void to_host(void* dst, const void* src, size_t bytes) override {
     ledger.to_host += static_cast<int64_t>(bytes);
-    queue_.push_back([=] { std::memcpy(dst, src, bytes); });
+    queue(dst, src, bytes);
   }
   void to_device(void* dst, const void* src, size_t bytes) override {
     ledger.to_device += static_cast<int64_t>(bytes);
-    queue_.push_back([=] { std::memcpy(dst, src, bytes); });
+    queue(dst, src, bytes);
   }
-  void mark() override {}
-  bool done() override {
+  void mark() override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (queue_.empty()) return true;
+    marker_ = queued_;
+  }
+  bool done() override {  // one copy runs per call that finds the marker not yet passed
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ran_ >= marker_) return true;
     queue_.front()();
     queue_.pop_front();
+    ++ran_;
     return false;
   }
 
  private:
+  void queue(void* dst, const void* src, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back([=] { std::memcpy(dst, src, bytes); });
+    ++queued_;
+  }
   std::mutex mu_;
   std::deque<std::function<void()>> queue_;
+  int64_t queued_ = 0, ran_ = 0, marker_ = 0;
 };
 
 class HostProvider : public StageProvider {
