@@ -81,11 +81,7 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
                                         : CpuProducts::Fp8;
   }
   const bool lowp = compute_ == DType::BF16;
-  if (lowp) {
-    kb_ = &kernels::bf16_ops_for(dev);
-    PARALLM_CHECK(storage.params && storage.grads, ConfigError, "model",
-                  "bf16 mixed precision keeps whole parameter and gradient buffers (not with ZeRO stage 2 or 3 yet)");
-  }
+  if (lowp) kb_ = &kernels::bf16_ops_for(dev);
   if (!dev.is_cpu()) gpu::set_device(dev.index);
   // bf16 copy of the parameters: GPU bf16 compute reads it; CPU bf16 products
   // take their weight operands from it instead of rounding them per product.

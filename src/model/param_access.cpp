@@ -8,7 +8,10 @@ namespace parallm::model {
 
 ParamAccess::ParamAccess(const ParamLayout& layout, Device dev, GPTStorage storage, bool copy)
     : total_(layout.total()), dev_(dev) {
-  for (int g = 0; g < layout.num_groups(); ++g) begin_.push_back(layout.group(g).begin);
+  for (int g = 0; g < layout.num_groups(); ++g) {
+    begin_.push_back(layout.group(g).begin);
+    end_.push_back(layout.group(g).end);
+  }
   if (storage.params) params_ = DeviceArray<float>(total_, MemCategory::Params, dev);
   if (storage.grads) grads_ = DeviceArray<float>(total_, MemCategory::Grads, dev);
   if (copy) copy_ = DeviceArray<bfloat16>(total_, MemCategory::Params, dev);
@@ -33,6 +36,14 @@ bfloat16* ParamAccess::refreshed_copy() {
     stale_ = false;
   }
   return copy_.data();
+}
+
+const bfloat16* ParamAccess::group_copy(int g, Pass pass) {
+  PARALLM_CHECK(store_ && copy_.data(), InternalError, "gpt", "bf16 compute weights need the fp32 parameters");
+  const auto i = static_cast<size_t>(g);
+  bfloat16* out = copy_.data() + begin_[i];
+  kernels::convert_to_bf16(dev_, out, store_->params(g, pass), end_[i] - begin_[i]);
+  return out;
 }
 
 std::optional<kernels::Bf16CopyScope> ParamAccess::copy_scope(bool bf16_products) {

@@ -9,6 +9,8 @@
 // With bf16 compute the access also keeps a bf16 copy of the fp32
 // parameters, redrawn on first use after changed(): the GPU's bf16 passes
 // read it, and the CPU's bf16 products take their weight operands from it.
+// Without its own parameters (ZeRO stage 3) a group's part of the copy is
+// drawn from the store's gathered group each time the group is asked for.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -55,7 +57,7 @@ class ParamAccess {
     if constexpr (std::is_same_v<A, float>)
       return group_params(g, pass);
     else
-      return refreshed_copy() + begin_[static_cast<size_t>(g)];
+      return params_.data() ? refreshed_copy() + begin_[static_cast<size_t>(g)] : group_copy(g, pass);
   }
   void release(int g, Pass pass) const {
     if (store_) store_->release_params(g, pass);
@@ -71,7 +73,8 @@ class ParamAccess {
  private:
   const float* group_params(int g, Pass pass) const;
   bfloat16* refreshed_copy();
-  std::vector<int64_t> begin_;  // each group's flat offset
+  const bfloat16* group_copy(int g, Pass pass);  // the store's group g drawn into its part of the copy
+  std::vector<int64_t> begin_, end_;             // each group's flat range
   int64_t total_ = 0;
   Device dev_ = Device::cpu();
   DeviceArray<float> params_, grads_;

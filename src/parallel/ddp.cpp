@@ -31,7 +31,7 @@ DataParallel::DataParallel(comm::Communicator& comm, const model::ParamLayout& l
   for (int& b : bucket_of_unit_) b = static_cast<int>(buckets_.size()) - 1 - b;
   for (Bucket& b : buckets_) {
     b.left = b.units;
-    b.view = Tensor::view_of(grads_ + b.begin, {b.end - b.begin}, DType::F32);
+    b.view = Tensor::view_of(grads_ + b.begin, {b.end - b.begin}, DType::F32, dev_);  // labelled: MPI stages it
   }
 }
 

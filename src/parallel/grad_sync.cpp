@@ -40,16 +40,16 @@ double model_sum_squares(const model::GPT& m, Device dev, GroupSum* model_sum) {
   return (*model_sum)(experts + (spec.ep_rank == 0 ? split + (spec.rank == 0 ? whole : 0.0) : 0.0));
 }
 
-// Replicas' parameters made the same across the data group: the experts'
-// over the expert-data group (`experts`, expert parallel), the rest over `dp`.
-void broadcast_layout(comm::Communicator& dp, comm::Communicator* experts, const model::GPT& m, float* x) {
-  if (!experts) return broadcast_floats(dp, x, m.flat_size());
+// Replicas' parameters (or a buffer of the layout, on `dev`) made the same across the data group: the
+// experts' over the expert-data group (`experts`, expert parallel), the rest over `dp`.
+void broadcast_layout(comm::Communicator& dp, comm::Communicator* experts, const model::GPT& m, float* x, Device dev) {
+  if (!experts) return broadcast_floats(dp, x, m.flat_size(), dev);
   const auto& slots = m.layout().slots();
   for (size_t i = 0; i < slots.size();) {  // runs of slots of one kind
     size_t j = i;
     while (j < slots.size() && slots[j].expert_split == slots[i].expert_split) ++j;
     const int64_t end = j < slots.size() ? slots[j].offset : m.flat_size();
-    broadcast_floats(slots[i].expert_split ? *experts : dp, x + slots[i].offset, end - slots[i].offset);
+    broadcast_floats(slots[i].expert_split ? *experts : dp, x + slots[i].offset, end - slots[i].offset, dev);
     i = j;
   }
 }
@@ -93,11 +93,11 @@ class ReplicaSync : public GradSync {
     params_loaded();
   }
   void params_loaded() override {
-    broadcast_layout(dp_, experts_, m_, m_.params());  // identical replicas, whatever each rank did
+    broadcast_layout(dp_, experts_, m_, m_.params(), dev_);  // identical replicas, whatever each rank did
     m_.params_changed();
   }
   bool reads_checkpoint() const override { return experts_ ? experts_->rank() == 0 : dp_.rank() == 0; }
-  void spread(float* x) override { broadcast_layout(dp_, experts_, m_, x); }
+  void spread(float* x) override { broadcast_layout(dp_, experts_, m_, x, dev_); }  // x: the optimizer's, on dev_
   HeldState held() const override { return {}; }
   const float* params_to_save(Array<float>&) const override { return m_.params(); }
 
@@ -199,9 +199,11 @@ class ZeroSync : public GradSync {
         m_(m),
         dev_(dev),
         opt_(opt),
-        zero_(dp, m.layout(), opt.zero_stage, m.params(), m.grads(), opt.zero_prefetch, opt.offload, tp, experts),
+        zero_(dp, m.layout(), opt.zero_stage, m.params(), m.grads(), opt.zero_prefetch, opt.offload, tp, experts, dev),
         mean_(dp) {
     if (opt.zero_stage >= 2) m.set_store(&zero_);
+    if (opt.zero_stage == 3 && !zero_.shard_device().is_cpu())  // the shard's host copy for checkpoints
+      host_shard_ = Array<float>(static_cast<size_t>(zero_.shard_size()), MemCategory::Other);
   }
   std::string describe() const override {
     const int s = opt_.zero_stage;
@@ -224,7 +226,7 @@ class ZeroSync : public GradSync {
   UpdateTarget update() override {
     return {zero_.opt_params(),
             zero_.opt_grads(),
-            dev_,
+            zero_.optimizer_device(),
             &zero_.runs(),
             zero_.shard_size(),
             zero_.offload() != Offload::None ? MemCategory::Offloaded : MemCategory::OptState,
@@ -249,21 +251,27 @@ class ZeroSync : public GradSync {
     params_loaded();
   }
   void params_loaded() override {
-    if (opt_.zero_stage < 3) broadcast_layout(dp_, experts_, m_, m_.params());
+    if (opt_.zero_stage < 3) broadcast_layout(dp_, experts_, m_, m_.params(), dev_);
     zero_.params_changed();  // the master copy (offload) and the windows follow
     m_.params_changed();
   }
   HeldState held() const override {
-    return {true, zero_.pieces(), opt_.zero_stage == 3 ? zero_.param_base() : nullptr};
+    float* shard = opt_.zero_stage < 3 ? nullptr : host_shard_.size() ? host_shard_.data() : zero_.param_base();
+    return {true, zero_.pieces(), shard};
+  }
+  void to_host() override {
+    if (host_shard_.size()) zero_.params_to_host(host_shard_.data());
+  }
+  void from_host() override {
+    if (host_shard_.size()) zero_.params_from_host(host_shard_.data());
   }
   void gather_group(const float* local, int g, float* out, int root) override {
     zero_.gather_group(local, g, out, root);
   }
   const float* params_to_save(Array<float>& out) const override {
-    if (opt_.zero_stage == 3) return zero_.param_base();
+    if (opt_.zero_stage == 3 && zero_.shard_device().is_cpu()) return zero_.param_base();
     out = Array<float>(static_cast<size_t>(zero_.shard_size()), MemCategory::Other);
-    for (const auto& p : zero_.pieces())
-      std::copy(m_.params() + p.flat, m_.params() + p.flat + p.count, out.data() + p.local);
+    zero_.params_to_host(out.data());
     return out.data();
   }
   bool collective_sampling() const override { return opt_.zero_stage == 3; }
@@ -300,6 +308,7 @@ class ZeroSync : public GradSync {
   GradSyncOptions opt_;
   Zero zero_;
   GroupMean mean_;
+  Array<float> host_shard_;  // stage 3 on a GPU: the shard's host copy (held(), to_host, from_host)
 };
 
 }  // namespace

@@ -73,8 +73,10 @@ struct SyncStats {
 struct HeldState {
   bool sharded = false;
   std::vector<Zero::Piece> pieces;
-  // Sharded: where loaded parameter pieces go (the shard, stage 3), or
-  // nullptr when every rank reads all parameters into the model (stages 1, 2).
+  // Sharded: where loaded parameter pieces go (the shard, stage 3, in host
+  // memory: on a GPU a copy that GradSync::to_host() refreshes and
+  // from_host() takes back), or nullptr when every rank reads all parameters
+  // into the model (stages 1, 2).
   float* param_shard = nullptr;
 };
 
@@ -123,8 +125,13 @@ class GradSync {
   virtual bool reads_checkpoint() const { return true; }
   virtual void spread(float* x) {}
   virtual HeldState held() const = 0;
-  // Sharded stage 1-2 save: this rank's parameter pieces, copied into `out`
-  // (shard-sized); stage 3 returns its shard. Not sharded: the model's parameters.
+  // Where held().param_shard is a host copy of device memory: refreshed from
+  // the device (before it is read), and taken back (after it was written).
+  virtual void to_host() {}
+  virtual void from_host() {}
+  // Sharded save: this rank's parameter pieces in host memory, copied into
+  // `out` (shard-sized; a CPU's stage 3 returns its shard). Not sharded: the
+  // model's parameters.
   virtual const float* params_to_save(Array<float>& out) const = 0;
   // Sharded: layout group g of a shard-sized buffer (`local`: an optimizer
   // moment, or the stage-3 parameter shard) whole on the group's rank `root`,

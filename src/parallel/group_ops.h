@@ -80,8 +80,9 @@ class GroupSumOf {
 using GroupSum = GroupSumOf<double>;
 
 // Rank 0's floats on every rank of the group.
-inline void broadcast_floats(comm::Communicator& g, float* p, int64_t n) {
-  if (g.size() > 1) g.broadcast(Tensor::view_of(p, {n}, DType::F32), 0);
+// Rank 0's n floats at `p` (on `dev`: a host-only backend stages device memory by the label) on every rank.
+inline void broadcast_floats(comm::Communicator& g, float* p, int64_t n, Device dev = Device::cpu()) {
+  if (g.size() > 1) g.broadcast(Tensor::view_of(p, {n}, DType::F32, dev), 0);
 }
 
 // Rank `root`'s flag on every rank of the group.

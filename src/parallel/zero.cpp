@@ -4,14 +4,38 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/gpu.h"
 #include "core/timer.h"
 #include "kernels/ops.h"
 
 namespace parallm::parallel {
 
 namespace {
-Tensor f32_view(float* p, int64_t n) {
-  return Tensor::view_of(p, {n}, DType::F32);
+// A view labelled with the device it lives on (a host-only backend stages device operands by it).
+Tensor f32_view(float* p, int64_t n, Device dev = Device::cpu()) {
+  return Tensor::view_of(p, {n}, DType::F32, dev);
+}
+
+// n floats from `src` to `dst`, each on the device named (one of them the host, or both on `dev`).
+void copy_floats(float* dst, Device to, const float* src, Device from, int64_t n) {
+  const size_t bytes = sizeof(float) * static_cast<size_t>(n);
+  if (n <= 0) return;
+  if (to.is_cpu() && from.is_cpu())
+    std::memcpy(dst, src, bytes);
+  else if (to.is_cpu())
+    gpu::memcpy_d2h(dst, src, bytes);
+  else if (from.is_cpu())
+    gpu::memcpy_h2d(dst, src, bytes);
+  else
+    gpu::memcpy_d2d(dst, src, bytes);
+}
+
+void zero_floats(float* p, Device dev, int64_t n) {
+  if (n <= 0) return;
+  if (dev.is_cpu())
+    std::memset(p, 0, sizeof(float) * static_cast<size_t>(n));
+  else
+    gpu::memset_zero(p, sizeof(float) * static_cast<size_t>(n));
 }
 }  // namespace
 
@@ -57,9 +81,10 @@ int64_t Zero::group_count(int g) const {
 }
 
 Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads,
-           int prefetch, Offload offload, comm::Communicator* tp, comm::Communicator* experts)
+           int prefetch, Offload offload, comm::Communicator* tp, comm::Communicator* experts, Device dev)
     : comm_(comm),
       experts_(experts),
+      dev_(dev),
       layout_(layout),
       stage_(stage),
       params_(params),
@@ -112,35 +137,36 @@ Zero::Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage
 void Zero::build_views(const ZeroSizes& want) {
   const int stage = stage_;
   if (stage == 1) {
-    rs_out_ = Array<float>(want.max_piece, MemCategory::Comm);
+    rs_out_ = DeviceArray<float>(want.max_piece, MemCategory::Comm, dev_);
   } else {
-    shard_grads_ = Array<float>(shard_size_, MemCategory::Grads);
+    shard_grads_ = DeviceArray<float>(shard_size_, MemCategory::Grads, dev_);
     // Window 0: the embeddings (held from the head to the end of backward); 1, 2: the blocks, alternating.
     windows_.resize(layout_.num_groups() > 1 ? 3 : 1);
     for (size_t w = 0; w < windows_.size(); ++w) {
-      windows_[w].buf = Array<float>(w == 0 ? group_len(0) : want.block_max, MemCategory::Comm);
-      windows_[w].piece = Array<float>(want.max_piece, MemCategory::Comm);
+      windows_[w].buf = DeviceArray<float>(w == 0 ? group_len(0) : want.block_max, MemCategory::Comm, dev_);
+      windows_[w].piece = DeviceArray<float>(want.max_piece, MemCategory::Comm, dev_);
       windows_[w].work.works.reserve(4);
     }
   }
   if (stage == 3) {
-    param_shard_ =
-        Array<float>(shard_size_, offload_ == Offload::Params ? MemCategory::Offloaded : MemCategory::Params);
+    param_shard_ = DeviceArray<float>(
+        shard_size_, offload_ == Offload::Params ? MemCategory::Offloaded : MemCategory::Params, shard_device());
     // The embeddings' window, then the block being computed and the prefetched ones.
     pwins_.resize(layout_.num_groups() > 1 ? 2 + static_cast<size_t>(prefetch_) : 1);
     for (size_t w = 0; w < pwins_.size(); ++w) {
-      pwins_[w].buf = Array<float>(w == 0 ? group_len(0) : want.block_max, MemCategory::Params);
+      pwins_[w].buf = DeviceArray<float>(w == 0 ? group_len(0) : want.block_max, MemCategory::Params, dev_);
       pwins_[w].work.works.reserve(4);
     }
   }
   for (const Seg& sg : segs_) {
     const int64_t at = sg.begin + sg.piece.offset, cnt = sg.piece.count;
     if (stage == 1) {
-      rs_in_.push_back(f32_view(grads_ + sg.begin, sg.len));
-      rs_out_views_.push_back(f32_view(rs_out_.data(), cnt));
+      rs_in_.push_back(f32_view(grads_ + sg.begin, sg.len, dev_));
+      rs_out_views_.push_back(f32_view(rs_out_.data(), cnt, dev_));
     }
-    gather_in_.push_back(f32_view(stage == 3 ? param_shard_.data() + sg.local : params_ + at, cnt));
-    if (stage < 3) gather_out_.push_back(f32_view(params_ + sg.begin, sg.len));
+    gather_in_.push_back(stage == 3 ? f32_view(param_shard_.data() + sg.local, cnt, shard_device())
+                                    : f32_view(params_ + at, cnt, dev_));
+    if (stage < 3) gather_out_.push_back(f32_view(params_ + sg.begin, sg.len, dev_));
   }
 }
 
@@ -196,16 +222,30 @@ void Zero::check_sizes(const ZeroSizes& want) const {
                 InternalError, "zero", "allocated buffers differ from Zero::sizes (a planner bug)");
 }
 
-void Zero::copy_pieces(float* device_base, bool contiguous, float* host, bool to_host) {
-  for (const Seg& sg : segs_) {
-    float* d = contiguous ? device_base + sg.local : device_base + sg.begin + sg.piece.offset;
-    float* h = host + sg.local;
-    const size_t bytes = sizeof(float) * static_cast<size_t>(sg.piece.count);
+void Zero::copy_pieces(float* base, Device dev, bool contiguous, float* host, bool to_host) const {
+  if (contiguous) {  // one run
     if (to_host)
-      std::memcpy(h, d, bytes);
+      copy_floats(host, Device::cpu(), base, dev, shard_size_);
     else
-      std::memcpy(d, h, bytes);
+      copy_floats(base, dev, host, Device::cpu(), shard_size_);
+    return;
   }
+  for (const Seg& sg : segs_) {
+    float* d = base + sg.begin + sg.piece.offset;
+    float* h = host + sg.local;
+    if (to_host)
+      copy_floats(h, Device::cpu(), d, dev, sg.piece.count);
+    else
+      copy_floats(d, dev, h, Device::cpu(), sg.piece.count);
+  }
+}
+
+void Zero::params_to_host(float* out) const {
+  copy_pieces(param_base(), stage_ == 3 ? shard_device() : dev_, stage_ == 3, out, true);
+}
+
+void Zero::params_from_host(const float* in) const {
+  copy_pieces(param_base(), stage_ == 3 ? shard_device() : dev_, stage_ == 3, const_cast<float*>(in), false);
 }
 
 std::vector<Zero::Piece> Zero::pieces() const {
@@ -223,7 +263,7 @@ void Zero::drop_windows() {
 }
 
 void Zero::params_changed() {
-  if (offload_ == Offload::Optimizer) copy_pieces(param_base(), stage_ == 3, host_params_.data(), true);
+  if (offload_ == Offload::Optimizer) copy_pieces(param_base(), dev_, stage_ == 3, host_params_.data(), true);
   drop_windows();
 }
 
@@ -282,8 +322,9 @@ void Zero::gather_into(ParamWindow& w, int g) {
   w.group = g;
   for (int i = first_seg(g); i < end_seg(g); ++i) {
     const Seg& sg = segs_[static_cast<size_t>(i)];
-    w.work.works.push_back(comm_of(sg).all_gather_async(
-        gather_in_[static_cast<size_t>(i)], f32_view(w.buf.data() + (sg.begin - layout_.group(g).begin), sg.len)));
+    w.work.works.push_back(
+        comm_of(sg).all_gather_async(gather_in_[static_cast<size_t>(i)],
+                                     f32_view(w.buf.data() + (sg.begin - layout_.group(g).begin), sg.len, dev_)));
   }
   stats_.all_gather_bytes += group_len(g) * static_cast<int64_t>(sizeof(float));
 }
@@ -329,8 +370,8 @@ void Zero::load_group(int g, const float* group) {
   PARALLM_CHECK(stage_ == 3, InternalError, "zero", "load_group is for stage 3");
   for (int i = first_seg(g); i < end_seg(g); ++i) {
     const Seg& sg = segs_[static_cast<size_t>(i)];
-    std::memcpy(param_shard_.data() + sg.local, group + (sg.begin - layout_.group(g).begin) + sg.piece.offset,
-                sizeof(float) * static_cast<size_t>(sg.piece.count));
+    copy_floats(param_shard_.data() + sg.local, shard_device(),
+                group + (sg.begin - layout_.group(g).begin) + sg.piece.offset, Device::cpu(), sg.piece.count);
   }
   for (ParamWindow& w : pwins_)
     if (w.group == g) w.group = -1;
@@ -347,7 +388,7 @@ void Zero::complete(Window& w) {
   Timer t;
   stats_.comm_s += w.work.wait();
   stats_.exposed_s += t.seconds();
-  const auto& k = kernels::ops_for(Device::cpu());
+  const auto& k = kernels::ops_for(dev_);
   const int g = w.group;
   for (int i = first_seg(g); i < end_seg(g); ++i) {  // the experts' sums divided by the data group's size
     const Seg& sg = segs_[static_cast<size_t>(i)];
@@ -377,7 +418,7 @@ Zero::Window& Zero::window_for(int g) {
     }
   }
   complete(*pick);
-  std::memset(pick->buf.data(), 0, sizeof(float) * static_cast<size_t>(group_len(g)));
+  zero_floats(pick->buf.data(), dev_, group_len(g));
   pick->group = g;
   return *pick;
 }
@@ -395,8 +436,8 @@ void Zero::grads_done(int g) {
   for (int i = first_seg(g); i < end_seg(g); ++i) {  // the experts' summed (divided in complete)
     const Seg& sg = segs_[static_cast<size_t>(i)];
     w->work.works.push_back(
-        comm_of(sg).reduce_scatter_async(f32_view(w->buf.data() + (sg.begin - layout_.group(g).begin), sg.len),
-                                         f32_view(w->piece.data() + (sg.local - group_local(g)), sg.piece.count),
+        comm_of(sg).reduce_scatter_async(f32_view(w->buf.data() + (sg.begin - layout_.group(g).begin), sg.len, dev_),
+                                         f32_view(w->piece.data() + (sg.local - group_local(g)), sg.piece.count, dev_),
                                          sg.experts ? comm::ReduceOp::Sum : comm::ReduceOp::Avg));
   }
   stats_.reduce_scatter_bytes += group_len(g) * static_cast<int64_t>(sizeof(float));
@@ -404,12 +445,12 @@ void Zero::grads_done(int g) {
 
 void Zero::begin_step() {
   stats_ = {};
-  if (stage_ >= 2) std::memset(shard_grads_.data(), 0, sizeof(float) * static_cast<size_t>(shard_size_));
+  if (stage_ >= 2) zero_floats(shard_grads_.data(), dev_, shard_size_);
 }
 
 void Zero::finish_grads() {
   reduce_grads();
-  if (offload_ != Offload::None) copy_pieces(grad_base(), stage_ >= 2, host_grads_.data(), true);
+  if (offload_ != Offload::None) copy_pieces(grad_base(), dev_, stage_ >= 2, host_grads_.data(), true);
 }
 
 void Zero::reduce_grads() {
@@ -431,9 +472,8 @@ void Zero::reduce_grads() {
     stats_.comm_s += s;
     stats_.exposed_s += s;
     stats_.reduce_scatter_bytes += sg.len * static_cast<int64_t>(sizeof(float));
-    std::memcpy(mine, rs_out_.data(), sizeof(float) * static_cast<size_t>(sg.piece.count));
-    if (sg.experts)
-      kernels::ops_for(Device::cpu()).scale_inplace(mine, sg.piece.count, 1.0f / static_cast<float>(comm_.size()));
+    copy_floats(mine, dev_, rs_out_.data(), dev_, sg.piece.count);
+    if (sg.experts) kernels::ops_for(dev_).scale_inplace(mine, sg.piece.count, 1.0f / static_cast<float>(comm_.size()));
   }
 }
 
@@ -452,9 +492,9 @@ void Zero::sum_over(comm::Communicator& c, const double* mine, int k, Tensor& se
 double Zero::grad_norm() {
   if (tp_sum_) return tp_grad_norm();
   double local = 0;
-  const auto& k = kernels::ops_for(Device::cpu());
+  const auto& k = kernels::ops_for(dev_);
   if (offload_ != Offload::None)
-    local = k.sum_squares(host_grads_.data(), shard_size_);
+    local = kernels::ops_for(Device::cpu()).sum_squares(host_grads_.data(), shard_size_);
   else if (stage_ >= 2)
     local = k.sum_squares(shard_grads_.data(), shard_size_);
   else
@@ -469,12 +509,13 @@ double Zero::grad_norm() {
 }
 
 double Zero::tp_grad_norm() {
-  const auto& k = kernels::ops_for(Device::cpu());
+  const bool host = offload_ != Offload::None;
+  const auto& k = kernels::ops_for(host ? Device::cpu() : dev_);
   double mine[3] = {0, 0, 0};  // tensor-parallel slots, replicated slots, experts (NormKind)
   for (const NormRun& r : norm_runs_) {
-    const float* p = offload_ != Offload::None ? host_grads_.data() + r.local
-                     : stage_ >= 2             ? shard_grads_.data() + r.local
-                                               : grads_ + r.flat;
+    const float* p = host          ? host_grads_.data() + r.local
+                     : stage_ >= 2 ? shard_grads_.data() + r.local
+                                   : grads_ + r.flat;
     mine[static_cast<int>(r.kind)] += k.sum_squares(p, r.count);
   }
   // Over the dp group (the experts' over the expert-data group), bit for bit and in rank order ...
@@ -490,11 +531,9 @@ double Zero::tp_grad_norm() {
 }
 
 void Zero::gather_params() {
-  if (offload_ == Offload::Optimizer) copy_pieces(param_base(), stage_ == 3, host_params_.data(), false);
-  if (stage_ == 3) {  // the windows hold the old parameters
-    drop_windows();
-    return;
-  }
+  if (stage_ == 3) drop_windows();  // the windows hold the old parameters (and no gather may still read the shard)
+  if (offload_ == Offload::Optimizer) copy_pieces(param_base(), dev_, stage_ == 3, host_params_.data(), false);
+  if (stage_ == 3) return;
   // Every segment gathered in place: this rank's piece is already where it belongs.
   Timer t;
   for (size_t i = 0; i < segs_.size(); ++i) {

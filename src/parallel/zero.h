@@ -76,6 +76,13 @@
 // divides by the dp group's size, as DDP's expert buckets do. The norm adds
 // the experts' squares over the expert-data group, then over the model group
 // (tp x pp x ep) with every other slot counted on ep rank 0 alone.
+//
+// On a GPU (`dev`) every buffer above lives on the device except the host
+// pool's (offload), the copies and zeroing are the device's, the additions and
+// squares its kernels, and the collectives get device tensors (NCCL takes them
+// as they are; a host-only backend stages them, comm/device_staging.h). The
+// checkpoint side (gather_shard, scatter_shard, gather_group, params_to_host)
+// works on host buffers, so checkpoints never see device memory.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -84,6 +91,7 @@
 
 #include "comm/communicator.h"
 #include "core/allocator.h"
+#include "core/device_array.h"
 #include "model/param_store.h"
 #include "model/params.h"
 #include "parallel/group_ops.h"
@@ -117,13 +125,19 @@ class Zero : public model::ParamStore {
   // a part (tensor x pipeline parallel; nullptr or a group of one: the whole
   // model), for the gradient norm.
   // experts: the expert-data group (needed where the layout is expert parallel; `tp` is then the model group).
+  // dev: where the model's buffers live, and this Zero's (but the offloaded ones).
   Zero(comm::Communicator& comm, const model::ParamLayout& layout, int stage, float* params, float* grads,
        int prefetch = 1, Offload offload = Offload::None, comm::Communicator* tp = nullptr,
-       comm::Communicator* experts = nullptr);
+       comm::Communicator* experts = nullptr, Device dev = Device::cpu());
   // rank of nranks in the dp group (expert parallel: the experts' segments over nranks / ep, rank / ep there).
   static ZeroSizes sizes(const model::ParamLayout& layout, int stage, int nranks, int rank, int prefetch,
                          Offload offload = Offload::None);
   Offload offload() const { return offload_; }
+  Device device() const { return dev_; }
+  // Where the optimizer steps: the host when its state is offloaded, else the device.
+  Device optimizer_device() const { return offload_ == Offload::None ? dev_ : Device::cpu(); }
+  // Where the stage-3 parameter shard lives (the host pool with zero.offload=params).
+  Device shard_device() const { return offload_ == Offload::Params ? Device::cpu() : dev_; }
   int stage() const { return stage_; }
   int64_t shard_size() const { return shard_size_; }
 
@@ -152,6 +166,10 @@ class Zero : public model::ParamStore {
   float* opt_grads() const { return offload_ != Offload::None ? host_grads_.data() : grad_base(); }
   // The parameters the model sees: the full buffer (stages 1, 2) or the shard (stage 3).
   float* param_base() const { return stage_ == 3 ? param_shard_.data() : params_; }
+  // This rank's parameter pieces, in shard order, copied to host memory `out` (shard_size() floats), and back
+  // from it (then params_changed()).
+  void params_to_host(float* out) const;
+  void params_from_host(const float* in) const;
   float* grad_base() const { return stage_ == 1 ? grads_ : shard_grads_.data(); }
   // After the parameters were set from outside (init, resume): refresh the
   // master copy and drop gathered windows.
@@ -159,13 +177,13 @@ class Zero : public model::ParamStore {
   // After the optimizer updated this rank's pieces: every rank gets all
   // parameters (stages 1, 2), or the gathered windows are stale (stage 3).
   void gather_params();
-  // Stage 3: takes this rank's piece of group g's parameters (all of them, from `group`).
+  // Stage 3: takes this rank's piece of group g's parameters (all of them, from `group`, host memory).
   void load_group(int g, const float* group);
   // Bytes of parameter windows (stage 3: the gathered blocks and embeddings).
   size_t window_bytes() const;
   const ZeroStats& stats() const { return stats_; }
 
-  // Collective: a shard-sized buffer (e.g. an optimizer moment) assembled in
+  // Collective, on host buffers: a shard-sized buffer (e.g. an optimizer moment) assembled in
   // the flat layout on `root` (others pass nullptr), and back. (Checkpoints
   // do not need it: every rank writes and reads its own ranges.)
   void gather_shard(const float* local, float* full, int root);
@@ -183,13 +201,13 @@ class Zero : public model::ParamStore {
     double wait();  // seconds the collectives ran
   };
   struct Window {
-    Array<float> buf, piece;  // the group's gradients; this rank's reduced pieces
-    int group = -1;           // group held (-1: free)
-    Pending work;             // its reduce-scatters, while in flight
-    int64_t seq = 0;          // issue order
+    DeviceArray<float> buf, piece;  // the group's gradients; this rank's reduced pieces
+    int group = -1;                 // group held (-1: free)
+    Pending work;                   // its reduce-scatters, while in flight
+    int64_t seq = 0;                // issue order
   };
   struct ParamWindow {
-    Array<float> buf;
+    DeviceArray<float> buf;
     int group = -1;       // group held (-1: none)
     bool pinned = false;  // the model is reading it
     Pending work;         // its all-gathers, until first waited for
@@ -221,6 +239,7 @@ class Zero : public model::ParamStore {
 
   comm::Communicator& comm_;
   comm::Communicator* experts_ = nullptr;  // expert parallel: the expert-data group
+  Device dev_;
   const model::ParamLayout& layout_;
   int stage_;
   float* params_;
@@ -229,8 +248,8 @@ class Zero : public model::ParamStore {
   std::vector<int> first_seg_;  // group g's are [first_seg_[g], first_seg_[g + 1])
   int64_t shard_size_ = 0;
   std::vector<model::UpdateRun> runs_;
-  Array<float> shard_grads_;  // stage 2: the reduced gradient shard
-  Array<float> rs_out_;       // stage 1: a piece's reduce-scatter output
+  DeviceArray<float> shard_grads_;  // stage 2: the reduced gradient shard
+  DeviceArray<float> rs_out_;       // stage 1: a piece's reduce-scatter output
   std::vector<Window> windows_;
   int64_t seq_ = 0;
   int prefetch_ = 1;
@@ -243,12 +262,12 @@ class Zero : public model::ParamStore {
   void build_norm_runs(comm::Communicator& tp);
   void build_views(const ZeroSizes& want);
   void check_sizes(const ZeroSizes& want) const;
-  // Between this rank's pieces in the device layout and the contiguous host shard.
-  // contiguous: device_base is a shard (stage 3 parameters, stage 2-3 gradients), else a full buffer.
-  void copy_pieces(float* device_base, bool contiguous, float* host, bool to_host);
+  // Between this rank's pieces in `base` (on `dev`) and the contiguous host shard.
+  // contiguous: base is a shard (stage 3 parameters, stage 2-3 gradients), else a full buffer.
+  void copy_pieces(float* base, Device dev, bool contiguous, float* host, bool to_host) const;
   void reduce_grads();
   double tp_grad_norm();
-  Array<float> param_shard_;        // stage 3: this rank's pieces of the parameters
+  DeviceArray<float> param_shard_;  // stage 3: this rank's pieces of the parameters
   std::vector<ParamWindow> pwins_;  // stage 3: 0 = embeddings, then 1 + prefetch for blocks
   int64_t clock_ = 0;
   // Made once, used every step: per-segment views for the stage 1 reduce-scatter

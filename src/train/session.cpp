@@ -250,7 +250,7 @@ void build_model(Session& s, const parallel::GradSyncOptions& so) {
   const OptimizerSection& o = cfg.optimizer;
   const optim::AdamWConfig acfg{o.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay};
   const parallel::UpdateTarget u = s.sync->update();
-  s.opt = u.runs ? std::make_unique<optim::AdamW>(*u.runs, u.state_size, acfg, s.dev, u.state_category)
+  s.opt = u.runs ? std::make_unique<optim::AdamW>(*u.runs, u.state_size, acfg, u.device, u.state_category)
                  : std::make_unique<optim::AdamW>(s.model->layout(), acfg, s.dev);
   s.scaler = std::make_unique<optim::LossScaler>(cfg.loss_scale_config());
   s.sched = {o.learning_rate, o.min_lr, o.warmup_iters, o.lr_decay_iters, o.decay_lr};

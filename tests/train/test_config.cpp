@@ -183,6 +183,14 @@ TEST(Config, DeviceKeyParsesAndExplainsWhatIsMissing) {
   train::RunConfig e;
   e.set("train.device", "cpu");
   EXPECT_NO_THROW(e.validate());
+  train::RunConfig z;  // ZeRO runs on the GPU too
+  z.set("train.device", "cuda");
+  z.set("zero.stage", "3");
+  z.set("zero.offload", "optimizer");
+  if (gpu::built())
+    EXPECT_NO_THROW(z.validate());
+  else
+    EXPECT_NE(error_of([&] { z.validate(); }).find("built without CUDA"), std::string::npos);
 }
 
 TEST(Config, CommBackendNamesTheChoices) {

@@ -16,8 +16,10 @@
 # step time with dropout 0.2 against dropout 0 (attention dropout inside the
 # flash kernels) and against PyTorch compiled with SDPA flash at both;
 # ranks: 2 and 4 ranks sharing the one GPU through MPI (device buffers staged
-# through pinned host memory), tp, pp, cp and DDP against the one-rank GPU
-# run, fp32, 50 steps, each layout run twice; lowp: train.dtype=fp16 and fp8
+# through pinned host memory), tp, pp, cp, DDP and ZeRO 1-3 (and offload)
+# against the one-rank GPU run, fp32, 50 steps, each layout run twice, a ZeRO 3
+# run resumed from its step-25 checkpoint, and one rank's ZeRO 3 in bf16
+# against the same run without ZeRO; lowp: train.dtype=fp16 and fp8
 # on the GPU against the same on the CPU (a tiny model, 6 steps), then GPT-2
 # 124M on GPT-2 BPE Shakespeare (data/shakespeare, packed where prepared)
 # 500 steps in bf16 and fp8, final losses compared); each part has a time
@@ -83,6 +85,8 @@ if want tests; then
     tee $OUT/kernels.log | grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -60
   timeout 120 $W/bin/test_cuda_kernels --gtest_filter="$NEW" 2>&1 | tee $OUT/kernels_new.log |
     grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -40
+  step "ZeRO's device buffers against the host's (one rank, stages 1-3, offload)"
+  timeout 60 $W/bin/test_zero_cuda 2>&1 | tee $OUT/zero_cuda.log | grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -20
   step "golden GPT tests (CPU; GPU fp32 and bf16)"
   $W/bin/test_model --gtest_filter='*Golden*:*Gpu*' 2>&1 | tee $OUT/golden.log | grep -E "PASSED|FAILED|Failure|OK \]" | head -20
   [ -s $W/cudnn_dbg.log ] && head -c 400000 $W/cudnn_dbg.log | gzip > $OUT/cudnn_dbg.log.gz
@@ -152,11 +156,14 @@ if want ranks; then
      train.log_interval=10 train.sample_tokens=0 data.dir=$W/data/shakespeare_char train.progress=false
      train.overwrite=true"
   timeout 60 ./bin/parallm train $R train.out_dir=$W/out/r1 > $OUT/ranks_1.log 2>&1 || tail -3 $OUT/ranks_1.log
-  # Data parallelism splits the one rank's batch of 8 (model.batch_size is per rank). ZeRO is refused on the GPU
-  # for now (zero.stage CPU-only): plain DDP stands in for it until it runs there.
+  # Data parallelism splits the one rank's batch of 8 (model.batch_size is per rank).
   for lay in "tp2 2 parallel.tp=2" "pp2 2 parallel.pp=2" "cp2 2 parallel.cp=2" "dp2 2 model.batch_size=4" \
     "tp4 4 parallel.tp=4" "pp4 4 parallel.pp=4" "cp4 4 parallel.cp=4" "dp4 4 model.batch_size=2" \
-    "tp2cp2 4 parallel.tp=2 parallel.cp=2"; do
+    "tp2cp2 4 parallel.tp=2 parallel.cp=2" "zero1dp2 2 model.batch_size=4 zero.stage=1" \
+    "zero3dp2 2 model.batch_size=4 zero.stage=3" "zero2dp4 4 model.batch_size=2 zero.stage=2" \
+    "zero3dp4 4 model.batch_size=2 zero.stage=3" \
+    "zero3off 2 model.batch_size=4 zero.stage=3 zero.offload=optimizer" \
+    "zero3tp2 4 model.batch_size=4 parallel.tp=2 zero.stage=3"; do
     set -- $lay
     tag=$1 n=$2 && shift 2
     for t in a b; do
@@ -168,6 +175,27 @@ if want ranks; then
       $W/out/r1 | sed -n '2p;3p' | tr '\n' ' '); twice: $(python3 "${OLDPWD}/bench/compare_runs.py" --quiet \
       $W/out/${tag}a $W/out/${tag}b | tail -1)"
   done
+  # ZeRO on the GPU saved at step 25 and resumed to 50: the uninterrupted run's losses (stage 1: the model's
+  # parameters through the host; stage 3 x tp 2: the shard's host copy gathered over the tp group).
+  for lay in "zero1dp2 2 model.batch_size=4 zero.stage=1" "zero3dp2 2 model.batch_size=4 zero.stage=3" \
+    "zero3tp2 4 model.batch_size=4 parallel.tp=2 zero.stage=3"; do
+    set -- $lay
+    tag=$1 n=$2 && shift 2
+    Z="comm.backend=mpi train.out_dir=$W/out/res_$tag"
+    timeout 90 mpirun --allow-run-as-root --oversubscribe -np "$n" ./bin/parallm train $R $Z "$@" \
+      train.max_iters=25 > $OUT/ranks_res1_$tag.log 2>&1 || tail -3 $OUT/ranks_res1_$tag.log
+    timeout 90 mpirun --allow-run-as-root --oversubscribe -np "$n" ./bin/parallm train $R $Z "$@" \
+      train.init_from=auto train.overwrite=false > $OUT/ranks_res2_$tag.log 2>&1 || tail -3 $OUT/ranks_res2_$tag.log
+    echo "$tag resumed at 25 against uninterrupted: $(grep -c "resuming" $OUT/ranks_res2_$tag.log) resume(s); \
+$(python3 "${OLDPWD}/bench/compare_runs.py" --quiet $W/out/res_$tag $W/out/${tag}a | tail -1)"
+  done
+  # One rank, bf16: ZeRO 3 (each gathered group drawn into its part of the bf16 copy) against no ZeRO.
+  for z in 0 3; do
+    timeout 60 ./bin/parallm train $R train.dtype=bf16 zero.stage=$z train.out_dir=$W/out/bf16z$z \
+      > $OUT/ranks_bf16z$z.log 2>&1 || tail -3 $OUT/ranks_bf16z$z.log
+  done
+  echo "bf16 zero3 against zero0, one rank (bitwise): $(python3 "${OLDPWD}/bench/compare_runs.py" --quiet \
+    $W/out/bf16z3 $W/out/bf16z0 | tail -1)"
   (cd $OUT && tar -czf ranks.tar.gz ranks_*.log && rm -f ranks_*.log)
 fi
 if want lowp; then

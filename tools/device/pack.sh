@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=build-cuda
 rm -rf .devcarry && mkdir -p .devcarry/stage/bin .devcarry/stage/lib .devcarry/stage/extlib .devcarry/stage/data
-cp $B/parallm $B/tests/test_cuda_kernels $B/tests/test_model $B/tests/test_nccl $B/tests/test_collectives .devcarry/stage/bin/
+cp $B/parallm $B/tests/test_cuda_kernels $B/tests/test_model $B/tests/test_zero_cuda $B/tests/test_nccl $B/tests/test_collectives .devcarry/stage/bin/
 [ -x $B/bench/bench_gpu_ops ] && cp $B/bench/bench_gpu_ops .devcarry/stage/bin/
 [ -x $B/bench/bench_moe ] && cp $B/bench/bench_moe .devcarry/stage/bin/
 strip -g .devcarry/stage/bin/*

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/gpu.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "hf/hf_model.h"
@@ -58,8 +59,17 @@ void broadcast_guard_state(comm::Communicator& g, TrainState& st) {
   st.spike_guard = nlohmann::json::parse(std::string(static_cast<const char*>(words.raw()), static_cast<size_t>(n)));
 }
 
+// A buffer of `n` floats on `dev` as host memory: itself on the CPU, else `host` (resized) with, where
+// `copy`, the device's values.
+float* host_floats(float* p, Device dev, int64_t n, std::vector<float>& host, bool copy) {
+  if (dev.is_cpu()) return p;
+  host.resize(static_cast<size_t>(n));
+  if (copy) gpu::memcpy_d2h(host.data(), p, host.size() * sizeof(float));
+  return host.data();
+}
+
 // Each rank reads the ranges it holds (a tensor-parallel rank: its part of
-// them, from the whole model the checkpoint holds).
+// them, from the whole model the checkpoint holds); on a GPU through host copies.
 void read_sharded(Session& s, const parallel::HeldState& h) {
   const model::ParamLayout& layout = s.model->layout();
   const model::ParamLayout whole(s.cfg.model);
@@ -70,19 +80,45 @@ void read_sharded(Session& s, const parallel::HeldState& h) {
   auto read = [&](CkptPart part, int64_t begin, int64_t count, float* out) {
     read_checkpoint_part(s.ck_meta, part, layout, whole, begin, count, out);
   };
+  std::vector<float> hm, hv, hp;
+  const Device od = s.opt->device();
+  float* m = host_floats(s.opt->m(), od, s.opt->size(), hm, false);
+  float* v = host_floats(s.opt->v(), od, s.opt->size(), hv, false);
   for (const auto& p : h.pieces) {
-    read(CkptPart::M, p.flat, p.count, s.opt->m() + p.local);
-    read(CkptPart::V, p.flat, p.count, s.opt->v() + p.local);
+    read(CkptPart::M, p.flat, p.count, m + p.local);
+    read(CkptPart::V, p.flat, p.count, v + p.local);
     if (h.param_shard) read(CkptPart::Params, p.flat, p.count, h.param_shard + p.local);
   }
-  if (!h.param_shard) read(CkptPart::Params, 0, s.model->flat_size(), s.model->params());
+  if (!od.is_cpu()) {
+    gpu::memcpy_h2d(s.opt->m(), m, hm.size() * sizeof(float));
+    gpu::memcpy_h2d(s.opt->v(), v, hv.size() * sizeof(float));
+  }
+  if (h.param_shard) return s.sync->from_host();
+  float* params = host_floats(s.model->params(), s.model->device(), s.model->flat_size(), hp, false);
+  read(CkptPart::Params, 0, s.model->flat_size(), params);
+  if (!s.model->device().is_cpu()) s.model->load_params(params);
 }
 
-// This rank's state as host floats for its checkpoint share: a GPU model's
-// replicated state staged through `host` (checkpoint.h); shards (ZeRO) are host buffers.
+// This rank's state as host floats for its checkpoint share: a GPU's staged
+// through `host` (checkpoint.h; sharded: the optimizer's shard and, at stages
+// 1-2, the model's parameters, with the stage-3 shard's own host copy refreshed).
 parallel::StateBuffers share_buffers(Session& s, std::vector<float>& host) {
-  if (s.sync->held().sharded) return {s.model->params(), s.opt->m(), s.opt->v()};
-  return host_state(*s.model, *s.opt, host);
+  if (!s.sync->held().sharded) return host_state(*s.model, *s.opt, host);
+  s.sync->to_host();
+  const Device od = s.opt->device(), md = s.model->device();
+  const int64_t n = s.opt->size(), np = s.model->params() ? s.model->flat_size() : 0;
+  if (od.is_cpu() && md.is_cpu()) return {s.model->params(), s.opt->m(), s.opt->v()};
+  const int64_t nm = od.is_cpu() ? 0 : n;  // offloaded, the moments are host memory already
+  host.resize(static_cast<size_t>(2 * nm + np));
+  float* m = od.is_cpu() ? s.opt->m() : host.data();
+  float* v = od.is_cpu() ? s.opt->v() : host.data() + n;
+  if (!od.is_cpu()) {
+    gpu::memcpy_d2h(m, s.opt->m(), static_cast<size_t>(n) * sizeof(float));
+    gpu::memcpy_d2h(v, s.opt->v(), static_cast<size_t>(n) * sizeof(float));
+  }
+  float* p = np == 0 ? nullptr : md.is_cpu() ? s.model->params() : host.data() + 2 * nm;
+  if (np > 0 && !md.is_cpu()) s.model->store_params(p);
+  return {p, m, v};
 }
 
 // A dynamic scale goes on where it was.
@@ -129,6 +165,7 @@ void load_hf_weights(Session& s) {
   const parallel::HeldState h = s.sync->held();
   if (h.param_shard) {
     for (const auto& p : h.pieces) std::copy_n(local.data() + p.flat, p.count, h.param_shard + p.local);
+    s.sync->from_host();
   } else {
     s.model->load_params(local.data());
   }

@@ -177,8 +177,6 @@ void check_device(const RunConfig& c) {
                 kernels::bf16_products_impl());
   if (t.device.is_cpu()) return;
   const std::string dev = t.device_by_rank ? "cuda" : t.device.str();
-  PARALLM_CHECK(c.parallel.zero.stage == 0, ConfigError, "config",
-                "zero.stage={} is CPU-only for now (train.device={})", c.parallel.zero.stage, dev);
   PARALLM_CHECK(gpu::built(), ConfigError, "config",
                 "train.device={}: this parallm was built without CUDA (configure with -DPARALLM_CUDA=ON)", dev);
   PARALLM_CHECK(!c.parallel.ddp.deterministic, ConfigError, "config",
