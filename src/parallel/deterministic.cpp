@@ -4,45 +4,56 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/gpu.h"
 #include "core/timer.h"
+#include "kernels/ops.h"
 
 namespace parallm::parallel {
 
-OrderedSum::OrderedSum(comm::Communicator& comm, int64_t n) : comm_(comm), n_(n) {
+namespace {
+// n floats from src to dst, both on `dev`.
+void copy_on(Device dev, float* dst, const float* src, int64_t n) {
+  if (dev.is_cpu())
+    std::copy_n(src, n, dst);
+  else
+    gpu::memcpy_d2d(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+Tensor view_on(Device dev, float* p, int64_t n) {
+  return Tensor::view_of(p, {n}, DType::F32, dev);
+}
+}  // namespace
+
+OrderedSum::OrderedSum(comm::Communicator& comm, int64_t n, Device dev) : comm_(comm), n_(n), dev_(dev) {
   const int p = comm.size();
   seg_ = (n + p - 1) / p;
   if (p == 1) return;
-  send_ = Tensor::empty({seg_ * p}, DType::F32, MemCategory::Comm);
-  recv_ = Tensor::empty({seg_ * p}, DType::F32, MemCategory::Comm);
-  mine_ = Tensor::empty({seg_}, DType::F32, MemCategory::Comm);
-  all_ = Tensor::empty({seg_ * p}, DType::F32, MemCategory::Comm);
-  std::fill_n(send_.data<float>() + n, seg_ * p - n, 0.0f);  // the padding stays zero
+  // Zero-filled: the padding past n stays zero.
+  send_ = DeviceArray<float>(static_cast<size_t>(seg_ * p), MemCategory::Comm, dev);
+  recv_ = DeviceArray<float>(static_cast<size_t>(seg_ * p), MemCategory::Comm, dev);
+  mine_ = DeviceArray<float>(static_cast<size_t>(seg_), MemCategory::Comm, dev);
+  all_ = DeviceArray<float>(static_cast<size_t>(seg_ * p), MemCategory::Comm, dev);
 }
 
 void OrderedSum::operator()(float* data) {
   const int p = comm_.size();
   if (p == 1) return;
-  std::copy_n(data, n_, send_.data<float>());
-  comm_.all_to_all(send_, recv_);  // block q of recv_ is rank q's copy of this rank's segment
-  const float* r = recv_.data<float>();
-  float* m = mine_.data<float>();
-  std::copy_n(r, seg_, m);
-  for (int q = 1; q < p; ++q) {
-    const float* rq = r + q * seg_;
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < seg_; ++i) m[i] += rq[i];
-  }
-  comm_.all_gather(mine_, all_);
-  std::copy_n(all_.data<float>(), n_, data);
+  const auto& k = kernels::ops_for(dev_);
+  copy_on(dev_, send_.data(), data, n_);
+  // Block q of recv_ is rank q's copy of this rank's segment.
+  comm_.all_to_all(view_on(dev_, send_.data(), seg_ * p), view_on(dev_, recv_.data(), seg_ * p));
+  copy_on(dev_, mine_.data(), recv_.data(), seg_);
+  for (int q = 1; q < p; ++q) k.add_inplace(mine_.data(), recv_.data() + q * seg_, seg_);
+  comm_.all_gather(view_on(dev_, mine_.data(), seg_), view_on(dev_, all_.data(), seg_ * p));
+  copy_on(dev_, data, all_.data(), n_);
 }
 
-DeterministicGrads::DeterministicGrads(comm::Communicator& comm, int64_t n, int local_shards)
-    : comm_(comm), n_(n), local_(local_shards), shards_(local_shards * comm.size()), sum_(comm, n) {
+DeterministicGrads::DeterministicGrads(comm::Communicator& comm, int64_t n, int local_shards, Device dev)
+    : comm_(comm), n_(n), dev_(dev), local_(local_shards), shards_(local_shards * comm.size()), sum_(comm, n, dev) {
   PARALLM_CHECK(local_shards >= 1, ConfigError, "ddp", "ddp.shards: {} shards per rank", local_shards);
   PARALLM_CHECK(comm.size() == 1 || local_shards == 1, ConfigError, "ddp",
                 "ddp.shards: one shard per rank when running on {} ranks, not {}", comm.size(), local_shards);
-  if (local_ > 1) shard_sum_.assign(n, 0.0f);
-  acc_.assign(n, 0.0f);
+  if (local_ > 1) shard_sum_ = DeviceArray<float>(static_cast<size_t>(n), MemCategory::Grads, dev);
+  acc_ = DeviceArray<float>(static_cast<size_t>(n), MemCategory::Grads, dev);
 }
 
 void DeterministicGrads::begin_step() {
@@ -52,13 +63,10 @@ void DeterministicGrads::begin_step() {
 
 void DeterministicGrads::add_shard(int j, const float* g) {
   if (local_ == 1) return;  // the model's gradients are the shard's sum already
-  float* s = shard_sum_.data();
-  if (j == 0) {
-    std::copy_n(g, n_, s);
-    return;
-  }
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n_; ++i) s[i] += g[i];
+  if (j == 0)
+    copy_on(dev_, shard_sum_.data(), g, n_);
+  else
+    kernels::ops_for(dev_).add_inplace(shard_sum_.data(), g, n_);
 }
 
 void DeterministicGrads::end_micro_step(float* g) {
@@ -70,21 +78,16 @@ void DeterministicGrads::end_micro_step(float* g) {
     sum_(g);
     comm_s_ += t.seconds();
   }
-  float* a = acc_.data();
-  if (micro_++ == 0) {
-    std::copy_n(src, n_, a);
-    return;
-  }
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n_; ++i) a[i] += src[i];
+  if (micro_++ == 0)
+    copy_on(dev_, acc_.data(), src, n_);
+  else
+    kernels::ops_for(dev_).add_inplace(acc_.data(), src, n_);
 }
 
 void DeterministicGrads::finish(float* g) {
   PARALLM_CHECK(micro_ > 0, InternalError, "ddp", "finish() before any micro-step");
-  const float inv = 1.0f / static_cast<float>(shards_);
-  const float* a = acc_.data();
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n_; ++i) g[i] = a[i] * inv;
+  copy_on(dev_, g, acc_.data(), n_);
+  kernels::ops_for(dev_).scale_inplace(g, n_, 1.0f / static_cast<float>(shards_));
 }
 
 float DeterministicGrads::mean_loss(const std::vector<float>& local, int64_t steps) {

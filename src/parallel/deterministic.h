@@ -13,33 +13,41 @@
 // all-gather (bandwidth like a ring all-reduce, no overlap with backward).
 // One process reproduces an N-rank run by cutting its batch into N shards
 // (ddp.shards=N) and adding them in the same order.
+//
+// On a GPU the buffers are the device's and the copies, additions and the
+// scaling its kernels: each is element by element, so the device's sums
+// carry the host's bits for the same shard gradients.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/device_array.h"
 #include "core/tensor.h"
 
 namespace parallm::parallel {
 
 // In place: data becomes the element-wise sum over ranks in rank order,
 // identical on every rank. n may be anything (segments are padded).
+// data lives on `dev`.
 class OrderedSum {
  public:
-  OrderedSum(comm::Communicator& comm, int64_t n);
+  OrderedSum(comm::Communicator& comm, int64_t n, Device dev = Device::cpu());
   void operator()(float* data);
 
  private:
   comm::Communicator& comm_;
   int64_t n_, seg_;
-  Tensor send_, recv_, mine_, all_;
+  Device dev_;
+  DeviceArray<float> send_, recv_, mine_, all_;
 };
 
 class DeterministicGrads {
  public:
   // n: gradient size; local_shards: shards this rank computes per micro-step
   // (more than 1 only on a single rank). shards() = ranks x local_shards.
-  DeterministicGrads(comm::Communicator& comm, int64_t n, int local_shards);
+  // The gradients live on `dev`.
+  DeterministicGrads(comm::Communicator& comm, int64_t n, int local_shards, Device dev = Device::cpu());
   int shards() const { return shards_; }
   int local_shards() const { return local_; }
   // Starts a step (gas micro-steps follow).
@@ -58,9 +66,10 @@ class DeterministicGrads {
  private:
   comm::Communicator& comm_;
   int64_t n_;
+  Device dev_;
   int local_, shards_;
   int micro_ = 0;
-  std::vector<float> shard_sum_, acc_;
+  DeviceArray<float> shard_sum_, acc_;
   OrderedSum sum_;
   double comm_s_ = 0;
   Tensor loss_in_, loss_out_;  // gathered shard losses (sized on first use)

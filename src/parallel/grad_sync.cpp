@@ -157,7 +157,7 @@ class DeterministicSync : public ReplicaSync {
   DeterministicSync(comm::Communicator& dp, model::GPT& m, Device dev, const GradSyncOptions& opt,
                     comm::Communicator* tp)
       : ReplicaSync(dp, m, dev, tp),
-        det_(dp, m.flat_size(), opt.local_shards),
+        det_(dp, m.flat_size(), opt.local_shards, dev),
         samples_(opt.micro_batch / opt.local_shards) {}
   std::string describe() const override {
     return fmt::format(

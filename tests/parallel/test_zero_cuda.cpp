@@ -6,7 +6,9 @@
 // host's bit for bit, the norm to double rounding (the device's own order of
 // the sum), stage 3's gathered windows hold the groups loaded, an update
 // written through the optimizer's buffers is what the parameters hold after
-// gather_params(), and parameters written from the host read back. Skipped, visibly, without a GPU.
+// gather_params(), and parameters written from the host read back. The
+// deterministic reduction's sums (ddp.deterministic, three shards on one
+// rank, two micro-steps) on the device equal the host's bit for bit. Skipped, visibly, without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +19,7 @@
 #include "core/gpu.h"
 #include "kernels/cuda_test_util.h"
 #include "model/params.h"
+#include "parallel/deterministic.h"
 #include "parallel/zero.h"
 
 namespace parallm {
@@ -155,6 +158,31 @@ TEST_F(CudaZero, EveryStageOnTheDeviceEqualsTheHostBitForBit) {
       EXPECT_EQ(out[1].updated, out[0].updated);
       EXPECT_GT(out[0].norm, 0.0);
     }
+}
+
+TEST_F(CudaZero, DeterministicSumsOnTheDeviceEqualTheHost) {
+  auto self = comm::make_world("self");
+  const int64_t n = 1001;
+  std::vector<float> out[2];
+  for (int d = 0; d < 2; ++d) {
+    const Device dev = d == 0 ? Device::cpu() : Device::cuda(0);
+    parallel::DeterministicGrads det(*self, n, 3, dev);
+    DeviceArray<float> g(static_cast<size_t>(n), MemCategory::Grads, dev);
+    std::vector<float> h(static_cast<size_t>(n));
+    det.begin_step();
+    for (int micro = 0; micro < 2; ++micro) {
+      for (int j = 0; j < 3; ++j) {
+        for (int64_t e = 0; e < n; ++e) h[static_cast<size_t>(e)] = grad_value(e * 7 + j, micro);
+        g.copy_from_host(h.data(), h.size());
+        det.add_shard(j, g.data());
+      }
+      det.end_micro_step(g.data());
+    }
+    det.finish(g.data());
+    out[d].resize(static_cast<size_t>(n));
+    g.copy_to_host(out[d].data(), out[d].size());
+  }
+  EXPECT_EQ(out[1], out[0]);
 }
 
 }  // namespace

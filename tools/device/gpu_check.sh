@@ -18,8 +18,9 @@
 # ranks: 2 and 4 ranks sharing the one GPU through MPI (device buffers staged
 # through pinned host memory), tp, pp, cp, DDP and ZeRO 1-3 (and offload)
 # against the one-rank GPU run, fp32, 50 steps, each layout run twice, a ZeRO 3
-# run resumed from its step-25 checkpoint, and one rank's ZeRO 3 in bf16
-# against the same run without ZeRO; lowp: train.dtype=fp16 and fp8
+# run resumed from its step-25 checkpoint, ddp.deterministic at 2 and 3 ranks
+# against one rank's shards (bitwise), and one rank's ZeRO 3 in bf16 against
+# the same run without ZeRO; lowp: train.dtype=fp16 and fp8
 # on the GPU against the same on the CPU (a tiny model, 6 steps), then GPT-2
 # 124M on GPT-2 BPE Shakespeare (data/shakespeare, packed where prepared)
 # 500 steps in bf16 and fp8, final losses compared); each part has a time
@@ -188,6 +189,16 @@ if want ranks; then
       train.init_from=auto train.overwrite=false > $OUT/ranks_res2_$tag.log 2>&1 || tail -3 $OUT/ranks_res2_$tag.log
     echo "$tag resumed at 25 against uninterrupted: $(grep -c "resuming" $OUT/ranks_res2_$tag.log) resume(s); \
 $(python3 "${OLDPWD}/bench/compare_runs.py" --quiet $W/out/res_$tag $W/out/${tag}a | tail -1)"
+  done
+  # The deterministic reduction: 2 and 3 ranks against one rank cut into as many shards, bitwise.
+  for n in 2 3; do
+    timeout 60 ./bin/parallm train $R ddp.deterministic=true model.batch_size=12 ddp.shards=$n \
+      train.out_dir=$W/out/det1_$n > $OUT/ranks_det1_$n.log 2>&1 || tail -3 $OUT/ranks_det1_$n.log
+    timeout 90 mpirun --allow-run-as-root --oversubscribe -np $n ./bin/parallm train $R ddp.deterministic=true \
+      model.batch_size=$((12 / n)) comm.backend=mpi \
+      train.out_dir=$W/out/det$n > $OUT/ranks_det$n.log 2>&1 || tail -3 $OUT/ranks_det$n.log
+    echo "ddp.deterministic $n ranks against 1 rank x $n shards (bitwise): $(python3 "${OLDPWD}/bench/compare_runs.py" \
+      --quiet $W/out/det$n $W/out/det1_$n | tail -1)"
   done
   # One rank, bf16: ZeRO 3 (each gathered group drawn into its part of the bf16 copy) against no ZeRO.
   for z in 0 3; do

@@ -179,8 +179,6 @@ void check_device(const RunConfig& c) {
   const std::string dev = t.device_by_rank ? "cuda" : t.device.str();
   PARALLM_CHECK(gpu::built(), ConfigError, "config",
                 "train.device={}: this parallm was built without CUDA (configure with -DPARALLM_CUDA=ON)", dev);
-  PARALLM_CHECK(!c.parallel.ddp.deterministic, ConfigError, "config",
-                "ddp.deterministic is CPU-only for now (train.device={})", dev);
   PARALLM_CHECK(
       c.parallel.cp == 1 || c.parallel.cp_kind != model::CpKind::Ring || t.dtype != Precision::BF16, ConfigError,
       "config",
