@@ -10,6 +10,14 @@
 // and weight; `split_out` for d(output) rows split along the outputs: a
 // column-parallel layer's). Outside an Fp8Scope that is on (the head, the first
 // and last blocks by policy) the products are bf16 (rounded, emulated).
+//
+// Tensorwise (train.fp8_scaling=tensorwise): each operand has one scale, from
+// its absolute maximum over the whole logical tensor: the model hands the
+// products a reduction over every rank holding a part of it (the ranks of its
+// pipeline stage: data, context, tensor and expert parallel), so every layout
+// scales alike, and the row reductions are not used. A micro-batch's tokens
+// are the same over any split of the batch (data/loader.cpp's sample order),
+// so its global maximum is too.
 #pragma once
 #include <cstdint>
 
@@ -27,24 +35,45 @@ struct Fp8RowMax {
   }
 };
 
+// Tensorwise scaling where `on`, the maximum reduced by `reduce` (empty: this rank holds the whole tensor).
+struct Fp8Tensorwise {
+  bool on = false;
+  Fp8RowMax reduce;
+};
+
 struct Fp8Context {
   bool on = false;
   Fp8RowMax split_in, split_out;
+  Fp8Tensorwise tensorwise;
 };
 
 // This thread's context (the model's thread calls the products).
 Fp8Context& fp8_context();
 
-// FP8 products on (or off) until the scope ends; the reductions are cleared inside it.
+// FP8 products on (or off) until the scope ends; the row reductions are cleared inside it, the tensorwise
+// choice kept.
 class Fp8Scope {
  public:
-  explicit Fp8Scope(bool on) : saved_(fp8_context()) { fp8_context() = Fp8Context{on, {}, {}}; }
+  explicit Fp8Scope(bool on) : saved_(fp8_context()) { fp8_context() = Fp8Context{on, {}, {}, saved_.tensorwise}; }
   ~Fp8Scope() { fp8_context() = saved_; }
   Fp8Scope(const Fp8Scope&) = delete;
   Fp8Scope& operator=(const Fp8Scope&) = delete;
 
  private:
   Fp8Context saved_;
+};
+
+// Tensorwise scaling for the products until the scope ends (the training passes: evaluation and sampling,
+// which ranks run apart, scale per row).
+class Fp8TensorwiseScope {
+ public:
+  explicit Fp8TensorwiseScope(Fp8Tensorwise tw) : saved_(fp8_context().tensorwise) { fp8_context().tensorwise = tw; }
+  ~Fp8TensorwiseScope() { fp8_context().tensorwise = saved_; }
+  Fp8TensorwiseScope(const Fp8TensorwiseScope&) = delete;
+  Fp8TensorwiseScope& operator=(const Fp8TensorwiseScope&) = delete;
+
+ private:
+  Fp8Tensorwise saved_;
 };
 
 // The row maxima's reductions of one layer's products, until the scope ends.

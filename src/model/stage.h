@@ -24,9 +24,10 @@ struct GPTStorage {
   bool params = true;
   bool grads = true;
   DType compute = DType::F32;
-  bool f16_products = false;  // CPU, fp32 compute: fp16 products (train.dtype=fp16, emulated; kernels/ops.h)
-  bool fp8_products = false;  // CPU, fp32 compute: FP8 products (train.dtype=fp8, emulated; kernels/fp8.h) ...
-  bool fp8_bf16_ends = true;  // ... but bf16 in the first and last blocks (the head's are bf16 always)
+  bool f16_products = false;    // CPU, fp32 compute: fp16 products (train.dtype=fp16, emulated; kernels/ops.h)
+  bool fp8_products = false;    // CPU, fp32 compute: FP8 products (train.dtype=fp8, emulated; kernels/fp8.h) ...
+  bool fp8_bf16_ends = true;    // ... but bf16 in the first and last blocks (the head's are bf16 always)
+  bool fp8_tensorwise = false;  // ... scaled per tensor over its ranks (train.fp8_scaling; the plan's reduction)
 };
 
 // The CPU's products with fp32 activations: fp32, bf16 (AMX), or emulated fp16 or FP8 (FP8 with the first and

@@ -127,6 +127,11 @@ std::unique_ptr<model::GPT> ParallelPlan::apply_to_model(const model::GPTConfig&
   tp_ = std::make_unique<TensorParallelGroup>(mesh_.tp(), dev);
   if (cp_enabled()) cp_ = std::make_unique<ContextParallelGroup>(mesh_.cp(), dev);
   if (pp_enabled()) pipe_ = std::make_unique<Pipeline>(pipe, mesh_, fault);
+  fp8_tensorwise_ = storage.fp8_tensorwise;
+  if (fp8_tensorwise_ && mesh_.world().size() / dims().pp > 1) {  // every rank of this stage, by world rank
+    stage_comm_ = mesh_.world().split(mesh_.coord().pp, mesh_.world().rank(), "fp8_stage");
+    stage_ = std::make_unique<TensorParallelGroup>(*stage_comm_, dev);
+  }
   if (cfg.moe.experts > 0 && grad_group().size() > 1) {  // MoE: the routing counts' group, the experts' split
     data_ = std::make_unique<TensorParallelGroup>(grad_group(), dev);
     if (ep_enabled()) ep_ = std::make_unique<TensorParallelGroup>(mesh_.ep(), dev);
@@ -135,6 +140,12 @@ std::unique_ptr<model::GPT> ParallelPlan::apply_to_model(const model::GPTConfig&
                                       config_.sequence_parallel, pipe_ ? pipe_->part() : model::PipelinePart{},
                                       model::ContextPart{cp_.get(), config_.cp_kind},
                                       model::ExpertPart{data_.get(), ep_.get()});
+}
+
+kernels::Fp8Tensorwise ParallelPlan::fp8_tensorwise() const {
+  if (!fp8_tensorwise_) return {};
+  if (!stage_) return {true, {}};  // the stage is this rank: its maximum is the tensor's
+  return {true, {[](void* g, float* a, int64_t n) { static_cast<TensorParallelGroup*>(g)->max(a, n); }, stage_.get()}};
 }
 
 float ParallelPlan::forward_loss(model::GPT& m, const int32_t* x, const int32_t* y, int64_t B, int64_t T,

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/fp8.h"
 #include "model/config.h"
 #include "model/cp_layout.h"
 #include "model/gpt.h"
@@ -65,6 +66,9 @@ class ParallelPlan {
                                              model::GPTStorage storage, const PipelineConfig& pipe,
                                              MidStepFault fault = {});
   Pipeline* pipeline() const { return pipe_.get(); }  // null without pipeline parallelism
+  // FP8 tensorwise scaling (storage.fp8_tensorwise): the maximum over this rank's pipeline stage (every rank
+  // with its pp coordinate), for the training passes' kernels::Fp8TensorwiseScope; off otherwise.
+  kernels::Fp8Tensorwise fp8_tensorwise() const;
   // Forward only over every stage: the batch's loss on every rank.
   float forward_loss(model::GPT& m, const int32_t* x, const int32_t* y, int64_t B, int64_t T,
                      const model::StepContext& ctx);
@@ -99,6 +103,9 @@ class ParallelPlan {
   std::unique_ptr<TensorParallelGroup> ep_;    // MoE: the experts' split and the tokens' exchange
   std::unique_ptr<ContextParallelGroup> cp_;
   std::unique_ptr<Pipeline> pipe_;
+  bool fp8_tensorwise_ = false;
+  std::unique_ptr<comm::Communicator> stage_comm_;  // FP8 tensorwise: this rank's pipeline stage
+  std::unique_ptr<TensorParallelGroup> stage_;
 };
 
 }  // namespace parallm::parallel

@@ -242,6 +242,7 @@ void build_model(Session& s, const parallel::GradSyncOptions& so) {
   storage.f16_products = cfg.train.dtype == Precision::FP16;  // emulated on the CPU, computed alike on the GPU
   storage.fp8_products = cfg.train.dtype == Precision::FP8;
   storage.fp8_bf16_ends = cfg.train.fp8_bf16_ends;
+  storage.fp8_tensorwise = storage.fp8_products && cfg.train.fp8_tensorwise;
   s.model = s.plan->apply_to_model(cfg.model, s.batch(), s.dev, storage,
                                    parallel::PipelineConfig::of(cfg.parallel, cfg.optimizer.gas, cfg.model.n_layer),
                                    s.faults.stop);

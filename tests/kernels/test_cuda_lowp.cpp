@@ -29,7 +29,8 @@ class CudaLowp : public test::Cuda {};
 using Fwd = void (*)(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
 using Bwd = void (*)(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
 
-// Rows of very different magnitudes (each row's scale absorbs that), a zero row, and rows whose elements span
+// Rows of very different magnitudes (each row's scale absorbs that; one tensor scale does not), a zero row, and
+// rows whose elements span
 // 2^-39 of their maximum: E4M3's and E5M2's subnormals after scaling, and values that round to zero.
 std::vector<float> spread_rows(int64_t rows, int64_t cols, uint64_t seed) {
   auto v = test::randv(rows * cols, seed);
@@ -71,11 +72,14 @@ TEST_F(CudaLowp, Fp16AndFp8ProductsAreTheCpusOnOddShapes) {
 }
 
 TEST_F(CudaLowp, Fp8RowsAreTheCpusBitForBit) {
-  kernels::Fp8Scope on(true);
   const int64_t N = 33, C = 40;
   std::vector<float> eye(C * C, 0.0f);
   for (int64_t i = 0; i < C; ++i) eye[i * C + i] = 1.0f;
-  for (uint64_t seed : {11, 12}) {
+  // Per row, then per tensor (train.fp8_scaling=tensorwise: one scale, the rows' spread in the subnormals).
+  for (uint64_t seed : {11, 12, 13, 14}) {
+    const kernels::Fp8TensorwiseScope tw({seed > 12, {}});
+    const kernels::Fp8Scope on(true);
+    SCOPED_TRACE(seed > 12 ? "tensorwise" : "rowwise");
     const auto x = spread_rows(N, C, seed);
     std::vector<float> y(N * C), dx(N * C);
     kp::matmul_forward_fp8p(y.data(), x.data(), eye.data(), nullptr, N, C, C);                       // E4M3 rows of x

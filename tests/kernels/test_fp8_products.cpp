@@ -144,6 +144,59 @@ TEST(Fp8Products, AReducedRowMaximumMovesTheScale) {
   EXPECT_NE(0, std::memcmp(alone.data(), split.data(), alone.size() * sizeof(float)));
 }
 
+TEST(Fp8Products, TensorwiseScalesEveryRowByTheReducedTensorMaximum) {
+  // One scale for the block: the largest row maximum, handed to the tensorwise reduction (which the row
+  // reduction passed in is not), so a small row's values sit lower in the format than its own scale would put them.
+  const int64_t rows = 5, cols = 23;
+  auto x = test::randv(rows * cols, 13);
+  for (int64_t j = 0; j < cols; ++j) x[2 * cols + j] *= 1e-9f;  // a small row: below both formats' normals there
+  struct Ctx {
+    int calls = 0;
+    float seen = 0, raise = 1;
+  } ctx;
+  const kernels::Fp8RowMax tensor{[](void* c, float* a, int64_t n) {
+                                    auto* k = static_cast<Ctx*>(c);
+                                    ++k->calls;
+                                    EXPECT_EQ(n, 1);
+                                    k->seen = a[0];
+                                    a[0] *= k->raise;
+                                  },
+                                  &ctx};
+  int row_calls = 0;
+  const kernels::Fp8RowMax rows_reduce{[](void* c, float*, int64_t) { ++*static_cast<int*>(c); }, &row_calls};
+  for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+    for (float raise : {1.0f, 64.0f}) {  // the other ranks' maximum: this rank's, then 64 times it
+      const auto t = table(f);
+      std::vector<float> out(rows * cols), amax(rows), rowwise(rows * cols);
+      kernels::cpu::fp8_rows(rowwise.data(), x.data(), rows, cols, f, {}, amax.data());
+      ctx = Ctx{0, 0, raise};
+      {
+        const kernels::Fp8TensorwiseScope tw({true, tensor});
+        const kernels::Fp8Scope on(true);  // a block's scope keeps the tensorwise choice
+        kernels::cpu::fp8_rows(out.data(), x.data(), rows, cols, f, rows_reduce, amax.data());
+      }
+      float m = 0.0f;
+      for (float v : x) m = std::max(m, std::fabs(v));
+      EXPECT_EQ(ctx.calls, 1);
+      EXPECT_EQ(ctx.seen, m);
+      const int e = least_exponent(m * raise, kernels::cpu::fp8_max(f));
+      for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(out[i], std::ldexp(oracle(std::ldexp(x[i], -e), t), e)) << i;
+      EXPECT_NE(0, std::memcmp(out.data() + 2 * cols, rowwise.data() + 2 * cols, cols * sizeof(float)))
+          << "the small row keeps its own scale rowwise only";
+    }
+  }
+  EXPECT_EQ(row_calls, 0);
+  EXPECT_FALSE(kernels::fp8_context().tensorwise.on) << "the scope ends";
+  // A tensor holding inf is passed through as it is.
+  x[7] = INFINITY;
+  std::vector<float> out(rows * cols), amax(rows);
+  {
+    const kernels::Fp8TensorwiseScope tw({true, {}});
+    kernels::cpu::fp8_rows(out.data(), x.data(), rows, cols, Fp8Format::E4M3, {}, amax.data());
+  }
+  EXPECT_EQ(0, std::memcmp(out.data(), x.data(), out.size() * sizeof(float)));
+}
+
 TEST(Fp8Products, MatmulIsTheFp32GemmOfRoundedRows) {
   const int64_t N = 37, IN = 29, OUT = 19;  // odd shapes
   auto x = test::randv(N * IN, 1), w = test::randv(OUT * IN, 2, 0.2f), b = test::randv(OUT, 3),

@@ -28,7 +28,9 @@ constexpr double kEarly = 1e-6, kAll = 3e-3;
 
 class Fp8Test : public test_util::LowpLayoutTest {
  protected:
-  Fp8Test() : LowpLayoutTest({"train.dtype=fp8", "train.fp8_bf16_ends=false"}, "fp8") {}
+  explicit Fp8Test(std::vector<std::string> keys = {"train.dtype=fp8", "train.fp8_bf16_ends=false"},
+                   std::string prefix = "fp8")
+      : LowpLayoutTest(std::move(keys), std::move(prefix)) {}
   void expect_layouts(const train::RunSummary& one, int64_t batch, const Layouts& layouts) {
     for (const auto& [name, keys] : layouts) {
       const auto [r, d] = layout_diffs(one, batch, name, keys);
@@ -47,6 +49,13 @@ class Fp8Test : public test_util::LowpLayoutTest {
   }
 };
 
+// train.fp8_scaling=tensorwise: one scale per operand from its maximum over the stage's ranks.
+class Fp8TensorwiseTest : public Fp8Test {
+ protected:
+  Fp8TensorwiseTest()
+      : Fp8Test({"train.dtype=fp8", "train.fp8_bf16_ends=false", "train.fp8_scaling=tensorwise"}, "fp8tw") {}
+};
+
 }  // namespace
 
 TEST_F(Fp8Test, EveryTwoRankLayoutEqualsOneRank) {
@@ -61,6 +70,22 @@ TEST_F(Fp8Test, EveryTwoRankLayoutEqualsOneRank) {
                 ends32);
   EXPECT_GT(vs32, ends32) << "FP8 products should move the run further from fp32 than bf16 ones";
   EXPECT_GT(ends32, 0.0) << "bf16 products left the losses fp32's";
+  EXPECT_LT(one.train_losses.back(), one.train_losses.front());
+  expect_layouts(one, 2, {{"tp2", {"parallel.tp=2"}}, {"pp2", {"parallel.pp=2"}}, {"cp2", {"parallel.cp=2"}}});
+  const auto one_b4 = alone("one_b4", 4);
+  expect_layouts(one_b4, 2, {{"ddp", {}}, {"zero3", {"zero.stage=3"}}});
+}
+
+// Tensorwise scales are the same in every layout (a maximum is exact): the layouts follow one rank as rowwise ones
+// do. Power-of-two scales change only what falls below the format's normals, so tensorwise and rowwise runs part
+// slowly (printed).
+TEST_F(Fp8TensorwiseTest, EveryTwoRankLayoutEqualsOneRank) {
+  if (world->size() != 2) GTEST_SKIP() << "the layouts are of 2 ranks";
+  const auto one = alone("one", 2);
+  const auto rowwise = alone("rowwise", 2, {"train.fp8_scaling=rowwise"});
+  if (world->rank() == 0)
+    std::printf("fp8 one rank: tensorwise differs from rowwise by %.3g over 50 steps\n",
+                max_rel_diff(one.train_losses, rowwise.train_losses));
   EXPECT_LT(one.train_losses.back(), one.train_losses.front());
   expect_layouts(one, 2, {{"tp2", {"parallel.tp=2"}}, {"pp2", {"parallel.pp=2"}}, {"cp2", {"parallel.cp=2"}}});
   const auto one_b4 = alone("one_b4", 4);

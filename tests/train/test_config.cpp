@@ -250,6 +250,24 @@ TEST(Config, DtypeSpellingsMapAndFp16AndFp8RunOnTheCpuOnly) {
   EXPECT_EQ(c.loss_scale_config().mode, optim::LossScaleMode::Off) << "FP8's row scaling needs no loss scale";
 }
 
+TEST(Config, Fp8ScalingIsCheckedAgainstTheDtypeAndTheModel) {
+  train::RunConfig c;
+  const std::string bad = error_of([&] { c.set("train.fp8_scaling", "blockwise"); });
+  EXPECT_NE(bad.find("train.fp8_scaling"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("rowwise or tensorwise"), std::string::npos) << bad;
+  c.set("train.fp8_scaling", "Tensorwise");
+  EXPECT_EQ(c.to_json()["train.fp8_scaling"], "tensorwise");
+  EXPECT_NE(error_of([&] { c.validate(); }).find("needs train.dtype=fp8"), std::string::npos);
+  c.set("train.dtype", "fp8");
+  EXPECT_NO_THROW(c.validate());
+  c.apply_overrides({"model.arch=llama", "model.moe_experts=4", "model.moe_top_k=2"});
+  const std::string moe = error_of([&] { c.validate(); });
+  EXPECT_NE(moe.find("model.moe_experts=4"), std::string::npos) << moe;
+  EXPECT_NE(moe.find("train.fp8_scaling=rowwise"), std::string::npos) << moe;
+  c.set("train.fp8_scaling", "rowwise");
+  EXPECT_EQ(error_of([&] { c.validate(); }).find("fp8_scaling"), std::string::npos);
+}
+
 namespace {
 optim::LossScaleConfig loss_scale_of(const std::string& value, const std::string& dtype, double init, int64_t window) {
   train::RunConfig c;

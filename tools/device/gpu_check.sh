@@ -20,8 +20,9 @@
 # against the one-rank GPU run, fp32, 50 steps, each layout run twice, a ZeRO 3
 # run resumed from its step-25 checkpoint, ddp.deterministic at 2 and 3 ranks
 # against one rank's shards (bitwise), and one rank's ZeRO 3 in bf16 against
-# the same run without ZeRO; lowp: train.dtype=fp16 and fp8
-# on the GPU against the same on the CPU (a tiny model, 6 steps), then GPT-2
+# the same run without ZeRO; lowp: train.dtype=fp16 and fp8 (rowwise and
+# tensorwise scaling) on the GPU against the same on the CPU (a tiny model, 6
+# steps), then GPT-2
 # 124M on GPT-2 BPE Shakespeare (data/shakespeare, packed where prepared)
 # 500 steps in bf16 and fp8, final losses compared); each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
@@ -214,9 +215,10 @@ if want lowp; then
   T="model.n_layer=2 model.n_head=2 model.n_embd=64 model.block_size=32 model.batch_size=4 model.dropout=0
      train.max_iters=6 train.eval_interval=100 train.eval_iters=1 train.log_interval=1 train.sample_tokens=0
      train.final_eval=false data.dir=$W/data/shakespeare_char train.progress=false train.overwrite=true"
-  for dt in fp16 fp8; do
+  for dt in fp16 fp8 fp8tw; do
+    K="train.dtype=${dt%tw}" && [ $dt = fp8tw ] && K="train.dtype=fp8 train.fp8_scaling=tensorwise"
     for dev in cuda cpu; do
-      timeout 60 ./bin/parallm train $T train.dtype=$dt train.device=$dev train.out_dir=$W/out/lowp_${dt}_$dev \
+      timeout 60 ./bin/parallm train $T $K train.device=$dev train.out_dir=$W/out/lowp_${dt}_$dev \
         > $OUT/lowp_${dt}_$dev.log 2>&1 || tail -3 $OUT/lowp_${dt}_$dev.log
     done
     grep -m1 "device:" $OUT/lowp_${dt}_cuda.log

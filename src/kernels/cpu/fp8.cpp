@@ -104,7 +104,15 @@ void fp8_rows(float* dst, const float* src, int64_t rows, int64_t cols, Fp8Forma
   constexpr int64_t kRows = 64;
 #pragma omp parallel for schedule(static)
   for (int64_t r0 = 0; r0 < rows; r0 += kRows) row_amax(amax, src, r0, std::min(rows, r0 + kRows), cols);
-  reduce(amax, rows);
+  const Fp8Tensorwise& tw = fp8_context().tensorwise;
+  if (tw.on) {  // one scale: the whole tensor's maximum (inf if any row holds a non-finite value)
+    float m = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) m = std::max(m, amax[r]);
+    tw.reduce(&m, 1);
+    std::fill_n(amax, rows, m);
+  } else {
+    reduce(amax, rows);
+  }
   if (f == Fp8Format::E4M3)
     quantize_rows<3, -6>(dst, src, rows, cols, amax, kE4M3Max);
   else

@@ -25,7 +25,8 @@ void round_to_bf16_values(float* dst, const float* src, int64_t n);
 // The rows x cols block src (row stride cols) scaled per row, rounded to the format and scaled back into dst.
 // Each row's absolute maximum is first reduced by `reduce` (the other parts of a split row); amax is scratch of
 // `rows` floats. A row of zeros stays zero; a row holding inf or NaN is copied as it is (the step's overflow
-// check sees it).
+// check sees it). Under a tensorwise context (kernels/fp8.h) the block has one scale instead: the largest row
+// maximum, reduced by the context's reduction (`reduce` unused); a block holding inf or NaN is copied as it is.
 void fp8_rows(float* dst, const float* src, int64_t rows, int64_t cols, Fp8Format f, const Fp8RowMax& reduce,
               float* amax);
 

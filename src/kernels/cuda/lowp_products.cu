@@ -70,9 +70,20 @@ __global__ void row_amax_kernel(float* amax, const float* src, int64_t cols) {
   if (threadIdx.x == 0) amax[blockIdx.x] = bad > 0.0f ? INFINITY : m;
 }
 
+// Tensorwise: the largest of n row maxima into amax[0] (one block).
+__global__ void collapse_amax_kernel(float* amax, int64_t n) {
+  __shared__ float sh[32];
+  float m = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, amax[i]);
+  m = block_max(m, sh);
+  if (threadIdx.x == 0) amax[0] = m;
+}
+
+// Row r's maximum at amax[r * astride] (0: one for every row, tensorwise).
 template <int M, int EMIN>
-__global__ void quantize_rows_kernel(bfloat16* dst, const float* src, int64_t cols, const float* amax, float max) {
-  const float a = amax[blockIdx.x];
+__global__ void quantize_rows_kernel(bfloat16* dst, const float* src, int64_t cols, const float* amax, int64_t astride,
+                                     float max) {
+  const float a = amax[blockIdx.x * astride];
   const float* s = src + blockIdx.x * cols;
   bfloat16* d = dst + blockIdx.x * cols;
   if (!(a > 0.0f) || !isfinite(a)) {
@@ -142,12 +153,22 @@ void fp8_rows(bfloat16* dst, const float* src, int64_t rows, int64_t cols, Fp8Fo
   if (rows <= 0) return;
   row_amax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(amax, src, cols);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.fp8_rows");
-  reduce(amax, rows);  // over the layer's split (a device all-reduce; returns once the result is there)
+  const Fp8Tensorwise& tw = fp8_context().tensorwise;
+  int64_t astride = 1;
+  if (tw.on) {  // one scale (cpu/fp8.h): the largest row maximum, reduced over the tensor's ranks
+    collapse_amax_kernel<<<1, kThreads, 0, stream()>>>(amax, rows);
+    PARALLM_CUDA_LAUNCHED("kernels.cuda.fp8_rows");
+    tw.reduce(amax, 1);
+    astride = 0;
+  } else {
+    reduce(amax, rows);  // over the layer's split (a device all-reduce; returns once the result is there)
+  }
   if (f == Fp8Format::E4M3)
-    quantize_rows_kernel<3, -6><<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(dst, src, cols, amax, kE4M3Max);
+    quantize_rows_kernel<3, -6>
+        <<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(dst, src, cols, amax, astride, kE4M3Max);
   else
     quantize_rows_kernel<2, -14>
-        <<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(dst, src, cols, amax, kE5M2Max);
+        <<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(dst, src, cols, amax, astride, kE5M2Max);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.fp8_rows");
 }
 

@@ -208,6 +208,14 @@ void RunConfig::validate() const {
   PARALLM_CHECK(!data.dir.empty(), ConfigError, "config", "data.dir must not be empty");
   check_switch("train.kill_switch", train.kill_switch);
   check_switch("train.save_switch", train.save_switch);
+  PARALLM_CHECK(!train.fp8_tensorwise || train.dtype == Precision::FP8, ConfigError, "config",
+                "train.fp8_scaling=tensorwise scales FP8 products: it needs train.dtype=fp8");
+  // An expert's products run on the ranks its tokens went to, a different number of times on each: a maximum over
+  // the stage's ranks per product would wait for ranks that never compute it.
+  PARALLM_CHECK(!train.fp8_tensorwise || model.moe.experts == 0, ConfigError, "config",
+                "train.fp8_scaling=tensorwise with model.moe_experts={}: tensorwise scaling is for dense models for "
+                "now; use train.fp8_scaling=rowwise",
+                model.moe.experts);
   loss_scale_config();
   check_device(*this);
   check_fits_host(*this);

@@ -76,6 +76,7 @@ struct TrainSection {
   Precision dtype = Precision::FP32;
   LossScaleSetting loss_scale;
   bool fp8_bf16_ends = true;         // fp8: the first and last blocks' products bf16 (the head's always are)
+  bool fp8_tensorwise = false;       // fp8: one scale per operand over its ranks (train.fp8_scaling=tensorwise)
   double loss_scale_init = 65536;    // dynamic: the first scale
   int64_t loss_scale_window = 2000;  // dynamic: finite steps in a row before the scale doubles
   // The loss-spike guard (train/controls/spike_guard.h): z-scores above which a step is skipped (0: off).

@@ -410,6 +410,18 @@ void add_train_run_keys(KeyTable& t) {
          [](const RunConfig& c) { return nlohmann::json(loss_scale_text(c.train.loss_scale)); }, std::nullopt}},
        BOOL_KEY("train.fp8_bf16_ends", train.fp8_bf16_ends,
                 "train.dtype=fp8: the first and last transformer blocks keep bf16 products (the head always does)"),
+       {"train.fp8_scaling",
+        {"string",
+         "train.dtype=fp8: rowwise (each operand row's own power-of-two scale) | tensorwise (one scale per operand "
+         "from its maximum over every rank of the pipeline stage, in the training passes; dense models)",
+         [](RunConfig& c, const std::string& k, const std::string& v) {
+           const std::string l = lower(v);
+           PARALLM_CHECK(l == "rowwise" || l == "tensorwise", ConfigError, "config",
+                         "{}: expected rowwise or tensorwise, got \"{}\"", k, v);
+           c.train.fp8_tensorwise = l == "tensorwise";
+         },
+         [](const RunConfig& c) { return nlohmann::json(c.train.fp8_tensorwise ? "tensorwise" : "rowwise"); },
+         std::nullopt}},
        FLOAT_KEY("train.loss_scale_init", train.loss_scale_init, closed(1, 0x1p64),
                  "dynamic loss scaling: the first scale (a power of two)"),
        INT_KEY("train.loss_scale_window", train.loss_scale_window, 1, INT32_MAX,

@@ -9,6 +9,7 @@
 #include "core/gpu.h"
 #include "core/profiler.h"
 #include "core/timer.h"
+#include "kernels/fp8.h"
 
 namespace parallm::train {
 
@@ -199,7 +200,11 @@ StepResult optimizer_step(Session& s, Schedule& schedule, int64_t it, float lr) 
   std::vector<float>& losses = s.losses;
   Timer t_iter;
   const double slept = s.faults.before_passes(*s.model, it);
-  PassTimes t = schedule.run(it, losses);
+  PassTimes t;
+  {
+    const kernels::Fp8TensorwiseScope fp8(s.plan->fp8_tensorwise());  // the training passes only
+    t = schedule.run(it, losses);
+  }
   Timer to;
   s.sync->finish_step();
   s.faults.after_sync(*s.sync, s.model->layout(), it);
