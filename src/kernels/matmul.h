@@ -83,6 +83,9 @@ void matmul_forward_fp8p(float* out, const float* inp, const float* weight, cons
                          int64_t OUT);
 void matmul_backward_fp8p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, int64_t N, int64_t IN, int64_t OUT);
+// Under tensorwise scaling (fp8.h) on sm_89 and later, with every dimension a multiple of 16, the _fp8p
+// products run FP8 tensor cores (cuBLASLt): how many such GEMMs ran in this process (0 in a CPU-only build).
+int64_t fp8_tensor_core_gemms();
 // Row-major GEMMs on device pointers (cuBLAS), one name for kernels templated
 // on the element type: fp32 (fp32 arithmetic unless allow_tf32(true)), or bf16
 // inputs with fp32 accumulation and C in fp32 or bf16. The strided batched form

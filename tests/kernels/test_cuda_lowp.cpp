@@ -71,6 +71,37 @@ TEST_F(CudaLowp, Fp16AndFp8ProductsAreTheCpusOnOddShapes) {
                    &kc::matmul_backward_fp8p, "FP8");
 }
 
+// Tensorwise FP8 on FP8 tensor cores (sm_89 and later; shapes multiples of 16): the codes are the CPU's rounding,
+// the products exact, the sums fp32 in cuBLASLt's order; odd shapes take the bf16-valued path instead.
+TEST_F(CudaLowp, TensorwiseFp8RunsFp8TensorCoresAndComputesTheCpusProducts) {
+  const kernels::Fp8TensorwiseScope tw({true, {}});
+  const kernels::Fp8Scope on(true);
+  const int64_t before = kc::fp8_tensor_core_gemms();
+  compare_products(&kp::matmul_forward_fp8p, &kc::matmul_forward_fp8p, &kp::matmul_backward_fp8p,
+                   &kc::matmul_backward_fp8p, "FP8 tensorwise, odd shapes");
+  EXPECT_EQ(kc::fp8_tensor_core_gemms(), before) << "odd shapes stay off the FP8 tensor cores";
+  const int64_t N = 64, IN = 96, OUT = 48;
+  const auto x = test::randv(N * IN, 21), w = test::randv(OUT * IN, 22, 0.1f), dy = test::randv(N * OUT, 23);
+  const auto dw0 = test::randv(OUT * IN, 24), b = test::randv(OUT, 25), db0 = test::randv(OUT, 26);
+  std::vector<float> y(N * OUT), dx(N * IN), dw = dw0, db = db0, dw_only = dw0;
+  kp::matmul_forward_fp8p(y.data(), x.data(), w.data(), b.data(), N, IN, OUT);
+  kp::matmul_backward_fp8p(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, IN, OUT);
+  kp::matmul_backward_fp8p(nullptr, dw_only.data(), nullptr, dy.data(), x.data(), w.data(), N, IN, OUT);
+  Dev<float> gx(x), gw(w), gb(b), gdy(dy), gy(std::vector<float>(N * OUT, NAN)), gdx(std::vector<float>(N * IN, NAN)),
+      gdw(dw0), gdb(db0), gdw_only(dw0);
+  kc::matmul_forward_fp8p(gy.p(), gx.p(), gw.p(), gb.p(), N, IN, OUT);
+  kc::matmul_backward_fp8p(gdx.p(), gdw.p(), gdb.p(), gdy.p(), gx.p(), gw.p(), N, IN, OUT);
+  kc::matmul_backward_fp8p(nullptr, gdw_only.p(), nullptr, gdy.p(), gx.p(), gw.p(), N, IN, OUT);  // the weight's alone
+  if (gpu::compute_capability(gpu::current_device()) >= 89) {
+    EXPECT_EQ(kc::fp8_tensor_core_gemms(), before + 4) << "forward, input and weight gradients on FP8 tensor cores";
+  }
+  expect_close(gy.back(), y, 1e-3, 1e-3, "out (+ bias)");
+  expect_close(gdx.back(), dx, 1e-3, 1e-3, "dinp");
+  expect_close(gdw.back(), dw, 1e-3, 1e-3, "dweight (+=)");
+  expect_close(gdb.back(), db, 1e-4, 1e-3, "dbias (+=, fp32)");
+  expect_close(gdw_only.back(), dw_only, 1e-3, 1e-3, "dweight alone (+=)");
+}
+
 TEST_F(CudaLowp, Fp8RowsAreTheCpusBitForBit) {
   const int64_t N = 33, C = 40;
   std::vector<float> eye(C * C, 0.0f);

@@ -24,7 +24,9 @@
 # tensorwise scaling) on the GPU against the same on the CPU (a tiny model, 6
 # steps), then GPT-2
 # 124M on GPT-2 BPE Shakespeare (data/shakespeare, packed where prepared)
-# 500 steps in bf16 and fp8, final losses compared); each part has a time
+# 500 steps in bf16 and fp8, final losses compared); fp8speed: tokens/s at
+# the Llama-3.2-1B shape in bf16, fp8 rowwise and fp8 tensorwise (FP8 tensor
+# cores), the ratios to bf16; each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
 # the precisions of baby and gpt2 (default "fp32 bf16"); DET_DTYPE and
 # DET_DROPOUT (default 0.2; 0 takes bf16 attention through the flash kernels)
@@ -209,6 +211,32 @@ $(python3 "${OLDPWD}/bench/compare_runs.py" --quiet $W/out/res_$tag $W/out/${tag
   echo "bf16 zero3 against zero0, one rank (bitwise): $(python3 "${OLDPWD}/bench/compare_runs.py" --quiet \
     $W/out/bf16z3 $W/out/bf16z0 | tail -1)"
   (cd $OUT && tar -czf ranks.tar.gz ranks_*.log && rm -f ranks_*.log)
+fi
+if want fp8speed; then
+  step "FP8 at the Llama-3.2-1B shape, batch ${F8_B:=4} x 2048: tokens/s of bf16, fp8 rowwise, fp8 tensorwise (FP8 cores)"
+  F8="model.arch=llama model.n_layer=16 model.n_head=32 model.n_kv_head=8 model.n_embd=2048 model.head_dim=64
+      model.intermediate_size=8192 model.vocab_size=128256 model.block_size=2048 model.tie_embeddings=true
+      model.dropout=0 model.batch_size=$F8_B train.device=cuda train.max_iters=${F8_ITERS:-12} train.eval_interval=100000
+      train.eval_iters=1 train.log_interval=1 train.sample_tokens=0 train.overwrite=true train.final_eval=false
+      data.dir=$W/data/shakespeare_char train.progress=false"
+  for v in "bf16 train.dtype=bf16" "fp8row train.dtype=fp8 train.fp8_bf16_ends=false" \
+    "fp8tw train.dtype=fp8 train.fp8_bf16_ends=false train.fp8_scaling=tensorwise"; do
+    set -- $v
+    tag=$1 && shift
+    timeout 150 ./bin/parallm train $F8 "$@" train.out_dir=$W/out/f8_$tag > $OUT/fp8speed_$tag.log 2>&1 ||
+      tail -3 $OUT/fp8speed_$tag.log
+    grep -m1 "device:" $OUT/fp8speed_$tag.log
+  done
+  python3 - $W/out <<'PY'
+import json, statistics, sys
+def tps(tag):
+    r = [json.loads(l) for l in open(f"{sys.argv[1]}/f8_{tag}/metrics.jsonl") if '"train"' in l]
+    return statistics.median(x["tokens_per_s"] for x in r[3:]) if len(r) > 3 else float("nan")
+b = tps("bf16")
+for tag in ("fp8row", "fp8tw"):
+    t = tps(tag)
+    print(f"{tag}: {t:,.0f} tokens/s, {t / b:.2f}x bf16's {b:,.0f} (bar for FP8: 1.25x)")
+PY
 fi
 if want lowp; then
   step "fp16 and FP8 products on the GPU against the CPU's (tiny model, 6 steps, tp 1)"

@@ -16,8 +16,14 @@
 // FP8 rows (fp8_rows) are written as bf16 too: a scaled E4M3 or E5M2 value is
 // exact in bf16 (but for E5M2 rows whose maximum is below about 4e-31, whose
 // smallest steps fall under bf16's), so FP8 products run at bf16's speed
-// (not FP8's, yet). A row that is not finite is copied as bf16 (the CPU keeps
+// (not FP8's). A row that is not finite is copied as bf16 (the CPU keeps
 // it fp32): its products are not finite either way.
+// Tensorwise scaling (train.fp8_scaling=tensorwise) runs FP8 tensor cores
+// where it can (sm_89 and later, every dimension a multiple of 16): each
+// operand's one scale from its reduced maximum, its FP8 codes (cvt.rn.satfinite:
+// cpu/fp8.cpp's rounding) straight or transposed, so that every product has its
+// K dimension contiguous as cuBLASLt's FP8 GEMM takes them (matmul_lt.h), and
+// the two scales as the GEMM's; fp32 output, accumulated in fp32.
 #pragma once
 #include <cstdint>
 
@@ -26,7 +32,7 @@
 
 namespace parallm::kernels::cuda {
 
-// Device scratch of slot 0..3 per element type (float, bf16, binary16 bits), grown on demand and kept.
+// Device scratch of slot 0..3 per element type (float, bf16, binary16 bits, FP8 codes), grown on demand and kept.
 template <class T>
 T* lowp_scratch(int slot, int64_t n);
 

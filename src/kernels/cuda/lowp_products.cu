@@ -3,14 +3,17 @@
 // backward per policy, as cpu/matmul.cpp's lowp and fp8p functions. The bias
 // and its gradient stay fp32 (the unrounded d(output)).
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 
 #include "core/gpu.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/lowp.cuh"
+#include "kernels/cuda/matmul_lt.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 
@@ -96,6 +99,90 @@ __global__ void quantize_rows_kernel(bfloat16* dst, const float* src, int64_t co
     d[j] = from_f<bfloat16>(round_bits<M, EMIN>(s[j] * down, max) * up);  // exact in bf16
 }
 
+// Tensorwise FP8 for the tensor cores: scale[0] = 2^e (the dequantization scale), scale[1] = 2^-e, e from the
+// tensor's reduced maximum (cpu/fp8.cpp's exponent); an all-zero tensor gets the scale 1. A tensor that is not
+// finite gets NaN codes: every product it enters is NaN, where the CPU (which keeps such a tensor unrounded) has
+// non-finite values only in the rows and columns the inf or NaN reaches. Either way the step is not finite.
+__global__ void fp8_scale_kernel(float* scale, const float* amax, float max) {
+  const float a = amax[0];
+  if (!isfinite(a)) {
+    scale[0] = 1.0f;
+    scale[1] = __int_as_float(0x7fc00000);
+    return;
+  }
+  const int e = a > 0.0f ? scale_exponent(a, max) : 0;
+  scale[0] = ldexpf(1.0f, e);
+  scale[1] = ldexpf(1.0f, -e);
+}
+
+// FP8 codes of src * scale[1] (nearest even, saturating: cvt.rn.satfinite, cpu/fp8.cpp's rounding), [rows, cols]
+// as they are, or transposed into [cols, rows] through 32 x 32 tiles.
+template <class F>
+__global__ void fp8_codes_kernel(uint8_t* dst, const float* src, int64_t n, const float* scale) {
+  const float s = scale[1];
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = F(src[i] * s).__x;
+}
+template <class F>
+__global__ void fp8_codes_t_kernel(uint8_t* dst, const float* src, int64_t rows, int64_t cols, const float* scale) {
+  __shared__ float tile[32][33];
+  const float s = scale[1];
+  const int64_t r0 = blockIdx.x * 32LL, c0 = blockIdx.y * 32LL;  // rows (tokens, possibly many) on x
+  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+    const int64_t r = r0 + k, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[k][threadIdx.x] = src[r * cols + c];
+  }
+  __syncthreads();
+  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+    const int64_t c = c0 + k, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) dst[c * rows + r] = F(tile[threadIdx.x][k] * s).__x;
+  }
+}
+
+std::atomic<int64_t> g_fp8_gemms{0};
+
+// One operand's tensorwise scale (into scale[0..1]) from its maximum, reduced over the tensor's ranks.
+void tensor_scale(float* scale, const float* src, int64_t rows, int64_t cols, Fp8Format f, const Fp8Tensorwise& tw) {
+  float* amax = lowp_scratch<float>(3, rows);
+  row_amax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(amax, src, cols);
+  collapse_amax_kernel<<<1, kThreads, 0, stream()>>>(amax, rows);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.fp8_scale");
+  tw.reduce(amax, 1);
+  fp8_scale_kernel<<<1, 1, 0, stream()>>>(scale, amax, f == Fp8Format::E4M3 ? kE4M3Max : kE5M2Max);
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.fp8_scale");
+}
+
+// The operand's codes in slot `slot`, [rows, cols] or transposed.
+const uint8_t* fp8_codes(int slot, const float* src, int64_t rows, int64_t cols, Fp8Format f, const float* scale,
+                         bool transposed) {
+  uint8_t* d = lowp_scratch<uint8_t>(slot, rows * cols);
+  const bool e4 = f == Fp8Format::E4M3;
+  if (!transposed) {
+    const int64_t n = rows * cols;
+    if (e4)
+      fp8_codes_kernel<__nv_fp8_e4m3><<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(d, src, n, scale);
+    else
+      fp8_codes_kernel<__nv_fp8_e5m2><<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(d, src, n, scale);
+  } else {
+    const dim3 grid(static_cast<unsigned>((rows + 31) / 32), static_cast<unsigned>((cols + 31) / 32)), block(32, 8);
+    if (e4)
+      fp8_codes_t_kernel<__nv_fp8_e4m3><<<grid, block, 0, stream()>>>(d, src, rows, cols, scale);
+    else
+      fp8_codes_t_kernel<__nv_fp8_e5m2><<<grid, block, 0, stream()>>>(d, src, rows, cols, scale);
+  }
+  PARALLM_CUDA_LAUNCHED("kernels.cuda.fp8_codes");
+  return d;
+}
+
+// Whether the linear layer's three products (N tokens, IN x OUT) can run on FP8 tensor cores: tensorwise scaling,
+// a device with them (sm_89 and later) and every dimension a multiple of 16 (cuBLASLt's FP8 layouts).
+bool fp8_tensor_cores(int64_t N, int64_t IN, int64_t OUT) {
+  static const bool device = gpu::compute_capability(gpu::current_device()) >= 89;
+  return fp8_context().tensorwise.on && device && N > 0 && IN > 0 && OUT > 0 && N % 16 == 0 && IN % 16 == 0 &&
+         OUT % 16 == 0;
+}
+
 // cpu/matmul.cpp's matmul_forward_lowp / matmul_backward_lowp on the device.
 template <class P>
 void forward_lowp(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
@@ -128,6 +215,7 @@ T* lowp_scratch(int slot, int64_t n) {
 }
 template float* lowp_scratch<float>(int, int64_t);
 template bfloat16* lowp_scratch<bfloat16>(int, int64_t);
+template uint8_t* lowp_scratch<uint8_t>(int, int64_t);
 template uint16_t* lowp_scratch<uint16_t>(int, int64_t);
 
 void round_to(uint16_t* dst, const float* src, int64_t n) {
@@ -181,12 +269,69 @@ void matmul_backward_f16p(float* dinp, float* dweight, float* dbias, const float
   backward_lowp<F16Products>(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
 }
 
+int64_t fp8_tensor_core_gemms() {
+  return g_fp8_gemms.load();
+}
+
+namespace {
+// The tensorwise FP8 products on FP8 tensor cores: one scale per operand (the same for its transposed codes),
+// the codes those of cpu/fp8.cpp's rounding. False where cuBLASLt took none of them (nothing written then).
+bool forward_fp8_cores(float* out, const float* inp, const float* weight, int64_t N, int64_t IN, int64_t OUT) {
+  // Asked before any maximum is reduced: a product cuBLASLt declines falls back with no collective spent.
+  if (!lt_fp8_ready(out, true, true, N, OUT, IN)) return false;
+  const Fp8Tensorwise& tw = fp8_context().tensorwise;
+  float* s = lowp_scratch<float>(2, 6);
+  tensor_scale(s, inp, N, IN, Fp8Format::E4M3, tw);
+  tensor_scale(s + 2, weight, OUT, IN, Fp8Format::E4M3, tw);
+  const uint8_t* x = fp8_codes(0, inp, N, IN, Fp8Format::E4M3, s, false);
+  const uint8_t* w = fp8_codes(1, weight, OUT, IN, Fp8Format::E4M3, s + 2, false);
+  PARALLM_CHECK(lt_fp8_gemm(out, x, true, w, true, N, OUT, IN, s, s + 2, 0.0f), InternalError, "kernels.cuda.fp8_gemm",
+                "a planned FP8 product was declined");
+  g_fp8_gemms += 1;
+  return true;
+}
+
+// d(output) in E5M2, the weight and the input in E4M3: dinp[N, IN] = d W (W transposed, K = OUT), dweight[OUT, IN]
+// += d^T x (both transposed, K = N). All or nothing: false, before anything is reduced or written, where cuBLASLt
+// declines either product.
+bool backward_fp8_cores(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        int64_t N, int64_t IN, int64_t OUT) {
+  if ((dinp && !lt_fp8_ready(dinp, false, true, N, IN, OUT)) ||
+      (dweight && !lt_fp8_ready(dweight, false, true, OUT, IN, N)))
+    return false;
+  const Fp8Tensorwise& tw = fp8_context().tensorwise;
+  float* s = lowp_scratch<float>(2, 6);
+  tensor_scale(s, dout, N, OUT, Fp8Format::E5M2, tw);
+  if (dinp) {
+    tensor_scale(s + 2, weight, OUT, IN, Fp8Format::E4M3, tw);
+    const uint8_t* d = fp8_codes(0, dout, N, OUT, Fp8Format::E5M2, s, false);
+    const uint8_t* wt = fp8_codes(2, weight, OUT, IN, Fp8Format::E4M3, s + 2, true);
+    PARALLM_CHECK(lt_fp8_gemm(dinp, d, false, wt, true, N, IN, OUT, s, s + 2, 0.0f), InternalError,
+                  "kernels.cuda.fp8_gemm", "a planned FP8 product was declined");
+    g_fp8_gemms += 1;
+  }
+  if (dweight) {
+    tensor_scale(s + 4, inp, N, IN, Fp8Format::E4M3, tw);
+    const uint8_t* dt = fp8_codes(3, dout, N, OUT, Fp8Format::E5M2, s, true);
+    const uint8_t* xt = fp8_codes(1, inp, N, IN, Fp8Format::E4M3, s + 4, true);
+    PARALLM_CHECK(lt_fp8_gemm(dweight, dt, false, xt, true, OUT, IN, N, s, s + 4, 1.0f), InternalError,
+                  "kernels.cuda.fp8_gemm", "a planned FP8 product was declined");
+    g_fp8_gemms += 1;
+  }
+  return true;
+}
+}  // namespace
+
 // cpu/matmul.cpp's FP8 products: inside an FP8 scope each operand's rows scaled and rounded (E4M3 for the input
 // and the weight, E5M2 for d(output)), each row's maximum reduced over the layer's split; outside it bf16-rounded.
 void matmul_forward_fp8p(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IN,
                          int64_t OUT) {
   const Fp8Context& c = fp8_context();
   if (!c.on) return forward_lowp<Bf16Rounded>(out, inp, weight, bias, N, IN, OUT);
+  if (fp8_tensor_cores(N, IN, OUT) && forward_fp8_cores(out, inp, weight, N, IN, OUT)) {
+    if (bias) bias_forward(out, bias, N, OUT);
+    return;
+  }
   float* amax = lowp_scratch<float>(3, std::max(N, OUT));
   bfloat16* x = lowp_scratch<bfloat16>(0, N * IN);
   fp8_rows(x, inp, N, IN, Fp8Format::E4M3, c.split_in, amax);
@@ -200,6 +345,11 @@ void matmul_backward_fp8p(float* dinp, float* dweight, float* dbias, const float
                           const float* weight, int64_t N, int64_t IN, int64_t OUT) {
   const Fp8Context& c = fp8_context();
   if (!c.on) return backward_lowp<Bf16Rounded>(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
+  if (fp8_tensor_cores(N, IN, OUT) && (dinp || dweight) &&
+      backward_fp8_cores(dinp, dweight, dout, inp, weight, N, IN, OUT)) {
+    if (dbias) matmul_backward(nullptr, nullptr, dbias, dout, nullptr, nullptr, N, IN, OUT);
+    return;
+  }
   float* amax = lowp_scratch<float>(3, std::max(N, OUT));
   bfloat16* d = lowp_scratch<bfloat16>(0, N * OUT);
   fp8_rows(d, dout, N, OUT, Fp8Format::E5M2, c.split_out, amax);

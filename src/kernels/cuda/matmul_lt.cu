@@ -4,7 +4,8 @@
 // the column-major out^T = W^T(op T) inp^T, as in matmul.cu. A plan (matmul
 // descriptor, layouts and the heuristic's first algorithm) is built once per
 // shape and kept; only the bias pointer changes between calls. The 32 MiB
-// workspace is allocated once (Scratch) and kept for the process.
+// workspace is allocated once (Scratch) and kept for the process. Also the
+// FP8 GEMM of tensorwise-scaled operands (lowp_products.cu), planned the same way.
 #include <cublasLt.h>
 
 #include <map>
@@ -72,7 +73,89 @@ std::unique_ptr<Plan> make_plan(int64_t N, int64_t IN, int64_t OUT, bool bias) {
   if (p->ok) p->algo = result.algo;
   return p;
 }
+// Row-major C[M, N] = A[M, K] B[N, K]^T is column-major C^T (N x M) = B (op T of its K x N view) times A^T
+// (its K x M view): cuBLASLt's A slot takes B, its B slot takes A; C and D are fp32.
+// The largest power of two (up to 256) dividing a pointer: what a plan may assume of its alignment.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al != 0) al /= 2;
+  return al;
+}
+
+std::unique_ptr<Plan> make_fp8_plan(int64_t M, int64_t N, int64_t K, bool a_e4m3, bool b_e4m3, uint32_t c_align) {
+  const char* where = "kernels.cuda.fp8_gemm";
+  auto p = std::make_unique<Plan>();
+  if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return p;
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  const int8_t fast = 0;
+  check_cublas(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), where,
+               "cublasLtMatmulDescSetAttribute(TRANSA)");
+  check_cublas(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), where,
+               "cublasLtMatmulDescSetAttribute(TRANSB)");
+  check_cublas(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)), where,
+               "cublasLtMatmulDescSetAttribute(FAST_ACCUM)");
+  const cudaDataType_t ea = b_e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2, eb = a_e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+  if (cublasLtMatrixLayoutCreate(&p->a, ea, K, N, K) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatrixLayoutCreate(&p->b, eb, K, M, K) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, N, M, N) != CUBLAS_STATUS_SUCCESS)
+    return p;
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_cublas(cublasLtMatmulPreferenceCreate(&pref), where, "cublasLtMatmulPreferenceCreate");
+  const size_t ws = kWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  // C and D may sit anywhere in a flat buffer (a weight gradient): algorithms that assume more are not offered.
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c_align, sizeof(c_align));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c_align, sizeof(c_align));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(lt_handle(), p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (p->ok) p->algo = result.algo;
+  return p;
+}
+
+using Fp8Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, uint32_t>;
+Plan& fp8_plan(const Fp8Key& key) {
+  static std::map<Fp8Key, std::unique_ptr<Plan>> plans;
+  if (plans.size() >= 256) plans.clear();
+  auto& plan = plans[key];
+  if (!plan) {
+    const auto& [M, N, K, a4, b4, al] = key;
+    plan = make_fp8_plan(M, N, K, a4, b4, al);
+  }
+  return *plan;
+}
+
+gpu::DeviceBuffer& workspace() {
+  static gpu::DeviceBuffer* ws = new gpu::DeviceBuffer(kWorkspaceBytes, MemCategory::Scratch);  // kept for the process
+  return *ws;
+}
 }  // namespace
+
+bool lt_fp8_ready(const float* C, bool a_e4m3, bool b_e4m3, int64_t M, int64_t N, int64_t K) {
+  return M > 0 && N > 0 && K > 0 && fp8_plan({M, N, K, a_e4m3, b_e4m3, alignment_of(C)}).ok;
+}
+
+bool lt_fp8_gemm(float* C, const uint8_t* A, bool a_e4m3, const uint8_t* B, bool b_e4m3, int64_t M, int64_t N,
+                 int64_t K, const float* sa, const float* sb, float beta) {
+  if (M <= 0 || N <= 0) return true;
+  Plan* plan = &fp8_plan({M, N, K, a_e4m3, b_e4m3, alignment_of(C)});
+  if (!plan->ok) return false;
+  const char* where = "kernels.cuda.fp8_gemm";
+  // cuBLASLt's A slot holds B: its scale is sb.
+  check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof(sb)), where,
+               "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
+  check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof(sa)), where,
+               "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+  const float alpha = 1.0f;
+  check_cublas(cublasLtMatmul(lt_handle(), plan->desc, &alpha, B, plan->a, A, plan->b, &beta, C, plan->c, C, plan->c,
+                              &plan->algo, workspace().as<void>(), kWorkspaceBytes, stream()),
+               where, "cublasLtMatmul");
+  return true;
+}
 
 bool lt_linear(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
                const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT) {
@@ -85,11 +168,10 @@ bool lt_linear(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const
   if (bias)
     check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
                  kWhere, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
-  static gpu::DeviceBuffer* ws = new gpu::DeviceBuffer(kWorkspaceBytes, MemCategory::Scratch);  // kept for the process
   const float alpha = 1.0f, beta = residual ? 1.0f : 0.0f;
   const void* c = residual ? static_cast<const void*>(residual) : static_cast<const void*>(out);
   check_cublas(cublasLtMatmul(lt_handle(), plan->desc, &alpha, weight, plan->a, inp, plan->b, &beta, c, plan->c, out,
-                              plan->c, &plan->algo, ws->as<void>(), kWorkspaceBytes, stream()),
+                              plan->c, &plan->algo, workspace().as<void>(), kWorkspaceBytes, stream()),
                kWhere, "cublasLtMatmul");
   return true;
 }

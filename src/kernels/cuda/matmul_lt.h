@@ -21,4 +21,14 @@ void check_cublas(cublasStatus_t st, const char* where, const char* call);
 bool lt_linear(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
                const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT);
 
+// FP8 tensor cores (sm_89 and later): C[M, N] (row-major fp32) = beta C + (sa sb) A[M, K] B[N, K]^T, A and B
+// row-major FP8 codes (e4m3: E4M3, else E5M2; not both E5M2) with K contiguous, sa and sb device pointers to
+// their dequantization scales; fp32 accumulation (cuBLASLt's, fast accumulation off). False (nothing done)
+// where cuBLASLt offers no algorithm; the caller then computes the product another way.
+bool lt_fp8_gemm(float* C, const uint8_t* A, bool a_e4m3, const uint8_t* B, bool b_e4m3, int64_t M, int64_t N,
+                 int64_t K, const float* sa, const float* sb, float beta);
+// Whether lt_fp8_gemm takes that product into C (planned now and kept; A and B from the FP8 scratch, 256-byte
+// aligned), so a caller can decide before it spends any work on the operands.
+bool lt_fp8_ready(const float* C, bool a_e4m3, bool b_e4m3, int64_t M, int64_t N, int64_t K);
+
 }  // namespace parallm::kernels::cuda

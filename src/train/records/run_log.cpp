@@ -47,9 +47,12 @@ void log_precision(const Session& s) {
         : cfg.train.dtype == Precision::FP16
             ? "fp16 products (operands rounded to binary16, fp16 tensor cores, fp32 accumulation), fp32 activations "
               "and state"
+        : cfg.train.dtype == Precision::FP8 && cfg.train.fp8_tensorwise
+            ? "FP8 products (one scale per tensor, rounded to E4M3 / E5M2 as on the CPU; on FP8 tensor cores from "
+              "sm_89 where every dimension is a multiple of 16, else bf16 ones), fp32 activations and state"
         : cfg.train.dtype == Precision::FP8
-            ? "FP8 products (rows scaled and rounded to E4M3 / E5M2 as on the CPU, on bf16 tensor cores), fp32 "
-              "activations and state"
+            ? "FP8 products (rows scaled and rounded to E4M3 / E5M2 as on the CPU, on bf16 tensor cores; "
+              "train.fp8_scaling=tensorwise runs FP8 tensor cores), fp32 activations and state"
             : "fp32");
   else if (s.model->bf16_products())
     log::info(
