@@ -230,7 +230,10 @@ if want fp8speed; then
   python3 - $W/out <<'PY'
 import json, statistics, sys
 def tps(tag):
-    r = [json.loads(l) for l in open(f"{sys.argv[1]}/f8_{tag}/metrics.jsonl") if '"train"' in l]
+    try:
+        r = [json.loads(l) for l in open(f"{sys.argv[1]}/f8_{tag}/metrics.jsonl") if '"train"' in l]
+    except OSError:
+        r = []  # the run did not start (its log says why)
     return statistics.median(x["tokens_per_s"] for x in r[3:]) if len(r) > 3 else float("nan")
 b = tps("bf16")
 for tag in ("fp8row", "fp8tw"):
