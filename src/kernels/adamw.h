@@ -74,6 +74,9 @@ void adamw_runs(float* param, const float* grad, float* m, float* v, const AdamW
                 const AdamWParams& p, bfloat16* param_bf16 = nullptr);
 // Deterministic: fixed blocks summed in double in a fixed order; the result is copied to the host.
 double sum_squares(const float* x, int64_t n);
+// out[i] (host) = sum_squares(base + offset[i], count[i]) for i < n: the same kernels queued run after run, one
+// readback at the end.
+void sum_squares_runs(const float* base, const int64_t* offset, const int64_t* count, int64_t n, double* out);
 }  // namespace cuda
 
 }  // namespace parallm::kernels

@@ -133,6 +133,12 @@ void convert_to_bf16(Device dev, bfloat16* dst, const float* src, int64_t n) {
     cuda::convert(dst, src, n);
 }
 
+void sum_squares_runs(Device dev, const float* base, const int64_t* offset, const int64_t* count, int64_t n,
+                      double* out) {
+  if (!dev.is_cpu()) return cuda::sum_squares_runs(base, offset, count, n, out);
+  for (int64_t i = 0; i < n; ++i) out[i] = cpu::sum_squares(base + offset[i], count[i]);
+}
+
 void abs_stats(Device dev, AbsStats* out, const float* x, int64_t n) {
   if (dev.is_cpu())
     cpu::abs_stats(out, x, n);

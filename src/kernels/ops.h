@@ -122,6 +122,11 @@ const Ops& f16_product_ops(Device dev);
 // bf16-rounded outside it and in the classifier.
 const Ops& fp8_product_ops(Device dev);
 
+// Square sums of runs of one buffer on `dev`: out[i] = ops_for(dev).sum_squares(base + offset[i], count[i]),
+// the same bits as one call per run; on the GPU with one readback for all (the norms of split models).
+void sum_squares_runs(Device dev, const float* base, const int64_t* offset, const int64_t* count, int64_t n,
+                      double* out);
+
 // The numeric detector's statistics (stats.h) on `dev`, `out` on that device too.
 void abs_stats(Device dev, AbsStats* out, const float* x, int64_t n);
 void abs_stats(Device dev, AbsStats* out, const bfloat16* x, int64_t n);

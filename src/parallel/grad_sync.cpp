@@ -30,12 +30,19 @@ namespace {
 double model_sum_squares(const model::GPT& m, Device dev, GroupSum* model_sum) {
   const auto& k = kernels::ops_for(dev);
   if (!model_sum) return k.sum_squares(m.grads(), m.flat_size());
-  double experts = 0, split = 0, whole = 0;
+  // Each slot's squares (one readback on a GPU), added per kind in slot order.
+  std::vector<int64_t> offset, count;
   for (const auto& s : m.layout().slots())
-    if (!s.tied_copy)
-      (s.expert_split          ? experts
-       : s.placement.sharded() ? split
-                               : whole) += k.sum_squares(m.grads() + s.offset, s.numel);
+    if (!s.tied_copy) {
+      offset.push_back(s.offset);
+      count.push_back(s.numel);
+    }
+  std::vector<double> sq(offset.size());
+  kernels::sum_squares_runs(dev, m.grads(), offset.data(), count.data(), static_cast<int64_t>(sq.size()), sq.data());
+  double experts = 0, split = 0, whole = 0;
+  size_t i = 0;
+  for (const auto& s : m.layout().slots())
+    if (!s.tied_copy) (s.expert_split ? experts : s.placement.sharded() ? split : whole) += sq[i++];
   const model::ShardSpec& spec = m.layout().spec();
   return (*model_sum)(experts + (spec.ep_rank == 0 ? split + (spec.rank == 0 ? whole : 0.0) : 0.0));
 }

@@ -489,6 +489,20 @@ void Zero::sum_over(comm::Communicator& c, const double* mine, int k, Tensor& se
     }
 }
 
+double Zero::stage1_squares() const {
+  // This rank's pieces of the full gradient buffer (one readback on a GPU), added in segment order.
+  std::vector<int64_t> offset, count;
+  for (const Seg& sg : segs_) {
+    offset.push_back(sg.begin + sg.piece.offset);
+    count.push_back(sg.piece.count);
+  }
+  std::vector<double> sq(offset.size());
+  kernels::sum_squares_runs(dev_, grads_, offset.data(), count.data(), static_cast<int64_t>(sq.size()), sq.data());
+  double local = 0;
+  for (double v : sq) local += v;
+  return local;
+}
+
 double Zero::grad_norm() {
   if (tp_sum_) return tp_grad_norm();
   double local = 0;
@@ -498,7 +512,7 @@ double Zero::grad_norm() {
   else if (stage_ >= 2)
     local = k.sum_squares(shard_grads_.data(), shard_size_);
   else
-    for (const Seg& sg : segs_) local += k.sum_squares(grads_ + sg.begin + sg.piece.offset, sg.piece.count);
+    local = stage1_squares();
   // Every rank's double, bit for bit (as two int32 words), added in rank order.
   Timer t;
   double sum = 0;
@@ -510,14 +524,18 @@ double Zero::grad_norm() {
 
 double Zero::tp_grad_norm() {
   const bool host = offload_ != Offload::None;
-  const auto& k = kernels::ops_for(host ? Device::cpu() : dev_);
-  double mine[3] = {0, 0, 0};  // tensor-parallel slots, replicated slots, experts (NormKind)
+  // Every run's squares (one readback on a GPU), added per kind in run order.
+  const float* base = host ? host_grads_.data() : stage_ >= 2 ? shard_grads_.data() : grads_;
+  std::vector<int64_t> offset, count;
   for (const NormRun& r : norm_runs_) {
-    const float* p = host          ? host_grads_.data() + r.local
-                     : stage_ >= 2 ? shard_grads_.data() + r.local
-                                   : grads_ + r.flat;
-    mine[static_cast<int>(r.kind)] += k.sum_squares(p, r.count);
+    offset.push_back(host || stage_ >= 2 ? r.local : r.flat);
+    count.push_back(r.count);
   }
+  std::vector<double> sq(offset.size());
+  kernels::sum_squares_runs(host ? Device::cpu() : dev_, base, offset.data(), count.data(),
+                            static_cast<int64_t>(sq.size()), sq.data());
+  double mine[3] = {0, 0, 0};  // tensor-parallel slots, replicated slots, experts (NormKind)
+  for (size_t i = 0; i < norm_runs_.size(); ++i) mine[static_cast<int>(norm_runs_[i].kind)] += sq[i];
   // Over the dp group (the experts' over the expert-data group), bit for bit and in rank order ...
   Timer t;
   double dp[3] = {0, 0, 0};

@@ -266,6 +266,7 @@ class Zero : public model::ParamStore {
   // contiguous: base is a shard (stage 3 parameters, stage 2-3 gradients), else a full buffer.
   void copy_pieces(float* base, Device dev, bool contiguous, float* host, bool to_host) const;
   void reduce_grads();
+  double stage1_squares() const;  // this rank's pieces' squares in the full gradient buffer
   double tp_grad_norm();
   DeviceArray<float> param_shard_;  // stage 3: this rank's pieces of the parameters
   std::vector<ParamWindow> pwins_;  // stage 3: 0 = embeddings, then 1 + prefetch for blocks

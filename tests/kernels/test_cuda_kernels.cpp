@@ -406,6 +406,12 @@ TEST_F(Cuda, AdamWAndSumSquaresMatchReference) {
   double got = kc::sum_squares(gx.p(), static_cast<int64_t>(x.size()));
   EXPECT_NEAR(got, want, 1e-12 * want);
   EXPECT_EQ(got, kc::sum_squares(gx.p(), static_cast<int64_t>(x.size())));
+  // Several runs with one readback: each run's sum the one-call sum's bits (an empty run 0).
+  const std::vector<int64_t> off{0, 17, 300000, 5}, cnt{17, 299983, 7, 0};
+  std::vector<double> many(off.size());
+  kernels::sum_squares_runs(Device::cuda(0), gx.p(), off.data(), cnt.data(), 4, many.data());
+  for (size_t i = 0; i < off.size(); ++i)
+    EXPECT_EQ(many[i], cnt[i] > 0 ? kc::sum_squares(gx.p() + off[i], cnt[i]) : 0.0) << "run " << i;
 }
 
 TEST_F(Cuda, LayerNormBackwardIsBitwiseRepeatable) {

@@ -13,6 +13,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 
 using namespace parallm;
 using namespace parallm::kernels;
@@ -259,6 +260,12 @@ TEST(AdamW, MatchesReferenceAndSumSquaresIsThreadIndependent) {
   double s2 = cpu::sum_squares(g.data(), n);
   EXPECT_EQ(s1, s2);
   EXPECT_NEAR(s1, ref::sum_squares(g.data(), n), 1e-4 * s1);
+  // Runs of one buffer: each the one-call sum's bits (an empty run 0).
+  const std::vector<int64_t> off{0, 3, n - 1, 2}, cnt{3, n - 4, 1, 0};
+  std::vector<double> many(off.size(), -1.0);
+  kernels::sum_squares_runs(Device::cpu(), g.data(), off.data(), cnt.data(), 4, many.data());
+  for (size_t i = 0; i < off.size(); ++i) EXPECT_EQ(many[i], cpu::sum_squares(g.data() + off[i], cnt[i])) << i;
+  EXPECT_EQ(many[3], 0.0);
   // Loss-scaled gradients may square past fp32's range: still finite (only inf or NaN inputs are not).
   std::vector<float> big(1000, 3e19f);
   big[7] = -1e20f;

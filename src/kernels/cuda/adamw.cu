@@ -100,6 +100,9 @@ __global__ void sumsq_final(double* out, const double* partial, int n) {
   s = block_sum(s, sh);
   if (threadIdx.x == 0) *out = s;
 }
+__global__ void fill_double(double* out) {
+  *out = 0.0;
+}
 }  // namespace
 
 void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p,
@@ -139,6 +142,24 @@ void adamw_runs(float* param, const float* grad, float* m, float* v, const AdamW
     adamw_runs_kernel<<<blocks, kThreads, 0, stream()>>>(param, grad, m, v, param_bf16, t, a);
     PARALLM_CUDA_LAUNCHED("kernels.cuda.adamw_runs");
   }
+}
+
+void sum_squares_runs(const float* base, const int64_t* offset, const int64_t* count, int64_t n, double* out) {
+  if (n <= 0) return;
+  // One scratch for every run: the runs' kernels run one after another on the stream, each into its own result.
+  gpu::DeviceBuffer buf((kPartials + static_cast<size_t>(n)) * sizeof(double), MemCategory::Scratch);
+  double* partial = buf.as<double>();
+  double* result = partial + kPartials;
+  for (int64_t i = 0; i < n; ++i) {
+    if (count[i] <= 0) {
+      fill_double<<<1, 1, 0, stream()>>>(result + i);
+    } else {
+      sumsq_partial<<<kPartials, kThreads, 0, stream()>>>(partial, base + offset[i], count[i]);
+      sumsq_final<<<1, 1024, 0, stream()>>>(result + i, partial, kPartials);
+    }
+    PARALLM_CUDA_LAUNCHED("kernels.cuda.sum_squares_runs");
+  }
+  gpu::memcpy_d2h(out, result, static_cast<size_t>(n) * sizeof(double));
 }
 
 double sum_squares(const float* x, int64_t n) {

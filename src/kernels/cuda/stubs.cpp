@@ -200,6 +200,9 @@ void adamw_step(float*, const float*, float*, float*, int64_t, const AdamWParams
 void adamw_runs(float*, const float*, float*, float*, const AdamWRun*, int64_t, const AdamWParams&, bfloat16*) {
   not_built("adamw_runs");
 }
+void sum_squares_runs(const float*, const int64_t*, const int64_t*, int64_t, double*) {
+  not_built("sum_squares_runs");
+}
 double sum_squares(const float*, int64_t) {
   not_built("sum_squares");
 }
