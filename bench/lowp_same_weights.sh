@@ -6,7 +6,7 @@
 # after every step; each layout resumes one rank's checkpoint from before step s and takes step s alone; its train
 # loss and gradient norm against one rank's at s. What remains is the layout's own arithmetic at one step; the
 # free-running difference is that, compounded over the steps and magnified by the low precision's rounding.
-# usage: bench/lowp_same_weights.sh [parallm] [out dir] [data dir] [steps]   (every step 1-49: ~5 min on 2 cores)
+# usage: bench/lowp_same_weights.sh [parallm] [out dir] [data dir] [steps]   (every step 1-49: within 4 min on 2 cores)
 set -u
 B=${1:-build/parallm}; O=${2:-out/lowp_same}; DATA=${3:-data/shakespeare_char}; STEPS=${4:-$(seq 1 49)}
 C="model.n_layer=2 model.n_head=2 model.n_embd=32 model.block_size=32 model.dropout=0.1 train.eval_interval=1000

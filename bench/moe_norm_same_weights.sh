@@ -6,7 +6,7 @@
 # step s alone; its gradient norm and loss against one rank's at s (bar 1e-6). What is left of the free-running
 # difference is then the layout's own arithmetic at that step, not the trajectories' drift.
 # usage: bench/moe_norm_same_weights.sh [parallm] [out dir] [data dir] [steps]
-#   (the default 9 steps: about a minute on 2 cores; "$(seq 1 99)": every step, about 10 minutes)
+#   (the default 9 steps: 48 s on 2 cores; "$(seq 1 99)": every step, within 8 minutes)
 set -u
 B=${1:-build/parallm}; O=${2:-out/moe_norm_same}; DATA=${3:-data/shakespeare_char}
 STEPS=${4:-"1 10 42 54 61 66 75 76 90"}

@@ -27,18 +27,15 @@ namespace {
 // if replicated gradients ever differed across the group), a tied copy not at all.
 // With expert parallelism the group spans the ep group too (tp x pp x ep):
 // each rank's experts count, every other parameter on ep rank 0 alone.
-double model_sum_squares(const model::GPT& m, Device dev, GroupSum* model_sum) {
+// `runs`: the slots' runs, filled on first use.
+double model_sum_squares(const model::GPT& m, Device dev, GroupSum* model_sum, SquareRuns& runs) {
   const auto& k = kernels::ops_for(dev);
   if (!model_sum) return k.sum_squares(m.grads(), m.flat_size());
   // Each slot's squares (one readback on a GPU), added per kind in slot order.
-  std::vector<int64_t> offset, count;
-  for (const auto& s : m.layout().slots())
-    if (!s.tied_copy) {
-      offset.push_back(s.offset);
-      count.push_back(s.numel);
-    }
-  std::vector<double> sq(offset.size());
-  kernels::sum_squares_runs(dev, m.grads(), offset.data(), count.data(), static_cast<int64_t>(sq.size()), sq.data());
+  if (runs.offset.empty())
+    for (const auto& s : m.layout().slots())
+      if (!s.tied_copy) runs.add(s.offset, s.numel);
+  const std::vector<double>& sq = runs.squares(dev, m.grads());
   double experts = 0, split = 0, whole = 0;
   size_t i = 0;
   for (const auto& s : m.layout().slots())
@@ -64,8 +61,8 @@ void broadcast_layout(comm::Communicator& dp, comm::Communicator* experts, const
 // The global norm of a whole replica's gradient; replicas each compute
 // their own copy, so with `agree` they settle whether it is finite together
 // (no rank skips an overflowed step alone).
-double replica_norm(const model::GPT& m, Device dev, GroupAll& all, GroupSum* tp_sum, bool agree) {
-  double norm = std::sqrt(model_sum_squares(m, dev, tp_sum));
+double replica_norm(const model::GPT& m, Device dev, GroupAll& all, GroupSum* tp_sum, SquareRuns& runs, bool agree) {
+  double norm = std::sqrt(model_sum_squares(m, dev, tp_sum, runs));
   if (agree && !all(std::isfinite(norm))) norm = std::numeric_limits<double>::infinity();
   return norm;
 }
@@ -88,7 +85,7 @@ class ReplicaSync : public GradSync {
   float mean_loss(const std::vector<float>& local, int64_t batches) override {
     return replica_mean_loss(mean_, local, batches);
   }
-  double grad_norm(bool agree) override { return replica_norm(m_, dev_, all_, tp_sum_.get(), agree); }
+  double grad_norm(bool agree) override { return replica_norm(m_, dev_, all_, tp_sum_.get(), sq_runs_, agree); }
   UpdateTarget update() override {
     return {m_.params(), m_.grads(), dev_, nullptr, m_.flat_size(), MemCategory::OptState, m_.weight_copy_for_step()};
   }
@@ -116,6 +113,7 @@ class ReplicaSync : public GradSync {
   GroupMean mean_;
   GroupAll all_;
   std::unique_ptr<GroupSum> tp_sum_;  // tensor parallel: the norm's sum over the group
+  SquareRuns sq_runs_;                // tensor parallel: the slots whose squares the norm adds
 };
 
 // DDP: gradients averaged by bucketed all-reduces during backward (nothing on one rank).

@@ -489,17 +489,12 @@ void Zero::sum_over(comm::Communicator& c, const double* mine, int k, Tensor& se
     }
 }
 
-double Zero::stage1_squares() const {
+double Zero::stage1_squares() {
   // This rank's pieces of the full gradient buffer (one readback on a GPU), added in segment order.
-  std::vector<int64_t> offset, count;
-  for (const Seg& sg : segs_) {
-    offset.push_back(sg.begin + sg.piece.offset);
-    count.push_back(sg.piece.count);
-  }
-  std::vector<double> sq(offset.size());
-  kernels::sum_squares_runs(dev_, grads_, offset.data(), count.data(), static_cast<int64_t>(sq.size()), sq.data());
+  if (stage1_sq_.offset.empty())
+    for (const Seg& sg : segs_) stage1_sq_.add(sg.begin + sg.piece.offset, sg.piece.count);
   double local = 0;
-  for (double v : sq) local += v;
+  for (double v : stage1_sq_.squares(dev_, grads_)) local += v;
   return local;
 }
 
@@ -526,14 +521,9 @@ double Zero::tp_grad_norm() {
   const bool host = offload_ != Offload::None;
   // Every run's squares (one readback on a GPU), added per kind in run order.
   const float* base = host ? host_grads_.data() : stage_ >= 2 ? shard_grads_.data() : grads_;
-  std::vector<int64_t> offset, count;
-  for (const NormRun& r : norm_runs_) {
-    offset.push_back(host || stage_ >= 2 ? r.local : r.flat);
-    count.push_back(r.count);
-  }
-  std::vector<double> sq(offset.size());
-  kernels::sum_squares_runs(host ? Device::cpu() : dev_, base, offset.data(), count.data(),
-                            static_cast<int64_t>(sq.size()), sq.data());
+  if (norm_sq_.offset.empty())
+    for (const NormRun& r : norm_runs_) norm_sq_.add(host || stage_ >= 2 ? r.local : r.flat, r.count);
+  const std::vector<double>& sq = norm_sq_.squares(host ? Device::cpu() : dev_, base);
   double mine[3] = {0, 0, 0};  // tensor-parallel slots, replicated slots, experts (NormKind)
   for (size_t i = 0; i < norm_runs_.size(); ++i) mine[static_cast<int>(norm_runs_[i].kind)] += sq[i];
   // Over the dp group (the experts' over the expert-data group), bit for bit and in rank order ...

@@ -92,12 +92,29 @@
 #include "comm/communicator.h"
 #include "core/allocator.h"
 #include "core/device_array.h"
+#include "kernels/ops.h"
 #include "model/param_store.h"
 #include "model/params.h"
 #include "parallel/group_ops.h"
 #include "parallel/parallel_config.h"
 
 namespace parallm::parallel {
+
+// Runs of one buffer whose squares a gradient norm adds (offsets and lengths, built once), and the sums'
+// buffer: kernels::sum_squares_runs fills it, one readback on a GPU.
+struct SquareRuns {
+  std::vector<int64_t> offset, count;
+  std::vector<double> sum;
+  void add(int64_t off, int64_t n) {
+    offset.push_back(off);
+    count.push_back(n);
+    sum.push_back(0.0);
+  }
+  const std::vector<double>& squares(Device dev, const float* base) {
+    kernels::sum_squares_runs(dev, base, offset.data(), count.data(), static_cast<int64_t>(sum.size()), sum.data());
+    return sum;
+  }
+};
 
 // Floats a rank's Zero allocates, per category (the model's own buffers and
 // the optimizer's state, shard_size() x 2, not included): what `parallm plan`
@@ -266,7 +283,8 @@ class Zero : public model::ParamStore {
   // contiguous: base is a shard (stage 3 parameters, stage 2-3 gradients), else a full buffer.
   void copy_pieces(float* base, Device dev, bool contiguous, float* host, bool to_host) const;
   void reduce_grads();
-  double stage1_squares() const;  // this rank's pieces' squares in the full gradient buffer
+  double stage1_squares();          // this rank's pieces' squares in the full gradient buffer
+  SquareRuns stage1_sq_, norm_sq_;  // the runs of stage1_squares() and of tp_grad_norm() (norm_runs_), built once
   double tp_grad_norm();
   DeviceArray<float> param_shard_;  // stage 3: this rank's pieces of the parameters
   std::vector<ParamWindow> pwins_;  // stage 3: 0 = embeddings, then 1 + prefetch for blocks

@@ -274,6 +274,14 @@ int64_t fp8_tensor_core_gemms() {
 }
 
 namespace {
+// A product planned by lt_fp8_ready (B always E4M3 here): cuBLASLt took it then, so a decline now is a bug; counted.
+void planned_fp8_gemm(float* C, const uint8_t* A, bool a_e4m3, const uint8_t* B, int64_t M, int64_t N, int64_t K,
+                      const float* sa, const float* sb, float beta) {
+  PARALLM_CHECK(lt_fp8_gemm(C, A, a_e4m3, B, true, M, N, K, sa, sb, beta), InternalError, "kernels.cuda.fp8_gemm",
+                "a planned FP8 product ({} x {} x {}) was declined", M, N, K);
+  g_fp8_gemms += 1;
+}
+
 // The tensorwise FP8 products on FP8 tensor cores: one scale per operand (the same for its transposed codes),
 // the codes those of cpu/fp8.cpp's rounding. False where cuBLASLt took none of them (nothing written then).
 bool forward_fp8_cores(float* out, const float* inp, const float* weight, int64_t N, int64_t IN, int64_t OUT) {
@@ -285,9 +293,7 @@ bool forward_fp8_cores(float* out, const float* inp, const float* weight, int64_
   tensor_scale(s + 2, weight, OUT, IN, Fp8Format::E4M3, tw);
   const uint8_t* x = fp8_codes(0, inp, N, IN, Fp8Format::E4M3, s, false);
   const uint8_t* w = fp8_codes(1, weight, OUT, IN, Fp8Format::E4M3, s + 2, false);
-  PARALLM_CHECK(lt_fp8_gemm(out, x, true, w, true, N, OUT, IN, s, s + 2, 0.0f), InternalError, "kernels.cuda.fp8_gemm",
-                "a planned FP8 product was declined");
-  g_fp8_gemms += 1;
+  planned_fp8_gemm(out, x, true, w, N, OUT, IN, s, s + 2, 0.0f);
   return true;
 }
 
@@ -306,17 +312,13 @@ bool backward_fp8_cores(float* dinp, float* dweight, const float* dout, const fl
     tensor_scale(s + 2, weight, OUT, IN, Fp8Format::E4M3, tw);
     const uint8_t* d = fp8_codes(0, dout, N, OUT, Fp8Format::E5M2, s, false);
     const uint8_t* wt = fp8_codes(2, weight, OUT, IN, Fp8Format::E4M3, s + 2, true);
-    PARALLM_CHECK(lt_fp8_gemm(dinp, d, false, wt, true, N, IN, OUT, s, s + 2, 0.0f), InternalError,
-                  "kernels.cuda.fp8_gemm", "a planned FP8 product was declined");
-    g_fp8_gemms += 1;
+    planned_fp8_gemm(dinp, d, false, wt, N, IN, OUT, s, s + 2, 0.0f);
   }
   if (dweight) {
     tensor_scale(s + 4, inp, N, IN, Fp8Format::E4M3, tw);
     const uint8_t* dt = fp8_codes(3, dout, N, OUT, Fp8Format::E5M2, s, true);
     const uint8_t* xt = fp8_codes(1, inp, N, IN, Fp8Format::E4M3, s + 4, true);
-    PARALLM_CHECK(lt_fp8_gemm(dweight, dt, false, xt, true, OUT, IN, N, s, s + 4, 1.0f), InternalError,
-                  "kernels.cuda.fp8_gemm", "a planned FP8 product was declined");
-    g_fp8_gemms += 1;
+    planned_fp8_gemm(dweight, dt, false, xt, OUT, IN, N, s, s + 4, 1.0f);
   }
   return true;
 }

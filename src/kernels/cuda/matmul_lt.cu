@@ -45,6 +45,27 @@ struct Plan {
 
 const char* kWhere = "kernels.cuda.matmul_forward";
 
+// The heuristic's first algorithm for the plan's descriptor and layouts (ok: one was found), within the
+// workspace; c_align (> 0): the alignment C and D are known to have (a weight gradient anywhere in a flat buffer),
+// so algorithms that assume more are not offered.
+void pick_algorithm(Plan& p, uint32_t c_align) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_cublas(cublasLtMatmulPreferenceCreate(&pref), kWhere, "cublasLtMatmulPreferenceCreate");
+  const size_t ws = kWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  if (c_align > 0) {
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c_align, sizeof(c_align));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c_align, sizeof(c_align));
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(lt_handle(), p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (p.ok) p.algo = result.algo;
+}
+
 std::unique_ptr<Plan> make_plan(int64_t N, int64_t IN, int64_t OUT, bool bias) {
   auto p = std::make_unique<Plan>();
   check_cublas(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), kWhere, "cublasLtMatmulDescCreate");
@@ -60,21 +81,9 @@ std::unique_ptr<Plan> make_plan(int64_t N, int64_t IN, int64_t OUT, bool bias) {
   check_cublas(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, IN, OUT, IN), kWhere, "cublasLtMatrixLayoutCreate");
   check_cublas(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, IN, N, IN), kWhere, "cublasLtMatrixLayoutCreate");
   check_cublas(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, OUT, N, OUT), kWhere, "cublasLtMatrixLayoutCreate");
-  cublasLtMatmulPreference_t pref = nullptr;
-  check_cublas(cublasLtMatmulPreferenceCreate(&pref), kWhere, "cublasLtMatmulPreferenceCreate");
-  const size_t ws = kWorkspaceBytes;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(lt_handle(), p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-  if (p->ok) p->algo = result.algo;
+  pick_algorithm(*p, 0);
   return p;
 }
-// Row-major C[M, N] = A[M, K] B[N, K]^T is column-major C^T (N x M) = B (op T of its K x N view) times A^T
-// (its K x M view): cuBLASLt's A slot takes B, its B slot takes A; C and D are fp32.
 // The largest power of two (up to 256) dividing a pointer: what a plan may assume of its alignment.
 uint32_t alignment_of(const void* p) {
   const auto a = reinterpret_cast<uintptr_t>(p);
@@ -83,6 +92,8 @@ uint32_t alignment_of(const void* p) {
   return al;
 }
 
+// Row-major C[M, N] = A[M, K] B[N, K]^T is column-major C^T (N x M) = B (op T of its K x N view) times A^T
+// (its K x M view): cuBLASLt's A slot takes B, its B slot takes A; C and D are fp32.
 std::unique_ptr<Plan> make_fp8_plan(int64_t M, int64_t N, int64_t K, bool a_e4m3, bool b_e4m3, uint32_t c_align) {
   const char* where = "kernels.cuda.fp8_gemm";
   auto p = std::make_unique<Plan>();
@@ -100,20 +111,7 @@ std::unique_ptr<Plan> make_fp8_plan(int64_t M, int64_t N, int64_t K, bool a_e4m3
       cublasLtMatrixLayoutCreate(&p->b, eb, K, M, K) != CUBLAS_STATUS_SUCCESS ||
       cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, N, M, N) != CUBLAS_STATUS_SUCCESS)
     return p;
-  cublasLtMatmulPreference_t pref = nullptr;
-  check_cublas(cublasLtMatmulPreferenceCreate(&pref), where, "cublasLtMatmulPreferenceCreate");
-  const size_t ws = kWorkspaceBytes;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  // C and D may sit anywhere in a flat buffer (a weight gradient): algorithms that assume more are not offered.
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c_align, sizeof(c_align));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c_align, sizeof(c_align));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(lt_handle(), p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-  if (p->ok) p->algo = result.algo;
+  pick_algorithm(*p, c_align);
   return p;
 }
 
