@@ -16,6 +16,7 @@
 // towards the host unless named *_async.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "core/allocator.h"
@@ -74,6 +75,30 @@ class Event {
 
  private:
   void* ev_ = nullptr;
+};
+
+// A CUDA graph: the compute stream's work that capture() queues (nothing runs
+// then), replayed by launch() with the same kernels, arguments and pointers.
+// The caching allocator keeps what a replay writes to itself while any graph
+// lives: blocks handed out or taken back during a capture, and blocks that
+// existed when a capture ended and are freed later, go to the graphs' own
+// free lists (reused by later captures, never by other callers) and back to
+// the shared ones when the last graph is dropped.
+class Graph {
+ public:
+  Graph();
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  // Captures what `queue` puts on the compute stream and instantiates it.
+  // Returns "" or why not (an unsupported call, an error thrown by `queue`):
+  // the stream is then usable again, nothing ran and nothing was kept.
+  std::string capture(const std::function<void()>& queue);
+  void launch();  // on the compute stream, after the work queued before it
+  bool ready() const { return exec_ != nullptr; }
+
+ private:
+  void* exec_ = nullptr;  // cudaGraphExec_t
 };
 
 // Copies beside the compute stream, for communicators that carry device

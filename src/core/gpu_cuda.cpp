@@ -22,6 +22,17 @@ size_t round_size(size_t bytes) {
   return bytes < (size_t{1} << 20) ? (bytes + kSmall - 1) / kSmall * kSmall : (bytes + kLarge - 1) / kLarge * kLarge;
 }
 
+using FreeLists = std::map<size_t, std::vector<void*>>;
+
+void* take(FreeLists& lists, size_t rounded, size_t& cached) {
+  auto it = lists.find(rounded);
+  if (it == lists.end() || it->second.empty()) return nullptr;
+  void* p = it->second.back();
+  it->second.pop_back();
+  cached -= rounded;
+  return p;
+}
+
 class CachingAllocator {
  public:
   void* allocate(size_t bytes, MemCategory cat) {
@@ -30,17 +41,13 @@ class CachingAllocator {
     void* p = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      auto it = free_.find(rounded);
-      if (it != free_.end() && !it->second.empty()) {
-        p = it->second.back();
-        it->second.pop_back();
-        cached_ -= rounded;
-      }
+      if (capturing_) p = take(graph_free_, rounded, graph_cached_);
+      if (!p) p = take(free_, rounded, cached_);
     }
     if (!p) p = fresh(rounded, bytes, cat);
     {
       std::lock_guard<std::mutex> lk(mu_);
-      sizes_[p] = rounded;
+      sizes_[p] = {rounded, ++seq_};
     }
     acct_.add(bytes, cat);
     return p;
@@ -51,10 +58,31 @@ class CachingAllocator {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = sizes_.find(p);
     if (it == sizes_.end()) return;  // not ours: ignore rather than corrupt the lists
-    free_[it->second].push_back(p);
-    cached_ += it->second;
+    // A graph may write this block when it is replayed (Graph, gpu.h): it is the graphs' from now on.
+    const bool graphs = capturing_ || (graphs_ > 0 && it->second.seq <= sealed_);
+    (graphs ? graph_free_ : free_)[it->second.size].push_back(p);
+    (graphs ? graph_cached_ : cached_) += it->second.size;
     sizes_.erase(it);
     acct_.sub(bytes, cat);
+  }
+
+  // CUDA graphs: a capture starts; it ends, made (a graph lives on) or not; a graph is dropped.
+  void capture_begins() {
+    std::lock_guard<std::mutex> lk(mu_);
+    capturing_ = true;
+  }
+  void capture_ends(bool made) {
+    std::lock_guard<std::mutex> lk(mu_);
+    capturing_ = false;
+    if (made) {
+      ++graphs_;
+      sealed_ = seq_;
+    }
+    if (graphs_ == 0) share_graph_blocks();
+  }
+  void graph_dropped() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (--graphs_ == 0) share_graph_blocks();
   }
 
   void empty() {
@@ -70,7 +98,7 @@ class CachingAllocator {
   void reset_peaks() { acct_.reset_peaks(); }
   size_t cached() {
     std::lock_guard<std::mutex> lk(mu_);
-    return cached_;
+    return cached_ + graph_cached_;
   }
 
  private:
@@ -94,10 +122,25 @@ class CachingAllocator {
     }
     return p;
   }
+  // No graph lives: its blocks join the shared lists (a later use is ordered after its replays on the stream).
+  void share_graph_blocks() {
+    for (auto& [size, list] : graph_free_) free_[size].insert(free_[size].end(), list.begin(), list.end());
+    graph_free_.clear();
+    cached_ += graph_cached_;
+    graph_cached_ = 0;
+  }
+  struct Block {
+    size_t size;
+    uint64_t seq;  // allocation order
+  };
   std::mutex mu_;
-  std::map<size_t, std::vector<void*>> free_;
-  std::unordered_map<void*, size_t> sizes_;
-  size_t cached_ = 0;
+  FreeLists free_, graph_free_;  // shared; the graphs' own (Graph)
+  std::unordered_map<void*, Block> sizes_;
+  size_t cached_ = 0, graph_cached_ = 0;
+  uint64_t seq_ = 0;  // allocations so far
+  bool capturing_ = false;
+  int graphs_ = 0;       // live graphs
+  uint64_t sealed_ = 0;  // seq_ when the last capture ended: blocks up to it may be a live graph's
   MemAccounting acct_;
 };
 
@@ -273,6 +316,58 @@ float Event::elapsed_ms_since(const Event& start) const {
   PARALLM_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.ev_), static_cast<cudaEvent_t>(ev_)),
                      "cuda.event");
   return ms;
+}
+
+Graph::Graph() = default;
+Graph::~Graph() {
+  if (!exec_) return;
+  cudaStreamSynchronize(compute_stream());  // a replay still running keeps its blocks until it is done
+  cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  allocator().graph_dropped();
+}
+
+std::string Graph::capture(const std::function<void()>& queue) {
+  PARALLM_CHECK(!exec_, InternalError, "cuda.graph", "this graph was captured already");
+  cudaStream_t s = nullptr;
+  try {
+    s = compute_stream();
+  } catch (const std::exception& x) {  // no device
+    return x.what();
+  }
+  cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return fmt::format("cudaStreamBeginCapture: {} ({})", cudaGetErrorString(e), cudaGetErrorName(e));
+  }
+  allocator().capture_begins();
+  std::string why;
+  try {
+    queue();
+  } catch (const std::exception& x) {
+    why = x.what();
+  }
+  cudaGraph_t g = nullptr;
+  e = cudaStreamEndCapture(s, &g);
+  if (why.empty() && e != cudaSuccess)
+    why = fmt::format("cudaStreamEndCapture: {} ({})", cudaGetErrorString(e), cudaGetErrorName(e));
+  cudaGraphExec_t x = nullptr;
+  if (why.empty()) {
+    e = cudaGraphInstantiate(&x, g, cudaGraphInstantiateFlagAutoFreeOnLaunch);
+    if (e != cudaSuccess) {
+      why = fmt::format("cudaGraphInstantiate: {} ({})", cudaGetErrorString(e), cudaGetErrorName(e));
+      x = nullptr;
+    }
+  }
+  if (g) cudaGraphDestroy(g);
+  cudaGetLastError();  // a failed capture's errors are not sticky: the stream runs on
+  allocator().capture_ends(x != nullptr);
+  exec_ = x;
+  return why;
+}
+
+void Graph::launch() {
+  PARALLM_CHECK(exec_, InternalError, "cuda.graph", "launch before a successful capture");
+  PARALLM_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), compute_stream()), "cuda.graph");
 }
 
 Staging::Staging() : device_(current_device()) {

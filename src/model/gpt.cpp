@@ -229,8 +229,18 @@ float GPT::forward_chunk(int chunk, int set, const int32_t* tokens, const int32_
   begin_pass(chunk, set, tokens, targets, B, T, "gpt.forward");
   const auto copy = pa_.copy_scope(bf16_products());
   const PassShape f = pass_shape(ctx, B, T);
-  float loss = compute_ == DType::BF16 ? forward_impl(*kb_, chunk, tokens, targets, f)
-                                       : forward_impl<float>(*k_, chunk, tokens, targets, f);
+  const auto queue = [&] {
+    if (compute_ == DType::BF16)
+      forward_impl(*kb_, chunk, tokens, targets, f);
+    else
+      forward_impl<float>(*k_, chunk, tokens, targets, f);
+  };
+  if (PassGraphs* g = graphs_for(ctx))
+    g->run({0, chunk, set, B, T, ctx.loss_scale, 0}, queue);
+  else
+    queue();
+  const float loss =
+      last_chunk(chunk) && targets ? io_.loss(acts_.stat(acts_.chunk_acts().losses), f.N, ctx.defer_loss) : 0.0f;
   Activations::SetState& st = acts_.state();
   st.B = B;
   st.T = T;
@@ -261,8 +271,8 @@ void GPT::begin_pass(int chunk, int set, const int32_t*& tokens, const int32_t*&
 }
 
 template <class A>
-float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets,
-                        const PassShape& f) {
+void GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets,
+                       const PassShape& f) {
   const StepContext& ctx = *f.ctx;
   const bool first = first_chunk(chunk), last = last_chunk(chunk);
   // The embeddings (group 0) serve the first chunk's embedding and the last one's tied head.
@@ -287,14 +297,14 @@ float GPT::forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t*
   }
   if (!last) {
     if (first) pa_.release(eg, Pass::Forward);
-    return 0.0f;
+    return;
   }
-  return head_forward(k, x, PE, P, targets, f);
+  head_forward(k, x, PE, P, targets, f);
 }
 
 template <class A>
-float GPT::head_forward(const kernels::ModelOps<A>& k, const A* x, const ParamView<A>& PE, const ParamView<A>& P,
-                        const int32_t* targets, const PassShape& f) {
+void GPT::head_forward(const kernels::ModelOps<A>& k, const A* x, const ParamView<A>& PE, const ParamView<A>& P,
+                       const int32_t* targets, const PassShape& f) {
   // ln_f is in the last block's group (P); the head's weight is the token
   // table (PE, tied) or lm_head.weight (in P, untied).
   const StepContext& ctx = *f.ctx;
@@ -311,7 +321,7 @@ float GPT::head_forward(const kernels::ModelOps<A>& k, const A* x, const ParamVi
   };
   if (!targets) {
     release();
-    return 0.0f;
+    return;
   }
   float* losses = acts_.stat(acts_.chunk_acts().losses);
   // The head adds its weight's gradient here (tied: backward adds the embedding's).
@@ -324,7 +334,42 @@ float GPT::head_forward(const kernels::ModelOps<A>& k, const A* x, const ParamVi
                   ctx.loss_scale / static_cast<float>(N), buf);
   if (ctx.watch) watch().head(*ctx.watch, P.base, P.begin, true, f);
   release();
-  return io_.loss(losses, N, ctx.defer_loss);
+}
+
+std::string GPT::use_cuda_graphs() {
+  std::string why;
+  if (dev_.is_cpu())
+    why = "the model runs on the CPU";
+  else if (!layout_.whole() || tp_ || cpa_)
+    why =
+        "the model is split over ranks (tensor, pipeline or context parallel): its passes exchange data through "
+        "the host";
+  else if (cfg_.moe.experts > 0)
+    why = "MoE layers read their experts' token counts on the host";
+  else if (cfg_.dropout > 0)
+    why = fmt::format(
+        "model.dropout={}: each micro-step's dropout masks are kernel arguments a graph would freeze "
+        "(graphs capture dropout-free passes for now)",
+        cfg_.dropout);
+  else if (products_ != CpuProducts::Fp32)
+    why = "fp16 and FP8 products are not captured yet (fp32 and bf16 are)";
+  if (why.empty()) graphs_ = std::make_unique<PassGraphs>();
+  return why;
+}
+
+std::string GPT::graph_summary() const {
+  if (!graphs_) return "";
+  if (!graphs_->failure().empty())
+    return fmt::format("CUDA graphs: off after a failed capture ({} passes ran from graphs before): {}",
+                       graphs_->launches(), graphs_->failure());
+  return fmt::format("CUDA graphs: {} passes ran from {} captured graphs", graphs_->launches(), graphs_->captured());
+}
+
+PassGraphs* GPT::graphs_for(const StepContext& ctx) {
+  if (!graphs_ || !ctx.graphs || !ctx.train || !ctx.need_grad || ctx.watch || ctx.grads_ready || pa_.stored())
+    return nullptr;
+  pa_.refresh_copy();  // a graph reads the bf16 copy; redrawing it when stale is the host's decision
+  return graphs_.get();
 }
 
 void* GPT::chunk_input(int chunk, int set) {

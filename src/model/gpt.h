@@ -17,6 +17,7 @@
 #include "model/model_watch.h"
 #include "model/param_access.h"
 #include "model/pass.h"
+#include "model/pass_graphs.h"
 #include "model/rope.h"
 #include "model/stage.h"
 #include "model/vocab_layers.h"
@@ -40,6 +41,10 @@ class GPT {
   void balance_expert_bias();
   std::vector<int32_t> expert_choices(int64_t l);
   void set_store(ParamStore* store);  // parameters and gradients through `store` (not owned); null: own buffers
+  // train.cuda_graphs: the training passes whose StepContext says `graphs` run from CUDA graphs (pass_graphs.h).
+  // Returns "" or why this model's passes cannot be captured (then they stay eager).
+  std::string use_cuda_graphs();
+  std::string graph_summary() const;  // "" when graphs are not used; else what they did (for the run's log)
 
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
@@ -123,6 +128,7 @@ class GPT {
   int last_fwd_chunk_ = -1, last_fwd_set_ = -1;  // recompute: whose forward the shared buffers hold
   int64_t cur_B_ = 0, cur_T_ = 0;                // the last forward of the model's last chunk (logits) ...
   int logits_set_ = 0;                           // ... and its activation set
+  std::unique_ptr<PassGraphs> graphs_;           // train.cuda_graphs (null: off)
 
   void build_layers();
   BlockEnv block_env() { return {acts_, spec_.split, *k_, dev_, &layout_, cfg_.gelu, cfg_.recompute}; }
@@ -130,15 +136,19 @@ class GPT {
   void begin_pass(int chunk, int set, const int32_t*& tokens, const int32_t*& targets, int64_t B, int64_t T,
                   const char* where);
   PassShape pass_shape(const StepContext& ctx, int64_t B, int64_t T, int64_t pos0 = 0, KvCache* cache = nullptr) const;
+  // What a pass queues on the device; the host's part of it (uploads, the losses' readback, bookkeeping) is the
+  // caller's, so a pass can run from a CUDA graph (graphs_for). forward_impl leaves the losses in the set's
+  // `losses` statistic (last chunk, with targets).
   template <class A>
-  float forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets,
-                     const PassShape& f);
+  void forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets,
+                    const PassShape& f);
   template <class A>
-  float head_forward(const kernels::ModelOps<A>& k, const A* x, const ParamView<A>& PE, const ParamView<A>& P,
-                     const int32_t* targets, const PassShape& f);
+  void head_forward(const kernels::ModelOps<A>& k, const A* x, const ParamView<A>& PE, const ParamView<A>& P,
+                    const int32_t* targets, const PassShape& f);
   template <class A>
   void backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const PassShape& f,
-                     BackwardPart part);
+                     BackwardPart part, bool fresh);
+  PassGraphs* graphs_for(const StepContext& ctx);  // null: run the pass eagerly
   template <class A>
   void weight_backward(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const PassShape& f);
   template <class A>

@@ -52,29 +52,36 @@ void GPT::backward_chunk(int chunk, int set, const int32_t* tokens, int64_t B, i
   if (tokens && !dev_.is_cpu()) tokens = io_.device_tokens(set);  // uploaded by forward
   const auto copy = pa_.copy_scope(bf16_products());
   const PassShape f = pass_shape(ctx, B, T);
-  if (compute_ == DType::BF16) {
-    if (weight)
+  if (weight) {
+    if (compute_ == DType::BF16)
       weight_backward(*kb_, chunk, tokens, f);
     else
-      backward_impl(*kb_, chunk, tokens, f, part);
-  } else {
-    if (weight)
       weight_backward<float>(*k_, chunk, tokens, f);
-    else
-      backward_impl<float>(*k_, chunk, tokens, f, part);
+    return;
   }
-}
-
-template <class A>
-void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const PassShape& f,
-                        BackwardPart part) {
-  const StepContext& ctx = *f.ctx;
-  const bool split = part == BackwardPart::Input;
-  const LayerRange r = layout_.chunks()[static_cast<size_t>(chunk)];
   // The shared recompute buffers still hold the last forward's last block when
   // that forward was this chunk's on this set: that block is not redone.
   const bool fresh = last_fwd_chunk_ == chunk && last_fwd_set_ == acts_.set();
   last_fwd_chunk_ = -1;
+  const auto queue = [&] {
+    if (compute_ == DType::BF16)
+      backward_impl(*kb_, chunk, tokens, f, part, fresh);
+    else
+      backward_impl<float>(*k_, chunk, tokens, f, part, fresh);
+  };
+  PassGraphs* g = part == BackwardPart::All ? graphs_for(ctx) : nullptr;
+  if (g)
+    g->run({1, chunk, set, B, T, ctx.loss_scale, fresh ? 1 : 0}, queue);
+  else
+    queue();
+}
+
+template <class A>
+void GPT::backward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const PassShape& f,
+                        BackwardPart part, bool fresh) {
+  const StepContext& ctx = *f.ctx;
+  const bool split = part == BackwardPart::Input;
+  const LayerRange r = layout_.chunks()[static_cast<size_t>(chunk)];
   // d(residual stream): the set's gradient message on a pipeline stage (it
   // arrives there and leaves from there), else scratch.
   A* dres = acts_.chunk_acts().grad >= 0 ? acts_.act<A>(acts_.chunk_acts().grad) : acts_.scr<A>(acts_.plan().s_dres);

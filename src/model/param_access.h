@@ -48,6 +48,11 @@ class ParamAccess {
   }
   // Parameters changed (the optimizer, a checkpoint, a broadcast): the bf16 copy is redrawn before its next use.
   void changed() { stale_ = true; }
+  // The bf16 copy of the own parameters redrawn now if stale (before a CUDA graph that reads it is launched).
+  void refresh_copy() {
+    if (params_.data() && copy_.data()) refreshed_copy();
+  }
+  bool stored() const { return store_ != nullptr; }  // groups through a ZeRO store
   // The bf16 copy where it is current (an optimizer may then keep it current itself).
   bfloat16* current_copy() const { return !stale_ && params_.data() ? copy_.data() : nullptr; }
 

@@ -46,6 +46,8 @@ struct StepContext {
   // The numeric detector (numeric_watch.h; nullptr: off): each layer's
   // tensors are checked after its forward and backward (one test per layer when off).
   NumericWatch* watch = nullptr;
+  // The loop lets the model run this training pass from a CUDA graph (pass_graphs.h; GPT::use_cuda_graphs).
+  bool graphs = false;
 };
 
 // One pass's shape: B, T, N = B*T rows, Nl of them on this rank (sequence

@@ -26,7 +26,9 @@
 # 124M on GPT-2 BPE Shakespeare (data/shakespeare, packed where prepared)
 # 500 steps in bf16 and fp8, final losses compared); fp8speed: tokens/s at
 # the Llama-3.2-1B shape in bf16, fp8 rowwise and fp8 tensorwise (FP8 tensor
-# cores), the ratios to bf16; each part has a time
+# cores), the ratios to bf16; graphs: the CUDA graph tests, then baby GPT
+# (dropout 0) and GPT-2 124M in bf16 with train.cuda_graphs off and on, step
+# times and losses in one table; each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
 # the precisions of baby and gpt2 (default "fp32 bf16"); DET_DTYPE and
 # DET_DROPOUT (default 0.2; 0 takes bf16 attention through the flash kernels)
@@ -151,6 +153,46 @@ print(f"parallm bf16: dropout 0.2 {a:.2f} ms, dropout 0 {b:.2f} ms: {a / b:.2f}x
 for p, ms in sorted(peer.items()):
     mine = a if p > 0 else b
     print(f"PyTorch compiled + SDPA flash, dropout {p}: {ms:.2f} ms; parallm {ms / mine:.2f}x the peer's speed")
+PY
+fi
+if want graphs; then
+  step "CUDA graphs (train.cuda_graphs): the tests in their own process, then on and off in one table"
+  timeout 120 $W/bin/test_model --gtest_filter='CudaGraphs.*:PassGraphs.*' 2>&1 | tee $OUT/graphs_tests.log |
+    grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -30
+  BABY0="${OLDPWD}/configs/baby_gpt.yaml model.dropout=0 train.max_iters=${GRAPH_BABY_ITERS:-300} train.log_interval=1"
+  G124="model.n_layer=12 model.n_head=12 model.n_embd=768 model.block_size=1024 model.vocab_size=50304
+        model.batch_size=$GPT2_B model.dropout=0 train.max_iters=${GRAPH_GPT2_ITERS:-30} train.log_interval=1"
+  for run in "baby $BABY0" "gpt2 $G124"; do
+    set -- $run
+    tag=$1 && shift
+    for g in false true; do
+      timeout 150 ./bin/parallm train "$@" train.device=cuda train.dtype=bf16 train.cuda_graphs=$g \
+        train.eval_interval=100000 train.eval_iters=1 train.sample_tokens=0 train.final_eval=false \
+        train.out_dir=$W/out/graphs_${tag}_$g train.overwrite=true data.dir=$W/data/shakespeare_char \
+        train.progress=false > $OUT/graphs_${tag}_$g.log 2>&1 || tail -3 $OUT/graphs_${tag}_$g.log
+      grep -E "CUDA graphs|cuda_graphs" $OUT/graphs_${tag}_$g.log | head -3
+      cp $W/out/graphs_${tag}_$g/metrics.jsonl $OUT/graphs_${tag}_$g.jsonl 2>/dev/null
+    done
+  done
+  python3 - "$OUT" <<'PY'
+import json, statistics, sys
+out = sys.argv[1]
+def rows(tag, g):
+    try:
+        return [r for r in map(json.loads, open(f"{out}/graphs_{tag}_{g}.jsonl")) if r.get("kind") == "train"]
+    except OSError:
+        return []
+print("| run (bf16) | eager ms/step | graphs ms/step | speedup | eager tok/s | graphs tok/s | losses |")
+print("|---|---|---|---|---|---|---|")
+for tag in ("baby", "gpt2"):
+    e, g = rows(tag, "false"), rows(tag, "true")
+    if len(e) < 6 or len(g) < 6:
+        print(f"| {tag} | missing ({len(e)} and {len(g)} steps) |"); continue
+    me = statistics.median(r["dt_ms"] for r in e[5:]); mg = statistics.median(r["dt_ms"] for r in g[5:])
+    te = statistics.median(r["tokens_per_s"] for r in e[5:]); tg = statistics.median(r["tokens_per_s"] for r in g[5:])
+    same = sum(a["loss"] == b["loss"] for a, b in zip(e, g))
+    print(f"| {tag} | {me:.2f} | {mg:.2f} | {me / mg:.2f}x | {te:,.0f} | {tg:,.0f} | {same}/{min(len(e), len(g))} "
+          f"steps bitwise equal |")
 PY
 fi
 if want ranks; then

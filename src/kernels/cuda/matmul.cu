@@ -34,6 +34,7 @@ void check_cublas(cublasStatus_t st, const char* where, const char* call) {
 
 namespace {
 bool g_tf32 = false;
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;  // what cuBLAS asks for on Hopper
 
 cublasHandle_t handle() {
   static cublasHandle_t h = [] {
@@ -42,6 +43,10 @@ cublasHandle_t handle() {
     return x;
   }();
   check_cublas(cublasSetStream(h, stream()), "kernels.cuda.cublas", "cublasSetStream");
+  // A workspace of ours (setting the stream gives cuBLAS its default pool back): a captured CUDA graph
+  // (gpu::Graph) then holds no allocation of cuBLAS's, and eager and captured GEMMs see the same workspace.
+  static gpu::DeviceBuffer* ws = new gpu::DeviceBuffer(kCublasWorkspaceBytes, MemCategory::Scratch);  // process-long
+  check_cublas(cublasSetWorkspace(h, ws->data(), ws->bytes()), "kernels.cuda.cublas", "cublasSetWorkspace");
   check_cublas(cublasSetMathMode(h, g_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), "kernels.cuda.cublas",
                "cublasSetMathMode");
   return h;

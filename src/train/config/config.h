@@ -77,6 +77,7 @@ struct TrainSection {
   LossScaleSetting loss_scale;
   bool fp8_bf16_ends = true;         // fp8: the first and last blocks' products bf16 (the head's always are)
   bool fp8_tensorwise = false;       // fp8: one scale per operand over its ranks (train.fp8_scaling=tensorwise)
+  bool cuda_graphs = false;          // a lone GPU process: training passes replayed from CUDA graphs (pass_graphs.h)
   double loss_scale_init = 65536;    // dynamic: the first scale
   int64_t loss_scale_window = 2000;  // dynamic: finite steps in a row before the scale doubles
   // The loss-spike guard (train/controls/spike_guard.h): z-scores above which a step is skipped (0: off).

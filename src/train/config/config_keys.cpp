@@ -408,6 +408,9 @@ void add_train_run_keys(KeyTable& t) {
            c.train.loss_scale = parse_loss_scale(lower(v));
          },
          [](const RunConfig& c) { return nlohmann::json(loss_scale_text(c.train.loss_scale)); }, std::nullopt}},
+       BOOL_KEY("train.cuda_graphs", train.cuda_graphs,
+                "one process on a GPU: each micro-batch's forward and backward captured once as CUDA graphs and "
+                "replayed (fp32 or bf16, dropout 0, dense models; the run's log says when a run cannot use them)"),
        BOOL_KEY("train.fp8_bf16_ends", train.fp8_bf16_ends,
                 "train.dtype=fp8: the first and last transformer blocks keep bf16 products (the head always does)"),
        {"train.fp8_scaling",

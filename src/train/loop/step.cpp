@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/gpu.h"
+#include "core/log.h"
 #include "core/profiler.h"
 #include "core/timer.h"
 #include "kernels/fp8.h"
@@ -31,6 +32,7 @@ class MicroBatches : public Schedule {
         gpu_async_(!s.dev.is_cpu() && !s.sync->communicates()) {
     if (gpu_async_)
       for (int64_t k = 0; k < 1 + 2 * s.cfg.optimizer.gas; ++k) marks_.push_back(std::make_unique<gpu::Event>());
+    if (s.cfg.train.cuda_graphs) graphs_ = use_graphs();
   }
 
   PassTimes run(int64_t it, std::vector<float>& losses) override {
@@ -59,6 +61,7 @@ class MicroBatches : public Schedule {
         ctx.grads_ready = sync.before_pass(static_cast<int>(micro), static_cast<int>(gas), static_cast<int>(j));
         ctx.defer_loss = gpu_async_;
         ctx.watch = s_.watch.get();
+        ctx.graphs = graphs_;
         const int32_t* xs = x_.data() + j * Bs * T;
         Timer tf;
         float l = m.forward(xs, y_.data() + j * Bs * T, Bs, T, ctx);
@@ -97,7 +100,24 @@ class MicroBatches : public Schedule {
   Session& s_;
   std::vector<int32_t> x_, y_;
   bool gpu_async_;
+  bool graphs_ = false;  // train.cuda_graphs, where the run allows them
   std::vector<std::unique_ptr<gpu::Event>> marks_;
+
+  // train.cuda_graphs: a lone GPU process whose passes have no host work inside (the model says which).
+  bool use_graphs() {
+    std::string why = s_.dev.is_cpu() ? "train.device is the CPU"
+                      : !gpu_async_   ? "the gradients are communicated during backward (several ranks)"
+                      : s_.watch      ? "train.detect_anomaly reads every layer's tensors on the host"
+                                      : s_.model->use_cuda_graphs();
+    if (!why.empty()) {
+      log::warn("train.cuda_graphs=true, but the passes run eagerly: {}", why);
+      return false;
+    }
+    log::info(
+        "CUDA graphs: each micro-batch's forward and backward captured at their second run and replayed "
+        "(train.cuda_graphs)");
+    return true;
+  }
 };
 
 // Pipeline parallel: the step's micro-batches through this rank's stage, as
@@ -192,7 +212,13 @@ void update(Session& s, int64_t it, float lr, double norm, StepResult& r) {
 }  // namespace
 
 std::unique_ptr<Schedule> make_schedule(Session& s) {
-  if (s.plan->pp_enabled()) return std::make_unique<PipelineSteps>(s);
+  if (s.plan->pp_enabled()) {
+    if (s.cfg.train.cuda_graphs)
+      log::warn(
+          "train.cuda_graphs=true, but the passes run eagerly: a pipeline stage's passes exchange activations "
+          "through the host");
+    return std::make_unique<PipelineSteps>(s);
+  }
   return std::make_unique<MicroBatches>(s);
 }
 

@@ -122,6 +122,7 @@ RunSummary train_loop(Session& s) {
   save_final_state(s, sum);
   settle_saves(s, true);
   if (prof::enabled()) log::info("profile (PARALLM_PROFILE=1):\n{}", prof::table());
+  if (const std::string g = s.model->graph_summary(); !g.empty()) log::info("{}", g);
   sum.best_val_loss = static_cast<float>(s.st.best_val_loss);
   sum.loss_scale = s.scaler->state().scale;
   sum.skipped_steps = s.scaler->state().skipped;
