@@ -98,8 +98,11 @@ class Graph {
   bool ready() const { return exec_ != nullptr; }
 
  private:
-  void* exec_ = nullptr;  // cudaGraphExec_t
+  void* exec_ = nullptr;    // cudaGraphExec_t
+  void* stream_ = nullptr;  // the stream it was captured on (its launches' and its destructor's)
 };
+
+bool capturing();  // a Graph's capture is under way: caches keep what it uses for the graph's life
 
 // Copies beside the compute stream, for communicators that carry device
 // buffers through host memory: the copies of one Staging run on a stream of

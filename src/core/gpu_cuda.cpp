@@ -74,11 +74,13 @@ class CachingAllocator {
   void capture_ends(bool made) {
     std::lock_guard<std::mutex> lk(mu_);
     capturing_ = false;
-    if (made) {
-      ++graphs_;
-      sealed_ = seq_;
-    }
+    if (made) ++graphs_;
+    sealed_ = seq_;  // also after a failed capture: a block it took from the graphs' lists stays theirs
     if (graphs_ == 0) share_graph_blocks();
+  }
+  bool capturing() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return capturing_;
   }
   void graph_dropped() {
     std::lock_guard<std::mutex> lk(mu_);
@@ -318,10 +320,14 @@ float Event::elapsed_ms_since(const Event& start) const {
   return ms;
 }
 
+bool capturing() {
+  return allocator().capturing();
+}
+
 Graph::Graph() = default;
 Graph::~Graph() {
   if (!exec_) return;
-  cudaStreamSynchronize(compute_stream());  // a replay still running keeps its blocks until it is done
+  cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));  // a replay still running keeps its blocks till done
   cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
   allocator().graph_dropped();
 }
@@ -345,6 +351,13 @@ std::string Graph::capture(const std::function<void()>& queue) {
     queue();
   } catch (const std::exception& x) {
     why = x.what();
+  } catch (...) {  // not ours: the capture is ended first, so the stream runs work again, then it goes on up
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(s, &g);
+    if (g) cudaGraphDestroy(g);
+    cudaGetLastError();
+    allocator().capture_ends(false);
+    throw;
   }
   cudaGraph_t g = nullptr;
   e = cudaStreamEndCapture(s, &g);
@@ -362,12 +375,14 @@ std::string Graph::capture(const std::function<void()>& queue) {
   cudaGetLastError();  // a failed capture's errors are not sticky: the stream runs on
   allocator().capture_ends(x != nullptr);
   exec_ = x;
+  stream_ = s;
   return why;
 }
 
 void Graph::launch() {
   PARALLM_CHECK(exec_, InternalError, "cuda.graph", "launch before a successful capture");
-  PARALLM_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), compute_stream()), "cuda.graph");
+  PARALLM_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), static_cast<cudaStream_t>(stream_)),
+                     "cuda.graph");
 }
 
 Staging::Staging() : device_(current_device()) {

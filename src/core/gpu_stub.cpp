@@ -106,6 +106,9 @@ bool Staging::done() {
   return true;
 }
 
+bool capturing() {
+  return false;
+}
 Graph::Graph() = default;
 Graph::~Graph() = default;
 std::string Graph::capture(const std::function<void()>&) {

@@ -83,6 +83,16 @@ void matmul_forward_fp8p(float* out, const float* inp, const float* weight, cons
                          int64_t OUT);
 void matmul_backward_fp8p(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, int64_t N, int64_t IN, int64_t OUT);
+// bf16 activations with FP8 products (train.fp8_activations=bf16; GPU only): inside an FP8 scope under
+// tensorwise scaling, on sm_89 and later with every dimension a multiple of 16, the operands' FP8 codes are drawn
+// from bf16 (E4M3 input and weight, E5M2 d(output)) and multiplied on FP8 tensor cores, out and d(input) written
+// in bf16 (bias and residual in the epilogue); anywhere else these are the bf16 products above.
+void matmul_forward_fp8b(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
+                         int64_t IN, int64_t OUT);
+void matmul_forward_residual_fp8b(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
+                                  const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT);
+void matmul_backward_fp8b(bfloat16* dinp, float* dweight, float* dbias, const bfloat16* dout, const bfloat16* inp,
+                          const bfloat16* weight, int64_t N, int64_t IN, int64_t OUT);
 // Under tensorwise scaling (fp8.h) on sm_89 and later, with every dimension a multiple of 16, the _fp8p
 // products run FP8 tensor cores (cuBLASLt): how many such GEMMs ran in this process (0 in a CPU-only build).
 int64_t fp8_tensor_core_gemms();

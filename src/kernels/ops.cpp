@@ -96,6 +96,14 @@ const ModelOps<bfloat16> kCudaBf16 = [] {
   t.matmul_forward_residual = &cuda::matmul_forward_residual;
   return t;
 }();
+// bf16 activations with FP8 products (GPU only): the bf16 table, its linear layers FP8's (matmul.h).
+const ModelOps<bfloat16> kCudaFp8Bf16 = [] {
+  ModelOps<bfloat16> t = kCudaBf16;
+  t.matmul_forward = &cuda::matmul_forward_fp8b;
+  t.matmul_forward_residual = &cuda::matmul_forward_residual_fp8b;
+  t.matmul_backward = &cuda::matmul_backward_fp8b;
+  return t;
+}();
 #undef PARALLM_FP32_OPS
 #undef PARALLM_MODEL_OPS
 }  // namespace
@@ -108,6 +116,12 @@ const ModelOps<bfloat16>& bf16_ops_for(Device dev) {
   PARALLM_CHECK(!dev.is_cpu(), ConfigError, "kernels",
                 "bf16 activations are GPU only; on the CPU bf16 mixed precision is cpu_bf16_product_ops()");
   return kCudaBf16;
+}
+
+const ModelOps<bfloat16>& fp8_bf16_ops_for(Device dev) {
+  PARALLM_CHECK(!dev.is_cpu(), ConfigError, "kernels",
+                "bf16 activations with FP8 products are GPU only (train.fp8_activations=bf16 needs train.device=cuda)");
+  return kCudaFp8Bf16;
 }
 
 const Ops& cpu_bf16_product_ops() {

@@ -109,6 +109,9 @@ const Ops& ops_for(Device dev);
 // The bf16-activation model kernels (GPU only: ConfigError on the CPU, whose
 // bf16 mixed precision is cpu_bf16_product_ops()).
 const ModelOps<bfloat16>& bf16_ops_for(Device dev);
+// The same with FP8 linear layers (train.fp8_activations=bf16; matmul.h's _fp8b): FP8 tensor cores inside an FP8
+// scope under tensorwise scaling, bf16 products elsewhere. GPU only (ConfigError on the CPU).
+const ModelOps<bfloat16>& fp8_bf16_ops_for(Device dev);
 // bf16 mixed precision on the CPU: the fp32 table with bf16 products in the
 // linear layers and the classifier (see cpu/gemm_bf16.h). ConfigError on a
 // CPU without bf16 matrix hardware.

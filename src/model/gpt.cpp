@@ -71,17 +71,19 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, G
     compute_ = DType::F32;
     products_ = CpuProducts::Bf16;
   }
+  // GPU FP8 with bf16 activations: the bf16 table's FP8 linear layers (kb_ below); else fp32 activations.
+  const bool fp8_bf16 = storage.fp8_products && compute_ == DType::BF16 && !dev.is_cpu();
   if (storage.f16_products || storage.fp8_products) {
-    PARALLM_CHECK(compute_ == DType::F32, ConfigError, "model",
+    PARALLM_CHECK(compute_ == DType::F32 || fp8_bf16, ConfigError, "model",
                   "{} products go with fp32 activations (the compute dtype is {})",
                   storage.f16_products ? "fp16" : "FP8", dtype_name(compute_));
-    k_ = storage.f16_products ? &kernels::f16_product_ops(dev) : &kernels::fp8_product_ops(dev);
+    if (!fp8_bf16) k_ = storage.f16_products ? &kernels::f16_product_ops(dev) : &kernels::fp8_product_ops(dev);
     products_ = storage.f16_products    ? CpuProducts::F16
                 : storage.fp8_bf16_ends ? CpuProducts::Fp8Ends
                                         : CpuProducts::Fp8;
   }
   const bool lowp = compute_ == DType::BF16;
-  if (lowp) kb_ = &kernels::bf16_ops_for(dev);
+  if (lowp) kb_ = fp8_bf16 ? &kernels::fp8_bf16_ops_for(dev) : &kernels::bf16_ops_for(dev);
   if (!dev.is_cpu()) gpu::set_device(dev.index);
   // bf16 copy of the parameters: GPU bf16 compute reads it; CPU bf16 products
   // take their weight operands from it instead of rounding them per product.
@@ -113,7 +115,7 @@ void GPT::build_layers() {
   split.set_buffers(scratch_at(acts_.plan().s_full), scratch_at(acts_.plan().s_gfull));
   const Attention attn{cpa_.get(), w.attn(), w.heads, NH, w.first_head, tp_ ? NH : 0};
   spec_ = ModelSpec::build(cfg_, layout_, std::move(split), attn, experts_);
-  rope_ = RopeTable(cfg_, dev_);
+  rope_ = RopeTable(cfg_, dev_, max_T_);
 }
 
 GPT::Buffers GPT::buffers(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev, int threads,

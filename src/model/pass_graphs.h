@@ -40,7 +40,11 @@ class PassGraphs {
   void run(const Key& key, const std::function<void()>& queue);
 
   int64_t launches() const { return launches_; }  // passes run from a graph (captures included)
-  int captured() const { return static_cast<int>(graphs_.size()); }
+  int captured() const {
+    int n = 0;
+    for (const Entry& e : graphs_) n += e.graph ? 1 : 0;
+    return n;
+  }
   const std::string& failure() const { return failure_; }  // why capturing stopped ("" while it works)
 
  private:

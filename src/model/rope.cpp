@@ -48,8 +48,10 @@ void rope_rows(float* out, const std::vector<float>& inv_freq, const int64_t* po
     }
 }
 
-RopeTable::RopeTable(const GPTConfig& cfg, Device dev) : dev_(dev) {
-  if (cfg.llama()) inv_ = rope_inv_freq(cfg);
+RopeTable::RopeTable(const GPTConfig& cfg, Device dev, int64_t max_rows) : dev_(dev) {
+  if (!cfg.llama()) return;
+  inv_ = rope_inv_freq(cfg);
+  table_ = DeviceArray<float>(static_cast<size_t>(max_rows) * 2 * inv_.size(), MemCategory::Activations, dev_);
 }
 
 const float* RopeTable::rows(int64_t T, int64_t start, const CpRuns& runs) {

@@ -30,7 +30,8 @@ void rope_rows(float* out, const std::vector<float>& inv_freq, const int64_t* po
 class RopeTable {
  public:
   RopeTable() = default;
-  RopeTable(const GPTConfig& cfg, Device dev);
+  // Room for max_rows positions at once, allocated now: the table never moves (a CUDA graph keeps its address).
+  RopeTable(const GPTConfig& cfg, Device dev, int64_t max_rows);
   bool active() const { return !inv_.empty(); }
   // The table of a pass of T local rows starting at position `start` (runs
   // empty), or of the local rows of a context-parallel pass (runs, Tg).

@@ -102,6 +102,58 @@ TEST_F(CudaLowp, TensorwiseFp8RunsFp8TensorCoresAndComputesTheCpusProducts) {
   expect_close(gdw_only.back(), dw_only, 1e-3, 1e-3, "dweight alone (+=)");
 }
 
+// train.fp8_activations=bf16: the same FP8 products from bf16 operands (values on the bf16 grid, so their codes
+// are the CPU's), out and d(input) rounded to bf16 once, a residual added in the epilogue.
+TEST_F(CudaLowp, Fp8WithBf16ActivationsRunsFp8TensorCoresAndComputesTheCpusProducts) {
+  if (gpu::compute_capability(gpu::current_device()) < 89) GTEST_SKIP() << "no FP8 tensor cores before sm_89";
+  const kernels::Fp8TensorwiseScope tw({true, {}});
+  const kernels::Fp8Scope on(true);
+  const int64_t N = 64, IN = 96, OUT = 48;
+  auto grid = [](std::vector<float> v) {
+    for (auto& x : v) x = bf16_to_f32(f32_to_bf16(x));
+    return v;
+  };
+  auto dev_bf = [](const std::vector<float>& v) {
+    std::vector<bfloat16> r(v.size());
+    for (size_t i = 0; i < v.size(); ++i) r[i].bits = f32_to_bf16(v[i]);
+    return Dev<bfloat16>(r);
+  };
+  auto back_f = [](const Dev<bfloat16>& d) {
+    std::vector<float> r;
+    for (const bfloat16& b : d.back()) r.push_back(bf16_to_f32(b.bits));
+    return r;
+  };
+  const auto x = grid(test::randv(N * IN, 31)), w = grid(test::randv(OUT * IN, 32, 0.1f));
+  const auto dy = grid(test::randv(N * OUT, 33)), b = grid(test::randv(OUT, 34)), res = grid(test::randv(N * OUT, 35));
+  const auto dw0 = test::randv(OUT * IN, 36), db0 = test::randv(OUT, 37);
+  std::vector<float> y(N * OUT), dx(N * IN), dw = dw0, db = db0;
+  kp::matmul_forward_fp8p(y.data(), x.data(), w.data(), b.data(), N, IN, OUT);
+  kp::matmul_backward_fp8p(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, IN, OUT);
+  std::vector<float> yr = y;
+  for (int64_t i = 0; i < N * OUT; ++i) yr[i] += res[i];
+  const int64_t before = kc::fp8_tensor_core_gemms();
+  Dev<bfloat16> gx = dev_bf(x), gw = dev_bf(w), gb = dev_bf(b), gdy = dev_bf(dy), gres = dev_bf(res);
+  Dev<bfloat16> gy = dev_bf(std::vector<float>(N * OUT, NAN)), gyr = dev_bf(std::vector<float>(N * OUT, NAN));
+  Dev<bfloat16> gdx = dev_bf(std::vector<float>(N * IN, NAN));
+  Dev<float> gdw(dw0), gdb(db0);
+  kc::matmul_forward_fp8b(gy.p(), gx.p(), gw.p(), gb.p(), N, IN, OUT);
+  kc::matmul_forward_residual_fp8b(gyr.p(), gx.p(), gw.p(), gb.p(), gres.p(), N, IN, OUT);
+  kc::matmul_backward_fp8b(gdx.p(), gdw.p(), gdb.p(), gdy.p(), gx.p(), gw.p(), N, IN, OUT);
+  EXPECT_EQ(kc::fp8_tensor_core_gemms(), before + 4) << "forward twice, input and weight gradients on FP8 cores";
+  expect_close(back_f(gy), y, 8e-3, 1e-2, "out (+ bias), bf16");
+  expect_close(back_f(gyr), yr, 8e-3, 1e-2, "out (+ bias + residual), bf16");
+  expect_close(back_f(gdx), dx, 8e-3, 1e-2, "dinp, bf16");
+  expect_close(gdw.back(), dw, 1e-3, 1e-3, "dweight (+=)");
+  expect_close(gdb.back(), db, 1e-4, 1e-3, "dbias (+=, fp32)");
+  // Outside an FP8 scope: the bf16 products.
+  const kernels::Fp8Scope off(false);
+  std::vector<float> ref(N * OUT);
+  kp::matmul_forward(ref.data(), x.data(), w.data(), b.data(), N, IN, OUT);
+  kc::matmul_forward_fp8b(gy.p(), gx.p(), gw.p(), gb.p(), N, IN, OUT);
+  EXPECT_EQ(kc::fp8_tensor_core_gemms(), before + 4);
+  expect_close(back_f(gy), ref, 8e-3, 1e-2, "out outside the scope (bf16 products)");
+}
+
 TEST_F(CudaLowp, Fp8RowsAreTheCpusBitForBit) {
   const int64_t N = 33, C = 40;
   std::vector<float> eye(C * C, 0.0f);

@@ -268,6 +268,30 @@ TEST(Config, Fp8ScalingIsCheckedAgainstTheDtypeAndTheModel) {
   EXPECT_EQ(error_of([&] { c.validate(); }).find("fp8_scaling"), std::string::npos);
 }
 
+// train.fp8_activations=bf16 (GPU FP8 tensor cores with bf16 activations): needs FP8, tensorwise scaling and a GPU;
+// it makes the compute dtype bf16. train.cuda_graphs is a plain switch, off by default.
+TEST(Config, Fp8ActivationsAreCheckedAgainstTheDtypeTheScalingAndTheDevice) {
+  train::RunConfig c;
+  const std::string bad = error_of([&] { c.set("train.fp8_activations", "fp16"); });
+  EXPECT_NE(bad.find("expected fp32 or bf16"), std::string::npos) << bad;
+  c.set("train.fp8_activations", "BF16");
+  EXPECT_EQ(c.to_json()["train.fp8_activations"], "bf16");
+  EXPECT_NE(error_of([&] { c.validate(); }).find("needs train.dtype=fp8"), std::string::npos);
+  c.set("train.dtype", "fp8");
+  EXPECT_EQ(c.compute_dtype(), DType::BF16);
+  EXPECT_NE(error_of([&] { c.validate(); }).find("needs train.fp8_scaling=tensorwise"), std::string::npos);
+  c.set("train.fp8_scaling", "tensorwise");
+  const std::string cpu = error_of([&] { c.validate(); });
+  EXPECT_NE(cpu.find("needs train.device=cuda"), std::string::npos) << cpu;
+  c.set("train.fp8_activations", "fp32");
+  EXPECT_EQ(c.compute_dtype(), DType::F32);
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_FALSE(c.train.cuda_graphs);
+  c.set("train.cuda_graphs", "true");
+  EXPECT_TRUE(c.train.cuda_graphs);
+  EXPECT_EQ(c.to_json()["train.cuda_graphs"], true);
+}
+
 namespace {
 optim::LossScaleConfig loss_scale_of(const std::string& value, const std::string& dtype, double init, int64_t window) {
   train::RunConfig c;

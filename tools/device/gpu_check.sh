@@ -25,8 +25,8 @@
 # steps), then GPT-2
 # 124M on GPT-2 BPE Shakespeare (data/shakespeare, packed where prepared)
 # 500 steps in bf16 and fp8, final losses compared); fp8speed: tokens/s at
-# the Llama-3.2-1B shape in bf16, fp8 rowwise and fp8 tensorwise (FP8 tensor
-# cores), the ratios to bf16; graphs: the CUDA graph tests, then baby GPT
+# the Llama-3.2-1B shape in bf16, fp8 rowwise, fp8 tensorwise (FP8 tensor
+# cores) and fp8 with bf16 activations (fp8b), the ratios to bf16; graphs: the CUDA graph tests, then baby GPT
 # (dropout 0) and GPT-2 124M in bf16 with train.cuda_graphs off and on, step
 # times and losses in one table; each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
@@ -91,6 +91,9 @@ if want tests; then
     tee $OUT/kernels.log | grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -60
   timeout 120 $W/bin/test_cuda_kernels --gtest_filter="$NEW" 2>&1 | tee $OUT/kernels_new.log |
     grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -40
+  step "CUDA graphs of the training passes against eager ones, and the allocator's graph blocks"
+  timeout 90 $W/bin/test_model --gtest_filter='CudaGraphs.*:PassGraphs.*' 2>&1 | tee $OUT/graphs_tests.log |
+    grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -20
   step "ZeRO's device buffers against the host's (one rank, stages 1-3, offload)"
   timeout 60 $W/bin/test_zero_cuda 2>&1 | tee $OUT/zero_cuda.log | grep -E -A3 "PASSED|FAILED|SKIPPED|Failure" | head -20
   step "golden GPT tests (CPU; GPU fp32 and bf16)"
@@ -255,14 +258,16 @@ $(python3 "${OLDPWD}/bench/compare_runs.py" --quiet $W/out/res_$tag $W/out/${tag
   (cd $OUT && tar -czf ranks.tar.gz ranks_*.log && rm -f ranks_*.log)
 fi
 if want fp8speed; then
-  step "FP8 at the Llama-3.2-1B shape, batch ${F8_B:=4} x 2048: tokens/s of bf16, fp8 rowwise, fp8 tensorwise (FP8 cores)"
+  step "FP8 at the Llama-3.2-1B shape, batch ${F8_B:=4} x 2048: tokens/s of bf16, fp8 rowwise, fp8 tensorwise (FP8"
+  step "  cores, fp32 activations) and fp8b (FP8 cores, bf16 activations: train.fp8_activations=bf16)"
   F8="model.arch=llama model.n_layer=16 model.n_head=32 model.n_kv_head=8 model.n_embd=2048 model.head_dim=64
       model.intermediate_size=8192 model.vocab_size=128256 model.block_size=2048 model.tie_embeddings=true
       model.dropout=0 model.batch_size=$F8_B train.device=cuda train.max_iters=${F8_ITERS:-12} train.eval_interval=100000
       train.eval_iters=1 train.log_interval=1 train.sample_tokens=0 train.overwrite=true train.final_eval=false
       data.dir=$W/data/shakespeare_char train.progress=false"
   for v in "bf16 train.dtype=bf16" "fp8row train.dtype=fp8 train.fp8_bf16_ends=false" \
-    "fp8tw train.dtype=fp8 train.fp8_bf16_ends=false train.fp8_scaling=tensorwise"; do
+    "fp8tw train.dtype=fp8 train.fp8_bf16_ends=false train.fp8_scaling=tensorwise" \
+    "fp8b train.dtype=fp8 train.fp8_bf16_ends=false train.fp8_scaling=tensorwise train.fp8_activations=bf16"; do
     set -- $v
     tag=$1 && shift
     timeout 150 ./bin/parallm train $F8 "$@" train.out_dir=$W/out/f8_$tag > $OUT/fp8speed_$tag.log 2>&1 ||
@@ -278,7 +283,7 @@ def tps(tag):
         r = []  # the run did not start (its log says why)
     return statistics.median(x["tokens_per_s"] for x in r[3:]) if len(r) > 3 else float("nan")
 b = tps("bf16")
-for tag in ("fp8row", "fp8tw"):
+for tag in ("fp8row", "fp8tw", "fp8b"):
     t = tps(tag)
     print(f"{tag}: {t:,.0f} tokens/s, {t / b:.2f}x bf16's {b:,.0f} (bar for FP8: 1.25x)")
 PY
@@ -299,10 +304,13 @@ if want lowp; then
       $W/out/lowp_${dt}_cpu | sed -n '2p' | tr '\n' ' ')"
   done
   if [ -f $W/data/shakespeare/train.bin ]; then
-    step "GPT-2 124M on GPT-2 BPE Shakespeare, 500 steps, 8 x 1024: bf16 and fp8 (final loss within 0.01)"
-    for dt in bf16 fp8; do
+    step "GPT-2 124M on GPT-2 BPE Shakespeare, 500 steps, 8 x 1024: bf16, fp8 and fp8 with bf16 activations"
+    step "  (final loss within 0.01 of bf16's)"
+    for dt in bf16 fp8 fp8b; do
+      K="train.dtype=$dt"
+      [ $dt = fp8b ] && K="train.dtype=fp8 train.fp8_scaling=tensorwise train.fp8_activations=bf16"
       timeout 240 ./bin/parallm train model.n_layer=12 model.n_head=12 model.n_embd=768 model.block_size=1024 \
-        model.vocab_size=50304 model.batch_size=8 model.dropout=0 train.device=cuda train.dtype=$dt \
+        model.vocab_size=50304 model.batch_size=8 model.dropout=0 train.device=cuda $K \
         train.max_iters=${LOWP_ITERS:-500} train.eval_interval=250 train.eval_iters=20 train.log_interval=50 \
         optimizer.learning_rate=6e-4 optimizer.warmup_iters=50 optimizer.lr_decay_iters=${LOWP_ITERS:-500} \
         train.sample_tokens=0 train.out_dir=$W/out/bpe_$dt train.overwrite=true data.dir=$W/data/shakespeare \

@@ -212,6 +212,7 @@ enum class Dir { Forward, Backward, BackwardFast };
 // buffer of the entry's own.
 struct Entry {
   dnn::Plan plan;
+  bool pinned = false;  // used by a CUDA graph's capture: kept (a replay runs its compiled kernels and workspace)
   int64_t acc_bytes = 0, sum_bytes = 0, total = 0;
   gpu::DeviceBuffer own;
   char* workspace(float* caller, int64_t caller_floats) {
@@ -230,9 +231,14 @@ constexpr int64_t round256(int64_t n) {
 Entry* plan_for(Dir dir, const Shape& s) {
   static std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<Entry>> cache;
   auto key = std::make_tuple(static_cast<int>(dir), s.B, s.T, s.NH, s.HS);
-  if (auto it = cache.find(key); it != cache.end()) return it->second.get();
-  if (cache.size() >= 64) cache.clear();  // sampling makes a shape per sequence length
+  if (auto it = cache.find(key); it != cache.end()) {
+    it->second->pinned = it->second->pinned || gpu::capturing();
+    return it->second.get();
+  }
+  if (cache.size() >= 64)  // sampling makes a shape per sequence length
+    std::erase_if(cache, [](const auto& kv) { return !kv.second->pinned; });
   auto e = std::make_unique<Entry>();
+  e->pinned = gpu::capturing();
   std::string why;
   try {
     e->plan = dir == Dir::Forward ? build_forward(s, why) : build_backward(s, dir == Dir::Backward, why);

@@ -59,14 +59,16 @@ __device__ int scale_exponent(float amax, float max) {
   return e;
 }
 
-// One block per row: the largest |x| (inf where any element is not finite).
-__global__ void row_amax_kernel(float* amax, const float* src, int64_t cols) {
+// One block per row: the largest |x| (inf where any element is not finite); fp32 or bf16 rows.
+template <class S>
+__global__ void row_amax_kernel(float* amax, const S* src, int64_t cols) {
   __shared__ float sh[32];
-  const float* s = src + blockIdx.x * cols;
+  const S* s = src + blockIdx.x * cols;
   float m = 0.0f, bad = 0.0f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    m = fmaxf(m, fabsf(s[j]));
-    if (!isfinite(s[j])) bad = 1.0f;
+    const float v = to_f(s[j]);
+    m = fmaxf(m, fabsf(v));
+    if (!isfinite(v)) bad = 1.0f;
   }
   m = block_max(m, sh);
   bad = block_max(bad, sh);
@@ -117,21 +119,21 @@ __global__ void fp8_scale_kernel(float* scale, const float* amax, float max) {
 
 // FP8 codes of src * scale[1] (nearest even, saturating: cvt.rn.satfinite, cpu/fp8.cpp's rounding), [rows, cols]
 // as they are, or transposed into [cols, rows] through 32 x 32 tiles.
-template <class F>
-__global__ void fp8_codes_kernel(uint8_t* dst, const float* src, int64_t n, const float* scale) {
+template <class F, class S>
+__global__ void fp8_codes_kernel(uint8_t* dst, const S* src, int64_t n, const float* scale) {
   const float s = scale[1];
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = F(src[i] * s).__x;
+    dst[i] = F(to_f(src[i]) * s).__x;
 }
-template <class F>
-__global__ void fp8_codes_t_kernel(uint8_t* dst, const float* src, int64_t rows, int64_t cols, const float* scale) {
+template <class F, class S>
+__global__ void fp8_codes_t_kernel(uint8_t* dst, const S* src, int64_t rows, int64_t cols, const float* scale) {
   __shared__ float tile[32][33];
   const float s = scale[1];
   const int64_t r0 = blockIdx.x * 32LL, c0 = blockIdx.y * 32LL;  // rows (tokens, possibly many) on x
   for (int k = threadIdx.y; k < 32; k += blockDim.y) {
     const int64_t r = r0 + k, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) tile[k][threadIdx.x] = src[r * cols + c];
+    if (r < rows && c < cols) tile[k][threadIdx.x] = to_f(src[r * cols + c]);
   }
   __syncthreads();
   for (int k = threadIdx.y; k < 32; k += blockDim.y) {
@@ -143,9 +145,10 @@ __global__ void fp8_codes_t_kernel(uint8_t* dst, const float* src, int64_t rows,
 std::atomic<int64_t> g_fp8_gemms{0};
 
 // One operand's tensorwise scale (into scale[0..1]) from its maximum, reduced over the tensor's ranks.
-void tensor_scale(float* scale, const float* src, int64_t rows, int64_t cols, Fp8Format f, const Fp8Tensorwise& tw) {
+template <class S>
+void tensor_scale(float* scale, const S* src, int64_t rows, int64_t cols, Fp8Format f, const Fp8Tensorwise& tw) {
   float* amax = lowp_scratch<float>(3, rows);
-  row_amax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(amax, src, cols);
+  row_amax_kernel<S><<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(amax, src, cols);
   collapse_amax_kernel<<<1, kThreads, 0, stream()>>>(amax, rows);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.fp8_scale");
   tw.reduce(amax, 1);
@@ -154,22 +157,23 @@ void tensor_scale(float* scale, const float* src, int64_t rows, int64_t cols, Fp
 }
 
 // The operand's codes in slot `slot`, [rows, cols] or transposed.
-const uint8_t* fp8_codes(int slot, const float* src, int64_t rows, int64_t cols, Fp8Format f, const float* scale,
+template <class S>
+const uint8_t* fp8_codes(int slot, const S* src, int64_t rows, int64_t cols, Fp8Format f, const float* scale,
                          bool transposed) {
   uint8_t* d = lowp_scratch<uint8_t>(slot, rows * cols);
   const bool e4 = f == Fp8Format::E4M3;
   if (!transposed) {
     const int64_t n = rows * cols;
     if (e4)
-      fp8_codes_kernel<__nv_fp8_e4m3><<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(d, src, n, scale);
+      fp8_codes_kernel<__nv_fp8_e4m3, S><<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(d, src, n, scale);
     else
-      fp8_codes_kernel<__nv_fp8_e5m2><<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(d, src, n, scale);
+      fp8_codes_kernel<__nv_fp8_e5m2, S><<<capped_blocks(n, kThreads), kThreads, 0, stream()>>>(d, src, n, scale);
   } else {
     const dim3 grid(static_cast<unsigned>((rows + 31) / 32), static_cast<unsigned>((cols + 31) / 32)), block(32, 8);
     if (e4)
-      fp8_codes_t_kernel<__nv_fp8_e4m3><<<grid, block, 0, stream()>>>(d, src, rows, cols, scale);
+      fp8_codes_t_kernel<__nv_fp8_e4m3, S><<<grid, block, 0, stream()>>>(d, src, rows, cols, scale);
     else
-      fp8_codes_t_kernel<__nv_fp8_e5m2><<<grid, block, 0, stream()>>>(d, src, rows, cols, scale);
+      fp8_codes_t_kernel<__nv_fp8_e5m2, S><<<grid, block, 0, stream()>>>(d, src, rows, cols, scale);
   }
   PARALLM_CUDA_LAUNCHED("kernels.cuda.fp8_codes");
   return d;
@@ -239,7 +243,7 @@ void lowp_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16
 void fp8_rows(bfloat16* dst, const float* src, int64_t rows, int64_t cols, Fp8Format f, const Fp8RowMax& reduce,
               float* amax) {
   if (rows <= 0) return;
-  row_amax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(amax, src, cols);
+  row_amax_kernel<float><<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(amax, src, cols);
   PARALLM_CUDA_LAUNCHED("kernels.cuda.fp8_rows");
   const Fp8Tensorwise& tw = fp8_context().tensorwise;
   int64_t astride = 1;
@@ -322,7 +326,70 @@ bool backward_fp8_cores(float* dinp, float* dweight, const float* dout, const fl
   }
   return true;
 }
+
+// bf16 activations (train.fp8_activations=bf16): the operands' codes from bf16 (the activations, the bf16 weight
+// copy), out in bf16 with the bias and a residual in the GEMM's epilogue. False, before anything is spent, where
+// cuBLASLt declines the product.
+bool forward_fp8_bf16(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
+                      const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT) {
+  if (!fp8_tensor_cores(N, IN, OUT) || !lt_fp8_ready(out, true, bias != nullptr, N, OUT, IN)) return false;
+  const Fp8Tensorwise& tw = fp8_context().tensorwise;
+  float* s = lowp_scratch<float>(2, 6);
+  tensor_scale(s, inp, N, IN, Fp8Format::E4M3, tw);
+  tensor_scale(s + 2, weight, OUT, IN, Fp8Format::E4M3, tw);
+  const uint8_t* x = fp8_codes(0, inp, N, IN, Fp8Format::E4M3, s, false);
+  const uint8_t* w = fp8_codes(1, weight, OUT, IN, Fp8Format::E4M3, s + 2, false);
+  PARALLM_CHECK(lt_fp8_gemm(out, x, true, w, N, OUT, IN, s, s + 2, bias, residual), InternalError,
+                "kernels.cuda.fp8_gemm", "a planned FP8 product ({} x {} x {}) was declined", N, OUT, IN);
+  g_fp8_gemms += 1;
+  return true;
+}
+
+// d(input) in bf16 from E5M2 d(output) and the E4M3 weight; d(weight) += in fp32, as backward_fp8_cores.
+bool backward_fp8_bf16(bfloat16* dinp, float* dweight, const bfloat16* dout, const bfloat16* inp,
+                       const bfloat16* weight, int64_t N, int64_t IN, int64_t OUT) {
+  if (!fp8_tensor_cores(N, IN, OUT) || (dinp && !lt_fp8_ready(dinp, false, false, N, IN, OUT)) ||
+      (dweight && !lt_fp8_ready(dweight, false, true, OUT, IN, N)))
+    return false;
+  const Fp8Tensorwise& tw = fp8_context().tensorwise;
+  float* s = lowp_scratch<float>(2, 6);
+  tensor_scale(s, dout, N, OUT, Fp8Format::E5M2, tw);
+  if (dinp) {
+    tensor_scale(s + 2, weight, OUT, IN, Fp8Format::E4M3, tw);
+    const uint8_t* d = fp8_codes(0, dout, N, OUT, Fp8Format::E5M2, s, false);
+    const uint8_t* wt = fp8_codes(2, weight, OUT, IN, Fp8Format::E4M3, s + 2, true);
+    PARALLM_CHECK(lt_fp8_gemm(dinp, d, false, wt, N, IN, OUT, s, s + 2, nullptr, nullptr), InternalError,
+                  "kernels.cuda.fp8_gemm", "a planned FP8 product ({} x {} x {}) was declined", N, IN, OUT);
+    g_fp8_gemms += 1;
+  }
+  if (dweight) {
+    tensor_scale(s + 4, inp, N, IN, Fp8Format::E4M3, tw);
+    const uint8_t* dt = fp8_codes(3, dout, N, OUT, Fp8Format::E5M2, s, true);
+    const uint8_t* xt = fp8_codes(1, inp, N, IN, Fp8Format::E4M3, s + 4, true);
+    planned_fp8_gemm(dweight, dt, false, xt, OUT, IN, N, s, s + 4, 1.0f);
+  }
+  return true;
+}
 }  // namespace
+
+void matmul_forward_fp8b(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
+                         int64_t IN, int64_t OUT) {
+  if (fp8_context().on && forward_fp8_bf16(out, inp, weight, bias, nullptr, N, IN, OUT)) return;
+  matmul_forward(out, inp, weight, bias, N, IN, OUT);
+}
+void matmul_forward_residual_fp8b(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
+                                  const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT) {
+  if (fp8_context().on && forward_fp8_bf16(out, inp, weight, bias, residual, N, IN, OUT)) return;
+  matmul_forward_residual(out, inp, weight, bias, residual, N, IN, OUT);
+}
+void matmul_backward_fp8b(bfloat16* dinp, float* dweight, float* dbias, const bfloat16* dout, const bfloat16* inp,
+                          const bfloat16* weight, int64_t N, int64_t IN, int64_t OUT) {
+  if (fp8_context().on && (dinp || dweight) && backward_fp8_bf16(dinp, dweight, dout, inp, weight, N, IN, OUT)) {
+    if (dbias) matmul_backward(static_cast<bfloat16*>(nullptr), nullptr, dbias, dout, nullptr, nullptr, N, IN, OUT);
+    return;
+  }
+  matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
+}
 
 // cpu/matmul.cpp's FP8 products: inside an FP8 scope each operand's rows scaled and rounded (E4M3 for the input
 // and the weight, E5M2 for d(output)), each row's maximum reduced over the layer's split; outside it bf16-rounded.

@@ -93,8 +93,10 @@ uint32_t alignment_of(const void* p) {
 }
 
 // Row-major C[M, N] = A[M, K] B[N, K]^T is column-major C^T (N x M) = B (op T of its K x N view) times A^T
-// (its K x M view): cuBLASLt's A slot takes B, its B slot takes A; C and D are fp32.
-std::unique_ptr<Plan> make_fp8_plan(int64_t M, int64_t N, int64_t K, bool a_e4m3, bool b_e4m3, uint32_t c_align) {
+// (its K x M view): cuBLASLt's A slot takes B, its B slot takes A; C and D fp32, or bf16 (bf16 activations, with a
+// bf16 bias over N in the epilogue where `bias`).
+std::unique_ptr<Plan> make_fp8_plan(int64_t M, int64_t N, int64_t K, bool a_e4m3, bool b_e4m3, uint32_t c_align,
+                                    bool bf16_out, bool bias) {
   const char* where = "kernels.cuda.fp8_gemm";
   auto p = std::make_unique<Plan>();
   if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return p;
@@ -106,23 +108,31 @@ std::unique_ptr<Plan> make_fp8_plan(int64_t M, int64_t N, int64_t K, bool a_e4m3
                "cublasLtMatmulDescSetAttribute(TRANSB)");
   check_cublas(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)), where,
                "cublasLtMatmulDescSetAttribute(FAST_ACCUM)");
+  if (bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bt = CUDA_R_16BF;
+    check_cublas(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), where,
+                 "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+    check_cublas(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)), where,
+                 "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
+  }
   const cudaDataType_t ea = b_e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2, eb = a_e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
   if (cublasLtMatrixLayoutCreate(&p->a, ea, K, N, K) != CUBLAS_STATUS_SUCCESS ||
       cublasLtMatrixLayoutCreate(&p->b, eb, K, M, K) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, N, M, N) != CUBLAS_STATUS_SUCCESS)
+      cublasLtMatrixLayoutCreate(&p->c, bf16_out ? CUDA_R_16BF : CUDA_R_32F, N, M, N) != CUBLAS_STATUS_SUCCESS)
     return p;
   pick_algorithm(*p, c_align);
   return p;
 }
 
-using Fp8Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, uint32_t>;
+using Fp8Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, uint32_t, bool, bool>;  // ..., bf16 out, bias
 Plan& fp8_plan(const Fp8Key& key) {
   static std::map<Fp8Key, std::unique_ptr<Plan>> plans;
   if (plans.size() >= 256) plans.clear();
   auto& plan = plans[key];
   if (!plan) {
-    const auto& [M, N, K, a4, b4, al] = key;
-    plan = make_fp8_plan(M, N, K, a4, b4, al);
+    const auto& [M, N, K, a4, b4, al, bf, bias] = key;
+    plan = make_fp8_plan(M, N, K, a4, b4, al, bf, bias);
   }
   return *plan;
 }
@@ -134,13 +144,17 @@ gpu::DeviceBuffer& workspace() {
 }  // namespace
 
 bool lt_fp8_ready(const float* C, bool a_e4m3, bool b_e4m3, int64_t M, int64_t N, int64_t K) {
-  return M > 0 && N > 0 && K > 0 && fp8_plan({M, N, K, a_e4m3, b_e4m3, alignment_of(C)}).ok;
+  return M > 0 && N > 0 && K > 0 && fp8_plan({M, N, K, a_e4m3, b_e4m3, alignment_of(C), false, false}).ok;
+}
+
+bool lt_fp8_ready(const bfloat16* D, bool a_e4m3, bool bias, int64_t M, int64_t N, int64_t K) {
+  return M > 0 && N > 0 && K > 0 && fp8_plan({M, N, K, a_e4m3, true, alignment_of(D), true, bias}).ok;
 }
 
 bool lt_fp8_gemm(float* C, const uint8_t* A, bool a_e4m3, const uint8_t* B, bool b_e4m3, int64_t M, int64_t N,
                  int64_t K, const float* sa, const float* sb, float beta) {
   if (M <= 0 || N <= 0) return true;
-  Plan* plan = &fp8_plan({M, N, K, a_e4m3, b_e4m3, alignment_of(C)});
+  Plan* plan = &fp8_plan({M, N, K, a_e4m3, b_e4m3, alignment_of(C), false, false});
   if (!plan->ok) return false;
   const char* where = "kernels.cuda.fp8_gemm";
   // cuBLASLt's A slot holds B: its scale is sb.
@@ -150,6 +164,27 @@ bool lt_fp8_gemm(float* C, const uint8_t* A, bool a_e4m3, const uint8_t* B, bool
                "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
   const float alpha = 1.0f;
   check_cublas(cublasLtMatmul(lt_handle(), plan->desc, &alpha, B, plan->a, A, plan->b, &beta, C, plan->c, C, plan->c,
+                              &plan->algo, workspace().as<void>(), kWorkspaceBytes, stream()),
+               where, "cublasLtMatmul");
+  return true;
+}
+
+bool lt_fp8_gemm(bfloat16* D, const uint8_t* A, bool a_e4m3, const uint8_t* B, int64_t M, int64_t N, int64_t K,
+                 const float* sa, const float* sb, const bfloat16* bias, const bfloat16* residual) {
+  if (M <= 0 || N <= 0) return true;
+  Plan* plan = &fp8_plan({M, N, K, a_e4m3, true, alignment_of(D), true, bias != nullptr});
+  if (!plan->ok) return false;
+  const char* where = "kernels.cuda.fp8_gemm";
+  check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof(sb)), where,
+               "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
+  check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof(sa)), where,
+               "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+  if (bias)
+    check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+                 where, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+  const float alpha = 1.0f, beta = residual ? 1.0f : 0.0f;
+  const void* c = residual ? static_cast<const void*>(residual) : static_cast<const void*>(D);
+  check_cublas(cublasLtMatmul(lt_handle(), plan->desc, &alpha, B, plan->a, A, plan->b, &beta, c, plan->c, D, plan->c,
                               &plan->algo, workspace().as<void>(), kWorkspaceBytes, stream()),
                where, "cublasLtMatmul");
   return true;

@@ -42,6 +42,17 @@ void matmul_forward_fp8p(float*, const float*, const float*, const float*, int64
 void matmul_backward_fp8p(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t) {
   not_built("matmul_backward_fp8p");
 }
+void matmul_forward_fp8b(bfloat16*, const bfloat16*, const bfloat16*, const bfloat16*, int64_t, int64_t, int64_t) {
+  not_built("matmul_forward_fp8b");
+}
+void matmul_forward_residual_fp8b(bfloat16*, const bfloat16*, const bfloat16*, const bfloat16*, const bfloat16*,
+                                  int64_t, int64_t, int64_t) {
+  not_built("matmul_forward_residual_fp8b");
+}
+void matmul_backward_fp8b(bfloat16*, float*, float*, const bfloat16*, const bfloat16*, const bfloat16*, int64_t,
+                          int64_t, int64_t) {
+  not_built("matmul_backward_fp8b");
+}
 int64_t fp8_tensor_core_gemms() {
   return 0;
 }

@@ -175,14 +175,17 @@ void check_device(const RunConfig& c) {
                 "train.dtype=bf16 on the CPU needs bf16 matrix hardware (AMX or AVX-512 BF16), which this CPU lacks "
                 "(oneDNN offers \"{}\"); use train.dtype=fp32",
                 kernels::bf16_products_impl());
+  PARALLM_CHECK(!t.fp8_bf16_activations || !t.device.is_cpu(), ConfigError, "config",
+                "train.fp8_activations=bf16 runs FP8 tensor cores with bf16 activations: it needs train.device=cuda "
+                "(the CPU emulates FP8 with fp32 activations: train.fp8_activations=fp32)");
   if (t.device.is_cpu()) return;
   const std::string dev = t.device_by_rank ? "cuda" : t.device.str();
   PARALLM_CHECK(gpu::built(), ConfigError, "config",
                 "train.device={}: this parallm was built without CUDA (configure with -DPARALLM_CUDA=ON)", dev);
   PARALLM_CHECK(
-      c.parallel.cp == 1 || c.parallel.cp_kind != model::CpKind::Ring || t.dtype != Precision::BF16, ConfigError,
+      c.parallel.cp == 1 || c.parallel.cp_kind != model::CpKind::Ring || c.compute_dtype() != DType::BF16, ConfigError,
       "config",
-      "parallel.cp_kind=ring with train.dtype=bf16 on the GPU (train.device={}): the ring's block kernels are "
+      "parallel.cp_kind=ring with bf16 activations on the GPU (train.device={}): the ring's block kernels are "
       "fp32 for now; use train.dtype=fp32, or parallel.cp_kind=ulysses",
       dev);
 }
@@ -210,6 +213,11 @@ void RunConfig::validate() const {
   check_switch("train.save_switch", train.save_switch);
   PARALLM_CHECK(!train.fp8_tensorwise || train.dtype == Precision::FP8, ConfigError, "config",
                 "train.fp8_scaling=tensorwise scales FP8 products: it needs train.dtype=fp8");
+  PARALLM_CHECK(!train.fp8_bf16_activations || train.dtype == Precision::FP8, ConfigError, "config",
+                "train.fp8_activations=bf16 sets the activations around FP8 products: it needs train.dtype=fp8");
+  PARALLM_CHECK(!train.fp8_bf16_activations || train.fp8_tensorwise, ConfigError, "config",
+                "train.fp8_activations=bf16 multiplies on FP8 tensor cores, which take one scale per operand: it needs "
+                "train.fp8_scaling=tensorwise");
   // An expert's products run on the ranks its tokens went to, a different number of times on each: a maximum over
   // the stage's ranks per product would wait for ranks that never compute it.
   PARALLM_CHECK(!train.fp8_tensorwise || model.moe.experts == 0, ConfigError, "config",

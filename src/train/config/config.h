@@ -75,11 +75,12 @@ struct TrainSection {
   bool device_by_rank = false;    // "cuda" without an index: the GPU of this rank (NCCL picks it by local rank)
   Precision dtype = Precision::FP32;
   LossScaleSetting loss_scale;
-  bool fp8_bf16_ends = true;         // fp8: the first and last blocks' products bf16 (the head's always are)
-  bool fp8_tensorwise = false;       // fp8: one scale per operand over its ranks (train.fp8_scaling=tensorwise)
-  bool cuda_graphs = false;          // a lone GPU process: training passes replayed from CUDA graphs (pass_graphs.h)
-  double loss_scale_init = 65536;    // dynamic: the first scale
-  int64_t loss_scale_window = 2000;  // dynamic: finite steps in a row before the scale doubles
+  bool fp8_bf16_ends = true;          // fp8: the first and last blocks' products bf16 (the head's always are)
+  bool fp8_tensorwise = false;        // fp8: one scale per operand over its ranks (train.fp8_scaling=tensorwise)
+  bool fp8_bf16_activations = false;  // fp8 on the GPU: bf16 activations around the FP8 products (fp8_activations)
+  bool cuda_graphs = false;           // a lone GPU process: training passes replayed from CUDA graphs (pass_graphs.h)
+  double loss_scale_init = 65536;     // dynamic: the first scale
+  int64_t loss_scale_window = 2000;   // dynamic: finite steps in a row before the scale doubles
   // The loss-spike guard (train/controls/spike_guard.h): z-scores above which a step is skipped (0: off).
   double skip_loss_zscore = 0, skip_grad_zscore = 0;
   int64_t skip_window = 100;          // applied steps the mean and deviation are taken over
@@ -136,7 +137,10 @@ struct RunConfig {
   ParallelSection parallel;
 
   // The dtype the model computes in (train.dtype).
-  DType compute_dtype() const { return train.dtype == Precision::BF16 ? DType::BF16 : DType::F32; }
+  DType compute_dtype() const {
+    return train.dtype == Precision::BF16 || (train.dtype == Precision::FP8 && train.fp8_bf16_activations) ? DType::BF16
+                                                                                                           : DType::F32;
+  }
   // The mesh's degrees as configured (dp 0: derived from the world).
   parallel::MeshDims mesh_dims() const;
 

@@ -425,6 +425,19 @@ void add_train_run_keys(KeyTable& t) {
          },
          [](const RunConfig& c) { return nlohmann::json(c.train.fp8_tensorwise ? "tensorwise" : "rowwise"); },
          std::nullopt}},
+       {"train.fp8_activations",
+        {"string",
+         "train.dtype=fp8 on the GPU: fp32 (the activations fp32, the products computed as the CPU's emulation) | "
+         "bf16 (bf16 activations around FP8 tensor-core products, the speed FP8 is for; needs "
+         "train.fp8_scaling=tensorwise)",
+         [](RunConfig& c, const std::string& k, const std::string& v) {
+           const std::string l = lower(v);
+           PARALLM_CHECK(l == "fp32" || l == "bf16", ConfigError, "config", "{}: expected fp32 or bf16, got \"{}\"", k,
+                         v);
+           c.train.fp8_bf16_activations = l == "bf16";
+         },
+         [](const RunConfig& c) { return nlohmann::json(c.train.fp8_bf16_activations ? "bf16" : "fp32"); },
+         std::nullopt}},
        FLOAT_KEY("train.loss_scale_init", train.loss_scale_init, closed(1, 0x1p64),
                  "dynamic loss scaling: the first scale (a power of two)"),
        INT_KEY("train.loss_scale_window", train.loss_scale_window, 1, INT32_MAX,

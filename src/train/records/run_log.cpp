@@ -47,6 +47,10 @@ void log_precision(const Session& s) {
         : cfg.train.dtype == Precision::FP16
             ? "fp16 products (operands rounded to binary16, fp16 tensor cores, fp32 accumulation), fp32 activations "
               "and state"
+        : cfg.train.dtype == Precision::FP8 && cfg.train.fp8_bf16_activations
+            ? "FP8 products on FP8 tensor cores (one scale per tensor; sm_89 and later, every dimension a multiple of "
+              "16, else bf16 products), bf16 activations (train.fp8_activations=bf16), fp32 master weights, "
+              "gradients and optimizer state"
         : cfg.train.dtype == Precision::FP8 && cfg.train.fp8_tensorwise
             ? "FP8 products (one scale per tensor, rounded to E4M3 / E5M2 as on the CPU; on FP8 tensor cores from "
               "sm_89 where every dimension is a multiple of 16, else bf16 ones), fp32 activations and state"
