@@ -113,7 +113,7 @@ class GPT {
   DType compute_;
   const kernels::Ops* k_;
   const kernels::ModelOps<bfloat16>* kb_ = nullptr;  // bf16 compute only
-  CpuProducts products_ = CpuProducts::Fp32;         // CPU: fp32 activations, low-precision products
+  CpuProducts products_ = CpuProducts::Fp32;         // low-precision products (fp32 activations, or GPU FP8 bf16)
   TensorGroup* tp_ = nullptr;                        // null: the whole model on this rank
   ExpertPart experts_;                               // MoE: the data and expert-parallel groups
   bool sp_ = false;                                  // sequence parallel (with tp_)

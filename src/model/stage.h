@@ -24,8 +24,8 @@ struct GPTStorage {
   bool params = true;
   bool grads = true;
   DType compute = DType::F32;
-  bool f16_products = false;    // CPU, fp32 compute: fp16 products (train.dtype=fp16, emulated; kernels/ops.h)
-  bool fp8_products = false;    // CPU, fp32 compute: FP8 products (train.dtype=fp8, emulated; kernels/fp8.h) ...
+  bool f16_products = false;    // fp32 compute: fp16 products (train.dtype=fp16; emulated on the CPU; kernels/ops.h)
+  bool fp8_products = false;    // FP8 products (train.dtype=fp8; kernels/fp8.h): fp32 compute, or on a GPU bf16 ...
   bool fp8_bf16_ends = true;    // ... but bf16 in the first and last blocks (the head's are bf16 always)
   bool fp8_tensorwise = false;  // ... scaled per tensor over its ranks (train.fp8_scaling; the plan's reduction)
 };

@@ -332,14 +332,14 @@ bool backward_fp8_cores(float* dinp, float* dweight, const float* dout, const fl
 // cuBLASLt declines the product.
 bool forward_fp8_bf16(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
                       const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT) {
-  if (!fp8_tensor_cores(N, IN, OUT) || !lt_fp8_ready(out, true, bias != nullptr, N, OUT, IN)) return false;
+  if (!fp8_tensor_cores(N, IN, OUT) || !lt_fp8_linear_ready(out, true, bias, residual, N, OUT, IN)) return false;
   const Fp8Tensorwise& tw = fp8_context().tensorwise;
   float* s = lowp_scratch<float>(2, 6);
   tensor_scale(s, inp, N, IN, Fp8Format::E4M3, tw);
   tensor_scale(s + 2, weight, OUT, IN, Fp8Format::E4M3, tw);
   const uint8_t* x = fp8_codes(0, inp, N, IN, Fp8Format::E4M3, s, false);
   const uint8_t* w = fp8_codes(1, weight, OUT, IN, Fp8Format::E4M3, s + 2, false);
-  PARALLM_CHECK(lt_fp8_gemm(out, x, true, w, N, OUT, IN, s, s + 2, bias, residual), InternalError,
+  PARALLM_CHECK(lt_fp8_linear(out, x, true, w, N, OUT, IN, s, s + 2, bias, residual), InternalError,
                 "kernels.cuda.fp8_gemm", "a planned FP8 product ({} x {} x {}) was declined", N, OUT, IN);
   g_fp8_gemms += 1;
   return true;
@@ -348,7 +348,7 @@ bool forward_fp8_bf16(bfloat16* out, const bfloat16* inp, const bfloat16* weight
 // d(input) in bf16 from E5M2 d(output) and the E4M3 weight; d(weight) += in fp32, as backward_fp8_cores.
 bool backward_fp8_bf16(bfloat16* dinp, float* dweight, const bfloat16* dout, const bfloat16* inp,
                        const bfloat16* weight, int64_t N, int64_t IN, int64_t OUT) {
-  if (!fp8_tensor_cores(N, IN, OUT) || (dinp && !lt_fp8_ready(dinp, false, false, N, IN, OUT)) ||
+  if (!fp8_tensor_cores(N, IN, OUT) || (dinp && !lt_fp8_linear_ready(dinp, false, nullptr, nullptr, N, IN, OUT)) ||
       (dweight && !lt_fp8_ready(dweight, false, true, OUT, IN, N)))
     return false;
   const Fp8Tensorwise& tw = fp8_context().tensorwise;
@@ -358,7 +358,7 @@ bool backward_fp8_bf16(bfloat16* dinp, float* dweight, const bfloat16* dout, con
     tensor_scale(s + 2, weight, OUT, IN, Fp8Format::E4M3, tw);
     const uint8_t* d = fp8_codes(0, dout, N, OUT, Fp8Format::E5M2, s, false);
     const uint8_t* wt = fp8_codes(2, weight, OUT, IN, Fp8Format::E4M3, s + 2, true);
-    PARALLM_CHECK(lt_fp8_gemm(dinp, d, false, wt, N, IN, OUT, s, s + 2, nullptr, nullptr), InternalError,
+    PARALLM_CHECK(lt_fp8_linear(dinp, d, false, wt, N, IN, OUT, s, s + 2, nullptr, nullptr), InternalError,
                   "kernels.cuda.fp8_gemm", "a planned FP8 product ({} x {} x {}) was declined", N, IN, OUT);
     g_fp8_gemms += 1;
   }

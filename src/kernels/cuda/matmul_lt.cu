@@ -8,6 +8,7 @@
 // FP8 GEMM of tensorwise-scaled operands (lowp_products.cu), planned the same way.
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -147,8 +148,16 @@ bool lt_fp8_ready(const float* C, bool a_e4m3, bool b_e4m3, int64_t M, int64_t N
   return M > 0 && N > 0 && K > 0 && fp8_plan({M, N, K, a_e4m3, b_e4m3, alignment_of(C), false, false}).ok;
 }
 
-bool lt_fp8_ready(const bfloat16* D, bool a_e4m3, bool bias, int64_t M, int64_t N, int64_t K) {
-  return M > 0 && N > 0 && K > 0 && fp8_plan({M, N, K, a_e4m3, true, alignment_of(D), true, bias}).ok;
+// The alignment a bf16-output plan may assume: D's and the residual's (C), the lesser.
+uint32_t linear_alignment(const bfloat16* D, const bfloat16* residual) {
+  return residual ? std::min(alignment_of(D), alignment_of(residual)) : alignment_of(D);
+}
+
+bool lt_fp8_linear_ready(const bfloat16* D, bool a_e4m3, const bfloat16* bias, const bfloat16* residual, int64_t M,
+                         int64_t N, int64_t K) {
+  if (bias && alignment_of(bias) < 16) return false;  // cuBLASLt's epilogue reads the bias in vectors
+  return M > 0 && N > 0 && K > 0 &&
+         fp8_plan({M, N, K, a_e4m3, true, linear_alignment(D, residual), true, bias != nullptr}).ok;
 }
 
 bool lt_fp8_gemm(float* C, const uint8_t* A, bool a_e4m3, const uint8_t* B, bool b_e4m3, int64_t M, int64_t N,
@@ -169,10 +178,11 @@ bool lt_fp8_gemm(float* C, const uint8_t* A, bool a_e4m3, const uint8_t* B, bool
   return true;
 }
 
-bool lt_fp8_gemm(bfloat16* D, const uint8_t* A, bool a_e4m3, const uint8_t* B, int64_t M, int64_t N, int64_t K,
-                 const float* sa, const float* sb, const bfloat16* bias, const bfloat16* residual) {
+bool lt_fp8_linear(bfloat16* D, const uint8_t* A, bool a_e4m3, const uint8_t* B, int64_t M, int64_t N, int64_t K,
+                   const float* sa, const float* sb, const bfloat16* bias, const bfloat16* residual) {
   if (M <= 0 || N <= 0) return true;
-  Plan* plan = &fp8_plan({M, N, K, a_e4m3, true, alignment_of(D), true, bias != nullptr});
+  if (bias && alignment_of(bias) < 16) return false;
+  Plan* plan = &fp8_plan({M, N, K, a_e4m3, true, linear_alignment(D, residual), true, bias != nullptr});
   if (!plan->ok) return false;
   const char* where = "kernels.cuda.fp8_gemm";
   check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof(sb)), where,

@@ -31,10 +31,12 @@ bool lt_fp8_gemm(float* C, const uint8_t* A, bool a_e4m3, const uint8_t* B, bool
 // aligned), so a caller can decide before it spends any work on the operands.
 bool lt_fp8_ready(const float* C, bool a_e4m3, bool b_e4m3, int64_t M, int64_t N, int64_t K);
 // bf16 activations: D[M, N] (row-major bf16) = residual + (sa sb) A[M, K] B[N, K]^T + bias[N], B E4M3, summed in
-// fp32 and rounded to bf16 once; bias (bf16, in the epilogue) and residual (as C, beta 1) may be null; D must not
-// alias A, B or the residual. False (nothing done) where cuBLASLt offers no algorithm; lt_fp8_ready asks first.
-bool lt_fp8_gemm(bfloat16* D, const uint8_t* A, bool a_e4m3, const uint8_t* B, int64_t M, int64_t N, int64_t K,
-                 const float* sa, const float* sb, const bfloat16* bias, const bfloat16* residual);
-bool lt_fp8_ready(const bfloat16* D, bool a_e4m3, bool bias, int64_t M, int64_t N, int64_t K);
+// fp32 and rounded to bf16 once; bias (bf16, in the epilogue) and residual (as C, beta 1) may be null. False
+// (nothing done) where cuBLASLt offers no algorithm, or the bias is not 16-byte aligned; lt_fp8_linear_ready asks
+// first (with the same pointers: D's and the residual's alignment pick the plan).
+bool lt_fp8_linear(bfloat16* D, const uint8_t* A, bool a_e4m3, const uint8_t* B, int64_t M, int64_t N, int64_t K,
+                   const float* sa, const float* sb, const bfloat16* bias, const bfloat16* residual);
+bool lt_fp8_linear_ready(const bfloat16* D, bool a_e4m3, const bfloat16* bias, const bfloat16* residual, int64_t M,
+                         int64_t N, int64_t K);
 
 }  // namespace parallm::kernels::cuda

@@ -28,7 +28,8 @@ namespace parallm::train {
 // train.init_from
 // (hf: the weights of a Hugging Face GPT-2 directory, hf/hf_gpt2.h)
 enum class InitFrom { Scratch, Resume, Hf, Auto };  // Auto: Resume where train.out_dir holds a checkpoint
-// train.dtype: the training precision (fp16 and fp8: the CPU's, products emulated; validate() refuses them on a GPU).
+// train.dtype: the training precision (fp16 and fp8: products emulated on the CPU, computed alike on the GPU; fp8 with
+// train.fp8_activations=bf16: FP8 tensor cores with bf16 activations, GPU only).
 enum class Precision { FP32, BF16, FP16, FP8 };
 // train.loss_scale as given: auto (dynamic for fp16, else off), dynamic, off, or a static scale.
 struct LossScaleSetting {

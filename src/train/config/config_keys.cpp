@@ -429,7 +429,7 @@ void add_train_run_keys(KeyTable& t) {
         {"string",
          "train.dtype=fp8 on the GPU: fp32 (the activations fp32, the products computed as the CPU's emulation) | "
          "bf16 (bf16 activations around FP8 tensor-core products, the speed FP8 is for; needs "
-         "train.fp8_scaling=tensorwise)",
+         "train.fp8_scaling=tensorwise; evaluation and sampling run bf16 products)",
          [](RunConfig& c, const std::string& k, const std::string& v) {
            const std::string l = lower(v);
            PARALLM_CHECK(l == "fp32" || l == "bf16", ConfigError, "config", "{}: expected fp32 or bf16, got \"{}\"", k,

@@ -39,6 +39,11 @@ std::string state_table(const MemStats& s, int64_t nparams) {
 
 void log_precision(const Session& s) {
   const RunConfig& cfg = s.cfg;
+  if (!s.dev.is_cpu() && cfg.train.dtype == Precision::FP8 && cfg.train.fp8_tensorwise &&
+      gpu::compute_capability(s.dev.index) < 89)
+    log::warn("train.fp8_scaling=tensorwise on sm_{}: no FP8 tensor cores before sm_89, so the products run {}",
+              gpu::compute_capability(s.dev.index),
+              cfg.train.fp8_bf16_activations ? "in bf16 (not rounded to FP8)" : "as FP8 values on bf16 tensor cores");
   if (!s.dev.is_cpu())
     log::info(
         "device: {} {} | {} | {}", s.dev.str(), gpu::describe(s.dev.index), gpu::version(),
