@@ -124,6 +124,10 @@ const ModelOps<bfloat16>& fp8_bf16_ops_for(Device dev) {
   return kCudaFp8Bf16;
 }
 
+int64_t fp8_tensor_core_gemms() {
+  return cuda::fp8_tensor_core_gemms();
+}
+
 const Ops& cpu_bf16_product_ops() {
   PARALLM_CHECK(bf16_products_supported(), ConfigError, "kernels",
                 "train.dtype=bf16 on the CPU needs bf16 matrix hardware (AMX or AVX-512 BF16), which this CPU lacks "

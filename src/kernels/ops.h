@@ -125,6 +125,9 @@ const Ops& f16_product_ops(Device dev);
 // bf16-rounded outside it and in the classifier.
 const Ops& fp8_product_ops(Device dev);
 
+// How many GEMMs FP8 tensor cores ran in this process (kernels::cuda's count; 0 without CUDA).
+int64_t fp8_tensor_core_gemms();
+
 // Square sums of runs of one buffer on `dev`: out[i] = ops_for(dev).sum_squares(base + offset[i], count[i]),
 // the same bits as one call per run; on the GPU with one readback for all (the norms of split models).
 void sum_squares_runs(Device dev, const float* base, const int64_t* offset, const int64_t* count, int64_t n,

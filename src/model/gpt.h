@@ -33,19 +33,16 @@ class GPT {
   GPT(const GPTConfig& cfg, int64_t max_batch, int64_t max_seq, Device dev = Device::cpu(), GPTStorage storage = {},
       TensorGroup* tp = nullptr, bool sequence_parallel = false, PipelinePart pipe = {}, ContextPart cp = {},
       ExpertPart experts = {});
-  // MoE (moe_layer.h): the balancing and z-loss values summed since the last take; layer l's expert choices
-  // [N x top_k] in its chunk's last forward (set 0; empty for a dense or not held layer).
+  // MoE (moe_layer.h): the balancing and z-loss values summed since the last take; layer l's expert choices [N x
+  // top_k] in its chunk's last forward (set 0; empty for a dense or not held layer).
   Activations::MoeTally take_moe_tally();
-  // model.moe_bias_update_rate: each held MoE layer's selection bias moved toward balance by the tally's tokens
-  // per expert (this step's, over the global batch; before take_moe_tally), the same on every rank.
+  // model.moe_bias_update_rate: each held layer's selection bias moved to balance by this step's tally (before
+  // take_moe_tally), alike on all ranks.
   void balance_expert_bias();
   std::vector<int32_t> expert_choices(int64_t l);
   void set_store(ParamStore* store);  // parameters and gradients through `store` (not owned); null: own buffers
-  // train.cuda_graphs: the training passes whose StepContext says `graphs` run from CUDA graphs (pass_graphs.h).
-  // Returns "" or why this model's passes cannot be captured (then they stay eager).
-  std::string use_cuda_graphs();
-  std::string graph_summary() const;  // "" when graphs are not used; else what they did (for the run's log)
-
+  std::string use_cuda_graphs();      // train.cuda_graphs (pass_graphs.h): "" or why the passes must stay eager
+  std::string graph_summary() const;  // what the graphs did, for the run's log ("" without graphs)
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
   Device device() const { return dev_; }
@@ -63,7 +60,6 @@ class GPT {
   int64_t num_params_nanogpt() const;  // nanoGPT's count: all parameters except wpe
   Tensor param(const std::string& name) const;
   Tensor grad(const std::string& name) const;
-
   void init_weights(uint64_t seed);  // GPT-2 init, each parameter its own counter-based stream
   void zero_grad();
   // Tokens [B, T]; with targets, the mean cross-entropy loss (else 0).
@@ -72,7 +68,6 @@ class GPT {
   float deferred_loss();
   // grads() += d(loss_scale * mean loss), after forward() with ctx.need_grad and the same B, T, ctx.
   void backward(const int32_t* tokens, int64_t B, int64_t T, const StepContext& ctx);
-
   // Pipeline stages: chunk `chunk`'s passes for activation set `set` (tokens or chunk_input to the loss or
   // chunk_output; backward from chunk_grad, leaving d(input) there). forward()/backward(): chunk 0, set 0.
   int num_chunks() const { return static_cast<int>(layout_.chunks().size()); }
@@ -87,14 +82,12 @@ class GPT {
   void* chunk_output(int chunk, int set);
   void* chunk_grad(int chunk, int set);
   int64_t message_count(int64_t B, int64_t T) const { return B * T / token_multiple() * cfg_.n_embd; }
-
   // After forward(): logits [B, V] of position `pos` (default T - 1) of each sequence; [B*T, V] of all (targets).
   void last_logits(float* out, int64_t B, int64_t T, int64_t pos = -1);
   void all_logits(float* out, int64_t B, int64_t T);
   // KV cache (kv_cache.h): one sequence's next n tokens, theirs added, the last one's logits [V] written.
   bool decode_supported() const;  // the whole model on this rank, fp32 activations
   void decode(const int32_t* tokens, int64_t n, KvCache& cache, float* logits);
-
   double flops_per_token(int64_t T) const;  // a training step's (6N + 12 L H Q T; N: active parameters)
   // What a model of this shape allocates, without building it (`parallm plan`); max_seq: T / cp.size.
   using Buffers = ActivationBytes;
@@ -129,16 +122,13 @@ class GPT {
   int64_t cur_B_ = 0, cur_T_ = 0;                // the last forward of the model's last chunk (logits) ...
   int logits_set_ = 0;                           // ... and its activation set
   std::unique_ptr<PassGraphs> graphs_;           // train.cuda_graphs (null: off)
-
   void build_layers();
   BlockEnv block_env() { return {acts_, spec_.split, *k_, dev_, &layout_, cfg_.gelu, cfg_.recompute}; }
   ModelWatch watch() const { return {&cfg_, &layout_, &acts_}; }
   void begin_pass(int chunk, int set, const int32_t*& tokens, const int32_t*& targets, int64_t B, int64_t T,
                   const char* where);
   PassShape pass_shape(const StepContext& ctx, int64_t B, int64_t T, int64_t pos0 = 0, KvCache* cache = nullptr) const;
-  // What a pass queues on the device; the host's part of it (uploads, the losses' readback, bookkeeping) is the
-  // caller's, so a pass can run from a CUDA graph (graphs_for). forward_impl leaves the losses in the set's
-  // `losses` statistic (last chunk, with targets).
+  // A pass's device work only (its host part is the caller's: a CUDA graph may replay it; losses in the set's stats).
   template <class A>
   void forward_impl(const kernels::ModelOps<A>& k, int chunk, const int32_t* tokens, const int32_t* targets,
                     const PassShape& f);

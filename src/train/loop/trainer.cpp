@@ -9,7 +9,7 @@
 #include "core/log.h"
 #include "core/profiler.h"
 #include "core/timer.h"
-#include "kernels/matmul.h"
+#include "kernels/ops.h"
 #include "train/checkpoint/state_io.h"
 #include "train/controls/control.h"
 #include "train/controls/memory_watch.h"
@@ -125,7 +125,7 @@ RunSummary train_loop(Session& s) {
   if (prof::enabled()) log::info("profile (PARALLM_PROFILE=1):\n{}", prof::table());
   if (const std::string g = s.model->graph_summary(); !g.empty()) log::info("{}", g);
   if (!s.dev.is_cpu() && t.dtype == Precision::FP8)  // how many products FP8 tensor cores took (the rest: bf16 ones)
-    log::info("FP8 tensor-core GEMMs in this run: {}", kernels::cuda::fp8_tensor_core_gemms());
+    log::info("FP8 tensor-core GEMMs in this run: {}", kernels::fp8_tensor_core_gemms());
   sum.best_val_loss = static_cast<float>(s.st.best_val_loss);
   sum.loss_scale = s.scaler->state().scale;
   sum.skipped_steps = s.scaler->state().skipped;
