@@ -28,7 +28,8 @@
 # the Llama-3.2-1B shape in bf16, fp8 rowwise, fp8 tensorwise (FP8 tensor
 # cores) and fp8 with bf16 activations (fp8b), the ratios to bf16; graphs: the CUDA graph tests, then baby GPT
 # (dropout 0) and GPT-2 124M in bf16 with train.cuda_graphs off and on, step
-# times and losses in one table; each part has a time
+# times and losses in one table (GRAPHS_DEVICE=cpu runs the table's machinery
+# here, graphs unused); each part has a time
 # limit so one call stays inside the device tool's 10 minutes. DTYPES picks
 # the precisions of baby and gpt2 (default "fp32 bf16"); DET_DTYPE and
 # DET_DROPOUT (default 0.2; 0 takes bf16 attention through the flash kernels)
@@ -169,7 +170,7 @@ if want graphs; then
     set -- $run
     tag=$1 && shift
     for g in false true; do
-      timeout 150 ./bin/parallm train "$@" train.device=cuda train.dtype=bf16 train.cuda_graphs=$g \
+      timeout 150 ./bin/parallm train "$@" train.device=${GRAPHS_DEVICE:-cuda} train.dtype=bf16 train.cuda_graphs=$g \
         train.eval_interval=100000 train.eval_iters=1 train.sample_tokens=0 train.final_eval=false \
         train.out_dir=$W/out/graphs_${tag}_$g train.overwrite=true data.dir=$W/data/shakespeare_char \
         train.progress=false > $OUT/graphs_${tag}_$g.log 2>&1 || tail -3 $OUT/graphs_${tag}_$g.log
