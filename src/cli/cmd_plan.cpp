@@ -64,7 +64,7 @@ struct PlanOptions {
   std::vector<std::string> args;
   int world = 0;  // 0: the layout's smallest job
   int stage = 0;
-  std::string params, dtype = "fp32", device_mem;
+  std::string params, dtype, device_mem;  // dtype "": the configuration's (train.dtype)
 };
 
 // " | pp 4 1f1b: stage 0 of layers [0, 3), 4 micro-batches in flight".
@@ -82,7 +82,11 @@ std::string pipeline_text(const train::RunConfig& cfg, const model::PipelinePart
 // model's size is set later, by plan_subject()).
 train::PlanInput plan_input(const train::RunConfig& cfg, const PlanOptions& o, const parallel::MeshDims& dims) {
   train::PlanInput in;
-  in.dtype = o.dtype;
+  // bf16 activations on a GPU (train.dtype=bf16, or fp8 with train.fp8_activations=bf16) plan as bf16; the CPU's
+  // bf16 (fp32 activations and state, bf16 products), fp16 and FP8 with fp32 activations: fp32.
+  in.dtype = !o.dtype.empty()                                                   ? o.dtype
+             : cfg.compute_dtype() == DType::BF16 && !cfg.train.device.is_cpu() ? "bf16"
+                                                                                : "fp32";
   in.world = dims.dp;
   in.tp = static_cast<int>(cfg.parallel.tp);
   in.ep = static_cast<int>(cfg.parallel.ep);
@@ -233,7 +237,9 @@ Runner add_plan(CLI::App& app) {
   cmd->add_option("--stage", o->stage, "with parallel.pp > 1: the pipeline stage (pp rank) to plan (default 0)")
       ->check(int_in(0, kMaxRanks));
   cmd->add_option("--params", o->params, "a parameter count instead of a model shape (e.g. 80B, 124M; at most 1e15)");
-  cmd->add_option("--dtype", o->dtype, "fp32, or bf16 (mixed-precision AdamW, 18 B/param)")
+  cmd->add_option("--dtype", o->dtype,
+                  "fp32, or bf16 (mixed-precision AdamW, 18 B/param); default: the configuration's train.dtype "
+                  "(bf16 activations on a GPU: bf16, else fp32)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--device-mem", o->device_mem, "memory of one device (e.g. 80GB, 24GiB): which stage fits");
   cmd->footer(
