@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <type_traits>
 
 #include "core/gpu.h"
 #include "kernels/cuda/common.cuh"
@@ -278,36 +279,64 @@ int64_t fp8_tensor_core_gemms() {
 }
 
 namespace {
-// A product planned by lt_fp8_ready (B always E4M3 here): cuBLASLt took it then, so a decline now is a bug; counted.
+// A product planned by lt_fp8_ready / lt_fp8_linear_ready (B always E4M3 here): cuBLASLt took it then, so a decline
+// now is a bug; counted. Into fp32 C (beta), or bf16 D with the bias and residual in the epilogue.
 void planned_fp8_gemm(float* C, const uint8_t* A, bool a_e4m3, const uint8_t* B, int64_t M, int64_t N, int64_t K,
                       const float* sa, const float* sb, float beta) {
   PARALLM_CHECK(lt_fp8_gemm(C, A, a_e4m3, B, true, M, N, K, sa, sb, beta), InternalError, "kernels.cuda.fp8_gemm",
                 "a planned FP8 product ({} x {} x {}) was declined", M, N, K);
   g_fp8_gemms += 1;
 }
+void planned_fp8_gemm(bfloat16* D, const uint8_t* A, bool a_e4m3, const uint8_t* B, int64_t M, int64_t N, int64_t K,
+                      const float* sa, const float* sb, const bfloat16* bias = nullptr,
+                      const bfloat16* residual = nullptr) {
+  PARALLM_CHECK(lt_fp8_linear(D, A, a_e4m3, B, M, N, K, sa, sb, bias, residual), InternalError, "kernels.cuda.fp8_gemm",
+                "a planned FP8 product ({} x {} x {}) was declined", M, N, K);
+  g_fp8_gemms += 1;
+}
+bool fp8_ready(const float* C, bool a_e4m3, int64_t M, int64_t N, int64_t K) {
+  return lt_fp8_ready(C, a_e4m3, true, M, N, K);
+}
+bool fp8_ready(const bfloat16* D, bool a_e4m3, int64_t M, int64_t N, int64_t K, const bfloat16* bias = nullptr,
+               const bfloat16* residual = nullptr) {
+  return lt_fp8_linear_ready(D, a_e4m3, bias, residual, M, N, K);
+}
 
 // The tensorwise FP8 products on FP8 tensor cores: one scale per operand (the same for its transposed codes),
-// the codes those of cpu/fp8.cpp's rounding. False where cuBLASLt took none of them (nothing written then).
-bool forward_fp8_cores(float* out, const float* inp, const float* weight, int64_t N, int64_t IN, int64_t OUT) {
-  // Asked before any maximum is reduced: a product cuBLASLt declines falls back with no collective spent.
-  if (!lt_fp8_ready(out, true, true, N, OUT, IN)) return false;
+// the codes those of cpu/fp8.cpp's rounding, from fp32 activations (out fp32; the caller adds the bias) or bf16
+// ones (train.fp8_activations=bf16: the codes drawn from bf16, out bf16 with the bias and a residual in the
+// epilogue). False where cuBLASLt declines the product, asked before any maximum is reduced: the caller falls back
+// with no collective spent and nothing written.
+template <class A>
+bool forward_fp8_cores(A* out, const A* inp, const A* weight, int64_t N, int64_t IN, int64_t OUT,
+                       const bfloat16* bias = nullptr, const bfloat16* residual = nullptr) {
+  if (!fp8_tensor_cores(N, IN, OUT)) return false;
+  if constexpr (std::is_same_v<A, float>) {
+    if (!fp8_ready(out, true, N, OUT, IN)) return false;
+  } else if (!fp8_ready(out, true, N, OUT, IN, bias, residual)) {
+    return false;
+  }
   const Fp8Tensorwise& tw = fp8_context().tensorwise;
   float* s = lowp_scratch<float>(2, 6);
   tensor_scale(s, inp, N, IN, Fp8Format::E4M3, tw);
   tensor_scale(s + 2, weight, OUT, IN, Fp8Format::E4M3, tw);
   const uint8_t* x = fp8_codes(0, inp, N, IN, Fp8Format::E4M3, s, false);
   const uint8_t* w = fp8_codes(1, weight, OUT, IN, Fp8Format::E4M3, s + 2, false);
-  planned_fp8_gemm(out, x, true, w, N, OUT, IN, s, s + 2, 0.0f);
+  if constexpr (std::is_same_v<A, float>)
+    planned_fp8_gemm(out, x, true, w, N, OUT, IN, s, s + 2, 0.0f);
+  else
+    planned_fp8_gemm(out, x, true, w, N, OUT, IN, s, s + 2, bias, residual);
   return true;
 }
 
-// d(output) in E5M2, the weight and the input in E4M3: dinp[N, IN] = d W (W transposed, K = OUT), dweight[OUT, IN]
-// += d^T x (both transposed, K = N). All or nothing: false, before anything is reduced or written, where cuBLASLt
-// declines either product.
-bool backward_fp8_cores(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                        int64_t N, int64_t IN, int64_t OUT) {
-  if ((dinp && !lt_fp8_ready(dinp, false, true, N, IN, OUT)) ||
-      (dweight && !lt_fp8_ready(dweight, false, true, OUT, IN, N)))
+// d(output) in E5M2, the weight and the input in E4M3: dinp[N, IN] = d W (W transposed, K = OUT; fp32 or bf16 as
+// the activations), dweight[OUT, IN] += d^T x in fp32 (both transposed, K = N). All or nothing: false, before
+// anything is reduced or written, where cuBLASLt declines either product.
+template <class A>
+bool backward_fp8_cores(A* dinp, float* dweight, const A* dout, const A* inp, const A* weight, int64_t N, int64_t IN,
+                        int64_t OUT) {
+  if (!fp8_tensor_cores(N, IN, OUT) || (dinp && !fp8_ready(dinp, false, N, IN, OUT)) ||
+      (dweight && !fp8_ready(dweight, false, OUT, IN, N)))
     return false;
   const Fp8Tensorwise& tw = fp8_context().tensorwise;
   float* s = lowp_scratch<float>(2, 6);
@@ -316,51 +345,10 @@ bool backward_fp8_cores(float* dinp, float* dweight, const float* dout, const fl
     tensor_scale(s + 2, weight, OUT, IN, Fp8Format::E4M3, tw);
     const uint8_t* d = fp8_codes(0, dout, N, OUT, Fp8Format::E5M2, s, false);
     const uint8_t* wt = fp8_codes(2, weight, OUT, IN, Fp8Format::E4M3, s + 2, true);
-    planned_fp8_gemm(dinp, d, false, wt, N, IN, OUT, s, s + 2, 0.0f);
-  }
-  if (dweight) {
-    tensor_scale(s + 4, inp, N, IN, Fp8Format::E4M3, tw);
-    const uint8_t* dt = fp8_codes(3, dout, N, OUT, Fp8Format::E5M2, s, true);
-    const uint8_t* xt = fp8_codes(1, inp, N, IN, Fp8Format::E4M3, s + 4, true);
-    planned_fp8_gemm(dweight, dt, false, xt, OUT, IN, N, s, s + 4, 1.0f);
-  }
-  return true;
-}
-
-// bf16 activations (train.fp8_activations=bf16): the operands' codes from bf16 (the activations, the bf16 weight
-// copy), out in bf16 with the bias and a residual in the GEMM's epilogue. False, before anything is spent, where
-// cuBLASLt declines the product.
-bool forward_fp8_bf16(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
-                      const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT) {
-  if (!fp8_tensor_cores(N, IN, OUT) || !lt_fp8_linear_ready(out, true, bias, residual, N, OUT, IN)) return false;
-  const Fp8Tensorwise& tw = fp8_context().tensorwise;
-  float* s = lowp_scratch<float>(2, 6);
-  tensor_scale(s, inp, N, IN, Fp8Format::E4M3, tw);
-  tensor_scale(s + 2, weight, OUT, IN, Fp8Format::E4M3, tw);
-  const uint8_t* x = fp8_codes(0, inp, N, IN, Fp8Format::E4M3, s, false);
-  const uint8_t* w = fp8_codes(1, weight, OUT, IN, Fp8Format::E4M3, s + 2, false);
-  PARALLM_CHECK(lt_fp8_linear(out, x, true, w, N, OUT, IN, s, s + 2, bias, residual), InternalError,
-                "kernels.cuda.fp8_gemm", "a planned FP8 product ({} x {} x {}) was declined", N, OUT, IN);
-  g_fp8_gemms += 1;
-  return true;
-}
-
-// d(input) in bf16 from E5M2 d(output) and the E4M3 weight; d(weight) += in fp32, as backward_fp8_cores.
-bool backward_fp8_bf16(bfloat16* dinp, float* dweight, const bfloat16* dout, const bfloat16* inp,
-                       const bfloat16* weight, int64_t N, int64_t IN, int64_t OUT) {
-  if (!fp8_tensor_cores(N, IN, OUT) || (dinp && !lt_fp8_linear_ready(dinp, false, nullptr, nullptr, N, IN, OUT)) ||
-      (dweight && !lt_fp8_ready(dweight, false, true, OUT, IN, N)))
-    return false;
-  const Fp8Tensorwise& tw = fp8_context().tensorwise;
-  float* s = lowp_scratch<float>(2, 6);
-  tensor_scale(s, dout, N, OUT, Fp8Format::E5M2, tw);
-  if (dinp) {
-    tensor_scale(s + 2, weight, OUT, IN, Fp8Format::E4M3, tw);
-    const uint8_t* d = fp8_codes(0, dout, N, OUT, Fp8Format::E5M2, s, false);
-    const uint8_t* wt = fp8_codes(2, weight, OUT, IN, Fp8Format::E4M3, s + 2, true);
-    PARALLM_CHECK(lt_fp8_linear(dinp, d, false, wt, N, IN, OUT, s, s + 2, nullptr, nullptr), InternalError,
-                  "kernels.cuda.fp8_gemm", "a planned FP8 product ({} x {} x {}) was declined", N, IN, OUT);
-    g_fp8_gemms += 1;
+    if constexpr (std::is_same_v<A, float>)
+      planned_fp8_gemm(dinp, d, false, wt, N, IN, OUT, s, s + 2, 0.0f);
+    else
+      planned_fp8_gemm(dinp, d, false, wt, N, IN, OUT, s, s + 2);
   }
   if (dweight) {
     tensor_scale(s + 4, inp, N, IN, Fp8Format::E4M3, tw);
@@ -374,17 +362,17 @@ bool backward_fp8_bf16(bfloat16* dinp, float* dweight, const bfloat16* dout, con
 
 void matmul_forward_fp8b(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias, int64_t N,
                          int64_t IN, int64_t OUT) {
-  if (fp8_context().on && forward_fp8_bf16(out, inp, weight, bias, nullptr, N, IN, OUT)) return;
+  if (fp8_context().on && forward_fp8_cores(out, inp, weight, N, IN, OUT, bias)) return;
   matmul_forward(out, inp, weight, bias, N, IN, OUT);
 }
 void matmul_forward_residual_fp8b(bfloat16* out, const bfloat16* inp, const bfloat16* weight, const bfloat16* bias,
                                   const bfloat16* residual, int64_t N, int64_t IN, int64_t OUT) {
-  if (fp8_context().on && forward_fp8_bf16(out, inp, weight, bias, residual, N, IN, OUT)) return;
+  if (fp8_context().on && forward_fp8_cores(out, inp, weight, N, IN, OUT, bias, residual)) return;
   matmul_forward_residual(out, inp, weight, bias, residual, N, IN, OUT);
 }
 void matmul_backward_fp8b(bfloat16* dinp, float* dweight, float* dbias, const bfloat16* dout, const bfloat16* inp,
                           const bfloat16* weight, int64_t N, int64_t IN, int64_t OUT) {
-  if (fp8_context().on && (dinp || dweight) && backward_fp8_bf16(dinp, dweight, dout, inp, weight, N, IN, OUT)) {
+  if (fp8_context().on && (dinp || dweight) && backward_fp8_cores(dinp, dweight, dout, inp, weight, N, IN, OUT)) {
     if (dbias) matmul_backward(static_cast<bfloat16*>(nullptr), nullptr, dbias, dout, nullptr, nullptr, N, IN, OUT);
     return;
   }
@@ -397,7 +385,7 @@ void matmul_forward_fp8p(float* out, const float* inp, const float* weight, cons
                          int64_t OUT) {
   const Fp8Context& c = fp8_context();
   if (!c.on) return forward_lowp<Bf16Rounded>(out, inp, weight, bias, N, IN, OUT);
-  if (fp8_tensor_cores(N, IN, OUT) && forward_fp8_cores(out, inp, weight, N, IN, OUT)) {
+  if (forward_fp8_cores(out, inp, weight, N, IN, OUT)) {
     if (bias) bias_forward(out, bias, N, OUT);
     return;
   }
@@ -414,8 +402,7 @@ void matmul_backward_fp8p(float* dinp, float* dweight, float* dbias, const float
                           const float* weight, int64_t N, int64_t IN, int64_t OUT) {
   const Fp8Context& c = fp8_context();
   if (!c.on) return backward_lowp<Bf16Rounded>(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
-  if (fp8_tensor_cores(N, IN, OUT) && (dinp || dweight) &&
-      backward_fp8_cores(dinp, dweight, dout, inp, weight, N, IN, OUT)) {
+  if ((dinp || dweight) && backward_fp8_cores(dinp, dweight, dout, inp, weight, N, IN, OUT)) {
     if (dbias) matmul_backward(nullptr, nullptr, dbias, dout, nullptr, nullptr, N, IN, OUT);
     return;
   }

@@ -160,17 +160,24 @@ bool lt_fp8_linear_ready(const bfloat16* D, bool a_e4m3, const bfloat16* bias, c
          fp8_plan({M, N, K, a_e4m3, true, linear_alignment(D, residual), true, bias != nullptr}).ok;
 }
 
+namespace {
+// Our A's and B's dequantization scales (device pointers) on a plan: cuBLASLt's A slot holds our B.
+void set_scales(Plan& plan, const float* sa, const float* sb) {
+  const char* where = "kernels.cuda.fp8_gemm";
+  check_cublas(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof(sb)), where,
+               "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
+  check_cublas(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof(sa)), where,
+               "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+}
+}  // namespace
+
 bool lt_fp8_gemm(float* C, const uint8_t* A, bool a_e4m3, const uint8_t* B, bool b_e4m3, int64_t M, int64_t N,
                  int64_t K, const float* sa, const float* sb, float beta) {
   if (M <= 0 || N <= 0) return true;
   Plan* plan = &fp8_plan({M, N, K, a_e4m3, b_e4m3, alignment_of(C), false, false});
   if (!plan->ok) return false;
   const char* where = "kernels.cuda.fp8_gemm";
-  // cuBLASLt's A slot holds B: its scale is sb.
-  check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof(sb)), where,
-               "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
-  check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof(sa)), where,
-               "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+  set_scales(*plan, sa, sb);
   const float alpha = 1.0f;
   check_cublas(cublasLtMatmul(lt_handle(), plan->desc, &alpha, B, plan->a, A, plan->b, &beta, C, plan->c, C, plan->c,
                               &plan->algo, workspace().as<void>(), kWorkspaceBytes, stream()),
@@ -185,10 +192,7 @@ bool lt_fp8_linear(bfloat16* D, const uint8_t* A, bool a_e4m3, const uint8_t* B,
   Plan* plan = &fp8_plan({M, N, K, a_e4m3, true, linear_alignment(D, residual), true, bias != nullptr});
   if (!plan->ok) return false;
   const char* where = "kernels.cuda.fp8_gemm";
-  check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof(sb)), where,
-               "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
-  check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof(sa)), where,
-               "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+  set_scales(*plan, sa, sb);
   if (bias)
     check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
                  where, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
