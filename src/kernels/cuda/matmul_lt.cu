@@ -102,7 +102,9 @@ std::unique_ptr<Plan> make_fp8_plan(int64_t M, int64_t N, int64_t K, bool a_e4m3
   auto p = std::make_unique<Plan>();
   if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return p;
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  const int8_t fast = 0;
+  // Fast accumulation (fewer promotions of the tensor cores' partial sums) in the bf16-activation path's forward
+  // only, as Transformer Engine's recipe; gradients, and the fp32-activation path (the CPU's products), without.
+  const int8_t fast = bf16_out && a_e4m3 ? 1 : 0;
   check_cublas(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), where,
                "cublasLtMatmulDescSetAttribute(TRANSA)");
   check_cublas(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), where,
