@@ -67,6 +67,13 @@ bool parse_bool(const std::string& key, const std::string& v) {
   throw ConfigError("config", fmt::format("{}: expected true or false, got \"{}\"", key, v));
 }
 
+// A setting of two named values held as a bool: `on` (any case) true, `off` false.
+bool parse_either(const std::string& key, const std::string& v, const char* off, const char* on) {
+  const std::string l = lower(v);
+  PARALLM_CHECK(l == off || l == on, ConfigError, "config", "{}: expected {} or {}, got \"{}\"", key, off, on, v);
+  return l == on;
+}
+
 const char* precision_name(Precision p) {
   return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : p == Precision::FP16 ? "fp16" : "fp8";
 }
@@ -144,6 +151,14 @@ constexpr double kMaxRanks = 1 << 24;     // parallel.* degrees
       "bool", help, [](RunConfig& c, const std::string& k, const std::string& v) { c.field = parse_bool(k, v); }, \
           [](const RunConfig& c) { return nlohmann::json(c.field); }, std::nullopt                                \
     }                                                                                                             \
+  }
+#define EITHER_KEY(name, field, off, on, help)                                                                     \
+  {                                                                                                                \
+    name, {                                                                                                        \
+      "string", help,                                                                                              \
+          [](RunConfig& c, const std::string& k, const std::string& v) { c.field = parse_either(k, v, off, on); }, \
+          [](const RunConfig& c) { return nlohmann::json(c.field ? on : off); }, std::nullopt                      \
+    }                                                                                                              \
   }
 #define STR_KEY(name, field, help)                                                                 \
   {                                                                                                \
@@ -413,31 +428,14 @@ void add_train_run_keys(KeyTable& t) {
                 "replayed (fp32 or bf16, dropout 0, dense models; the run's log says when a run cannot use them)"),
        BOOL_KEY("train.fp8_bf16_ends", train.fp8_bf16_ends,
                 "train.dtype=fp8: the first and last transformer blocks keep bf16 products (the head always does)"),
-       {"train.fp8_scaling",
-        {"string",
-         "train.dtype=fp8: rowwise (each operand row's own power-of-two scale) | tensorwise (one scale per operand "
-         "from its maximum over every rank of the pipeline stage, in the training passes; dense models)",
-         [](RunConfig& c, const std::string& k, const std::string& v) {
-           const std::string l = lower(v);
-           PARALLM_CHECK(l == "rowwise" || l == "tensorwise", ConfigError, "config",
-                         "{}: expected rowwise or tensorwise, got \"{}\"", k, v);
-           c.train.fp8_tensorwise = l == "tensorwise";
-         },
-         [](const RunConfig& c) { return nlohmann::json(c.train.fp8_tensorwise ? "tensorwise" : "rowwise"); },
-         std::nullopt}},
-       {"train.fp8_activations",
-        {"string",
-         "train.dtype=fp8 on the GPU: fp32 (the activations fp32, the products computed as the CPU's emulation) | "
-         "bf16 (bf16 activations around FP8 tensor-core products, the speed FP8 is for; needs "
-         "train.fp8_scaling=tensorwise; evaluation and sampling run bf16 products)",
-         [](RunConfig& c, const std::string& k, const std::string& v) {
-           const std::string l = lower(v);
-           PARALLM_CHECK(l == "fp32" || l == "bf16", ConfigError, "config", "{}: expected fp32 or bf16, got \"{}\"", k,
-                         v);
-           c.train.fp8_bf16_activations = l == "bf16";
-         },
-         [](const RunConfig& c) { return nlohmann::json(c.train.fp8_bf16_activations ? "bf16" : "fp32"); },
-         std::nullopt}},
+       EITHER_KEY("train.fp8_scaling", train.fp8_tensorwise, "rowwise", "tensorwise",
+                  "train.dtype=fp8: rowwise (each operand row's own power-of-two scale) | tensorwise (one scale per "
+                  "operand from its maximum over every rank of the pipeline stage, in the training passes; dense "
+                  "models)"),
+       EITHER_KEY("train.fp8_activations", train.fp8_bf16_activations, "fp32", "bf16",
+                  "train.dtype=fp8 on the GPU: fp32 (the activations fp32, the products computed as the CPU's "
+                  "emulation) | bf16 (bf16 activations around FP8 tensor-core products, the speed FP8 is for; needs "
+                  "train.fp8_scaling=tensorwise; evaluation and sampling run bf16 products)"),
        FLOAT_KEY("train.loss_scale_init", train.loss_scale_init, closed(1, 0x1p64),
                  "dynamic loss scaling: the first scale (a power of two)"),
        INT_KEY("train.loss_scale_window", train.loss_scale_window, 1, INT32_MAX,
