@@ -36,8 +36,17 @@ class PassGraphs {
   };
   static constexpr int kMaxGraphs = 8;  // keys beyond run eagerly
 
-  // Runs the pass that `queue` queues on the compute stream: eagerly, captured and launched, or launched.
-  void run(const Key& key, const std::function<void()>& queue);
+  // Runs the pass that `queue` queues on the compute stream: eagerly, captured and launched, or launched. A
+  // template, so that a pass replayed every micro-step wraps its callable in nothing (the capture's std::function
+  // holds a reference, once).
+  template <class F>
+  void run(const Key& key, F&& queue) {
+    Entry* e = find_or_add(key);
+    if (!e) return queue();  // first seen, too many keys, or capturing failed: eagerly
+    if (!e->graph && !capture(*e, std::function<void()>(std::ref(queue)))) return queue();  // nothing of it ran
+    e->graph->launch();
+    ++launches_;
+  }
 
   int64_t launches() const { return launches_; }  // passes run from a graph (captures included)
   int captured() const {
@@ -52,6 +61,11 @@ class PassGraphs {
     Key key;
     std::unique_ptr<gpu::Graph> graph;  // null: seen once, not captured yet
   };
+  // The key's entry, or null where the pass runs eagerly: a key seen for the first time (it is added: what the
+  // pass sets up once is done outside any capture), one beyond kMaxGraphs, or any after a failed capture.
+  Entry* find_or_add(const Key& key);
+  // Captures the entry's graph; false (and from now on every pass eager) where that fails.
+  bool capture(Entry& e, const std::function<void()>& queue);
   std::vector<Entry> graphs_;
   std::string failure_;
   int64_t launches_ = 0;
